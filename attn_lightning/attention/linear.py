@@ -1,0 +1,75 @@
+"""Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs", arXiv 2006.16236).
+
+sim(q, k) = φ(q)ᵀφ(k) with a fixed element-wise feature map; O(N·D·Dv) time, O(D·Dv) decode state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from attn_lightning.attention.kernelized import FeatureMapAttention
+from attn_lightning.attention.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.registry import register_attention
+
+
+def _elu_plus_one(x: Tensor) -> Tensor:
+    return F.elu(x) + 1.0
+
+
+def _relu(x: Tensor) -> Tensor:
+    return F.relu(x)
+
+
+def _softplus(x: Tensor) -> Tensor:
+    return F.softplus(x)
+
+
+def _squared_relu(x: Tensor) -> Tensor:
+    return F.relu(x).square()
+
+
+# Named element-wise feature maps; each is non-negative so the normaliser is too.
+FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
+    "elu": _elu_plus_one,
+    "relu": _relu,
+    "softplus": _softplus,
+    "squared_relu": _squared_relu,
+}
+
+
+@register_attention("linear")
+class LinearAttention(FeatureMapAttention):
+    """Kernel attention with an element-wise feature map (default ``elu(x) + 1``).
+
+    Args:
+        head_dim: D.
+        feature_map: one of ``FEATURE_MAPS`` (elu, relu, softplus, squared_relu).
+        chunk_size: tokens per chunk in the causal kernel.
+        eps: added to the normaliser (a query whose keys all have zero features gets 0).
+    """
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        feature_map: str = "elu",
+        chunk_size: int = 64,
+        eps: float = DEFAULT_EPS,
+    ) -> None:
+        super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(
+                f"unknown feature_map {feature_map!r} for attention 'linear'; "
+                f"allowed: {', '.join(FEATURE_MAPS)}"
+            )
+        self.feature_map_name = feature_map
+        self._phi = FEATURE_MAPS[feature_map]
+
+    def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
+        return self._phi(x)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, feature_map={self.feature_map_name!r}"

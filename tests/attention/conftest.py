@@ -1,0 +1,35 @@
+"""Which backend configurations the shared contract test runs over.
+
+Every registered name runs with its defaults; ``VARIANTS`` adds option sets that take a
+different code path (another feature map, form or kernel). A new backend is covered by
+registering it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from attn_lightning.attention import available_attentions
+
+VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "linear": [{"feature_map": "relu"}, {"chunk_size": 3}],
+    "performer": [{"kernel": "hyperbolic", "num_features": 32}, {"projection": "iid"}],
+    "polynomial": [
+        {"form": "sketch", "sketch_size": 8},
+        {"form": "learned", "sketch_size": 8},
+        {"learned_coefficients": True},
+        {"degree": 2},
+    ],
+    "optimization": [{"iterations": 3, "lam": 0.05}, {"signed": True, "solver": "svd"}],
+}
+
+
+def backend_cases() -> list[Any]:
+    cases = []
+    for name in available_attentions():
+        for options in [{}, *VARIANTS.get(name, [])]:
+            label = name + "".join(f"-{k}={v}" for k, v in options.items())
+            cases.append(pytest.param(name, options, id=label))
+    return cases

@@ -1,0 +1,167 @@
+"""The attention contract, run over every registered backend (see conftest.VARIANTS)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_lightning.attention import Attention, build_attention
+from tests.attention.conftest import backend_cases
+
+B, H, D, DV = 2, 3, 8, 5
+
+
+def make(name: str, options: dict) -> Attention:
+    torch.manual_seed(0)
+    return build_attention(name, head_dim=D, **options).eval()
+
+
+def qkv(l_q: int, s: int, seed: int = 1, dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, l_q, D, generator=g, dtype=dtype)
+    k = torch.randn(B, H, s, D, generator=g, dtype=dtype)
+    v = torch.randn(B, H, s, DV, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def causal_or_skip(attn: Attention) -> None:
+    if not attn.supports_causal:
+        pytest.skip(f"{attn.name} has no causal form")
+
+
+@pytest.mark.parametrize(("name", "options"), backend_cases())
+class TestContract:
+    def test_shapes_cross_attention(self, name, options):
+        attn = make(name, options)
+        q, k, v = qkv(7, 11)
+        out = attn(q, k, v)
+        assert out.shape == (B, H, 7, DV)
+        assert out.dtype == q.dtype
+        assert torch.isfinite(out).all()
+
+    def test_causal_future_does_not_leak(self, name, options):
+        attn = make(name, options)
+        causal_or_skip(attn)
+        n, t = 10, 6
+        q, k, v = qkv(n, n)
+        out = attn(q, k, v, causal=True)
+        k2, v2 = k.clone(), v.clone()
+        k2[:, :, t:] = torch.randn_like(k2[:, :, t:]) * 3
+        v2[:, :, t:] = torch.randn_like(v2[:, :, t:]) * 3
+        out2 = attn(q, k2, v2, causal=True)
+        torch.testing.assert_close(out[:, :, :t], out2[:, :, :t], rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(out[:, :, t:], out2[:, :, t:])
+
+    def test_causal_equals_masked_prefix_attention(self, name, options):
+        # Stronger than "the future does not leak": position t of the causal output equals the
+        # non-causal output over the prefix k[:t+1], v[:t+1] (an exactly masked reference).
+        attn = make(name, options)
+        causal_or_skip(attn)
+        n = 9
+        q, k, v = qkv(n, n, seed=2)
+        out = attn(q, k, v, causal=True)
+        for t in (0, 4, n - 1):
+            ref = attn(q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1])
+            torch.testing.assert_close(out[:, :, t : t + 1], ref, rtol=1e-4, atol=1e-5)
+
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_padded_keys_are_ignored(self, name, options, causal):
+        attn = make(name, options)
+        if causal:
+            causal_or_skip(attn)
+        n = 8
+        q, k, v = qkv(n, n, seed=3)
+        mask = torch.ones(B, n, dtype=torch.bool)
+        mask[0, 5:] = False
+        mask[1, 2] = False
+        out = attn(q, k, v, causal=causal, key_padding_mask=mask)
+        k2 = torch.where(mask[:, None, :, None], k, torch.randn_like(k) * 5)
+        v2 = torch.where(mask[:, None, :, None], v, torch.randn_like(v) * 5)
+        out2 = attn(q, k2, v2, causal=causal, key_padding_mask=mask)
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-6)
+
+    def test_padding_equals_dropping_the_keys(self, name, options):
+        attn = make(name, options)
+        q, k, v = qkv(4, 9, seed=4)
+        keep = torch.tensor([0, 1, 3, 4, 8])
+        mask = torch.zeros(B, 9, dtype=torch.bool)
+        mask[:, keep] = True
+        out = attn(q, k, v, key_padding_mask=mask)
+        ref = attn(q, k[:, :, keep], v[:, :, keep])
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+    def test_fully_masked_query_gives_zeros_not_nan(self, name, options):
+        attn = make(name, options)
+        q, k, v = qkv(3, 5, seed=5)
+        mask = torch.ones(B, 5, dtype=torch.bool)
+        mask[1] = False
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        out = attn(q, k, v, key_padding_mask=mask)
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out[1], torch.zeros_like(out[1]))
+        out.sum().backward()
+        for t in (q, k, v):
+            assert t.grad is None or torch.isfinite(t.grad).all()
+
+    def test_step_matches_causal_forward(self, name, options):
+        attn = make(name, options)
+        if not attn.supports_recurrence:
+            with pytest.raises(NotImplementedError, match=name):
+                attn.step(*qkv(1, 1))
+            return
+        n = 7
+        q, k, v = qkv(n, n, seed=6)
+        full = attn(q, k, v, causal=True)
+        state = None
+        for t in range(n):
+            sl = slice(t, t + 1)
+            out_t, state = attn.step(q[:, :, sl], k[:, :, sl], v[:, :, sl], state)
+            torch.testing.assert_close(out_t, full[:, :, sl], rtol=1e-4, atol=1e-5)
+
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_gradients_are_finite(self, name, options, causal):
+        attn = make(name, options).train()
+        if causal:
+            causal_or_skip(attn)
+        q, k, v = qkv(6, 6, seed=7)
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        attn(q, k, v, causal=causal).square().sum().backward()
+        assert v.grad is not None and v.grad.abs().sum() > 0
+        for t in (q, k, v):
+            assert t.grad is None or torch.isfinite(t.grad).all()
+        for p in attn.parameters():
+            if p.requires_grad and p.grad is not None:
+                assert torch.isfinite(p.grad).all()
+
+    def test_float64_in_float64_out(self, name, options):
+        attn = make(name, options).double()
+        q, k, v = qkv(4, 4, dtype=torch.float64)
+        assert attn(q, k, v).dtype == torch.float64
+
+    def test_bad_shapes_raise_clear_errors(self, name, options):
+        attn = make(name, options)
+        q, k, v = qkv(4, 6)
+        with pytest.raises(ValueError, match="4-D"):
+            attn(q[0], k, v)
+        with pytest.raises(ValueError, match="L == S"):
+            attn(q, k, v, causal=True)
+        with pytest.raises(ValueError, match="head_dim"):
+            attn(q[..., :-1], k[..., :-1], v)
+        with pytest.raises(ValueError, match="share the length"):
+            attn(q, k, v[:, :, :-1])
+        with pytest.raises(ValueError, match="bool"):
+            attn(q, k, v, key_padding_mask=torch.ones(B, 6))
+        with pytest.raises(ValueError, match=r"\(B, S\)"):
+            attn(q, k, v, key_padding_mask=torch.ones(B, 5, dtype=torch.bool))
+
+    def test_unknown_option_lists_allowed(self, name, options):
+        with pytest.raises(ValueError, match="allowed"):
+            build_attention(name, head_dim=D, not_an_option=1, **options)
+
+
+def test_unknown_name_lists_available():
+    with pytest.raises(ValueError, match="available: .*softmax"):
+        build_attention("sofmax", head_dim=D)
