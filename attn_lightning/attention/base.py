@@ -83,7 +83,9 @@ class Attention(nn.Module, abc.ABC):
             )
         self._check_inputs(q, k, v, causal=True, key_padding_mask=None)
         if q.shape[2] != 1:
-            raise ValueError(f"step() takes one token: q, k, v must have length 1, got {q.shape[2]}")
+            raise ValueError(
+                f"step() takes one token: q, k, v must have length 1, got {q.shape[2]}"
+            )
         return self._step(q, k, v, state)
 
     def extra_repr(self) -> str:
@@ -103,9 +105,7 @@ class Attention(nn.Module, abc.ABC):
     ) -> None:
         for label, t in (("q", q), ("k", k), ("v", v)):
             if t.dim() != 4:
-                raise ValueError(
-                    f"{label} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}"
-                )
+                raise ValueError(f"{label} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
         (b, h, l_q, d), (bk, hk, s, dk), (bv, hv, sv, _) = q.shape, k.shape, v.shape
         if (b, h) != (bk, hk) or (b, h) != (bv, hv):
             raise ValueError(
@@ -156,5 +156,3 @@ def allowed_keys(
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for half types (states must not overflow), the input dtype otherwise (fp64 stays)."""
     return torch.promote_types(dtype, torch.float32)
-
-

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -15,8 +16,27 @@ from attn_lightning.attention.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.registry import register_attention
 
 
+class _EluPlusOne(torch.autograd.Function):
+    """``elu(x) + 1 = exp(min(x, 0)) + max(x, 0)``, with derivative ``min(φ(x), 1)``.
+
+    Same values as ``F.elu(x) + 1`` but ~7× faster on CPU: PyTorch's elu goes through a scalar
+    expm1, which made the feature map cost as much as the whole attention kernel.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+        y = x.clamp(max=0).exp_().add_(x.clamp(min=0))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+        (y,) = ctx.saved_tensors
+        return grad * y.clamp(max=1.0)
+
+
 def _elu_plus_one(x: Tensor) -> Tensor:
-    return F.elu(x) + 1.0
+    return _EluPlusOne.apply(x)
 
 
 def _relu(x: Tensor) -> Tensor:

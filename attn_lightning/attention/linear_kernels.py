@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention.base import State, accumulation_dtype
-from attn_lightning.attention.causal_product import causal_product
+from attn_lightning.attention.causal_product import normalised_causal_product
 
 DEFAULT_EPS = 1e-6
 
@@ -68,22 +68,17 @@ def causal_linear_attention(
     offset: float = 0.0,
     eps: float = DEFAULT_EPS,
 ) -> Tensor:
-    """Causal kernel attention by chunks (see module docstring); requires L == S.
-
-    The normaliser rides along as a ones column appended to v, so numerator and denominator come
-    out of the same chunked product (one pass instead of two).
-    """
+    """Causal kernel attention by chunks (see module docstring); requires L == S."""
     n = phi_q.shape[2]
     acc = accumulation_dtype(v.dtype)
     c = max(1, min(chunk_size, n))
     pad = (-n) % c
     with _no_autocast(v.device):
-        v_aug = torch.cat([v.to(acc), v.new_ones((*v.shape[:-1], 1), dtype=acc)], dim=-1)
-        phi_q, phi_k = phi_q.to(acc), phi_k.to(acc)
+        phi_q, phi_k, vv = phi_q.to(acc), phi_k.to(acc), v.to(acc)
         if pad:  # zero keys add nothing; rows of padded queries are dropped below
-            phi_q, phi_k, v_aug = (F.pad(t, (0, 0, 0, pad)) for t in (phi_q, phi_k, v_aug))
-        out = causal_product(phi_q, phi_k, v_aug, c)[:, :, :n]  # (B, H, N, Dv + 1)
-        return _finish(out[..., :-1], out[..., -1], offset, eps, v.dtype)
+            phi_q, phi_k, vv = (F.pad(t, (0, 0, 0, pad)) for t in (phi_q, phi_k, vv))
+        out = normalised_causal_product(phi_q, phi_k, vv, c, offset + eps)
+        return out[:, :, :n].to(v.dtype)
 
 
 def linear_attention_step(

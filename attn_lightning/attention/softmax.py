@@ -39,8 +39,12 @@ class SoftmaxAttention(Attention):
         if key_padding_mask is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
         allowed = allowed_keys(
-            q.shape[0], q.shape[2], k.shape[2],
-            causal=causal, key_padding_mask=key_padding_mask, device=q.device,
+            q.shape[0],
+            q.shape[2],
+            k.shape[2],
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            device=q.device,
         )
         # A query with no visible key would give NaN (softmax of all -inf): let it see everything,
         # then zero its output, so neither the output nor any gradient is NaN.

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_lightning.attention import build_attention
-from attn_lightning.attention.causal_product import causal_product
+from attn_lightning.attention.causal_product import causal_product, normalised_causal_product
 from attn_lightning.attention.linear import FEATURE_MAPS
 from attn_lightning.attention.linear_kernels import causal_linear_attention
 
@@ -66,15 +66,34 @@ def test_outputs_and_gradients_match_naive_reference(feature_map, causal, masked
 @pytest.mark.parametrize("n,chunk", [(1, 1), (7, 7), (16, 4), (33, 8)])
 def test_causal_product_matches_masked_matmul(n, chunk):
     g = torch.Generator().manual_seed(n)
-    q, k, v = (torch.randn(2, 2, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(2, 2, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+        for _ in range(3)
+    )
     pad = (-n) % chunk
     padded = [F.pad(t, (0, 0, 0, pad)) for t in (q, k, v)]
     out = causal_product(*padded, chunk)[:, :, :n]
     ref = ((q @ k.transpose(-1, -2)).tril()) @ v
     torch.testing.assert_close(out, ref)
-    assert torch.autograd.gradcheck(lambda a, b, c: causal_product(a, b, c, chunk),
-                                    tuple(padded), eps=1e-6, atol=1e-8)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: causal_product(a, b, c, chunk), tuple(padded), eps=1e-6, atol=1e-8
+    )
+
+
+@pytest.mark.parametrize("shift", [1e-3, 1.0])
+def test_normalised_causal_product_gradcheck(shift):
+    g = torch.Generator().manual_seed(3)
+    q, k = (
+        torch.rand(1, 2, 12, 3, generator=g, dtype=torch.float64, requires_grad=True)
+        for _ in range(2)
+    )
+    v = torch.randn(1, 2, 12, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    out = normalised_causal_product(q, k, v, 4, shift)
+    sim = (q @ k.transpose(-1, -2)).tril()
+    torch.testing.assert_close(out, sim @ v / (shift + sim.sum(-1, keepdim=True)))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: normalised_causal_product(a, b, c, 4, shift), (q, k, v), eps=1e-6, atol=1e-8
+    )
 
 
 def test_causal_product_rejects_ragged_length():

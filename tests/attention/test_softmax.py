@@ -45,8 +45,10 @@ def test_outputs_and_gradients_match_explicit_softmax(causal, masked, scale):
     ref = naive_softmax(q, k, v, causal=causal, mask=mask, scale=scale)
     torch.testing.assert_close(out, ref)
     w = torch.randn_like(out)
-    for got, want in zip(torch.autograd.grad((out * w).sum(), (q, k, v)),
-                         torch.autograd.grad((ref * w).sum(), (q, k, v))):
+    for got, want in zip(
+        torch.autograd.grad((out * w).sum(), (q, k, v)),
+        torch.autograd.grad((ref * w).sum(), (q, k, v)),
+    ):
         torch.testing.assert_close(got, want)
 
 
@@ -69,8 +71,9 @@ def test_mean_attention_is_the_average_of_visible_values(causal):
     q, k, v = (t.detach() for t in make_inputs(6, 6))
     mask = torch.ones(2, 6, dtype=torch.bool)
     mask[1, 4:] = False
-    out = build_attention("mean", head_dim=8, eps=0.0)(q, k, v, causal=causal,
-                                                        key_padding_mask=mask)
+    out = build_attention("mean", head_dim=8, eps=0.0)(
+        q, k, v, causal=causal, key_padding_mask=mask
+    )
     allowed = mask[:, None, None, :].expand(2, 1, 6, 6).double()
     if causal:
         allowed = allowed.tril()
