@@ -109,7 +109,8 @@ class Attention(nn.Module, abc.ABC):
         (b, h, l_q, d), (bk, hk, s, dk), (bv, hv, sv, _) = q.shape, k.shape, v.shape
         if (b, h) != (bk, hk) or (b, h) != (bv, hv):
             raise ValueError(
-                f"q, k, v must share (B, H): got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+                f"q, k, v must share (B, H): got "
+                f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
             )
         if d != dk:
             raise ValueError(f"q and k must share the last dim D: got {d} and {dk}")
@@ -124,7 +125,8 @@ class Attention(nn.Module, abc.ABC):
         if key_padding_mask is not None:
             if key_padding_mask.dtype != torch.bool:
                 raise ValueError(
-                    f"key_padding_mask must be bool (True = real token), got {key_padding_mask.dtype}"
+                    "key_padding_mask must be bool (True = real token), "
+                    f"got {key_padding_mask.dtype}"
                 )
             if tuple(key_padding_mask.shape) != (b, s):
                 raise ValueError(

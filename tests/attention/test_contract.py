@@ -163,5 +163,5 @@ class TestContract:
 
 
 def test_unknown_name_lists_available():
-    with pytest.raises(ValueError, match="available: .*softmax"):
+    with pytest.raises(ValueError, match=r"available: .*softmax"):
         build_attention("sofmax", head_dim=D)
