@@ -1,0 +1,29 @@
+"""Benchmark entry point: ``python -m attn_lightning.benchmark <command> ...``.
+
+    latency   forward / forward+backward time and peak memory vs N, every backend, causal and
+              not; protocols issue2 (B=4, H=4), fixed-batch (B=32, N=128…6000) and
+              constant-tokens (B·N = 2¹⁶, N = 2⁹…2¹⁶, cost per sample)
+    decode    per-token step() latency vs context length
+    approx    relative error of the approximate backends vs exact softmax
+    kernels   each similarity vs the angle between unit vectors (learned polynomial from a
+              checkpoint with --checkpoint)
+
+Examples::
+
+    python -m attn_lightning.benchmark latency --backends softmax linear performer \\
+        --lengths 256 1024 4096 16384 --causal both
+    python -m attn_lightning.benchmark latency --protocol fixed-batch --out docs/figures
+    python -m attn_lightning.benchmark approx --out docs/figures
+    python -m attn_lightning.benchmark kernels --checkpoint checkpoints/last.ckpt
+
+The implementation lives in ``attn_lightning.benchmarks`` (one module per concern).
+"""
+
+from __future__ import annotations
+
+from attn_lightning.benchmarks.cli import build_parser, main
+
+__all__ = ["build_parser", "main"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""Per-token ``step`` latency after a context of T tokens: O(1) recurrent state vs KV cache."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from attn_lightning.attention import Attention, FeatureMapAttention, State
+from attn_lightning.benchmarks.measure import median_seconds
+from attn_lightning.benchmarks.specs import BackendSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DecodeRow:
+    backend: str
+    context: int
+    batch: int
+    heads: int
+    head_dim: int
+    ms: float | None
+    note: str = ""
+
+
+def prefill_state(
+    attn: Attention, context: int, shape: Sequence[int], device: torch.device
+) -> State:
+    """A state of the shape and cost of having stepped through ``context`` random tokens (its
+    contents are random: only timing is measured here, not outputs).
+
+    Feature-map backends: ``S = Σφ(k)vᵀ: (B, H, F, Dv)`` and ``z = Σφ(k): (B, H, F)`` in one pass;
+    the others (softmax, polynomial exact): a KV cache ``(k, v): (B, H, T, D)`` each.
+    """
+    b, h, _, d = shape
+    k = torch.randn(b, h, context, d, device=device)
+    v = torch.randn(b, h, context, d, device=device)
+    if isinstance(attn, FeatureMapAttention):
+        try:
+            phi_k = attn.features(k, is_query=False)  # (B, H, T, F)
+        except NotImplementedError:  # a FeatureMapAttention computed quadratically: KV cache
+            return k, v
+        return phi_k.transpose(-1, -2) @ v, phi_k.sum(dim=-2)
+    return k, v
+
+
+def run_decode(
+    specs: Sequence[BackendSpec],
+    *,
+    contexts: Sequence[int],
+    batch: int,
+    heads: int,
+    head_dim: int,
+    repeats: int,
+    warmup: int,
+    device: torch.device,
+) -> list[DecodeRow]:
+    """Median seconds of one ``step`` per backend and context; backends without ``step`` skip."""
+    rows: list[DecodeRow] = []
+    for spec in specs:
+        torch.manual_seed(0)
+        attn = spec.build(head_dim=head_dim).to(device).eval()
+        if not attn.supports_recurrence:
+            log.info("%s: no step(), left out", spec.label)
+            continue
+        shape = (batch, heads, 1, head_dim)
+        x = torch.randn(shape, device=device)
+        for t in contexts:
+            with torch.no_grad():
+                state = prefill_state(attn, t, shape, device)
+                sec = median_seconds(
+                    lambda a=attn, x=x, s=state: a.step(x, x, x, s),
+                    repeats=repeats,
+                    warmup=warmup,
+                    device=device,
+                )
+            rows.append(DecodeRow(spec.label, t, batch, heads, head_dim, sec * 1e3))
+            log.info("%-32s context=%-7d %.3f ms/token", spec.label, t, sec * 1e3)
+    return rows

@@ -1,0 +1,288 @@
+"""Latency and peak memory of one attention call against the sequence length N.
+
+Random q, k, v of shape (B, H, N, D), D = Dv, shaped by a ``protocols.Protocol``.
+
+Each point (backend, causal, mode, N) is the median of timed repeats after warm-up, within a
+per-point time budget (``measure.timed_point``); one more call measures peak memory (on CPU it is
+the first warm-up call). Before a point runs, its cost is extrapolated from the last measured
+point of the same series as ``value · (N/N₀)^α · (B/B₀)``: α for time from the last two points
+(clamped to [1, 2]), α = 2 for memory (an upper bound: no backend here is worse than quadratic).
+A point whose estimated call time exceeds the budget, or whose estimated memory exceeds the
+limit, is skipped and recorded with the estimate ("too slow" / "OOM (est.)") instead of hanging
+the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from attn_lightning.benchmarks.measure import (
+    feature_dim,
+    is_out_of_memory,
+    minimal_flops,
+    peak_bytes,
+    sdpa_context,
+    timed_point,
+)
+from attn_lightning.benchmarks.protocols import Protocol
+from attn_lightning.benchmarks.specs import BackendSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Row:
+    """One measured (or skipped) point. Times are per call of the whole batch."""
+
+    protocol: str
+    backend: str
+    causal: bool
+    mode: str
+    n: int
+    batch: int
+    heads: int
+    head_dim: int
+    dtype: str
+    ms: float | None = None
+    ms_per_sample: float | None = None
+    repeats: int = 0
+    gflops: float | None = None
+    peak_mb: float | None = None
+    est_ms: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: torch.device
+    dtype: torch.dtype
+    repeats: int = 5
+    warmup: int = 2
+    budget_s: float = 5.0
+    max_memory_bytes: int | None = None
+    sdpa_kernel: str = "auto"
+    measure_memory: bool = True
+
+
+def make_call(
+    attn: torch.nn.Module,
+    *,
+    b: int,
+    h: int,
+    n: int,
+    d: int,
+    causal: bool,
+    mode: str,
+    settings: Settings,
+    sdpa_kernel: str,
+) -> Callable[[], None]:
+    """A closure running one forward (no grad) or forward+backward on fixed random inputs."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (
+        torch.randn(b, h, n, d, generator=g).to(settings.device, settings.dtype) for _ in range(3)
+    )
+    half = settings.dtype in (torch.float16, torch.bfloat16)
+
+    def amp() -> contextlib.AbstractContextManager:
+        if not half:
+            return contextlib.nullcontext()
+        return torch.autocast(settings.device.type, dtype=settings.dtype)
+
+    if mode == "fwd":
+
+        def call() -> None:
+            with torch.no_grad(), amp(), sdpa_context(sdpa_kernel, settings.device):
+                attn(q, k, v, causal=causal)
+
+        return call
+    for t in (q, k, v):
+        t.requires_grad_(True)
+
+    def call() -> None:
+        q.grad = k.grad = v.grad = None  # set_to_none, as a training step would
+        with amp(), sdpa_context(sdpa_kernel, settings.device):
+            out = attn(q, k, v, causal=causal)
+        out.float().sum().backward()
+
+    return call
+
+
+def _extrapolate(value: float, last: Row, n: int, b: int, exponent: float = 2.0) -> float:
+    """``value · (N/N₀)^α · (B/B₀)``: cost ∝ B·N^α from the last measured point."""
+    return value * (n / last.n) ** exponent * (b / last.batch)
+
+
+def _time_exponent(measured: list[Row]) -> float:
+    """α of per-sample time ∝ N^α from the last two measured points, clamped to [1, 2] (every
+    backend here is between linear and quadratic); 2, the safe bound, with fewer points."""
+    if len(measured) < 2 or measured[-1].n == measured[-2].n:
+        return 2.0
+    a, b = measured[-2], measured[-1]
+    slope = math.log((b.ms / b.batch) / (a.ms / a.batch)) / math.log(b.n / a.n)
+    return min(2.0, max(1.0, slope))
+
+
+def _measure(row: Row, call: Callable[[], None], settings: Settings, features: int | None) -> None:
+    warmup = settings.warmup
+    if settings.measure_memory and settings.device.type == "cpu":
+        # The profiled call doubles as the first warm-up (on CUDA it runs after the warm-up, so
+        # one-time allocations such as library workspaces are not counted).
+        peak = peak_bytes(call, device=settings.device)
+        row.peak_mb = None if peak is None else peak / 2**20
+        warmup = max(0, warmup - 1)
+    sec, count = timed_point(
+        call,
+        repeats=settings.repeats,
+        warmup=warmup,
+        budget_s=settings.budget_s,
+        device=settings.device,
+    )
+    row.ms, row.repeats = sec * 1e3, count
+    row.ms_per_sample = row.ms / row.batch
+    if count == 1 and sec > settings.budget_s:
+        row.note = "1 run (over budget)"
+    work = minimal_flops(
+        features, batch=row.batch, heads=row.heads, n=row.n, dv=row.head_dim, mode=row.mode
+    )
+    row.gflops = work / sec / 1e9 if work else None
+    if settings.measure_memory and settings.device.type == "cuda":
+        peak = peak_bytes(call, device=settings.device)
+        row.peak_mb = None if peak is None else peak / 2**20
+
+
+def run_series(
+    spec: BackendSpec,
+    attn: torch.nn.Module,
+    *,
+    causal: bool,
+    mode: str,
+    protocol: Protocol,
+    settings: Settings,
+    dtype_name: str,
+) -> list[Row]:
+    """All lengths of one (backend, causal, mode) series, skipping what cannot fit."""
+    rows: list[Row] = []
+    measured: list[Row] = []
+    dead = ""  # set after a real OOM: larger N cannot fit either
+    features = feature_dim(attn, protocol.head_dim)
+    kernel = settings.sdpa_kernel if spec.name == "softmax" else "auto"
+    for n in protocol.lengths:
+        b = protocol.batch_for(n)
+        row = Row(
+            protocol.name,
+            spec.label,
+            causal,
+            mode,
+            n,
+            b,
+            protocol.heads,
+            protocol.head_dim,
+            dtype_name,
+        )
+        rows.append(row)
+        if dead:
+            row.note = dead
+            continue
+        if measured:
+            last = measured[-1]
+            est_ms = _extrapolate(last.ms, last, n, b, _time_exponent(measured))
+            if est_ms / 1e3 > settings.budget_s:
+                row.est_ms = est_ms
+                row.note = f"too slow (est. {est_ms / 1e3:.3g} s/call)"
+                continue
+            if last.peak_mb is not None and settings.max_memory_bytes is not None:
+                est_mb = _extrapolate(last.peak_mb, last, n, b)
+                if est_mb * 2**20 > settings.max_memory_bytes:
+                    size = f"{est_mb:.3g} MiB" if est_mb < 1024 else f"{est_mb / 1024:.3g} GiB"
+                    row.note = f"OOM (est. {size})"
+                    continue
+        call = make_call(
+            attn,
+            b=b,
+            h=protocol.heads,
+            n=n,
+            d=protocol.head_dim,
+            causal=causal,
+            mode=mode,
+            settings=settings,
+            sdpa_kernel=kernel,
+        )
+        try:
+            try:
+                _measure(row, call, settings, features)
+            except RuntimeError as err:
+                if kernel == "auto" or is_out_of_memory(err):
+                    raise
+                # The forced SDPA kernel cannot run these inputs (e.g. flash needs fp16/bf16).
+                kernel = "auto"
+                call = make_call(
+                    attn,
+                    b=b,
+                    h=protocol.heads,
+                    n=n,
+                    d=protocol.head_dim,
+                    causal=causal,
+                    mode=mode,
+                    settings=settings,
+                    sdpa_kernel=kernel,
+                )
+                _measure(row, call, settings, features)
+                row.note = f"sdpa={settings.sdpa_kernel} unavailable, auto used"
+        except (RuntimeError, MemoryError) as err:
+            if not is_out_of_memory(err):
+                raise
+            row.ms = row.ms_per_sample = row.gflops = row.peak_mb = None
+            row.note, dead = "OOM", f"OOM at N={n}"
+            if settings.device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
+        finally:
+            del call
+        measured.append(row)
+        log.info(
+            "%-32s causal=%-5s %-6s N=%-6d B=%-4d %s",
+            spec.label,
+            causal,
+            mode,
+            n,
+            b,
+            f"{row.ms:.3f} ms" if row.ms is not None else row.note,
+        )
+    return rows
+
+
+def run_scaling(
+    specs: list[BackendSpec],
+    *,
+    protocol: Protocol,
+    settings: Settings,
+    causal_flags: list[bool],
+    modes: list[str],
+    dtype_name: str,
+) -> list[Row]:
+    """Every series of every backend; unsupported causal modes are logged and left out."""
+    rows: list[Row] = []
+    for spec in specs:
+        torch.manual_seed(0)  # same random features for a backend in every run
+        attn = spec.build(head_dim=protocol.head_dim).to(settings.device).eval()
+        for causal in causal_flags:
+            if causal and not attn.supports_causal:
+                log.info("%s: no causal form, causal points left out", spec.label)
+                continue
+            for mode in modes:
+                rows += run_series(
+                    spec,
+                    attn,
+                    causal=causal,
+                    mode=mode,
+                    protocol=protocol,
+                    settings=settings,
+                    dtype_name=dtype_name,
+                )
+    return rows

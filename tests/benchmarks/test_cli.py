@@ -1,0 +1,245 @@
+"""Every subcommand runs on tiny sizes and writes its files (no timing is asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attn_lightning.benchmark import main
+from attn_lightning.benchmarks.report import read_csv
+
+TINY = ["--repeats", "1", "--warmup", "1", "--matmul-size", "64", "--device", "cpu"]
+
+
+def _run(args, capsys) -> str:
+    assert main(args) == 0
+    return capsys.readouterr().out
+
+
+def test_latency_fixed_batch_writes_csv_markdown_and_plots(tmp_path, capsys):
+    out = _run(
+        [
+            "latency",
+            "--protocol",
+            "fixed-batch",
+            "--batch",
+            "2",
+            "--head-dim",
+            "8",
+            "--lengths",
+            "16",
+            "32",
+            "--backends",
+            "softmax",
+            "linear",
+            "optimization",
+            "--out",
+            str(tmp_path),
+            "--tag",
+            "fb",
+            *TINY,
+        ],
+        capsys,
+    )
+    assert "| softmax | full |" in out and "peak memory" in out
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {"fb.csv", "fb.md", "fb_time.png", "fb_memory.png", "fb_speedup.png"}
+    meta, rows = read_csv(tmp_path / "fb.csv")
+    assert meta["protocol"].startswith("fixed-batch: B=2, H=1, D=8")
+    assert "profiler" in meta["memory_measure"] and "torch" in meta["versions"]
+    # softmax and linear: 2 masks × 2 modes × 2 N; optimization has no causal form.
+    assert len(rows) == 8 + 8 + 4
+    assert all(r["ms"] and r["peak_mb"] for r in rows)
+    assert {r["causal"] for r in rows if r["backend"] == "optimization"} == {"False"}
+    assert "fixed-batch" in (tmp_path / "fb.md").read_text()
+
+
+def test_latency_constant_tokens_per_sample_and_skips(tmp_path, capsys):
+    out = _run(
+        [
+            "latency",
+            "--protocol",
+            "constant-tokens",
+            "--tokens",
+            "64",
+            "--head-dim",
+            "8",
+            "--lengths",
+            "16",
+            "32",
+            "64",
+            "--backends",
+            "softmax",
+            "performer:num_features=8",
+            "--causal",
+            "causal",
+            "--modes",
+            "fwd",
+            "--budget",
+            "0",
+            "--no-memory",
+            "--no-plots",
+            "--out",
+            str(tmp_path),
+            *TINY,
+        ],
+        capsys,
+    )
+    assert "ms per sample" in out and "too slow" in out
+    _, rows = read_csv(tmp_path / "scaling_constant-tokens_cpu_float32.csv")
+    assert [int(r["batch"]) for r in rows[:3]] == [4, 2, 1]
+    assert rows[1]["ms"] == "" and float(rows[1]["est_ms"]) > 0
+    assert not any(p.suffix == ".png" for p in tmp_path.iterdir())
+
+
+def test_latency_bfloat16_runs(tmp_path, capsys):
+    _run(
+        [
+            "latency",
+            "--lengths",
+            "16",
+            "--batch",
+            "1",
+            "--heads",
+            "1",
+            "--head-dim",
+            "8",
+            "--backends",
+            "softmax",
+            "linear",
+            "--dtype",
+            "bfloat16",
+            "--no-plots",
+            "--out",
+            str(tmp_path),
+            *TINY,
+        ],
+        capsys,
+    )
+    _, rows = read_csv(tmp_path / "scaling_issue2_cpu_bfloat16.csv")
+    assert rows and all(r["ms"] and r["dtype"] == "bfloat16" for r in rows)
+
+
+def test_decode_writes_table(tmp_path, capsys):
+    out = _run(
+        [
+            "decode",
+            "--contexts",
+            "8",
+            "16",
+            "--batch",
+            "1",
+            "--heads",
+            "1",
+            "--head-dim",
+            "8",
+            "--backends",
+            "softmax",
+            "linear",
+            "optimization",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
+        capsys,
+    )
+    assert "T=16" in out
+    _, rows = read_csv(tmp_path / "decode_cpu.csv")
+    assert {r["backend"] for r in rows} == {"softmax", "linear"}  # optimization has no step()
+
+
+def test_approx_writes_tables_and_one_figure_per_experiment(tmp_path, capsys):
+    out = _run(
+        [
+            "approx",
+            "--features",
+            "4",
+            "8",
+            "--stds",
+            "0.5",
+            "--sketch-sizes",
+            "2",
+            "--degrees",
+            "2",
+            "--draws",
+            "2",
+            "--length",
+            "8",
+            "--heads",
+            "1",
+            "--head-dim",
+            "4",
+            "--std",
+            "0.5",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        capsys,
+    )
+    assert "trigonometric/iid σ=0.5" in out and "### degree" in out
+    expected = {f"approximation_{e}.png" for e in ("performer", "scale", "sketch", "degree")}
+    assert expected | {"approximation.csv", "approximation.md"} == {
+        p.name for p in tmp_path.iterdir()
+    }
+    meta, rows = read_csv(tmp_path / "approximation.csv")
+    # performer 3 kernels × 2 projections × 2 m × 2 σ; scale 6 backends; sketch 2 references ×
+    # 2 σ; degree 2 forms × 2 σ.
+    assert meta["dtype"] == "float64" and len(rows) == 24 + 6 + 4 + 4
+    assert all(float(r["mean"]) >= 0 and r["draws"] == "2" for r in rows)
+
+
+def test_kernels_reads_learned_coefficients_from_checkpoint(tmp_path, capsys):
+    ckpt = tmp_path / "model.ckpt"
+    logits = torch.log(torch.expm1(torch.tensor([1.0, 1.0, 0.5])))  # a = 1, 1, 0.5
+    torch.save({"state_dict": {"model.layer.attention.coefficient_logits": logits}}, ckpt)
+    out = _run(
+        [
+            "kernels",
+            "--checkpoint",
+            str(ckpt),
+            "--pairs",
+            "4",
+            "--head-dim",
+            "8",
+            "--out",
+            str(tmp_path),
+        ],
+        capsys,
+    )
+    assert "learned polynomial: model.layer.attention" in out
+    meta, rows = read_csv(tmp_path / "kernel_shapes.csv")
+    assert meta["checkpoint"] == str(ckpt)
+    learned = [float(r["learned polynomial: model.layer.attention"]) for r in rows]
+    # (1 + d + d²/2) / 2.5 at d = cos θ: 1 at 0°, 0.2 at 180°.
+    assert learned[0] == pytest.approx(1.0) and learned[-1] == pytest.approx(0.2)
+    assert (tmp_path / "kernel_shapes.png").stat().st_size > 0
+
+
+def test_kernels_without_checkpoint_says_so(tmp_path, capsys):
+    out = _run(["kernels", "--pairs", "4", "--head-dim", "8", "--out", str(tmp_path)], capsys)
+    assert "1/i! initialisation, p=4 (no checkpoint)" in out
+
+
+def test_unknown_backend_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["latency", "--backends", "softmax", "flashy"])
+    assert exc.value.code == 2
+    assert "unknown backend 'flashy'" in capsys.readouterr().err
+
+
+def test_module_entry_point():
+    result = subprocess.run(
+        [sys.executable, "-m", "attn_lightning.benchmark", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "latency" in result.stdout and "kernels" in result.stdout
