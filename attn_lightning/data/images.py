@@ -9,8 +9,8 @@ Two sources, one interface (``load_images``) returning float images in [0, 1] of
   ``image_size=28`` resizes bilinearly so sequences have MNIST's 784 tokens (the content is
   still 8×8 digits upsampled: smooth, not MNIST's pen strokes).
 * ``mnist``: the IDX files under ``<root>/MNIST/raw/`` read by torchvision's ``MNIST`` with
-  ``download=False`` (``.gz`` files are decompressed beside themselves); val is the last 5,000 training images. Missing files raise
-  ``FileNotFoundError`` saying exactly which files to put where.
+  ``download=False`` (``.gz`` files are decompressed beside themselves); val is the last 5,000
+  training images. Missing files raise ``FileNotFoundError`` saying which files to put where.
 """
 
 from __future__ import annotations

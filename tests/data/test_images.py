@@ -17,7 +17,7 @@ def test_digits_splits_are_disjoint_deterministic_and_cover_the_set():
     assert sum(len(x) for x, _ in parts.values()) == 1797
     x, y = parts["train"]
     assert x.shape[1:] == (8, 8) and x.dtype == torch.float32
-    assert 0.0 <= x.min() and x.max() <= 1.0
+    assert x.min() >= 0.0 and x.max() <= 1.0
     assert set(y.tolist()) == set(range(10))
     again, _ = load_images("digits", split="train")
     assert torch.equal(x, again)
@@ -28,7 +28,7 @@ def test_digits_splits_are_disjoint_deterministic_and_cover_the_set():
 def test_resize_to_mnist_size():
     x, _ = load_images("digits", split="val", image_size=28)
     assert x.shape[1:] == (28, 28)
-    assert 0.0 <= x.min() and x.max() <= 1.0
+    assert x.min() >= 0.0 and x.max() <= 1.0
 
 
 def _write_idx(path, array: np.ndarray) -> None:
