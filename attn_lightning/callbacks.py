@@ -1,0 +1,162 @@
+"""Callbacks shared by the experiments: random-feature redraw, sample tables, run checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+def redraw_generator(seed: int, step: int) -> torch.Generator:
+    """A CPU generator seeded from ``(seed, step)`` alone, so every DDP rank draws the same."""
+    digest = hashlib.sha256(f"{seed}:{step}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
+def redraw_all_features(module: nn.Module, *, seed: int, step: int) -> int:
+    """Call ``redraw_features(generator)`` on every submodule that has it; return how many.
+
+    One generator is shared by the modules in ``modules()`` order, so layers get different but
+    reproducible features.
+    """
+    generator = redraw_generator(seed, step)
+    count = 0
+    for sub in module.modules():
+        redraw = getattr(sub, "redraw_features", None)
+        if callable(redraw):
+            redraw(generator)
+            count += 1
+    return count
+
+
+class FeatureRedraw(Callback):
+    """Redraw random features (Performer, random PolySketch) every ``every_n_steps`` steps.
+
+    FAVOR+ needs periodic redraws to match softmax (Choromanski et al. 2021, §4). The draw depends
+    only on ``(seed, global_step)``: identical on every rank, and a resumed run redraws exactly as
+    an uninterrupted one would. The features themselves are buffers saved in checkpoints.
+
+    Args:
+        every_n_steps: optimiser steps between redraws; 0 disables redrawing.
+        seed: mixed with the step into the generator's seed.
+    """
+
+    def __init__(self, every_n_steps: int = 1000, seed: int = 0) -> None:
+        if every_n_steps < 0:
+            raise ValueError(f"every_n_steps must be >= 0 (0 disables), got {every_n_steps}")
+        self.every_n_steps = every_n_steps
+        self.seed = seed
+        self._last_step = -1
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        step = trainer.global_step
+        # With gradient accumulation several batches share a step: redraw once per step.
+        if self.every_n_steps == 0 or step == 0 or step % self.every_n_steps:
+            return
+        if step == self._last_step:
+            return
+        self._last_step = step
+        count = redraw_all_features(pl_module, seed=self.seed, step=step)
+        if count:
+            log.debug("redrew random features of %d module(s) at step %d", count, step)
+
+
+class SamplePredictions(Callback):
+    """Log a markdown table of sample predictions of the first validation batch to TensorBoard.
+
+    The task provides ``sample_rows(batch, num_samples) -> list[dict[str, str]]`` (one dict per
+    row, same keys); tasks without it are skipped.
+
+    Args:
+        num_samples: rows per table.
+        every_n_epochs: log every this many validation epochs.
+    """
+
+    def __init__(self, num_samples: int = 8, every_n_epochs: int = 1) -> None:
+        self.num_samples = num_samples
+        self.every_n_epochs = every_n_epochs
+        self._batch: Any = None
+
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if batch_idx == 0 and dataloader_idx == 0:
+            self._batch = batch
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        batch, self._batch = self._batch, None
+        due = self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
+        if trainer.sanity_checking or batch is None or not due or not trainer.is_global_zero:
+            return
+        sample_rows = getattr(pl_module, "sample_rows", None)
+        loggers = [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+        if sample_rows is None or not loggers:
+            return
+        rows = sample_rows(batch, self.num_samples)
+        for logger in loggers:
+            logger.experiment.add_text("samples/val", markdown_table(rows), trainer.global_step)
+
+
+def markdown_table(rows: list[Mapping[str, str]]) -> str:
+    """Rows of equal keys -> a markdown table (TensorBoard's text tab renders it)."""
+    if not rows:
+        return "(no samples)"
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(f"`{row[k]}`" for k in keys) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` that writes to ``<root>/<experiment>/<run>/``.
+
+    ``experiment`` is the first logger's ``name`` and ``run`` the last part of its log dir (the
+    logger's ``version``: ``version_N`` or the ``--run_name`` given), so logs and checkpoints of
+    a run share their names. Both are broadcast from rank 0. An explicit ``dirpath`` wins; with no
+    logger it falls back to ``<root>/default/run``.
+
+    Args:
+        root: top folder of all checkpoints.
+        **kwargs: ``ModelCheckpoint`` arguments (monitor, save_last, save_top_k, ...).
+    """
+
+    def __init__(self, root: str = "checkpoints", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.root = root
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.dirpath is None:
+            experiment, run = "default", "run"
+            if trainer.loggers:
+                log_dir = trainer.log_dir  # broadcast from rank 0 by the trainer
+                # A logger may have no name (TensorBoardLogger(name=None)): keep "default".
+                experiment = str(trainer.strategy.broadcast(trainer.loggers[0].name) or experiment)
+                run = Path(str(log_dir)).name
+            self.dirpath = str(Path(self.root) / experiment / run)
+        self._stage = stage
+        super().setup(trainer, pl_module, stage)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if getattr(self, "_stage", "fit") != "fit":
+            # validate/test/predict save nothing: no "dirpath has changed" warning for them.
+            self.best_model_path = state_dict["best_model_path"]
+            return
+        super().load_state_dict(state_dict)

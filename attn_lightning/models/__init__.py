@@ -1,0 +1,36 @@
+"""Plain ``nn.Module``s shared by the experiments (no Lightning imports here)."""
+
+from attn_lightning.models.generation import categorical, generate, greedy
+from attn_lightning.models.positional import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    build_positional_encoding,
+)
+from attn_lightning.models.sequence import SequenceTransformer, count_parameters
+from attn_lightning.models.transformer import (
+    DecoderBlock,
+    EncoderBlock,
+    FeedForward,
+    MultiHeadAttention,
+    TransformerDecoder,
+    TransformerEncoder,
+    build_backend,
+)
+
+__all__ = [
+    "DecoderBlock",
+    "EncoderBlock",
+    "FeedForward",
+    "LearnedPositionalEncoding",
+    "MultiHeadAttention",
+    "SequenceTransformer",
+    "SinusoidalPositionalEncoding",
+    "TransformerDecoder",
+    "TransformerEncoder",
+    "build_backend",
+    "build_positional_encoding",
+    "categorical",
+    "count_parameters",
+    "generate",
+    "greedy",
+]

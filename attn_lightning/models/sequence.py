@@ -1,0 +1,94 @@
+"""A token-in, logits-out transformer: embedding + positions + ``TransformerEncoder`` + head.
+
+Used causally (decoder-only LM over ``x SEP y``, pixel-by-pixel image models) or bidirectionally
+(an encoder that labels every position). ``step`` decodes one token at a time through the
+backends' recurrent forms; ``attn_lightning.models.generation`` drives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import Tensor, nn
+
+from attn_lightning.models.positional import build_positional_encoding
+from attn_lightning.models.transformer import LayerState, TransformerEncoder
+
+# (number of positions already consumed, one backend state per layer)
+DecodeState = tuple[int, LayerState | None]
+
+
+class SequenceTransformer(nn.Module):
+    """``logits = W_head · LN(blocks(embed(tokens) + P))``; cost O(layers · backend(N)).
+
+    Args:
+        vocab_size: number of input token ids.
+        max_len: longest sequence (size of the positional table).
+        d_model, num_heads, num_layers, d_ff, dropout, projections: transformer sizes.
+        attention: backend dict, e.g. ``{"name": "linear"}``.
+        positional: ``sinusoidal`` or ``learned``.
+        num_outputs: size of the output head (default ``vocab_size``).
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        max_len: int,
+        d_model: int,
+        num_heads: int,
+        num_layers: int,
+        d_ff: int,
+        attention: Mapping[str, Any],
+        dropout: float = 0.0,
+        positional: str = "sinusoidal",
+        projections: bool = True,
+        num_outputs: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.positional = build_positional_encoding(positional, d_model, max_len=max_len)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = TransformerEncoder(
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            d_ff=d_ff,
+            attention=attention,
+            dropout=dropout,
+            projections=projections,
+        )
+        self.head = nn.Linear(d_model, num_outputs or vocab_size)
+
+    @property
+    def supports_recurrence(self) -> bool:
+        """True when every layer's backend has ``step`` (else decode by prefix recompute)."""
+        return self.encoder.supports_recurrence
+
+    def forward(
+        self, tokens: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None
+    ) -> Tensor:
+        """``tokens: (B, L)`` long -> logits ``(B, L, num_outputs)``."""
+        x = self.dropout(self.positional(self.embed(tokens)))  # (B, L, E)
+        x = self.encoder(x, causal=causal, key_padding_mask=key_padding_mask)
+        return self.head(x)
+
+    def step(self, token: Tensor, state: DecodeState | None = None) -> tuple[Tensor, DecodeState]:
+        """Consume ``token: (B,)`` at the next position; return its logits ``(B, V)`` and state.
+
+        Equals ``forward(prefix, causal=True)[:, -1]`` for the prefix seen so far (eval mode).
+        """
+        position, layer_state = (0, None) if state is None else state
+        x = self.positional(self.embed(token[:, None]), offset=position)  # (B, 1, E)
+        x, layer_state = self.encoder.step(x, layer_state)
+        return self.head(x[:, 0]), (position + 1, layer_state)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Trainable parameter count (buffers such as random features excluded)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+__all__ = ["DecodeState", "SequenceTransformer", "count_parameters"]

@@ -1,0 +1,140 @@
+"""What every experiment's LightningModule shares: attention options, optimiser, hparams tab.
+
+* ``attention`` + ``attention_override``: the backend dict a model is built with is
+  ``resolve_attention(attention, attention_override)``. Only ``attention`` is saved in the
+  checkpoint's hyper-parameters; the override is excluded on purpose, because LightningCLI
+  re-applies a checkpoint's hyper-parameters over the command line when ``--ckpt_path`` is given
+  (see ``attn_lightning.cli``), so an override saved in the checkpoint could never be changed.
+  With an override, backend tensors whose shape changed (e.g. Performer's projection matrix for
+  another ``num_features``) are kept freshly initialised instead of loaded, with a warning.
+* AdamW with linear warm-up and cosine decay over ``trainer.estimated_stepping_batches``.
+* The TensorBoard hparams tab gets real metrics: ``hp_metrics`` are declared with placeholders at
+  fit start and logged under the same names during validation.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from attn_lightning.attention import Attention
+
+DEFAULT_ATTENTION: dict[str, Any] = {"name": "softmax"}
+
+
+def resolve_attention(
+    attention: Mapping[str, Any] | None, override: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Effective backend dict: the override's keys replace the base's; a different ``name`` in the
+    override replaces the whole dict (options of another backend would not apply)."""
+    base = dict(DEFAULT_ATTENTION if attention is None else attention)
+    if not override:
+        return base
+    if "name" in override and override["name"] != base.get("name"):
+        return dict(override)
+    return {**base, **override}
+
+
+class AttentionTask(pl.LightningModule):
+    """Base LightningModule: optimiser/schedule, override-aware loading, hparams-tab metrics.
+
+    Subclasses call ``save_hyperparameters(ignore=["attention_override"])`` and set
+    ``hp_metrics`` to the metric names (logged in validation) shown in the hparams tab.
+    """
+
+    hp_metrics: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        *,
+        lr: float,
+        weight_decay: float,
+        warmup_steps: int,
+        min_lr_ratio: float,
+        attention_override: Mapping[str, Any] | None,
+    ) -> None:
+        super().__init__()
+        if not lr > 0:
+            raise ValueError(f"lr must be > 0, got {lr!r}")
+        if not 0.0 <= min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}")
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps!r}")
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.warmup_steps = warmup_steps
+        self.min_lr_ratio = min_lr_ratio
+        self.attention_override = dict(attention_override) if attention_override else None
+
+    # ------------------------------------------------------------------ optimisation
+    def configure_optimizers(self) -> dict[str, Any]:
+        decay, no_decay = [], []
+        for name, param in self.named_parameters():
+            if param.requires_grad:
+                # Norms, biases, embeddings and positional tables are not weight-decayed.
+                (decay if param.dim() >= 2 and "embed" not in name else no_decay).append(param)
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": self.weight_decay, "name": "decay"},
+                {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
+            ],
+            lr=self.lr,
+            betas=(0.9, 0.98),
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup, floor = min(self.warmup_steps, total), self.min_lr_ratio
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
+
+    # ------------------------------------------------------------------ logging
+    def on_fit_start(self) -> None:
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger) and self.hp_metrics:
+                # Placeholders declare the metrics of the hparams tab; validation fills them in.
+                # One call with everything: TensorBoard shows the last session's hparams.
+                data = self.trainer.datamodule
+                merged = {**(data.hparams if data is not None else {}), **self.hparams}
+                hparams = {k: v for k, v in merged.items() if not k.startswith("_")}
+                logger.log_hyperparams(hparams, {name: float("nan") for name in self.hp_metrics})
+
+    # ------------------------------------------------------------------ checkpoints
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if not self.attention_override:
+            return
+        state = checkpoint["state_dict"]
+        own = self.state_dict()
+        prefixes = tuple(
+            f"{name}." for name, module in self.named_modules() if isinstance(module, Attention)
+        )
+        fresh = []
+        for key in [k for k in state if k.startswith(prefixes)]:
+            if key not in own or own[key].shape != state[key].shape:
+                del state[key]
+        for key, value in own.items():
+            if key.startswith(prefixes) and key not in state:
+                state[key] = value
+                fresh.append(key)
+        if fresh:
+            warnings.warn(
+                f"attention_override {self.attention_override}: {len(fresh)} backend tensor(s) "
+                f"not loaded from the checkpoint (new or reshaped), kept as initialised: "
+                f"{', '.join(fresh[:6])}{' ...' if len(fresh) > 6 else ''}",
+                UserWarning,
+                stacklevel=2,
+            )

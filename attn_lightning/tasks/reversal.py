@@ -1,0 +1,258 @@
+"""Sequence reversal: learn y = reverse(x) for digit strings x (the polynomial-attention thesis).
+
+Two layouts of the same task:
+
+* ``mode="decoder"`` (default): a causal LM over ``x_1..x_n SEP y_1..y_n``; the loss covers the
+  reversed half only (position n+t predicts y_{t+1}). Exercises causal kernels and ``step``.
+* ``mode="encoder"``: a bidirectional encoder over x where position t predicts x_{n+1−t}
+  (for backends without a causal form, e.g. optimization attention).
+
+Metrics per split (``train/``, ``val/``, ``test/``): ``loss``, ``token_acc`` (teacher-forced),
+``exact_acc`` (fraction of sequences with every token right). For the decoder, teacher-forced
+exact match equals greedy-decoding exact match (if every teacher-forced argmax is right, greedy
+decoding reproduces the same prefix at every step, and conversely), so ``exact_acc`` is computed
+on every batch; ``gen_token_acc`` and ``gen_exact_acc`` come from actually decoding (recurrent
+``step`` where every backend has one, prefix recompute otherwise) on the first
+``generate_max_batches`` validation batches every ``generate_every_n_epochs`` epochs and on the
+whole test split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+
+from attn_lightning.models.generation import METHODS, generate
+from attn_lightning.models.sequence import SequenceTransformer
+from attn_lightning.tasks.base import AttentionTask, resolve_attention
+
+MODES = ("decoder", "encoder")
+SPLITS = ("train", "val", "test")
+
+
+class SequenceReversalTask(AttentionTask):
+    """Sequence reversal with any attention backend.
+
+    Args:
+        attention: backend dict, e.g. ``{name: performer, num_features: 128}``; default softmax.
+        attention_override: keys replacing ``attention``'s at build time, not saved as a
+            hyper-parameter (evaluate a checkpoint with other backend options; see module
+            ``attn_lightning.tasks.base``).
+        mode: ``decoder`` (causal, ``x SEP y``) or ``encoder`` (bidirectional).
+        num_symbols: digits 0..num_symbols-1; must match the DataModule's.
+        max_len: the longest model input (2n for the decoder, n for the encoder).
+        d_model, num_heads, num_layers, d_ff, dropout, positional, projections: model sizes.
+        lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its warm-up + cosine schedule.
+        generate_every_n_epochs: decode on validation every this many epochs (0 = never).
+        generate_max_batches: validation batches decoded each time (the rest is teacher-forced).
+        decode_method: ``auto`` (step if every backend supports it), ``step`` or ``recompute``.
+    """
+
+    hp_metrics = ("hp/val_loss", "hp/val_token_acc", "hp/val_exact_acc")
+
+    def __init__(
+        self,
+        *,
+        attention: dict[str, Any] | None = None,
+        attention_override: dict[str, Any] | None = None,
+        mode: str = "decoder",
+        num_symbols: int = 10,
+        max_len: int = 1024,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int = 256,
+        dropout: float = 0.0,
+        positional: str = "sinusoidal",
+        projections: bool = True,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 100,
+        min_lr_ratio: float = 0.1,
+        generate_every_n_epochs: int = 1,
+        generate_max_batches: int = 2,
+        decode_method: str = "auto",
+    ) -> None:
+        super().__init__(
+            lr=lr,
+            weight_decay=weight_decay,
+            warmup_steps=warmup_steps,
+            min_lr_ratio=min_lr_ratio,
+            attention_override=attention_override,
+        )
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
+        if decode_method not in METHODS:
+            raise ValueError(
+                f"unknown decode_method {decode_method!r}; allowed: {', '.join(METHODS)}"
+            )
+        self.save_hyperparameters(ignore=["attention_override"])
+        self.mode = mode
+        self.num_symbols = num_symbols
+        self.sep = num_symbols  # the separator token id, after the digits
+        self.generate_every_n_epochs = generate_every_n_epochs
+        self.generate_max_batches = generate_max_batches
+        self.decode_method = decode_method
+        self.attention_config = resolve_attention(attention, attention_override)
+        self.net = SequenceTransformer(
+            vocab_size=num_symbols + 1,
+            num_outputs=num_symbols,  # SEP is never a target
+            max_len=max_len,
+            d_model=d_model,
+            num_heads=num_heads,
+            num_layers=num_layers,
+            d_ff=d_ff,
+            attention=self.attention_config,
+            dropout=dropout,
+            positional=positional,
+            projections=projections,
+        )
+        backend = self.net.encoder.layers[0].attn.backend if num_layers else None
+        if mode == "decoder" and backend is not None and not backend.supports_causal:
+            raise ValueError(
+                f"attention {backend.name!r} has no causal form, which mode='decoder' needs; "
+                f"use mode='encoder' (allowed modes: {', '.join(MODES)})"
+            )
+        # nn.Module has a train() method, so ModuleDict cannot take "train" as a key: "<split>_".
+        self.metrics = nn.ModuleDict(
+            {
+                f"{split}_{name}": MeanMetric()
+                for split in SPLITS
+                for name in ("token_acc", "exact_acc", "gen_token_acc", "gen_exact_acc")
+            }
+        )
+
+    def setup(self, stage: str) -> None:
+        data = self.trainer.datamodule
+        if data is None:
+            return
+        if getattr(data, "num_symbols", self.num_symbols) != self.num_symbols:
+            raise ValueError(
+                f"model num_symbols={self.num_symbols} differs from the data's "
+                f"num_symbols={data.num_symbols}; set both to the same value"
+            )
+        seq_len = getattr(data, "seq_len", 0)
+        needed = seq_len if self.mode == "encoder" else 2 * seq_len
+        if needed > self.net.max_len:
+            raise ValueError(
+                f"seq_len={seq_len} needs model inputs of {needed} tokens in mode {self.mode!r} "
+                f"but max_len={self.net.max_len}; raise model.init_args.max_len"
+            )
+
+    # ------------------------------------------------------------------ model
+    def forward(self, source: Tensor, target: Tensor) -> Tensor:
+        """Logits ``(B, n, num_symbols)`` for the n target positions (teacher-forced)."""
+        if self.mode == "encoder":
+            return self.net(source)  # (B, n, V)
+        n = source.shape[1]
+        sep = source.new_full((source.shape[0], 1), self.sep)
+        tokens = torch.cat([source, sep, target[:, :-1]], dim=1)  # (B, 2n): x SEP y_1..y_{n-1}
+        return self.net(tokens, causal=True)[:, n:]  # (B, n, V): outputs at SEP, y_1..y_{n-1}
+
+    @torch.no_grad()
+    def predict_reversal(self, source: Tensor) -> Tensor:
+        """Predicted y ``(B, n)``: argmax for the encoder, greedy decoding for the decoder."""
+        if self.mode == "encoder":
+            return self.net(source).argmax(dim=-1)
+        sep = source.new_full((source.shape[0], 1), self.sep)
+        prompt = torch.cat([source, sep], dim=1)  # (B, n + 1)
+        return generate(self.net, prompt, source.shape[1], method=self.decode_method)
+
+    # ------------------------------------------------------------------ steps
+    def _shared_step(self, batch: dict[str, Tensor], split: str) -> Tensor:
+        source, target = batch["source"], batch["target"]
+        logits = self(source, target)  # (B, n, V)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
+        correct = logits.argmax(dim=-1) == target  # (B, n)
+        # Calling the metric (not .update) also gives the batch value logged on_step in training.
+        self.metrics[f"{split}_token_acc"](correct.float())
+        self.metrics[f"{split}_exact_acc"](correct.all(dim=1).float())
+        on_step = split == "train"
+        size = source.shape[0]
+        self.log(
+            f"{split}/loss",
+            loss,
+            prog_bar=True,
+            on_step=on_step,
+            on_epoch=True,
+            batch_size=size,
+            sync_dist=not on_step,
+        )
+        for name in ("token_acc", "exact_acc"):
+            self.log(
+                f"{split}/{name}",
+                self.metrics[f"{split}_{name}"],
+                prog_bar=name == "token_acc",
+                on_step=on_step,
+                on_epoch=True,
+                batch_size=size,
+            )
+        return loss
+
+    def _generation_metrics(self, batch: dict[str, Tensor], split: str) -> None:
+        predicted = self.predict_reversal(batch["source"])  # (B, n)
+        correct = predicted == batch["target"]
+        self.metrics[f"{split}_gen_token_acc"].update(correct.float())
+        self.metrics[f"{split}_gen_exact_acc"].update(correct.all(dim=1).float())
+        for name in ("gen_token_acc", "gen_exact_acc"):
+            self.log(
+                f"{split}/{name}",
+                self.metrics[f"{split}_{name}"],
+                on_epoch=True,
+                batch_size=batch["source"].shape[0],
+            )
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        loss = self._shared_step(batch, "val")
+        # Same values under hp/ names, shown against the hyper-parameters in the hparams tab.
+        size = batch["source"].shape[0]
+        self.log("hp/val_loss", loss, on_epoch=True, batch_size=size, sync_dist=True)
+        self.log("hp/val_token_acc", self.metrics["val_token_acc"], on_epoch=True, batch_size=size)
+        self.log("hp/val_exact_acc", self.metrics["val_exact_acc"], on_epoch=True, batch_size=size)
+        every = self.generate_every_n_epochs
+        if (
+            self.mode == "decoder"
+            and every > 0
+            and (self.current_epoch + 1) % every == 0
+            and batch_idx < self.generate_max_batches
+        ):
+            self._generation_metrics(batch, "val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+        if self.mode == "decoder":
+            self._generation_metrics(batch, "test")
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        return {"source": batch["source"], "prediction": self.predict_reversal(batch["source"])}
+
+    # ------------------------------------------------------------------ samples for TensorBoard
+    def sample_rows(self, batch: Mapping[str, Tensor], num_samples: int) -> list[dict[str, str]]:
+        """Rows ``{input, target, prediction, correct}`` for the sample-prediction table."""
+        source, target = batch["source"][:num_samples], batch["target"][:num_samples]
+        predicted = self.predict_reversal(source)
+        rows = []
+        for x, y, p in zip(source.tolist(), target.tolist(), predicted.tolist(), strict=True):
+            marks = "".join(str(d) if d == t else "·" for d, t in zip(p, y, strict=True))
+            rows.append(
+                {
+                    "input": _digits(x),
+                    "target": _digits(y),
+                    "prediction": _digits(p),
+                    "errors (· = wrong)": marks,
+                    "correct": f"{sum(d == t for d, t in zip(p, y, strict=True))}/{len(y)}",
+                }
+            )
+        return rows
+
+
+def _digits(tokens: list[int]) -> str:
+    return "".join(str(t) if t < 10 else f"<{t}>" for t in tokens)

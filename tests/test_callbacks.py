@@ -1,0 +1,119 @@
+"""Callbacks: rank-independent feature redraws, sample tables, checkpoint folders."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attn_lightning.attention import available_attentions
+from attn_lightning.callbacks import (
+    FeatureRedraw,
+    RunCheckpoint,
+    markdown_table,
+    redraw_all_features,
+    redraw_generator,
+)
+from attn_lightning.models import TransformerEncoder
+
+
+class Drawn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.zeros(4))
+
+    def redraw_features(self, generator):
+        self.w.copy_(torch.randn(4, generator=generator))
+
+
+def test_redraw_depends_only_on_seed_and_step():
+    a, b = nn.Sequential(Drawn(), Drawn()), nn.Sequential(Drawn(), Drawn())
+    b[0].w.fill_(3.0)  # different state before the redraw, as on an unsynchronised rank
+    assert redraw_all_features(a, seed=1, step=1000) == 2
+    redraw_all_features(b, seed=1, step=1000)
+    torch.testing.assert_close(a[0].w, b[0].w)
+    torch.testing.assert_close(a[1].w, b[1].w)
+    assert not torch.equal(a[0].w, a[1].w)  # layers get different draws
+    before = a[0].w.clone()
+    redraw_all_features(a, seed=1, step=2000)
+    assert not torch.equal(before, a[0].w)
+    assert redraw_generator(0, 5).initial_seed() != redraw_generator(1, 5).initial_seed()
+
+
+class FakeTrainer:
+    def __init__(self, step):
+        self.global_step = step
+
+
+def test_feature_redraw_schedule():
+    module = nn.Sequential(Drawn())
+    callback = FeatureRedraw(every_n_steps=10, seed=0)
+    for step, should in [(0, False), (5, False), (10, True), (10, False), (20, True)]:
+        before = module[0].w.clone()
+        callback.on_train_batch_start(FakeTrainer(step), module, None, 0)
+        assert (not torch.equal(before, module[0].w)) == should, step
+    with pytest.raises(ValueError, match="every_n_steps must be >= 0"):
+        FeatureRedraw(every_n_steps=-1)
+
+
+@pytest.mark.skipif("performer" not in available_attentions(), reason="performer not registered")
+def test_redraw_reaches_performer_layers():
+    torch.manual_seed(0)
+    enc = TransformerEncoder(
+        num_layers=2,
+        d_model=8,
+        num_heads=2,
+        d_ff=8,
+        attention={"name": "performer", "num_features": 4},
+    )
+    torch.manual_seed(1)
+    other = TransformerEncoder(
+        num_layers=2,
+        d_model=8,
+        num_heads=2,
+        d_ff=8,
+        attention={"name": "performer", "num_features": 4},
+    )
+    assert redraw_all_features(enc, seed=0, step=7) == 2
+    redraw_all_features(other, seed=0, step=7)
+    for la, lb in zip(enc.layers, other.layers, strict=True):
+        torch.testing.assert_close(
+            la.attn.backend.projection_matrix, lb.attn.backend.projection_matrix
+        )
+
+
+def test_markdown_table():
+    table = markdown_table([{"a": "1", "b": "2"}, {"a": "3", "b": "4"}])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| `1` | `2` |", "| `3` | `4` |"]
+    assert markdown_table([]) == "(no samples)"
+
+
+class _Strategy:
+    @staticmethod
+    def broadcast(obj):
+        return obj
+
+
+class _Logger:
+    def __init__(self, name):
+        self.name = name
+
+
+class _Trainer:
+    def __init__(self, name, log_dir):
+        self.loggers = [_Logger(name)]
+        self.log_dir = log_dir
+        self.strategy = _Strategy()
+        self.is_global_zero = False
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"), [("reversal", "reversal"), (None, "default"), ("", "default")]
+)
+def test_run_checkpoint_folder_follows_the_logger(tmp_path, name, expected):
+    callback = RunCheckpoint(root=str(tmp_path))
+    callback.setup(_Trainer(name, "logs/x/my-run"), None, "fit")
+    assert callback.dirpath == str(tmp_path / expected / "my-run")
+    explicit = RunCheckpoint(root=str(tmp_path), dirpath=str(tmp_path / "here"))
+    explicit.setup(_Trainer(name, "logs/x/my-run"), None, "fit")
+    assert explicit.dirpath == str(tmp_path / "here")

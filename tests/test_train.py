@@ -1,0 +1,282 @@
+"""End-to-end runs of train.py from the real reversal configs (tiny data, few steps, CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from attn_lightning.attention import available_attentions
+from attn_lightning.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+BASE = CONFIGS / "reversal" / "base.yaml"
+DEBUG = CONFIGS / "presets" / "debug.yaml"
+BACKENDS = sorted(p for p in (CONFIGS / "reversal").glob("*.yaml") if p.name != "base.yaml")
+# Tiny data keeps each run to a few seconds; the model is the config's own.
+TINY = [
+    "--data.init_args.train_size=64",
+    "--data.init_args.val_size=32",
+    "--data.init_args.test_size=32",
+    "--data.init_args.batch_size=16",
+    "--trainer.enable_progress_bar=false",
+]
+
+
+class StepRecorder(Callback):
+    """Records the global step at which training starts (class attribute: the CLI builds it)."""
+
+    started_at: ClassVar[list[int]] = []
+
+    def on_train_start(self, trainer, pl_module):
+        StepRecorder.started_at.append(trainer.global_step)
+
+
+def run(subcommand: str, tmp: Path, *configs: Path, extra: tuple[str, ...] = ()):
+    args = [subcommand]
+    for config in (BASE, *configs):
+        args += ["--config", str(config)]
+    args += [
+        *TINY,
+        f"--trainer.logger.init_args.save_dir={tmp / 'logs'}",
+        f"--checkpoint.root={tmp / 'checkpoints'}",
+        *extra,
+    ]
+    return main(args)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # the CLI gets its args from main(args)
+
+
+def _backend_name(config: Path) -> str:
+    import yaml
+
+    return yaml.safe_load(config.read_text())["model"]["init_args"]["attention"]["name"]
+
+
+@pytest.mark.parametrize("config", BACKENDS, ids=[p.stem for p in BACKENDS])
+def test_fast_dev_run_per_backend(config, tmp_path):
+    if _backend_name(config) not in available_attentions():
+        pytest.skip(f"backend of {config.name} is not registered")
+    cli = run(
+        "fit",
+        tmp_path,
+        config,
+        DEBUG,
+        extra=("--trainer.fast_dev_run=true", "--test_after_fit=true"),
+    )
+    metrics = cli.trainer.callback_metrics
+    assert torch.isfinite(metrics["test/loss"])
+    assert 0.0 <= float(metrics["test/token_acc"]) <= 1.0
+    if cli.model.mode == "decoder":  # greedy decoding ran on the test batches
+        assert "test/gen_exact_acc" in metrics
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One short fit with performer (random features: exercises redraw and override)."""
+    tmp = tmp_path_factory.mktemp("trained")
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    argv, sys.argv = sys.argv, ["train.py"]
+    try:
+        cli = run(
+            "fit",
+            tmp,
+            CONFIGS / "reversal" / "performer.yaml",
+            DEBUG,
+            extra=(
+                "--model.init_args.attention={name: performer, num_features: 16}",
+                "--run_name=first",
+                "--feature_redraw.every_n_steps=2",
+                f"--metrics_file={tmp / 'metrics.json'}",
+            ),
+        )
+    finally:
+        os.chdir(cwd)
+        sys.argv = argv
+    # Snapshot the best checkpoint: the resume test continues this run and replaces it.
+    best = tmp / "best-of-first.ckpt"
+    shutil.copy(cli.trainer.checkpoint_callback.best_model_path, best)
+    return tmp, cli, best, cli.trainer.checkpoint_callback.best_model_score.cpu()
+
+
+def test_fit_writes_logs_checkpoints_and_metrics(trained):
+    tmp = trained[0]
+    run_dir = tmp / "checkpoints" / "debug" / "first"
+    assert (run_dir / "last.ckpt").is_file()
+    assert list(run_dir.glob("best-step=*.ckpt"))
+    assert (tmp / "logs" / "debug" / "first" / "config.yaml").is_file()
+    assert list((tmp / "logs" / "debug" / "first").glob("events.out.tfevents.*"))
+    record = json.loads((tmp / "metrics.json").read_text())
+    assert record["global_step"] == 4 and record["subcommand"] == "fit"
+    assert record["best_model_score"] == pytest.approx(record["metrics"]["val/loss"])
+    ckpt = torch.load(run_dir / "last.ckpt", weights_only=True)  # primitive hparams only
+    assert ckpt["hyper_parameters"]["attention"] == {"name": "performer", "num_features": 16}
+
+
+def test_resume_continues_at_saved_step(trained):
+    tmp = trained[0]
+    last = tmp / "checkpoints" / "debug" / "first" / "last.ckpt"
+    StepRecorder.started_at.clear()
+    cli = run(
+        "fit",
+        tmp,
+        DEBUG,
+        extra=(
+            f"--ckpt_path={last}",
+            "--run_name=first",  # same run folder: config-1.yaml, no error
+            "--trainer.max_steps=6",
+            "--trainer.max_epochs=3",
+            "--trainer.limit_train_batches=2",  # epoch 1 = steps 5-6, then validation
+            "--trainer.callbacks+=tests.test_train.StepRecorder",
+        ),
+    )
+    assert StepRecorder.started_at == [4]
+    assert cli.trainer.global_step == 6
+    assert torch.load(last, weights_only=True)["global_step"] == 6
+    assert (tmp / "logs" / "debug" / "first" / "config-1.yaml").is_file()
+
+
+def test_validate_reproduces_logged_validation_metrics(trained):
+    tmp, _, best, logged = trained
+    val = run("validate", tmp, DEBUG, extra=(f"--ckpt_path={best}",))
+    torch.testing.assert_close(val.trainer.callback_metrics["val/loss"], logged.cpu())
+
+
+def test_predict_from_checkpoint(trained):
+    tmp, _, best, _ = trained
+    pred = run("predict", tmp, DEBUG, extra=(f"--ckpt_path={best}",))
+    (first, *_) = pred.trainer.predict_loop.predictions
+    assert first["prediction"].shape == first["source"].shape == (16, 50)
+
+
+def test_ckpt_hparams_win_and_attention_override_survives(trained):
+    tmp, _, best, _ = trained
+    # Lightning re-applies the checkpoint's hyper-parameters over command-line model arguments.
+    val = run(
+        "validate",
+        tmp,
+        DEBUG,
+        extra=(
+            f"--ckpt_path={best}",
+            "--model.init_args.num_layers=1",
+            "--model.init_args.attention={name: performer, num_features: 99}",
+        ),
+    )
+    assert val.model.hparams.num_layers == 2
+    assert val.model.attention_config["num_features"] == 16
+    # attention_override is not a saved hyper-parameter, so it reaches the model.
+    with pytest.warns(UserWarning, match="not loaded from the checkpoint"):
+        val = run(
+            "validate",
+            tmp,
+            DEBUG,
+            extra=(
+                f"--ckpt_path={best}",
+                "--model.init_args.attention_override={num_features: 32}",
+            ),
+        )
+    backend = val.model.net.encoder.layers[0].attn.backend
+    assert backend.projection_matrix.shape == (32, 16)
+    assert torch.isfinite(val.trainer.callback_metrics["val/loss"])
+
+
+def test_bf16_mixed_run_completes(tmp_path):
+    cli = run(
+        "fit",
+        tmp_path,
+        CONFIGS / "presets" / "bf16.yaml",
+        DEBUG,
+        extra=("--trainer.fast_dev_run=true", "--trainer.accelerator=cpu"),
+    )
+    assert cli.trainer.precision == "bf16-mixed"
+    assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
+
+
+def test_two_process_ddp_on_cpu(tmp_path):
+    # strategy=ddp re-launches the script per rank, so it must run in a fresh process.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            (
+                "PL_",
+                "LOCAL_RANK",
+                "NODE_RANK",
+                "WORLD_SIZE",
+                "MASTER_",
+                "RANK",
+                "SLURM_",
+                "TORCHELASTIC",
+                "GROUP_RANK",
+            )
+        )
+    }
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "fit",
+        "--config",
+        str(BASE),
+        "--config",
+        str(CONFIGS / "reversal" / "performer.yaml"),
+        "--config",
+        str(DEBUG),
+        *TINY,
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+        "--feature_redraw.every_n_steps=2",
+        "--run_name=ddp",
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}",
+        f"--checkpoint.root={tmp_path / 'checkpoints'}",
+        f"--metrics_file={tmp_path / 'metrics.json'}",
+        "--data.init_args.train_size=128",  # 4 batches of 16 per rank
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert record["global_step"] == 4
+    assert (tmp_path / "checkpoints" / "debug" / "ddp" / "last.ckpt").is_file()
+
+
+@pytest.mark.parametrize(
+    ("attention", "message"),
+    [
+        ("{name: performr}", r"unknown attention 'performr'; available: .*softmax"),
+        (
+            "{name: performer, num_feature: 8}",
+            r"unknown option\(s\) 'num_feature' for attention 'performer'; allowed: num_features",
+        ),
+    ],
+)
+def test_unknown_backend_or_option_fails_clearly(attention, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        run("fit", tmp_path, DEBUG, extra=(f"--model.init_args.attention={attention}",))
+
+
+def test_typo_in_yaml_names_the_key(tmp_path, capsys):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("model:\n  init_args:\n    d_modle: 32\n")
+    with pytest.raises(SystemExit):
+        run("fit", tmp_path, typo)
+    assert "d_modle" in capsys.readouterr().err
+
+
+def test_data_and_model_mismatch_is_reported(tmp_path):
+    with pytest.raises(ValueError, match=r"raise model\.init_args\.max_len"):
+        run("fit", tmp_path, DEBUG, extra=("--model.init_args.max_len=16",))
