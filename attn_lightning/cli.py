@@ -124,6 +124,10 @@ class AttnLightningCLI(LightningCLI):
             if cause is error:
                 raise
             raise cause from None
+        if not self.trainer.loggers:  # LearningRateMonitor refuses a trainer without a logger
+            self.trainer.callbacks = [
+                c for c in self.trainer.callbacks if not isinstance(c, LearningRateMonitor)
+            ]
 
     # ------------------------------------------------------------------ after each subcommand
     def after_fit(self) -> None:
