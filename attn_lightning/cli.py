@@ -124,7 +124,7 @@ class AttnLightningCLI(LightningCLI):
             if cause is error:
                 raise
             raise cause from None
-        if not self.trainer.loggers:  # LearningRateMonitor refuses a trainer without a logger
+        if self.trainer is not None and not self.trainer.loggers:  # LR monitor needs a logger
             self.trainer.callbacks = [
                 c for c in self.trainer.callbacks if not isinstance(c, LearningRateMonitor)
             ]
