@@ -1,0 +1,229 @@
+"""DETR (Carion et al. 2020) with any attention backend, chosen per attention site.
+
+Three sites, each configured on its own with ``{name, projections, **options}``:
+
+* ``encoder_self``: image tokens attend to image tokens (q = k = x + pos, v = x);
+* ``decoder_self``: object queries attend to each other (q = k = t + query_pos, v = t);
+* ``decoder_cross``: object queries attend to the memory (q = t + query_pos, k = m + pos, v = m).
+
+``projections: false`` drops that site's Q/K/V/out matrices (the parameter-free setting of
+optimization-based attention). Positional encodings are added to q and k at every layer, never to
+v. Layers are pre-norm (LayerNorm before each sub-layer, one final norm per stack), which trains
+more reliably than DETR's post-norm default on short budgets; the decoder's final norm is applied
+to every layer's output for the auxiliary losses, as in DETR.
+
+Shape notation: ``B`` batch, ``S = h·w`` memory tokens, ``N`` object queries, ``E`` d_model,
+``C`` classes (the class head has C + 1 outputs, the last one "no object").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attn_lightning.models.backbone import build_backbone, sine_position_encoding
+from attn_lightning.models.transformer import FeedForward, MultiHeadAttention
+
+SITES = ("encoder_self", "decoder_self", "decoder_cross")
+DEFAULT_SITE: dict[str, Any] = {"name": "softmax", "projections": True}
+
+
+def split_site(spec: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``{name, projections, **options}`` -> (backend dict ``{name, **options}``, projections).
+
+    Raises:
+        ValueError: no ``name`` or a non-bool ``projections``.
+    """
+    if not isinstance(spec, Mapping) or "name" not in spec:
+        raise ValueError(f"an attention site needs a dict with a 'name' key, got {spec!r}")
+    projections = spec.get("projections", True)
+    if not isinstance(projections, bool):
+        raise ValueError(f"site 'projections' must be true or false, got {projections!r}")
+    return {k: v for k, v in spec.items() if k != "projections"}, projections
+
+
+def _attention(d_model: int, num_heads: int, spec: Mapping[str, Any]) -> MultiHeadAttention:
+    backend, projections = split_site(spec)
+    return MultiHeadAttention(d_model, num_heads, backend, projections=projections)
+
+
+class DETREncoderLayer(nn.Module):
+    """``x += attn(LN x + pos, LN x + pos, LN x)``; ``x += mlp(LN x)``."""
+
+    def __init__(
+        self, *, d_model: int, num_heads: int, d_ff: int, dropout: float, site: Mapping[str, Any]
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.self_attn = _attention(d_model, num_heads, site)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = FeedForward(d_model, d_ff, dropout=dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
+        h = self.norm1(x)  # (B, S, E)
+        qk = h + pos
+        x = x + self.dropout(self.self_attn(qk, qk, h))
+        return x + self.dropout(self.mlp(self.norm2(x)))
+
+
+class DETRDecoderLayer(nn.Module):
+    """Self-attention among queries, cross-attention to the memory, MLP; each pre-norm."""
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        self_site: Mapping[str, Any],
+        cross_site: Mapping[str, Any],
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.self_attn = _attention(d_model, num_heads, self_site)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.cross_attn = _attention(d_model, num_heads, cross_site)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.mlp = FeedForward(d_model, d_ff, dropout=dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, t: Tensor, memory: Tensor, *, pos: Tensor, query_pos: Tensor) -> Tensor:
+        """``t: (B, N, E)`` queries' content, ``memory: (B, S, E)``; returns ``(B, N, E)``."""
+        h = self.norm1(t)
+        qk = h + query_pos
+        t = t + self.dropout(self.self_attn(qk, qk, h))
+        h = self.norm2(t)
+        t = t + self.dropout(self.cross_attn(h + query_pos, memory + pos, memory))
+        return t + self.dropout(self.mlp(self.norm3(t)))
+
+
+class BoxMLP(nn.Sequential):
+    """DETR's 3-layer box head: Linear → ReLU → Linear → ReLU → Linear(4)."""
+
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__(
+            nn.Linear(d_model, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, 4),
+        )
+
+
+class DETR(nn.Module):
+    """Backbone → 1×1 projection → encoder → decoder over N learned queries → class/box heads.
+
+    Cost: backbone + O(L_enc·S²·E) encoder (for softmax) + O(L_dec·(N² + N·S)·E) decoder.
+
+    Args:
+        num_classes: C, real classes (the class head predicts C + 1).
+        num_queries: N object queries (the most objects an image can yield).
+        d_model, num_heads, d_ff, dropout: transformer sizes.
+        num_encoder_layers: 0 is allowed (DETR's "no encoder" ablation); num_decoder_layers >= 1.
+        backbone: ``small_cnn`` or ``resnet18`` (random init); ``backbone_width`` and
+            ``backbone_stages`` size it (see ``models.backbone``).
+        sites: ``{encoder_self|decoder_self|decoder_cross: {name, projections, **options}}``;
+            a site left out is softmax with projections.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_classes: int,
+        num_queries: int = 20,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_encoder_layers: int = 2,
+        num_decoder_layers: int = 2,
+        d_ff: int = 256,
+        dropout: float = 0.0,
+        backbone: str = "small_cnn",
+        backbone_width: int = 32,
+        backbone_stages: int = 3,
+        sites: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        super().__init__()
+        if num_classes < 1 or num_queries < 1:
+            raise ValueError(
+                f"num_classes and num_queries must be >= 1, got {num_classes}, {num_queries}"
+            )
+        if num_encoder_layers < 0 or num_decoder_layers < 1:
+            raise ValueError(
+                f"need num_encoder_layers >= 0 and num_decoder_layers >= 1, "
+                f"got {num_encoder_layers}, {num_decoder_layers}"
+            )
+        sites = dict(sites or {})
+        unknown = sorted(set(sites) - set(SITES))
+        if unknown:
+            raise ValueError(f"unknown attention site(s) {unknown}; allowed: {', '.join(SITES)}")
+        self.sites = {site: dict(sites.get(site) or DEFAULT_SITE) for site in SITES}
+        self.num_classes = num_classes
+        self.d_model = d_model
+        self.backbone = build_backbone(backbone, width=backbone_width, num_stages=backbone_stages)
+        self.input_proj = nn.Conv2d(self.backbone.num_channels, d_model, kernel_size=1)
+        layer = {"d_model": d_model, "num_heads": num_heads, "d_ff": d_ff, "dropout": dropout}
+        self.encoder = nn.ModuleList(
+            DETREncoderLayer(**layer, site=self.sites["encoder_self"])
+            for _ in range(num_encoder_layers)
+        )
+        self.encoder_norm = nn.LayerNorm(d_model) if num_encoder_layers else nn.Identity()
+        self.decoder = nn.ModuleList(
+            DETRDecoderLayer(
+                **layer,
+                self_site=self.sites["decoder_self"],
+                cross_site=self.sites["decoder_cross"],
+            )
+            for _ in range(num_decoder_layers)
+        )
+        self.decoder_norm = nn.LayerNorm(d_model)
+        self.query_embed = nn.Embedding(num_queries, d_model)
+        self.class_head = nn.Linear(d_model, num_classes + 1)
+        self.box_head = BoxMLP(d_model, d_model)
+
+    def forward(self, images: Tensor) -> dict[str, Any]:
+        """``images: (B, 3, H, W)`` -> dict:
+
+        * ``pred_logits``: ``(B, N, C + 1)`` class logits of the last decoder layer;
+        * ``pred_boxes``: ``(B, N, 4)`` boxes (cx, cy, w, h) in [0, 1] of the image size;
+        * ``aux_outputs``: one ``{pred_logits, pred_boxes}`` per earlier decoder layer.
+        """
+        feats = self.input_proj(self.backbone(images))  # (B, E, h, w)
+        b, _, h, w = feats.shape
+        memory = feats.flatten(2).transpose(1, 2)  # (B, S, E)
+        pos = sine_position_encoding(h, w, self.d_model, device=images.device)
+        pos = pos.to(memory.dtype)[None]  # (1, S, E)
+        for layer in self.encoder:
+            memory = layer(memory, pos)
+        memory = self.encoder_norm(memory)
+        query_pos = self.query_embed.weight[None].expand(b, -1, -1)  # (B, N, E)
+        t = torch.zeros_like(query_pos)
+        outputs = []
+        for layer in self.decoder:
+            t = layer(t, memory, pos=pos, query_pos=query_pos)
+            outputs.append(self.decoder_norm(t))
+        hs = torch.stack(outputs)  # (L_dec, B, N, E)
+        logits = self.class_head(hs)  # (L_dec, B, N, C + 1)
+        boxes = self.box_head(hs).sigmoid()  # (L_dec, B, N, 4)
+        return {
+            "pred_logits": logits[-1],
+            "pred_boxes": boxes[-1],
+            "aux_outputs": [
+                {"pred_logits": a, "pred_boxes": c}
+                for a, c in zip(logits[:-1], boxes[:-1], strict=True)
+            ],
+        }
+
+
+def attention_parameters(model: nn.Module) -> int:
+    """Parameters inside attention modules (projections and any trainable backend tensors)."""
+    return sum(
+        p.numel()
+        for m in model.modules()
+        if isinstance(m, MultiHeadAttention)
+        for p in m.parameters()
+    )

@@ -1,0 +1,144 @@
+"""DETR model: outputs, per-site attention and projections, positional encodings, backbones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attn_lightning.models.backbone import build_backbone, sine_position_encoding
+from attn_lightning.models.detr import DETR, SITES, attention_parameters, split_site
+
+E, H = 32, 4
+OPT = {"name": "optimization", "projections": False, "iterations": 3}
+
+
+def tiny(**kwargs) -> DETR:
+    torch.manual_seed(0)
+    options = {
+        "num_classes": 3,
+        "num_queries": 6,
+        "d_model": E,
+        "num_heads": H,
+        "d_ff": 64,
+        "backbone_width": 8,
+        "num_encoder_layers": 2,
+        "num_decoder_layers": 3,
+    }
+    return DETR(**{**options, **kwargs})
+
+
+def test_outputs_shapes_ranges_and_aux_layers():
+    model = tiny()
+    out = model(torch.rand(2, 3, 32, 32))
+    assert out["pred_logits"].shape == (2, 6, 4)
+    assert out["pred_boxes"].shape == (2, 6, 4)
+    assert ((out["pred_boxes"] > 0) & (out["pred_boxes"] < 1)).all()
+    assert len(out["aux_outputs"]) == 2  # one per earlier decoder layer
+    assert all(a["pred_boxes"].shape == (2, 6, 4) for a in out["aux_outputs"])
+
+
+@pytest.mark.parametrize(
+    "sites",
+    [
+        {},
+        {site: OPT for site in SITES},
+        {"encoder_self": {**OPT, "exclude_self": True}},
+        {"decoder_cross": OPT},
+        {"encoder_self": {"name": "mean", "projections": False}},
+    ],
+    ids=["softmax", "optimization_all", "opt_encoder", "opt_cross", "mean_encoder"],
+)
+def test_every_site_configuration_trains(sites):
+    model = tiny(sites=sites)
+    out = model(torch.rand(2, 3, 32, 32))
+    loss = out["pred_logits"].square().mean() + out["pred_boxes"].sum()
+    loss += sum(a["pred_boxes"].sum() for a in out["aux_outputs"])
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+
+
+def test_site_backends_and_attention_parameter_count():
+    model = tiny(sites={"decoder_cross": OPT})
+    per_mha = 4 * (E * E + E)  # q, k, v, out projections with biases
+    # 2 encoder self + 3 decoder self with projections; 3 decoder cross without.
+    assert attention_parameters(model) == 5 * per_mha
+    for layer in model.decoder:
+        assert layer.cross_attn.backend.name == "optimization"
+        assert not hasattr(layer.cross_attn, "q_proj")
+        assert layer.self_attn.backend.name == "softmax" and hasattr(layer.self_attn, "q_proj")
+    free = tiny(sites={site: OPT for site in SITES})
+    assert attention_parameters(free) == 0
+
+
+def test_positions_are_added_to_queries_and_keys_not_values():
+    model = tiny(sites={"encoder_self": {"name": "softmax", "projections": False}})
+    seen = {}
+    layer = model.encoder[0]
+    layer.self_attn.register_forward_hook(
+        lambda mod, args, out: seen.update(q=args[0], k=args[1], v=args[2])
+    )
+    model(torch.rand(1, 3, 32, 32))
+    pos = sine_position_encoding(4, 4, E)  # a 32×32 image is a 4×4 map at stride 8
+    torch.testing.assert_close(seen["q"] - seen["v"], pos[None].expand_as(seen["v"]))
+    torch.testing.assert_close(seen["k"], seen["q"])
+
+
+def test_sine_position_encoding_matches_detr_formula():
+    h, w, d = 3, 5, 16
+    got = sine_position_encoding(h, w, d)
+    half = d // 2
+    ref = torch.zeros(h, w, d, dtype=torch.float64)
+    for i in range(h):
+        for j in range(w):
+            for k in range(half):
+                t = 10000 ** (2 * (k // 2) / half)
+                y, x = (i + 1) / h * 2 * math.pi / t, (j + 1) / w * 2 * math.pi / t
+                ref[i, j, k] = math.sin(y) if k % 2 == 0 else math.cos(y)
+                ref[i, j, half + k] = math.sin(x) if k % 2 == 0 else math.cos(x)
+    torch.testing.assert_close(got, ref.view(h * w, d).float(), rtol=1e-5, atol=1e-6)
+
+
+def test_resnet18_backbone_is_random_init_and_runs():
+    net = build_backbone("resnet18", num_stages=2)
+    assert net.num_channels == 128 and net.stride == 8
+    assert net(torch.rand(1, 3, 32, 32)).shape == (1, 128, 4, 4)
+    model = tiny(backbone="resnet18", backbone_stages=2)
+    assert model(torch.rand(1, 3, 32, 32))["pred_boxes"].shape == (1, 6, 4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sites": {"encoder": OPT}}, r"unknown attention site\(s\) \['encoder'\]; allowed"),
+        ({"sites": {"encoder_self": {"projections": False}}}, "needs a dict with a 'name'"),
+        ({"sites": {"encoder_self": {"name": "softmax", "projections": "no"}}}, "true or false"),
+        ({"sites": {"decoder_self": {"name": "softmx"}}}, "unknown attention 'softmx'"),
+        ({"backbone": "vgg"}, "unknown backbone 'vgg'; allowed: small_cnn, resnet18"),
+        ({"num_decoder_layers": 0}, "num_decoder_layers >= 1"),
+        ({"d_model": 30, "num_heads": 3}, "multiple of 4"),
+    ],
+)
+def test_bad_configuration_fails_clearly(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny(**kwargs)(torch.rand(1, 3, 32, 32))
+
+
+def test_split_site_defaults_to_projections():
+    assert split_site({"name": "softmax"}) == ({"name": "softmax"}, True)
+    assert split_site(OPT) == ({"name": "optimization", "iterations": 3}, False)
+
+
+def test_mean_pooling_everywhere_makes_all_queries_equal():
+    # Why the mean baseline is not used in the decoder: q (where the query embeddings enter) is
+    # ignored, so every object query gets the same output.
+    model = tiny(sites={site: {"name": "mean", "projections": False} for site in SITES})
+    boxes = model(torch.rand(1, 3, 32, 32))["pred_boxes"][0]
+    torch.testing.assert_close(boxes, boxes[:1].expand_as(boxes))
+
+
+def test_no_encoder_ablation():
+    model = tiny(num_encoder_layers=0)
+    assert model(torch.rand(1, 3, 32, 32))["pred_logits"].shape == (1, 6, 4)
