@@ -287,17 +287,16 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
                 result.value(args.metric),
             )
             results.append(result)
-    if results:
-        summary = summarize(results, metric=args.metric, threshold=args.threshold)
-        command = "python -m attn_lightning.sweep " + shlex.join(argv)
-        write_outputs(
-            args.out,
-            results,
-            summary,
-            command=command,
-            metric=args.metric,
-            threshold=args.threshold,
-        )
+            # Rewritten after every run: a long sweep can be inspected, or stopped, part-way.
+            summary = summarize(results, metric=args.metric, threshold=args.threshold)
+            write_outputs(
+                args.out,
+                results,
+                summary,
+                command="python -m attn_lightning.sweep " + shlex.join(argv),
+                metric=args.metric,
+                threshold=args.threshold,
+            )
         log.info("wrote %s.md, %s.csv, %s_runs.csv", args.out, args.out, args.out)
     return results
 
