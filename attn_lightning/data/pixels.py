@@ -1,0 +1,129 @@
+"""Grey-scale images as quantised pixel sequences in raster order, for autoregressive models.
+
+Images come from ``attn_lightning.data.images.load_images`` (``digits``: scikit-learn's bundled
+8×8 handwritten digits, offline, 17 native grey levels; ``image_size=28`` upsamples them
+bilinearly to MNIST's 784 tokens; ``mnist``: the IDX files under ``<root>/MNIST/raw/``). A pixel
+``x ∈ [0, 1]`` becomes the token ``round(x · (levels − 1)) ∈ {0, …, levels − 1}``, so with
+``levels=256`` an 8-bit pixel ``p / 255`` maps back to ``p`` exactly. Each example is
+``{"pixels": (H·W,) int64 in raster order (row by row, left to right), "label": int64}``.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from attn_lightning.data.images import SOURCES, load_images
+
+SPLITS = ("train", "val", "test")
+
+
+def quantize(images: Tensor, levels: int) -> Tensor:
+    """``(N, H, W)`` floats in [0, 1] -> ``(N, H·W)`` int64 tokens in ``[0, levels)``, raster."""
+    tokens = torch.round(images.clamp(0.0, 1.0) * (levels - 1)).long()  # (N, H, W)
+    return tokens.flatten(1)  # (N, H·W)
+
+
+def dequantize(tokens: Tensor, levels: int, *, height: int, width: int) -> Tensor:
+    """``(N, H·W)`` tokens -> ``(N, 1, H, W)`` floats in [0, 1] (for image grids)."""
+    return (tokens.float() / (levels - 1)).view(-1, 1, height, width)
+
+
+class PixelDataset(Dataset):
+    """Quantised pixel sequences ``(N, H·W)`` and their labels ``(N,)``."""
+
+    def __init__(self, pixels: Tensor, labels: Tensor) -> None:
+        self.pixels = pixels
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return self.pixels.shape[0]
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]:
+        return {"pixels": self.pixels[index], "label": self.labels[index]}
+
+
+class PixelDataModule(pl.LightningDataModule):
+    """Train/val/test pixel sequences for image generation and completion.
+
+    Args:
+        source: ``digits`` (embedded, offline) or ``mnist`` (IDX files under ``root``).
+        image_size: resize to ``image_size × image_size``; None keeps the native size (8 for
+            digits, 28 for MNIST). ``digits`` with 28 gives 784-token sequences.
+        levels: quantisation levels (256 for 8-bit-like pixels); the model's vocabulary.
+        root: folder holding ``MNIST/raw/`` for ``source="mnist"``.
+        batch_size: per device.
+        num_workers: DataLoader workers (0 is fastest for these in-memory tensors).
+    """
+
+    def __init__(
+        self,
+        *,
+        source: str = "digits",
+        image_size: int | None = None,
+        levels: int = 256,
+        root: str = "data",
+        batch_size: int = 64,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if source not in SOURCES:
+            raise ValueError(f"unknown image source {source!r}; allowed: {', '.join(SOURCES)}")
+        if isinstance(levels, bool) or not isinstance(levels, int) or not 2 <= levels <= 65536:
+            raise ValueError(f"levels must be an int in [2, 65536], got {levels!r}")
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if image_size is not None and (not isinstance(image_size, int) or image_size <= 0):
+            raise ValueError(f"image_size must be a positive int or None, got {image_size!r}")
+        self.save_hyperparameters()
+        self.source = source
+        self.levels = levels
+        self.root = root
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        native = 8 if source == "digits" else 28
+        self.height = self.width = image_size if image_size is not None else native
+        self.image_size = image_size
+        self.datasets: dict[str, PixelDataset] = {}
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per image, H·W."""
+        return self.height * self.width
+
+    def setup(self, stage: str | None = None) -> None:
+        # Every stage builds every split: cheap, and validate/test after fit reuse them.
+        for split in SPLITS:
+            if split not in self.datasets:
+                images, labels = load_images(
+                    self.source, split=split, root=self.root, image_size=self.image_size
+                )
+                if images.shape[1:] != (self.height, self.width):
+                    raise ValueError(
+                        f"{self.source} images are {tuple(images.shape[1:])}, expected "
+                        f"{(self.height, self.width)}; set image_size"
+                    )
+                self.datasets[split] = PixelDataset(quantize(images, self.levels), labels)
+
+    def _loader(self, split: str, *, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            self.datasets[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

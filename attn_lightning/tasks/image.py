@@ -1,0 +1,203 @@
+"""Autoregressive image generation and occluded completion ("Transformers are RNNs", §4.2).
+
+A causal pixel transformer (``models/pixel.py``) over pixels in raster order, trained by
+maximum likelihood. Metrics per split (``train/``, ``val/``, ``test/``):
+
+* ``loss`` = ``bits_per_dim``: ``−mean_i log₂ p(x_i | x_<i)`` over all pixels (the paper's metric);
+* ``completion_bpd``: the same over the held-out pixels ``i ≥ k`` only, i.e.
+  ``−log₂ p(x_{k:} | x_{<k}) / (N − k)``: how well the model completes an image whose first k
+  pixels (the top rows) are observed. Exact for an autoregressive model, no sampling involved.
+
+Sampling (unconditional, and completion of the first k pixels) is ``sample_pixels``: recurrent
+``step`` where every backend has it, else prefix recompute; the ``ImageGrids`` callback
+(``attn_lightning.image_callbacks``) logs both as image grids each validation epoch, and
+``python -m attn_lightning.sample_images`` writes them as PNG from a checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attn_lightning.models.pixel import PixelTransformer, bits_per_dim, sample_pixels
+from attn_lightning.tasks.base import AttentionTask, resolve_attention
+
+SPLITS = ("train", "val", "test")
+DEFAULT_OBSERVED_FRACTION = 0.38  # the paper observes 300 of 784 pixels (38%)
+
+
+class ImageGenerationTask(AttentionTask):
+    """Pixel-by-pixel image model with any causal attention backend.
+
+    Args:
+        attention: backend dict, e.g. ``{name: linear}``; default softmax.
+        attention_override: keys replacing ``attention``'s at build time, not saved as a
+            hyper-parameter (see ``attn_lightning.tasks.base``).
+        image_size: H = W; must match the DataModule's.
+        levels: pixel values; must match the DataModule's.
+        d_model, num_heads, num_layers, d_ff, dropout, positional, projections: model sizes.
+        output: ``categorical`` or ``logistic_mixture`` (``num_mixtures`` logistics).
+        observed_pixels: k, pixels given to completion; None = the top
+            ``round(0.38 · H)`` rows (3 of 8, 11 of 28; the paper gives 300 of 784).
+        lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its warm-up + cosine schedule.
+        decode_method: ``auto`` (step if every backend has it), ``step`` or ``recompute``.
+    """
+
+    hp_metrics = ("hp/val_bits_per_dim", "hp/val_completion_bpd")
+
+    def __init__(
+        self,
+        *,
+        attention: dict[str, Any] | None = None,
+        attention_override: dict[str, Any] | None = None,
+        image_size: int = 8,
+        levels: int = 256,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int = 256,
+        dropout: float = 0.0,
+        positional: str = "learned",
+        projections: bool = True,
+        output: str = "categorical",
+        num_mixtures: int = 10,
+        observed_pixels: int | None = None,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 100,
+        min_lr_ratio: float = 0.1,
+        decode_method: str = "auto",
+    ) -> None:
+        super().__init__(
+            lr=lr,
+            weight_decay=weight_decay,
+            warmup_steps=warmup_steps,
+            min_lr_ratio=min_lr_ratio,
+            attention_override=attention_override,
+        )
+        if not isinstance(image_size, int) or image_size <= 0:
+            raise ValueError(f"image_size must be a positive int, got {image_size!r}")
+        seq_len = image_size * image_size
+        if observed_pixels is None:
+            observed_pixels = max(1, round(DEFAULT_OBSERVED_FRACTION * image_size)) * image_size
+        if not 0 <= observed_pixels < seq_len:
+            raise ValueError(
+                f"observed_pixels must be in [0, {seq_len}) for {image_size}x{image_size} "
+                f"images, got {observed_pixels!r}"
+            )
+        self.save_hyperparameters(ignore=["attention_override"])
+        self.image_size = image_size
+        self.levels = levels
+        self.observed_pixels = observed_pixels
+        self.decode_method = decode_method
+        self.attention_config = resolve_attention(attention, attention_override)
+        self.net = PixelTransformer(
+            levels=levels,
+            seq_len=seq_len,
+            d_model=d_model,
+            num_heads=num_heads,
+            num_layers=num_layers,
+            d_ff=d_ff,
+            attention=self.attention_config,
+            dropout=dropout,
+            positional=positional,
+            projections=projections,
+            output=output,
+            num_mixtures=num_mixtures,
+        )
+        backend = self.net.net.encoder.layers[0].attn.backend if num_layers else None
+        if backend is not None and not backend.supports_causal:
+            raise ValueError(f"attention {backend.name!r} has no causal form, which pixels need")
+
+    def setup(self, stage: str) -> None:
+        data = self.trainer.datamodule
+        if data is None:
+            return
+        for name, mine in (("levels", self.levels), ("seq_len", self.net.seq_len)):
+            theirs = getattr(data, name, mine)
+            if theirs != mine:
+                raise ValueError(
+                    f"model {name}={mine} differs from the data's {name}={theirs}; set "
+                    f"model.init_args.image_size / levels to match the DataModule"
+                )
+
+    # ------------------------------------------------------------------ model
+    def forward(self, pixels: Tensor) -> Tensor:
+        """``log p(x_i | x_<i)`` in nats, ``(B, N)``."""
+        return self.net.log_likelihood(pixels)
+
+    @torch.no_grad()
+    def sample(
+        self,
+        num_images: int,
+        *,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Unconditional samples ``(num_images, N)``."""
+        observed = torch.empty(num_images, 0, dtype=torch.long, device=self.device)
+        return sample_pixels(
+            self.net,
+            observed=observed,
+            temperature=temperature,
+            generator=generator,
+            method=self.decode_method,
+        )
+
+    @torch.no_grad()
+    def complete(
+        self,
+        pixels: Tensor,
+        *,
+        num_completions: int = 1,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Keep the first ``observed_pixels`` of ``pixels: (B, N)``, sample the rest
+        ``num_completions`` times -> ``(B, num_completions, N)``."""
+        observed = pixels[:, : self.observed_pixels].repeat_interleave(num_completions, dim=0)
+        full = sample_pixels(
+            self.net,
+            observed=observed,
+            temperature=temperature,
+            generator=generator,
+            method=self.decode_method,
+        )
+        return full.view(pixels.shape[0], num_completions, -1)
+
+    # ------------------------------------------------------------------ steps
+    def _shared_step(self, batch: dict[str, Tensor], split: str) -> Tensor:
+        log_lik = self(batch["pixels"])  # (B, N) nats
+        loss = bits_per_dim(log_lik)
+        completion = bits_per_dim(log_lik[:, self.observed_pixels :])
+        on_step = split == "train"
+        size = log_lik.shape[0]
+        options = {
+            "on_step": on_step,
+            "on_epoch": True,
+            "batch_size": size,
+            "sync_dist": not on_step,
+        }
+        self.log(f"{split}/loss", loss, prog_bar=True, **options)
+        self.log(f"{split}/bits_per_dim", loss, **options)
+        self.log(f"{split}/completion_bpd", completion, **options)
+        if split == "val":  # the same values under hp/ names, for the hparams tab
+            self.log("hp/val_bits_per_dim", loss, **options)
+            self.log("hp/val_completion_bpd", completion, **options)
+        return loss
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        """One completion per image of the batch: ``{"pixels", "completion"}``, each ``(B, N)``."""
+        completion = self.complete(batch["pixels"], num_completions=1)[:, 0]
+        return {"pixels": batch["pixels"], "completion": completion}

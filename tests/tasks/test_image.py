@@ -1,0 +1,151 @@
+"""Image generation task: bits/dim, completion, fast_dev_run per backend, grids and PNG export."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from attn_lightning import sample_images
+from attn_lightning.attention import available_attentions
+from attn_lightning.cli import main
+from attn_lightning.models.pixel import bits_per_dim
+from attn_lightning.tasks.image import ImageGenerationTask
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+BASE = CONFIGS / "image" / "base.yaml"
+DEBUG = CONFIGS / "presets" / "debug.yaml"
+BACKENDS = sorted(p for p in (CONFIGS / "image").glob("*.yaml") if p.name != "base.yaml")
+TINY = ["--data.init_args.batch_size=8", "--trainer.enable_progress_bar=false"]
+SMALL = {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32, "levels": 16}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+
+
+def run(subcommand, tmp, *configs, extra=()):
+    args = [subcommand]
+    for config in (BASE, *configs):
+        args += ["--config", str(config)]
+    args += [
+        *TINY,
+        f"--trainer.logger.init_args.save_dir={tmp / 'logs'}",
+        f"--checkpoint.root={tmp / 'checkpoints'}",
+        *extra,
+    ]
+    return main(args)
+
+
+def _backend_name(config):
+    return yaml.safe_load(config.read_text())["model"]["init_args"]["attention"]["name"]
+
+
+def test_every_paper_backend_has_a_config():
+    assert {p.stem for p in BACKENDS} == {"softmax", "linear", "performer", "polynomial_sketch"}
+
+
+@pytest.mark.parametrize("config", BACKENDS, ids=[p.stem for p in BACKENDS])
+def test_fast_dev_run_per_backend(config, tmp_path):
+    if _backend_name(config) not in available_attentions():
+        pytest.skip(f"backend of {config.name} is not registered")
+    cli = run(
+        "fit",
+        tmp_path,
+        config,
+        DEBUG,
+        extra=("--trainer.fast_dev_run=true", "--test_after_fit=true"),
+    )
+    metrics = cli.trainer.callback_metrics
+    bpd = float(metrics["test/bits_per_dim"])
+    assert 0 < bpd < 9 and math.isfinite(float(metrics["test/completion_bpd"]))
+    assert float(metrics["test/loss"]) == bpd
+
+
+def test_short_run_logs_image_grids_and_sample_images_writes_pngs(tmp_path):
+    run("fit", tmp_path, CONFIGS / "image" / "linear.yaml", DEBUG, extra=("--run_name=r",))
+    events = list((tmp_path / "logs" / "debug" / "r").glob("events.out.tfevents.*"))
+    tags = set()
+    for event in events:
+        accumulator = EventAccumulator(str(event))
+        accumulator.Reload()
+        tags |= set(accumulator.Tags()["images"])
+    assert {"samples/unconditional", "samples/completion"} <= tags
+    ckpt = tmp_path / "checkpoints" / "debug" / "r" / "last.ckpt"
+    paths = sample_images.main(
+        [
+            "--ckpt_path",
+            str(ckpt),
+            "--out",
+            str(tmp_path / "png"),
+            "--prefix",
+            "lin_",
+            "--num_samples",
+            "4",
+            "--num_images",
+            "2",
+            "--num_completions",
+            "3",
+        ]
+    )
+    assert [p.name for p in paths] == ["lin_samples.png", "lin_completions.png"]
+    width, height = Image.open(paths[1]).size  # 2 rows of occluded | 3 completions | original
+    assert width > height > 0 and abs(width / height - 5 / 2) < 0.1
+
+
+def test_mismatched_image_size_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="seq_len"):
+        run(
+            "fit",
+            tmp_path,
+            DEBUG,
+            extra=("--trainer.fast_dev_run=true", "--model.init_args.image_size=7"),
+        )
+
+
+@torch.no_grad()
+def test_bits_per_dim_and_completion_bpd():
+    torch.manual_seed(0)
+    task = ImageGenerationTask(attention={"name": "linear"}, image_size=4, **SMALL).eval()
+    torch.nn.init.zeros_(task.net.net.head.weight)
+    torch.nn.init.zeros_(task.net.net.head.bias)
+    pixels = torch.randint(16, (3, 16))
+    assert abs(float(bits_per_dim(task(pixels))) - 4.0) < 1e-5  # uniform over 16 levels
+    task = ImageGenerationTask(attention={"name": "linear"}, image_size=4, **SMALL).eval()
+    log_lik = task(pixels)  # (B, N) nats
+    k = task.observed_pixels
+    assert k == 8  # round(0.38 · 4) = 2 rows of 4
+    expected = -log_lik[:, k:].sum() / (3 * (16 - k)) / math.log(2)
+    torch.testing.assert_close(bits_per_dim(log_lik[:, k:]), expected)
+
+
+def test_observed_pixels_default_and_errors():
+    assert ImageGenerationTask(image_size=8, **SMALL).observed_pixels == 24
+    assert ImageGenerationTask(image_size=28, **SMALL).observed_pixels == 308
+    assert ImageGenerationTask(image_size=8, observed_pixels=0, **SMALL).observed_pixels == 0
+    with pytest.raises(ValueError, match="observed_pixels"):
+        ImageGenerationTask(image_size=4, observed_pixels=16, **SMALL)
+
+
+def test_completion_keeps_the_observed_pixels_and_sampling_is_seeded():
+    torch.manual_seed(0)
+    task = ImageGenerationTask(
+        attention={"name": "performer", "num_features": 8}, image_size=4, **SMALL
+    ).eval()
+    pixels = torch.randint(16, (2, 16))
+    completions = task.complete(
+        pixels, num_completions=3, generator=torch.Generator().manual_seed(0)
+    )
+    assert completions.shape == (2, 3, 16)
+    assert torch.equal(completions[:, :, :8], pixels[:, None, :8].expand(-1, 3, -1))
+    samples = [task.sample(5, generator=torch.Generator().manual_seed(1)) for _ in range(2)]
+    assert samples[0].shape == (5, 16) and torch.equal(samples[0], samples[1])
