@@ -1,5 +1,18 @@
 """LightningDataModules, one per dataset family."""
 
+from attn_lightning.data.detection import DetectionDataModule, SyntheticScenes
+from attn_lightning.data.domains import DomainImageDataModule, ShiftedReversalDataModule
+from attn_lightning.data.images import load_images
+from attn_lightning.data.pixels import PixelDataModule
 from attn_lightning.data.reversal import ReversalDataset, SequenceReversalDataModule
 
-__all__ = ["ReversalDataset", "SequenceReversalDataModule"]
+__all__ = [
+    "DetectionDataModule",
+    "DomainImageDataModule",
+    "PixelDataModule",
+    "ReversalDataset",
+    "SequenceReversalDataModule",
+    "ShiftedReversalDataModule",
+    "SyntheticScenes",
+    "load_images",
+]

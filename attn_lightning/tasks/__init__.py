@@ -1,6 +1,18 @@
 """One LightningModule per experiment; YAML selects them by class_path."""
 
 from attn_lightning.tasks.base import AttentionTask, resolve_attention
+from attn_lightning.tasks.detection import DetectionTask
+from attn_lightning.tasks.image import ImageGenerationTask
+from attn_lightning.tasks.lora import LoRAClassifierTask
+from attn_lightning.tasks.lora_transformer import LoRAReversalTask
 from attn_lightning.tasks.reversal import SequenceReversalTask
 
-__all__ = ["AttentionTask", "SequenceReversalTask", "resolve_attention"]
+__all__ = [
+    "AttentionTask",
+    "DetectionTask",
+    "ImageGenerationTask",
+    "LoRAClassifierTask",
+    "LoRAReversalTask",
+    "SequenceReversalTask",
+    "resolve_attention",
+]
