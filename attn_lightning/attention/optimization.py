@@ -202,8 +202,10 @@ class OptimizationAttention(Attention):
             return F.normalize(noise, dim=-1)
         with torch.no_grad():  # the noise's scale is not something to learn through
             # Padded keys are already zero rows, so only the real ones add to the sum.
-            count = k.new_full((b,), k.shape[2]) if key_padding_mask is None else (
-                key_padding_mask.sum(-1).to(k.dtype)
+            count = (
+                k.new_full((b,), k.shape[2])
+                if key_padding_mask is None
+                else (key_padding_mask.sum(-1).to(k.dtype))
             )
             sq = k.square().sum((-1, -2), keepdim=True)  # (B, H, 1, 1)
             rms = (sq / count.clamp_min(1).view(b, 1, 1, 1)).sqrt()

@@ -13,8 +13,21 @@ B, H, D, DV = 2, 2, 4, 3
 F64 = torch.float64
 
 
-def naive(q, k, v, *, mask=None, iterations=10, lam=0.1, rho=1.0, power=5.0, signed=False,
-          exclude_self=False, normalize=True, **_):
+def naive(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    iterations=10,
+    lam=0.1,
+    rho=1.0,
+    power=5.0,
+    signed=False,
+    exclude_self=False,
+    normalize=True,
+    **_,
+):
     """Per batch, head and query: scaled ADMM on ½‖q − Dm c‖² + λ‖c‖₁ with M = inv(DmᵀDm + ρI)."""
     s = k.shape[2]
     outs = []
@@ -149,8 +162,12 @@ def test_exclude_self_zeroes_the_diagonal_and_prevents_collapse():
     with torch.no_grad():
         z_plain, z_excl = plain.sparse_codes(q, k), excl.sparse_codes(q, k)
         # Without exclusion the code is the trivial (1 − λ)e_i and attention copies v_i.
-        torch.testing.assert_close(z_plain.diagonal(dim1=-2, dim2=-1),
-                                   torch.full((B, H, 6), 0.9, dtype=F64), rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            z_plain.diagonal(dim1=-2, dim2=-1),
+            torch.full((B, H, 6), 0.9, dtype=F64),
+            rtol=0,
+            atol=1e-6,
+        )
         torch.testing.assert_close(plain(q, k, v), v, rtol=1e-5, atol=1e-5)
         assert (z_excl.diagonal(dim1=-2, dim2=-1) == 0).all()
         assert z_excl.abs().sum() > 0
