@@ -24,11 +24,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
+
+from attn_lightning.data.base import SplitDataModule
 
 SHAPES = ("square", "disc", "triangle", "ring", "plus")
 SOURCES = ("synthetic", "coco")
@@ -253,7 +254,7 @@ def collate(batch: list[Example]) -> tuple[Tensor, list[dict[str, Any]]]:
     return torch.stack([image for image, _ in batch]), [target for _, target in batch]
 
 
-class DetectionDataModule(pl.LightningDataModule):
+class DetectionDataModule(SplitDataModule):
     """Synthetic scenes or a COCO folder (see module doc).
 
     Args:
@@ -267,6 +268,8 @@ class DetectionDataModule(pl.LightningDataModule):
         batch_size, num_workers: DataLoader settings.
         seed: synthetic data seed (split i uses ``seed·3 + i``).
     """
+
+    collate = staticmethod(collate)
 
     def __init__(
         self,
@@ -325,28 +328,6 @@ class DetectionDataModule(pl.LightningDataModule):
                 )
                 self.num_classes = len(data.categories)
                 self.datasets[split] = data
-
-    def _loader(self, split: str, *, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            collate_fn=collate,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
 
 
 def main(argv: list[str] | None = None) -> None:

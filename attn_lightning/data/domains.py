@@ -14,11 +14,11 @@ reversal whose targets are moved through the vocabulary, ``y_t = (x_{n+1−t} + 
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
+from attn_lightning.data.base import SplitDataModule
 from attn_lightning.data.images import SOURCES, load_images
 from attn_lightning.data.reversal import SequenceReversalDataModule
 
@@ -51,7 +51,12 @@ def apply_domain(images: Tensor, domain: str, *, levels: int = 2, angle: float =
     return rotated[:, 0].clamp(0.0, 1.0)  # (N, H, W)
 
 
-class DomainImageDataModule(pl.LightningDataModule):
+def _as_dict(rows: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
+    images, labels = zip(*rows, strict=True)
+    return {"image": torch.stack(images), "label": torch.stack(labels)}
+
+
+class DomainImageDataModule(SplitDataModule):
     """Digit images of one domain; batches are ``{"image": (B, H, W), "label": (B,)}``.
 
     The train/val/test splits are ``load_images``'s (fixed, independent of the seed); the shift
@@ -67,6 +72,8 @@ class DomainImageDataModule(pl.LightningDataModule):
         batch_size: per device.
         num_workers: DataLoader workers (0 is fastest for in-memory tensors).
     """
+
+    collate = staticmethod(_as_dict)
 
     def __init__(
         self,
@@ -111,33 +118,6 @@ class DomainImageDataModule(pl.LightningDataModule):
                 )
                 shifted = apply_domain(images, self.domain, levels=self.levels, angle=self.angle)
                 self.datasets[split] = TensorDataset(shifted, labels)
-
-    def _loader(self, split: str, *, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            collate_fn=_as_dict,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-
-def _as_dict(rows: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
-    images, labels = zip(*rows, strict=True)
-    return {"image": torch.stack(images), "label": torch.stack(labels)}
 
 
 class ShiftedReversalDataModule(SequenceReversalDataModule):

@@ -10,11 +10,11 @@ bilinearly to MNIST's 784 tokens; ``mnist``: the IDX files under ``<root>/MNIST/
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
+from attn_lightning.data.base import SplitDataModule
 from attn_lightning.data.images import SOURCES, load_images
 
 SPLITS = ("train", "val", "test")
@@ -45,7 +45,7 @@ class PixelDataset(Dataset):
         return {"pixels": self.pixels[index], "label": self.labels[index]}
 
 
-class PixelDataModule(pl.LightningDataModule):
+class PixelDataModule(SplitDataModule):
     """Train/val/test pixel sequences for image generation and completion.
 
     Args:
@@ -106,24 +106,3 @@ class PixelDataModule(pl.LightningDataModule):
                         f"{(self.height, self.width)}; set image_size"
                     )
                 self.datasets[split] = PixelDataset(quantize(images, self.levels), labels)
-
-    def _loader(self, split: str, *, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)

@@ -8,10 +8,11 @@ to lay the pair out (``x SEP y`` for a causal decoder, ``x -> y`` position-wise 
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
+
+from attn_lightning.data.base import SplitDataModule
 
 SPLITS = ("train", "val", "test")
 
@@ -31,7 +32,7 @@ class ReversalDataset(Dataset):
         return {"source": self.source[index], "target": self.target[index]}
 
 
-class SequenceReversalDataModule(pl.LightningDataModule):
+class SequenceReversalDataModule(SplitDataModule):
     """Train/val/test splits of the reversal task.
 
     Args:
@@ -89,24 +90,3 @@ class SequenceReversalDataModule(pl.LightningDataModule):
                     num_symbols=self.num_symbols,
                     seed=self.seed * len(SPLITS) + index,
                 )
-
-    def _loader(self, split: str, *, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
