@@ -45,6 +45,40 @@ def _finish(num: Tensor, den: Tensor, offset: float, eps: float, out_dtype: torc
     return (num / den.unsqueeze(-1)).to(out_dtype)
 
 
+class _LinearProduct(torch.autograd.Function):
+    """Non-causal ``φ(Q)[KV, z] / (φ(Q)z + shift)`` with a hand-written backward.
+
+    The normaliser z = Σ_j φ(k_j) rides along as one more column of the state, so the numerator
+    and the normaliser come from one matmul each way; plain autograd would add an (L, F) and an
+    (S, F) gradient buffer and their sums for z's separate path.
+    """
+
+    @staticmethod
+    def forward(ctx, phi_q: Tensor, phi_k: Tensor, v: Tensor, shift: float):  # type: ignore[override]
+        state = torch.cat(
+            [phi_k.transpose(-1, -2) @ v, phi_k.sum(dim=-2).unsqueeze(-1)], dim=-1
+        )  # (B, H, F, Dv + 1) = [Σ φ(k)vᵀ, Σ φ(k)]
+        num = phi_q @ state  # (B, H, L, Dv + 1)
+        den = num[..., -1:] + shift
+        # A query that sees no key (all masked, shift = 0) has num = den = 0: output 0, not NaN.
+        den.masked_fill_(den == 0, 1.0)
+        out = num[..., :-1] / den
+        ctx.save_for_backward(phi_q, phi_k, v, state, out, den)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        phi_q, phi_k, v, state, out, den = ctx.saved_tensors
+        # out = num/den: d num = dO/den, d den = −Σ_e dO·out/den.
+        go = torch.cat([grad, -(grad * out).sum(-1, keepdim=True)], dim=-1).div_(den)
+        d_phi_q = go @ state.transpose(-1, -2)  # (B, H, L, F)
+        d_state = phi_q.transpose(-1, -2) @ go  # (B, H, F, Dv + 1)
+        d_kv, d_z = d_state[..., :-1], d_state[..., -1]
+        d_phi_k = (v @ d_kv.transpose(-1, -2)).add_(d_z.unsqueeze(-2))  # (B, H, S, F)
+        d_v = phi_k @ d_kv  # (B, H, S, Dv)
+        return d_phi_q, d_phi_k, d_v, None
+
+
 def linear_attention(
     phi_q: Tensor, phi_k: Tensor, v: Tensor, *, offset: float = 0.0, eps: float = DEFAULT_EPS
 ) -> Tensor:
@@ -52,11 +86,7 @@ def linear_attention(
     acc = accumulation_dtype(v.dtype)
     with _no_autocast(v.device):
         phi_q, phi_k, vv = phi_q.to(acc), phi_k.to(acc), v.to(acc)
-        kv = phi_k.transpose(-1, -2) @ vv  # (B, H, F, Dv)
-        z = phi_k.sum(dim=-2)  # (B, H, F)
-        num = phi_q @ kv  # (B, H, L, Dv)
-        den = (phi_q @ z.unsqueeze(-1)).squeeze(-1)  # (B, H, L)
-        return _finish(num, den, offset, eps, v.dtype)
+        return _LinearProduct.apply(phi_q, phi_k, vv, float(offset + eps)).to(v.dtype)
 
 
 def causal_linear_attention(

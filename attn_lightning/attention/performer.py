@@ -154,28 +154,35 @@ class PerformerAttention(FeatureMapAttention):
         self.projection_matrix.copy_(fresh)
 
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
-        x = x * self.head_dim**-0.25  # absorbs softmax's 1/√D into the kernel
-        proj = x @ self.projection_matrix.to(x.dtype).T  # (B, H, N, m)
-        half_sq_norm = x.square().sum(dim=-1, keepdim=True) / 2  # (B, H, N, 1)
+        scale = self.head_dim**-0.25  # absorbs softmax's 1/√D into the kernel
+        w = self.projection_matrix.to(x.dtype) * scale  # (m, D): scaling W, not x, saves a pass
+        proj = x @ w.T  # (B, H, N, m) = Wx' with x' = x·D^{-1/4}
         if self.kernel == "trigonometric":
             feats = torch.cat([proj.sin(), proj.cos()], dim=-1)  # (B, H, N, 2m)
             if not is_query:  # for queries exp(‖q‖²/2) is a per-token factor: it cancels
-                feats = feats * half_sq_norm.exp()
+                feats = feats * (x.square().sum(dim=-1, keepdim=True) * (scale**2 / 2)).exp()
             return feats / math.sqrt(self.num_features)
         if self.kernel == "hyperbolic":
             proj = torch.cat([proj, -proj], dim=-1)  # (B, H, N, 2m)
-        log_feats = proj - half_sq_norm  # (B, H, N, F)
+        # log φ = Wx' − ‖x'‖²/2 − log √F: an in-place subtraction and exp, 3 passes over the
+        # (B, H, N, F) tensor instead of 6 (scale x, subtract, max-shift, exp, divide by √F).
+        half_sq_norm = x.square().sum(dim=-1, keepdim=True) * (scale**2 / 2)  # ‖x'‖²/2: (B,H,N,1)
+        shift = half_sq_norm
         if is_query:
             # Per-token stabiliser: subtracting this token's own max over features multiplies
             # φ(q_i) by a positive constant, which cancels exactly in the ratio. It is taken per
             # token, never over the sequence: a max over positions would make causal outputs
-            # depend on future tokens. Detached: the ratio does not depend on it.
-            log_feats = log_feats - log_feats.amax(dim=-1, keepdim=True).detach()
+            # depend on future tokens. Detached: the ratio does not depend on it. In value
+            # max_f(Wx' − ‖x'‖²/2) = max_f(Wx') − ‖x'‖²/2, so the shift's value is max_f(Wx').
+            # (hsn − hsn.detach() is exactly 0 in value and keeps the norm term's gradient, so the
+            # gradients equal those of the textbook "φ, then subtract its detached max".)
+            shift = proj.detach().amax(dim=-1, keepdim=True) + (shift - shift.detach())
         # Keys are not shifted: any per-token factor on φ(k_j) reweights key j, i.e. changes the
         # kernel. They cannot overflow: ωᵀx − ‖x‖²/2 = ‖ω‖²/2 − ‖x − ω‖²/2 ≤ ‖ω‖²/2 (same for −ω),
         # and ‖ω‖² ~ χ²_D exceeds 2·88.7 (float32 exp's limit) with probability < 1e-12 per row
         # for D ≤ 64 (< 1e-21 for D ≤ 32). Features run in float32 at least (``features``).
-        return log_feats.exp() / math.sqrt(self.feature_dim)
+        # In place on the fresh matmul/cat output: their backward does not need it.
+        return proj.sub_(shift + 0.5 * math.log(self.feature_dim)).exp_()
 
     def extra_repr(self) -> str:
         return (
