@@ -42,6 +42,7 @@ from attn_lightning.attention.polysketch import (
     RandomPolySketch,
     symmetric_square,
 )
+from attn_lightning.attention.power_exact import exact_power_attention
 from attn_lightning.attention.registry import register_attention
 
 FORMS = ("exact", "sketch", "learned")
@@ -199,6 +200,8 @@ class PolynomialAttention(FeatureMapAttention):
     ) -> Tensor:
         if self.sketch is not None:
             return super()._attend(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+        if self.coefficient_logits is None:
+            return self._exact_power(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
         allowed = allowed_keys(
             q.shape[0],
             q.shape[2],
@@ -220,7 +223,13 @@ class PolynomialAttention(FeatureMapAttention):
         if state is not None:
             k_new = torch.cat([state[0], k_new], dim=2)
             v = torch.cat([state[1], v], dim=2)
-        return self._exact(q, k_new, v, None, keys_normalized=True), (k_new, v)
+        if self.coefficient_logits is None:
+            out = self._exact_power(
+                q, k_new, v, causal=False, key_padding_mask=None, keys_normalized=True
+            )
+        else:
+            out = self._exact(q, k_new, v, None, keys_normalized=True)
+        return out, (k_new, v)
 
     def _exact(
         self,
@@ -241,6 +250,35 @@ class PolynomialAttention(FeatureMapAttention):
                 sim = sim.masked_fill(~allowed, 0.0)  # neither numerator nor normaliser
             den = sim.sum(dim=-1, keepdim=True) + self.normalizer_offset + self.eps  # (B,H,L,1)
             return ((sim @ v.to(acc)) / den).to(v.dtype)
+
+    def _exact_power(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        keys_normalized: bool = False,
+    ) -> Tensor:
+        """``_exact`` for the plain power kernel, by tiles with a hand-written backward
+        (``power_exact``): same values, no (B, H, L, S) tensor kept or allocated."""
+        acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
+        length, s = q.shape[2], k.shape[2]
+        blocked = None
+        if causal:  # (L, S), shared by every head
+            blocked = torch.ones(length, s, dtype=torch.bool, device=q.device).triu_(1)
+        if key_padding_mask is not None:
+            pad = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+            blocked = pad if blocked is None else pad | blocked
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            qn = self.normalize_inputs(q.to(acc))
+            kn = k.to(acc) if keys_normalized else self.normalize_inputs(k.to(acc))
+            offset = self.normalizer_offset + self.eps
+            out = exact_power_attention(
+                qn, kn, v.to(acc), blocked=blocked, degree=self.degree, offset=offset
+            )
+            return out.to(v.dtype)
 
     def extra_repr(self) -> str:
         return (
