@@ -22,7 +22,8 @@ tile are contiguous slices of the ``(B·H, n, C, ·)`` views, so nothing is copi
 temporaries (scores, chunk states, their prefix sums) stay in cache between the matmuls that
 make them and those that read them. Measured on the 2-core CPU of docs/benchmarks.md
 (B=4, H=4, F=E=64, fwd+bwd): 113 → 95 ms at N = 4,096 and 764 → 601 ms at N = 16,384 against
-doing all chunks at once; 4,096 tokens per tile was the best of 1,024…8,192.
+doing all chunks at once; 4,096 tokens per tile was the best of 1,024…8,192. Off the CPU the
+default is one tile: a GPU's cost is kernel launches, not cache misses.
 
 Exact: no term from a later position is ever added (and later subtracted), so the future cannot
 leak even numerically. Cost ≈ 2·N·(C·(F+E) + 2·F·E) flops forward, twice that backward.
@@ -35,7 +36,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-DEFAULT_TILE_TOKENS = 4096
+DEFAULT_TILE_TOKENS = 4096  # on CPU; a GPU gets one tile (its launches, not caches, are the cost)
 
 Tile = tuple[slice, slice]  # (heads, chunks) of the (B·H, n, C, ·) views
 
@@ -189,10 +190,10 @@ class _CausalProduct(torch.autograd.Function):
 
 
 def causal_product(
-    q: Tensor, k: Tensor, v: Tensor, chunk: int, *, tile_tokens: int = DEFAULT_TILE_TOKENS
+    q: Tensor, k: Tensor, v: Tensor, chunk: int, *, tile_tokens: int | None = None
 ) -> Tensor:
     """``out_i = Σ_{j≤i} (q_iᵀk_j) v_j`` for ``(B, H, N, ·)`` inputs with ``N % chunk == 0``."""
-    _check(q, chunk, tile_tokens)
+    tile_tokens = _check(q, chunk, tile_tokens)
     return _CausalProduct.apply(q, k, v, chunk, None, tile_tokens)
 
 
@@ -203,15 +204,19 @@ def normalised_causal_product(
     chunk: int,
     shift: float,
     *,
-    tile_tokens: int = DEFAULT_TILE_TOKENS,
+    tile_tokens: int | None = None,
 ) -> Tensor:
     """``Σ_{j≤i} (q_iᵀk_j) v_j / (shift + Σ_{j≤i} q_iᵀk_j)``; ``N % chunk == 0``."""
-    _check(q, chunk, tile_tokens)
+    tile_tokens = _check(q, chunk, tile_tokens)
     return _CausalProduct.apply(q, k, v, chunk, float(shift), tile_tokens)
 
 
-def _check(q: Tensor, chunk: int, tile_tokens: int) -> None:
+def _check(q: Tensor, chunk: int, tile_tokens: int | None) -> int:
+    """Validates the arguments; returns the tile size (None: the device's default)."""
     if q.shape[2] % chunk:
         raise ValueError(f"sequence length {q.shape[2]} is not a multiple of chunk {chunk}")
-    if not isinstance(tile_tokens, int) or tile_tokens <= 0:
+    if tile_tokens is None:
+        return DEFAULT_TILE_TOKENS if q.device.type == "cpu" else max(1, q.shape[:3].numel())
+    if isinstance(tile_tokens, bool) or not isinstance(tile_tokens, int) or tile_tokens <= 0:
         raise ValueError(f"tile_tokens must be a positive int, got {tile_tokens!r}")
+    return tile_tokens

@@ -17,11 +17,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-TILE_ELEMENTS = 1 << 20  # scores per tile: 4 MB in float32
+TILE_ELEMENTS = 1 << 20  # scores per tile on CPU: 4 MB in float32, cache-sized
+GPU_TILE_ELEMENTS = 1 << 26  # elsewhere: 256 MB, few launches, memory still bounded
 
 
-def _tile_ranges(bh: int, scores_per_head: int):
-    g = max(1, TILE_ELEMENTS // max(1, scores_per_head))
+def _tile_ranges(bh: int, scores_per_head: int, device: torch.device) -> list[slice]:
+    budget = TILE_ELEMENTS if device.type == "cpu" else GPU_TILE_ELEMENTS
+    g = max(1, budget // max(1, scores_per_head))
     return [slice(i, min(i + g, bh)) for i in range(0, bh, g)]
 
 
@@ -37,7 +39,7 @@ class _ExactPower(torch.autograd.Function):
         bh, length, _ = q.shape
         out = v.new_empty(bh, length, v.shape[-1])
         den = v.new_empty(bh, length, 1)
-        for t in _tile_ranges(bh, length * k.shape[1]):
+        for t in _tile_ranges(bh, length * k.shape[1], q.device):
             sim = torch.bmm(q[t], k[t].transpose(1, 2)).pow_(p)  # (g, L, S)
             mask = _blocked_tile(blocked, t)
             if mask is not None:
@@ -55,7 +57,7 @@ class _ExactPower(torch.autograd.Function):
         q, k, v, blocked, out, den = ctx.saved_tensors
         p = ctx.p
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        for t in _tile_ranges(q.shape[0], q.shape[1] * k.shape[1]):
+        for t in _tile_ranges(q.shape[0], q.shape[1] * k.shape[1], q.device):
             qt, kt, vt = q[t], k[t], v[t]
             dot = torch.bmm(qt, kt.transpose(1, 2))  # recomputed: (g, L, S)
             slope = dot.pow(p - 1)  # d^{p-1}
