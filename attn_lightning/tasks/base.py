@@ -41,6 +41,19 @@ def resolve_attention(
     return {**base, **override}
 
 
+def split_log_options(split: str, batch_size: int) -> dict[str, Any]:
+    """``self.log`` options every task uses for its scalars: per step (and epoch) in training,
+    per epoch elsewhere, and averaged across DDP ranks outside training (where it is cheap and
+    the logged validation numbers must not depend on the rank)."""
+    on_step = split == "train"
+    return {
+        "on_step": on_step,
+        "on_epoch": True,
+        "batch_size": batch_size,
+        "sync_dist": not on_step,
+    }
+
+
 class AttentionTask(pl.LightningModule):
     """Base LightningModule: optimiser/schedule, override-aware loading, hparams-tab metrics.
 

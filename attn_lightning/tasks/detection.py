@@ -23,7 +23,7 @@ from torchvision.ops import box_convert
 
 from attn_lightning.models.detr import DETR, SITES, attention_parameters
 from attn_lightning.models.matcher import HungarianMatcher, SetCriterion
-from attn_lightning.tasks.base import AttentionTask, resolve_attention
+from attn_lightning.tasks.base import AttentionTask, resolve_attention, split_log_options
 
 Batch = tuple[Tensor, list[dict[str, Any]]]
 MAP_KEYS = {"mAP": "map", "AP50": "map_50", "AP75": "map_75"}
@@ -195,15 +195,7 @@ class DetectionTask(AttentionTask):
         loss, parts = self.criterion(outputs, targets)
         on_step = split == "train"
         size = images.shape[0]
-        self.log(
-            f"{split}/loss",
-            loss,
-            prog_bar=True,
-            on_step=on_step,
-            on_epoch=True,
-            batch_size=size,
-            sync_dist=not on_step,
-        )
+        self.log(f"{split}/loss", loss, prog_bar=True, **split_log_options(split, size))
         for name, value in parts.items():
             self.log(
                 f"{split}/loss_{name}",

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim, sample_pixels
-from attn_lightning.tasks.base import AttentionTask, resolve_attention
+from attn_lightning.tasks.base import AttentionTask, resolve_attention, split_log_options
 
 SPLITS = ("train", "val", "test")
 DEFAULT_OBSERVED_FRACTION = 0.38  # the paper observes 300 of 784 pixels (38%)
@@ -172,14 +172,7 @@ class ImageGenerationTask(AttentionTask):
         log_lik = self(batch["pixels"])  # (B, N) nats
         loss = bits_per_dim(log_lik)
         completion = bits_per_dim(log_lik[:, self.observed_pixels :])
-        on_step = split == "train"
-        size = log_lik.shape[0]
-        options = {
-            "on_step": on_step,
-            "on_epoch": True,
-            "batch_size": size,
-            "sync_dist": not on_step,
-        }
+        options = split_log_options(split, log_lik.shape[0])
         self.log(f"{split}/loss", loss, prog_bar=True, **options)
         self.log(f"{split}/bits_per_dim", loss, **options)
         self.log(f"{split}/completion_bpd", completion, **options)

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from attn_lightning.models.mlp import MLP
-from attn_lightning.tasks.base import AttentionTask
+from attn_lightning.tasks.base import AttentionTask, split_log_options
 from attn_lightning.tasks.lora_adapt import (
     ADAPTED_MODES,
     BaseWeightsHooks,
@@ -174,15 +174,7 @@ class LoRAClassifierTask(BaseWeightsHooks, AttentionTask):
         accuracy = self.metrics[f"{split}_acc"]
         accuracy(logits, label)
         on_step, size = split == "train", label.shape[0]
-        self.log(
-            f"{split}/loss",
-            loss,
-            prog_bar=True,
-            on_step=on_step,
-            on_epoch=True,
-            batch_size=size,
-            sync_dist=not on_step,
-        )
+        self.log(f"{split}/loss", loss, prog_bar=True, **split_log_options(split, size))
         self.log(f"{split}/acc", accuracy, prog_bar=True, on_step=on_step, on_epoch=True)
         self.log(
             f"{split}/trainable_params",

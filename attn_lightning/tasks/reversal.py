@@ -29,7 +29,7 @@ from torchmetrics import MeanMetric
 
 from attn_lightning.models.generation import METHODS, generate
 from attn_lightning.models.sequence import SequenceTransformer
-from attn_lightning.tasks.base import AttentionTask, resolve_attention
+from attn_lightning.tasks.base import AttentionTask, resolve_attention, split_log_options
 
 MODES = ("decoder", "encoder")
 SPLITS = ("train", "val", "test")
@@ -174,15 +174,7 @@ class SequenceReversalTask(AttentionTask):
         self.metrics[f"{split}_exact_acc"](correct.all(dim=1).float())
         on_step = split == "train"
         size = source.shape[0]
-        self.log(
-            f"{split}/loss",
-            loss,
-            prog_bar=True,
-            on_step=on_step,
-            on_epoch=True,
-            batch_size=size,
-            sync_dist=not on_step,
-        )
+        self.log(f"{split}/loss", loss, prog_bar=True, **split_log_options(split, size))
         for name in ("token_acc", "exact_acc"):
             self.log(
                 f"{split}/{name}",
