@@ -10,7 +10,7 @@ from attn_lightning.attention import (  # noqa: F401
     softmax,
 )
 from attn_lightning.attention.base import Attention, State
-from attn_lightning.attention.kernelized import FeatureMapAttention
+from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.registry import (
     attention_class,
     attention_options,

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.kernelized import FeatureMapAttention
+from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.registry import register_attention
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attn_lightning.attention.base import State, accumulation_dtype, allowed_keys
-from attn_lightning.attention.kernelized import FeatureMapAttention
+from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.polysketch import (
     LearnedPolySketch,

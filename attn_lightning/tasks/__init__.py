@@ -3,8 +3,8 @@
 from attn_lightning.tasks.base import AttentionTask, resolve_attention
 from attn_lightning.tasks.detection import DetectionTask
 from attn_lightning.tasks.image import ImageGenerationTask
-from attn_lightning.tasks.lora import LoRAClassifierTask
-from attn_lightning.tasks.lora_transformer import LoRAReversalTask
+from attn_lightning.tasks.lora_mlp import LoRAClassifierTask
+from attn_lightning.tasks.lora_reversal import LoRAReversalTask
 from attn_lightning.tasks.reversal import SequenceReversalTask
 
 __all__ = [

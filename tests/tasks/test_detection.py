@@ -9,8 +9,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from attn_lightning.callbacks.detections import draw_detections
 from attn_lightning.cli import main
-from attn_lightning.detection_callbacks import draw_detections
 from attn_lightning.tasks.detection import DetectionTask, site_specs
 
 ROOT = Path(__file__).resolve().parents[2]

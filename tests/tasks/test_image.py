@@ -12,10 +12,10 @@ import yaml
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from attn_lightning import sample_images
 from attn_lightning.attention import available_attentions
 from attn_lightning.cli import main
 from attn_lightning.models.pixel import bits_per_dim
+from attn_lightning.studies import image_samples as sample_images
 from attn_lightning.tasks.image import ImageGenerationTask
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 ``sample_grid`` and ``completion_grid`` build ``(3, H', W')`` float images in [0, 1]; the
 ``ImageGrids`` callback logs them to TensorBoard each validation epoch, and
-``python -m attn_lightning.sample_images`` writes the same grids as PNG from a checkpoint.
+``python -m attn_lightning.studies.image_samples`` writes the same grids as PNG from a checkpoint.
 Completion rows read ``occluded | completion 1 … C | original``; the held-out part of the
 occluded image is drawn mid-grey with a red line under the last observed pixel row.
 """

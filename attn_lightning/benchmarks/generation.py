@@ -1,9 +1,9 @@
 """Image generation throughput per backend, and the decode-latency plot of the image report.
 
-    python -m attn_lightning.image_throughput --image_size 28 --batch 32 \\
+    python -m attn_lightning.benchmarks.generation --image_size 28 --batch 32 \\
         --backends softmax linear performer:num_features=64 polynomial:form=sketch,sketch_size=32 \\
         --recompute softmax --out docs/results/image_throughput
-    python -m attn_lightning.image_throughput --decode_csv out/decode/decode_cpu.csv \\
+    python -m attn_lightning.benchmarks.generation --decode_csv out/decode/decode_cpu.csv \\
         --decode_png docs/results/figures/decode_latency.png     # plot only
 
 Throughput: a randomly initialised ``PixelTransformer`` (speed does not depend on the weights)
@@ -31,9 +31,9 @@ import torch
 
 from attn_lightning.benchmarks.report import read_csv
 from attn_lightning.models.pixel import PixelTransformer, sample_pixels
-from attn_lightning.sweep import parse_backend
+from attn_lightning.studies.sweep import parse_backend
 
-log = logging.getLogger("attn_lightning.image_throughput")
+log = logging.getLogger("attn_lightning.benchmarks.generation")
 
 
 def measure(spec: str, method: str, *, args: argparse.Namespace) -> dict[str, float | str | int]:
@@ -136,7 +136,7 @@ def plot_decode(csv_path: Path, png: Path) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m attn_lightning.image_throughput",
+        prog="python -m attn_lightning.benchmarks.generation",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     jobs += [(spec, "recompute") for spec in args.recompute]
     if jobs:
         rows = [measure(spec, method, args=args) for spec, method in jobs]
-        command = "python -m attn_lightning.image_throughput " + shlex.join(argv)
+        command = "python -m attn_lightning.benchmarks.generation " + shlex.join(argv)
         write_throughput(rows, args.out, command, args)
         log.info("wrote %s.md and %s.csv", args.out, args.out)
 

@@ -1,6 +1,6 @@
 """Write sample and completion grids of an image-generation checkpoint as PNG.
 
-    python -m attn_lightning.sample_images --ckpt_path checkpoints/image/<run>/last.ckpt \\
+    python -m attn_lightning.studies.image_samples --ckpt_path checkpoints/image/<run>/last.ckpt \\
         --out docs/results/figures --prefix linear_ [--num_samples 16] [--num_images 6] \\
         [--num_completions 3] [--temperature 1.0] [--seed 0] [--split test] [--method auto]
 
@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 from torchvision.utils import save_image
 
+from attn_lightning.callbacks.images import completion_grid, grid_generator, sample_grid
 from attn_lightning.data.pixels import PixelDataModule
-from attn_lightning.image_callbacks import completion_grid, grid_generator, sample_grid
 from attn_lightning.models.generation import METHODS
 from attn_lightning.tasks.image import ImageGenerationTask
 
-log = logging.getLogger("attn_lightning.sample_images")
+log = logging.getLogger("attn_lightning.studies.image_samples")
 
 
 def load_task(ckpt_path: str | Path, *, device: str = "cpu") -> tuple[ImageGenerationTask, dict]:
@@ -68,7 +68,7 @@ def write_grids(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m attn_lightning.sample_images",
+        prog="python -m attn_lightning.studies.image_samples",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from attn_lightning.cli import main
-from attn_lightning.tasks.lora_transformer import LoRAReversalTask
+from attn_lightning.tasks.lora_reversal import LoRAReversalTask
 from attn_lightning.tasks.reversal import SequenceReversalTask
 
 ROOT = Path(__file__).resolve().parents[2]

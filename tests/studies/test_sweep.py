@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.sweep import RunResult, main, parse_backend, run_label, summarize
+from attn_lightning.studies.sweep import RunResult, main, parse_backend, run_label, summarize
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_parse_backend_specs():
@@ -118,7 +118,7 @@ def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
     )
     assert [(r.status, r.global_step) for r in results] == [("ok", 2)]
     md = (out.parent / "tiny.md").read_text()
-    assert "python -m attn_lightning.sweep --config" in md
+    assert "python -m attn_lightning.studies.sweep --config" in md
     assert "| `linear:feature_map=relu` | 1 |" in md
     with (out.parent / "tiny.csv").open() as f:
         (row,) = list(csv.DictReader(f))

@@ -1,9 +1,9 @@
 """The LoRA study: base, full fine-tuning and LoRA at every rank, over seeds, in one process.
 
-    nice -n 19 python -m attn_lightning.tasks.lora_study --part mlp
-    nice -n 19 python -m attn_lightning.tasks.lora_study --part variants   # after mlp
-    nice -n 19 python -m attn_lightning.tasks.lora_study --part transformer
-    python -m attn_lightning.tasks.lora_study --part report     # tables only, from the CSVs
+    nice -n 19 python -m attn_lightning.studies.lora --part mlp
+    nice -n 19 python -m attn_lightning.studies.lora --part variants   # after mlp
+    nice -n 19 python -m attn_lightning.studies.lora --part transformer
+    python -m attn_lightning.studies.lora --part report     # tables only, from the CSVs
 
 Every run is a ``train.py`` run (``attn_lightning.cli.main`` called in-process with the same
 arguments, so ~150 runs pay the import cost once) from ``configs/lora`` or
@@ -14,7 +14,7 @@ LoRA and LoRA-from-scratch at every rank. ``transformer``: one reversal base
 ``q_proj``/``v_proj`` at the transformer ranks and LoRA from scratch. ``variants``: LoRA at
 one rank with the head frozen, the head in ``modules_to_save``, or every bias trained. Each
 part appends its runs to ``<out>_<part>_runs.csv``; ``report`` (also run after each part)
-writes ``<out>.md`` and ``<out>_summary.csv`` via ``attn_lightning.tasks.lora_report``.
+writes ``<out>.md`` and ``<out>_summary.csv`` via ``attn_lightning.studies.lora_report``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.tasks.lora_report import FIELDS, write_report
+from attn_lightning.studies.lora_report import FIELDS, write_report
 
 log = logging.getLogger("attn_lightning.lora_study")
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,7 +231,7 @@ def run_transformer(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m attn_lightning.tasks.lora_study")
+    parser = argparse.ArgumentParser(prog="python -m attn_lightning.studies.lora")
     parser.add_argument(
         "--part", choices=("mlp", "variants", "transformer", "report"), required=True
     )

@@ -1,6 +1,6 @@
 """Repeat a config over attention backends and seeds; tabulate mean ± std.
 
-    python -m attn_lightning.sweep --config configs/reversal/base.yaml \\
+    python -m attn_lightning.studies.sweep --config configs/reversal/base.yaml \\
         --backends softmax linear performer:num_features=64 polynomial:form=sketch \\
         --seeds 0 1 2 --set trainer.max_steps=3000 --out docs/results/reversal_len50
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-log = logging.getLogger("attn_lightning.sweep")
+log = logging.getLogger("attn_lightning.studies.sweep")
 # (title, metric, scale, decimals) of the summary table; greedy = decoded with generate().
 COLUMNS = (
     ("token acc (%)", "test/token_acc", 100, 2),
@@ -43,7 +43,7 @@ COLUMNS = (
     ("test loss", "test/loss", 1, 4),
 )
 REPORTED = tuple(key for _, key, _, _ in COLUMNS)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def parse_backend(spec: str) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def write_outputs(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m attn_lightning.sweep",
+        prog="python -m attn_lightning.studies.sweep",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
                 args.out,
                 results,
                 summary,
-                command="python -m attn_lightning.sweep " + shlex.join(argv),
+                command="python -m attn_lightning.studies.sweep " + shlex.join(argv),
                 metric=args.metric,
                 threshold=args.threshold,
             )

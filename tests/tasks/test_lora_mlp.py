@@ -12,7 +12,7 @@ from peft import PeftModel
 
 from attn_lightning.cli import main
 from attn_lightning.models.mlp import MLP
-from attn_lightning.tasks.lora import LoRAClassifierTask
+from attn_lightning.tasks.lora_mlp import LoRAClassifierTask
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "lora"

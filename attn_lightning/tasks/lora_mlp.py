@@ -26,9 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from attn_lightning.models.mlp import MLP
-from attn_lightning.tasks.base import AttentionTask, split_log_options
-from attn_lightning.tasks.lora_adapt import (
+from attn_lightning.models.lora import (
     ADAPTED_MODES,
     BaseWeightsHooks,
     build_lora_config,
@@ -40,6 +38,8 @@ from attn_lightning.tasks.lora_adapt import (
     trainable_parameters,
     wrap_with_lora,
 )
+from attn_lightning.models.mlp import MLP
+from attn_lightning.tasks.base import AttentionTask, split_log_options
 
 SPLITS = ("train", "val", "test")
 

@@ -1,6 +1,6 @@
 """Run the DETR attention-site comparison over seeds and write its results table.
 
-    python -m attn_lightning.detection_report --variants softmax softmax_no_projections \\
+    python -m attn_lightning.studies.detection --variants softmax softmax_no_projections \\
         optimization_encoder_self optimization_decoder_self optimization_decoder_cross \\
         optimization_all mean --seeds 0 1 2 --jobs 2 --out docs/results/detection_runs
 
@@ -33,8 +33,8 @@ from typing import Any
 import torch
 import yaml
 
-log = logging.getLogger("attn_lightning.detection_report")
-ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger("attn_lightning.studies.detection")
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "detection"
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
-        prog="python -m attn_lightning.detection_report",
+        prog="python -m attn_lightning.studies.detection",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         rows = list(pool.map(lambda job: run_one(*job, args), jobs))
     torch.set_num_threads(1)
     costs = {v: measure(v, batch=args.batch, repeats=args.repeats) for v in args.variants}
-    write(args.out, rows, costs, "python -m attn_lightning.detection_report " + shlex.join(argv))
+    write(args.out, rows, costs, "python -m attn_lightning.studies.detection " + shlex.join(argv))
     log.info("wrote %s.md and %s.csv", args.out, args.out)
     return rows
 

@@ -20,8 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.tasks.base import resolve_attention
-from attn_lightning.tasks.lora_adapt import (
+from attn_lightning.models.lora import (
     ADAPTED_MODES,
     BaseWeightsHooks,
     build_lora_config,
@@ -32,6 +31,7 @@ from attn_lightning.tasks.lora_adapt import (
     trainable_parameters,
     wrap_with_lora,
 )
+from attn_lightning.tasks.base import resolve_attention
 from attn_lightning.tasks.reversal import SequenceReversalTask
 
 
