@@ -16,6 +16,7 @@ from attn_lightning.attention.registry import (
     attention_options,
     available_attentions,
     build_attention,
+    parse_attention_spec,
     register_attention,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "attention_options",
     "available_attentions",
     "build_attention",
+    "parse_attention_spec",
     "register_attention",
 ]

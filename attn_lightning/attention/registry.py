@@ -7,7 +7,10 @@ and unknown options fail here, at build time, with the list of what is allowed.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any, TypeVar
+
+import yaml
 
 from attn_lightning.attention.base import Attention
 
@@ -35,6 +38,7 @@ def available_attentions() -> list[str]:
 
 
 def attention_class(name: str) -> type[Attention]:
+    """The class registered as ``name``; ValueError listing the names when there is none."""
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(
             f"unknown attention {name!r}; available: {', '.join(available_attentions())}"
@@ -52,17 +56,66 @@ def attention_options(name: str) -> dict[str, Any]:
     }
 
 
-def build_attention(name: str, *, head_dim: int, **options: Any) -> Attention:
-    """Build the backend registered as ``name``.
+def parse_attention_spec(spec: str) -> dict[str, Any]:
+    """The command-line spelling of a backend -> its YAML dict.
 
-    Args:
-        name: a registry name, see ``available_attentions()``.
-        head_dim: per-head query/key size D, given by the model.
-        **options: backend tunables (e.g. ``num_features`` for performer), usually from YAML.
+    ``"performer:num_features=64,kernel=hyperbolic"`` -> ``{"name": "performer",
+    "num_features": 64, "kernel": "hyperbolic"}``. Values are YAML scalars (``true``, ``null``,
+    ``3``, ``0.5``, ``[1, 2]``), plus ``1e-6`` and ``none`` read as a float and None. Names and
+    options are checked by ``build_attention``, not here (the sweep passes specs to other
+    processes).
 
     Raises:
-        ValueError: unknown name or option, naming what is allowed.
+        ValueError: no name, or an item that is not ``key=value``.
     """
+    name, _, rest = spec.strip().partition(":")
+    if not name:
+        raise ValueError(f"attention spec {spec!r} has no name; expected name[:key=value,...]")
+    attention: dict[str, Any] = {"name": name}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"bad attention option {item!r} in {spec!r}: expected key=value")
+        attention[key.strip()] = _parse_value(raw.strip())
+    return attention
+
+
+def _parse_value(text: str) -> Any:
+    if text.lower() == "none":
+        return None
+    value = yaml.safe_load(text)
+    if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def build_attention(name: str | Mapping[str, Any], *, head_dim: int, **options: Any) -> Attention:
+    """Build a backend from its registry name and options, or from a YAML-style spec mapping.
+
+    ``build_attention("performer", head_dim=64, num_features=128)`` and
+    ``build_attention({"name": "performer", "num_features": 128}, head_dim=64)`` are the same.
+
+    Args:
+        name: a registry name (see ``available_attentions()``) or a mapping with a ``name`` key
+            and the options (what ``model.init_args.attention`` holds in YAML).
+        head_dim: per-head query/key size D, given by the model.
+        **options: backend tunables (e.g. ``num_features`` for performer); with a mapping,
+            these override its entries.
+
+    Raises:
+        ValueError: a mapping without ``name``, an unknown name or option, naming what is allowed.
+    """
+    if isinstance(name, Mapping):
+        if "name" not in name:
+            raise ValueError(
+                f"attention must be a dict with a 'name' key, e.g. {{'name': 'softmax'}}, "
+                f"got {dict(name)!r}"
+            )
+        options = {**{k: v for k, v in name.items() if k != "name"}, **options}
+        name = name["name"]
     cls = attention_class(name)
     allowed = attention_options(name)
     unknown = sorted(set(options) - set(allowed))

@@ -29,9 +29,10 @@ from pathlib import Path
 
 import torch
 
+from attn_lightning.attention import parse_attention_spec
+
 from attn_lightning.benchmarks.report import read_csv
 from attn_lightning.models.pixel import PixelTransformer, sample_pixels
-from attn_lightning.studies.sweep import parse_backend
 
 log = logging.getLogger("attn_lightning.benchmarks.generation")
 
@@ -46,7 +47,7 @@ def measure(spec: str, method: str, *, args: argparse.Namespace) -> dict[str, fl
         num_heads=args.num_heads,
         num_layers=args.num_layers,
         d_ff=args.d_ff,
-        attention=parse_backend(spec),
+        attention=parse_attention_spec(spec),
     ).eval()
     observed = torch.empty(args.batch, 0, dtype=torch.long)
     times = []

@@ -4,7 +4,7 @@
     performer:num_features=128,kernel=hyperbolic
     polynomial:form=sketch,sketch_size=32
 
-Values are parsed as bool (true/false), None (none), int, float, else kept as strings. Unknown
+Values are parsed by ``attention.parse_attention_spec`` (YAML scalars). Unknown
 names and options fail here, before anything is timed, with the allowed ones listed.
 """
 
@@ -18,6 +18,7 @@ from attn_lightning.attention import (
     attention_options,
     available_attentions,
     build_attention,
+    parse_attention_spec,
 )
 
 
@@ -33,21 +34,6 @@ class BackendSpec:
         return build_attention(self.name, head_dim=head_dim, **self.options)
 
 
-def parse_value(raw: str) -> Any:
-    """``"true"`` -> True, ``"none"`` -> None, ``"3"`` -> 3, ``"0.5"`` -> 0.5, else the string."""
-    lowered = raw.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered == "none":
-        return None
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
-
-
 def parse_backend(spec: str) -> BackendSpec:
     """Parse ``name[:key=value,...]`` and check the name and option keys against the registry.
 
@@ -55,21 +41,17 @@ def parse_backend(spec: str) -> BackendSpec:
         ValueError: unknown backend, malformed ``key=value`` item or unknown option, naming the
             allowed values.
     """
-    name, _, rest = spec.strip().partition(":")
+    options = parse_attention_spec(spec)
+    name = options.pop("name")
     if name not in available_attentions():
         raise ValueError(
             f"unknown backend {name!r} in {spec!r}; available: {', '.join(available_attentions())}"
         )
     allowed = attention_options(name)
-    options: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in rest.split(","))):
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"bad backend option {item!r} in {spec!r}: expected key=value")
-        if key not in allowed:
-            raise ValueError(
-                f"unknown option {key!r} for backend {name!r} in {spec!r}; "
-                f"allowed: {', '.join(allowed) or 'none'}"
-            )
-        options[key] = parse_value(raw)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"unknown option {', '.join(map(repr, unknown))} for backend {name!r} in {spec!r}; "
+            f"allowed: {', '.join(allowed) or 'none'}"
+        )
     return BackendSpec(label=spec.strip(), name=name, options=options)

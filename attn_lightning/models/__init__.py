@@ -14,7 +14,6 @@ from attn_lightning.models.transformer import (
     MultiHeadAttention,
     TransformerDecoder,
     TransformerEncoder,
-    build_backend,
 )
 
 __all__ = [
@@ -27,7 +26,6 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "TransformerDecoder",
     "TransformerEncoder",
-    "build_backend",
     "build_positional_encoding",
     "categorical",
     "count_parameters",

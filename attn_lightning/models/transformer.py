@@ -27,22 +27,6 @@ from attn_lightning.attention import Attention, State, build_attention
 LayerState = tuple[State | None, ...]
 
 
-def build_backend(attention: Mapping[str, Any], *, head_dim: int) -> Attention:
-    """Build a backend from a YAML-style dict ``{name: ..., **options}``.
-
-    Raises:
-        ValueError: no ``name``, or (from the registry) an unknown name or option, listing
-            the allowed ones.
-    """
-    if not isinstance(attention, Mapping) or "name" not in attention:
-        raise ValueError(
-            f"attention must be a dict with a 'name' key, e.g. {{'name': 'softmax'}}, "
-            f"got {attention!r}"
-        )
-    options = {k: v for k, v in attention.items() if k != "name"}
-    return build_attention(attention["name"], head_dim=head_dim, **options)
-
-
 class MultiHeadAttention(nn.Module):
     """Project, split heads, mix with the backend, merge heads, project back.
 
@@ -75,7 +59,7 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
         self.projections = projections
-        self.backend = build_backend(attention, head_dim=self.head_dim)
+        self.backend = build_attention(attention, head_dim=self.head_dim)
         if projections:
             # Separate Linear layers (not one fused qkv) so LoRA can target q_proj / v_proj.
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)

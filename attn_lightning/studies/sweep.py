@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from attn_lightning.attention import parse_attention_spec
+
 log = logging.getLogger("attn_lightning.studies.sweep")
 # (title, metric, scale, decimals) of the summary table; greedy = decoded with generate().
 COLUMNS = (
@@ -44,30 +46,6 @@ COLUMNS = (
 )
 REPORTED = tuple(key for _, key, _, _ in COLUMNS)
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def parse_backend(spec: str) -> dict[str, Any]:
-    """``"performer:num_features=64,kernel=hyperbolic"`` -> ``{"name": "performer", ...}``."""
-    name, _, options = spec.partition(":")
-    if not name:
-        raise ValueError(f"backend spec {spec!r} has no name; expected name[:key=value,...]")
-    attention: dict[str, Any] = {"name": name}
-    for item in filter(None, options.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"backend option {item!r} in {spec!r} is not key=value")
-        attention[key] = _parse_value(value)
-    return attention
-
-
-def _parse_value(text: str) -> Any:
-    value = yaml.safe_load(text)
-    if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def run_label(spec: str) -> str:
@@ -99,7 +77,7 @@ def run_one(
     for config in args.config:
         cmd += ["--config", config]
     cmd += [
-        f"--model.init_args.attention={json.dumps(parse_backend(spec))}",
+        f"--model.init_args.attention={json.dumps(parse_attention_spec(spec))}",
         f"--seed_everything={seed}",
         f"--experiment={args.experiment}",
         f"--run_name={label}",
@@ -263,7 +241,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     for spec in args.backends:
-        parse_backend(spec)  # fail before the first run on a malformed spec
+        parse_attention_spec(spec)  # fail before the first run on a malformed spec
     bad = [a for a in args.set if "=" not in a]
     if bad:
         raise SystemExit(f"--set expects KEY=VALUE, got {bad}")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from attn_lightning.attention import build_attention
 from attn_lightning.benchmarks import approximation as approx
 from attn_lightning.benchmarks import kernel_shapes, measure, protocols, report, scaling
-from attn_lightning.benchmarks.specs import parse_backend, parse_value
+from attn_lightning.benchmarks.specs import parse_backend
 
 
 # ---------------------------------------------------------------------------- specs
@@ -25,14 +25,6 @@ def test_parse_backend_types_and_label():
     assert parse_backend("softmax").options == {}
     attn = parse_backend("polynomial:form=sketch,sketch_size=8").build(head_dim=16)
     assert (attn.form, attn.sketch_size) == ("sketch", 8)
-
-
-@pytest.mark.parametrize(
-    ("raw", "expected"),
-    [("true", True), ("False", False), ("none", None), ("3", 3), ("0.5", 0.5), ("elu", "elu")],
-)
-def test_parse_value(raw, expected):
-    assert parse_value(raw) == expected and type(parse_value(raw)) is type(expected)
 
 
 def test_parse_backend_unknown_name_lists_available():

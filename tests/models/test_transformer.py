@@ -12,7 +12,6 @@ from attn_lightning.models import (
     MultiHeadAttention,
     TransformerDecoder,
     TransformerEncoder,
-    build_backend,
 )
 
 B, L, S, E, H = 2, 7, 5, 12, 3
@@ -166,7 +165,7 @@ def test_decoder_cross_attention_shapes_and_memory_mask():
 
 def test_clear_errors():
     with pytest.raises(ValueError, match="must be a dict with a 'name'"):
-        build_backend({"num_features": 3}, head_dim=4)
+        MultiHeadAttention(E, H, {"num_features": 3})
     with pytest.raises(ValueError, match=r"unknown attention 'nope'.*softmax"):
         MultiHeadAttention(E, H, {"name": "nope"})
     with pytest.raises(ValueError, match=r"unknown option\(s\) 'bogus'"):

@@ -7,24 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.studies.sweep import RunResult, main, parse_backend, run_label, summarize
+from attn_lightning.studies.sweep import RunResult, main, run_label, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_parse_backend_specs():
-    assert parse_backend("softmax") == {"name": "softmax"}
-    assert parse_backend("polynomial:form=sketch,sketch_size=64") == {
-        "name": "polynomial",
-        "form": "sketch",
-        "sketch_size": 64,
-    }
-    assert parse_backend("performer:kernel=hyperbolic,eps=1e-6")["eps"] == pytest.approx(1e-6)
-    assert run_label("polynomial:form=sketch") == "polynomial_form-sketch"
-    with pytest.raises(ValueError, match="is not key=value"):
-        parse_backend("performer:num_features")
-    with pytest.raises(ValueError, match="has no name"):
-        parse_backend(":a=1")
 
 
 def test_summarize_mean_std_and_failures():
