@@ -30,7 +30,6 @@ from pathlib import Path
 import torch
 
 from attn_lightning.attention import parse_attention_spec
-
 from attn_lightning.benchmarks.report import read_csv
 from attn_lightning.models.pixel import PixelTransformer, sample_pixels
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attn_lightning.attention import Attention, State, build_attention
+from attn_lightning.attention import State, build_attention
 
 LayerState = tuple[State | None, ...]
 

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from attn_lightning.attention import parse_attention_spec
 
 log = logging.getLogger("attn_lightning.studies.sweep")

@@ -70,5 +70,5 @@ def test_parse_spec_values(raw, expected):
 
 @pytest.mark.parametrize("spec", ["performer:num_features", ":a=1", "linear:=3"])
 def test_malformed_specs_fail(spec):
-    with pytest.raises(ValueError, match="no name|key=value"):
+    with pytest.raises(ValueError, match=r"no name|key=value"):
         parse_attention_spec(spec)

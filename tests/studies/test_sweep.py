@@ -12,6 +12,10 @@ from attn_lightning.studies.sweep import RunResult, main, run_label, summarize
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def test_run_label_is_file_name_safe():
+    assert run_label("polynomial:form=sketch") == "polynomial_form-sketch"
+
+
 def test_summarize_mean_std_and_failures():
     results = [
         RunResult("a", 0, 10.0, "ok", {"test/token_acc": 1.0, "test/exact_acc": 1.0}),
