@@ -1,10 +1,15 @@
 """LightningDataModules, one per dataset family."""
 
-from attn_lightning.data.detection import DetectionDataModule, SyntheticScenes
-from attn_lightning.data.domains import DomainImageDataModule, ShiftedReversalDataModule
+from attn_lightning.data.detection import DetectionDataModule
+from attn_lightning.data.domains import DomainImageDataModule
 from attn_lightning.data.images import load_images
 from attn_lightning.data.pixels import PixelDataModule
-from attn_lightning.data.reversal import ReversalDataset, SequenceReversalDataModule
+from attn_lightning.data.reversal import (
+    ReversalDataset,
+    SequenceReversalDataModule,
+    ShiftedReversalDataModule,
+)
+from attn_lightning.data.scenes import SyntheticScenes
 
 __all__ = [
     "DetectionDataModule",

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader, Dataset
 
+# The splits every DataModule serves, in this order (split i of a generated set uses seed·3 + i).
+SPLITS = ("train", "val", "test")
 
-class SplitDataModule(pl.LightningDataModule):
+D = TypeVar("D", bound=Dataset)
+
+
+class SplitDataModule(pl.LightningDataModule, Generic[D]):
     """Serves ``self.datasets["train" | "val" | "test"]`` (filled by the subclass's ``setup``).
 
     Training batches are shuffled; validation, test and predict (the test split) are not.
     Subclasses set ``batch_size`` and ``num_workers`` and may override ``collate``.
     """
 
-    datasets: dict[str, Dataset]
+    datasets: dict[str, D]
     batch_size: int
     num_workers: int
     collate: Callable[[list[Any]], Any] | None = None

@@ -1,14 +1,8 @@
-"""Object-detection data: synthetic shape scenes (embedded, offline) or a COCO-format folder.
+"""Object-detection data: the DataModule over synthetic scenes or a COCO-format folder.
 
-Every example is ``(image, target)``: ``image: (3, H, W)`` float in [0, 1] and ``target`` a dict
-with ``boxes: (M, 4)`` (cx, cy, w, h) normalised to [0, 1], ``labels: (M,)`` int64 in [0, C) and
-``image_id`` (int); ``M`` may be 0. Batches are ``(images (B, 3, H, W), [target, ...])``.
+Batches are ``(images (B, 3, H, W), [target, ...])`` with the targets of ``data/scenes.py``.
 
-* ``source="synthetic"``: ``SyntheticScenes`` draws 0..k filled shapes (square, disc, triangle,
-  ring, plus: the first ``num_classes``) of random colour and size on a noisy dark canvas, from
-  ``torch.Generator(seed)``; boxes are the tight boxes of the drawn pixels. Splits use
-  independent seeds. ``write_coco`` (or ``python -m attn_lightning.data.detection --out DIR``)
-  writes it as a COCO folder.
+* ``source="synthetic"``: ``SyntheticScenes`` (``data/scenes.py``); splits use independent seeds.
 * ``source="coco"``: ``<root>/<split>/`` images and ``<root>/annotations/instances_<split>.json``
   (split folder names configurable, e.g. ``{train: train2017, val: val2017, test: val2017}``),
   read by torchvision's ``CocoDetection``; images are resized to ``image_size²`` (boxes are
@@ -17,10 +11,6 @@ with ``boxes: (M, 4)`` (cx, cy, w, h) normalised to [0, 1], ``labels: (M,)`` int
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,178 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from attn_lightning.data.base import SplitDataModule
+from attn_lightning.data.base import SPLITS, SplitDataModule
+from attn_lightning.data.scenes import Example, SyntheticScenes
 
-SHAPES = ("square", "disc", "triangle", "ring", "plus")
 SOURCES = ("synthetic", "coco")
-SPLITS = ("train", "val", "test")
-Example = tuple[Tensor, dict[str, Any]]
-log = logging.getLogger(__name__)
-
-
-def _shape_mask(shape: str, dx: Tensor, dy: Tensor, r: float) -> Tensor:
-    """Pixels of ``shape`` with half-size r, given offsets ``dx, dy: (H, W)`` from its centre."""
-    ax, ay = dx.abs(), dy.abs()
-    if shape == "square":
-        return (ax <= r) & (ay <= r)
-    if shape == "disc":
-        return dx.square() + dy.square() <= r * r
-    if shape == "triangle":  # apex up, base at the bottom
-        return (ay <= r) & (ax <= (dy + r) / 2)
-    if shape == "ring":
-        d2 = dx.square() + dy.square()
-        return (d2 <= r * r) & (d2 >= (0.55 * r) ** 2)
-    bar = r / 3  # plus
-    return ((ax <= r) & (ay <= bar)) | ((ay <= r) & (ax <= bar))
-
-
-def render_scene(
-    generator: torch.Generator,
-    *,
-    image_size: int,
-    num_classes: int,
-    min_objects: int,
-    max_objects: int,
-    min_size: int,
-    max_size: int,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One scene: image ``(3, S, S)``, boxes ``(M, 4)`` cxcywh in [0, 1], labels ``(M,)``.
-
-    Objects whose box would overlap an earlier one by IoU > 0.1 are redrawn (up to 20 tries,
-    then dropped), so every object stays mostly visible.
-    """
-    s = image_size
-    image = 0.1 + 0.05 * torch.rand(3, s, s, generator=generator)  # dark noisy canvas
-    centres = torch.arange(s, dtype=torch.float32) + 0.5
-    yy, xx = torch.meshgrid(centres, centres, indexing="ij")  # (S, S) pixel centres
-    count = int(torch.randint(min_objects, max_objects + 1, (1,), generator=generator))
-    boxes: list[Tensor] = []
-    labels: list[int] = []
-    for _ in range(count):
-        for _ in range(20):
-            size = float(torch.randint(min_size, max_size + 1, (1,), generator=generator))
-            cx, cy = (size / 2 + torch.rand(2, generator=generator) * (s - size)).tolist()
-            label = int(torch.randint(num_classes, (1,), generator=generator))
-            mask = _shape_mask(SHAPES[label], xx - cx, yy - cy, size / 2)
-            rows, cols = mask.any(1).nonzero(), mask.any(0).nonzero()
-            if not len(rows):
-                continue
-            box = torch.tensor(
-                [cols.min(), rows.min(), cols.max() + 1, rows.max() + 1], dtype=torch.float32
-            )  # xyxy in pixels
-            if boxes and _max_iou(box, torch.stack(boxes)) > 0.1:
-                continue
-            colour = 0.4 + 0.6 * torch.rand(3, 1, 1, generator=generator)
-            image = torch.where(mask, colour, image)
-            boxes.append(box)
-            labels.append(label)
-            break
-    xyxy = torch.stack(boxes) / s if boxes else torch.zeros(0, 4)
-    cxcywh = torch.cat([(xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]], dim=1)
-    return image, cxcywh, torch.tensor(labels, dtype=torch.int64)
-
-
-def _max_iou(box: Tensor, others: Tensor) -> float:
-    lt = torch.maximum(box[:2], others[:, :2])
-    rb = torch.minimum(box[2:], others[:, 2:])
-    inter = (rb - lt).clamp(min=0).prod(dim=1)
-    area = (box[2:] - box[:2]).prod()
-    areas = (others[:, 2:] - others[:, :2]).prod(dim=1)
-    return float((inter / (area + areas - inter)).max())
-
-
-class SyntheticScenes(Dataset):
-    """``size`` shape scenes rendered once from ``torch.Generator(seed)`` (see module doc)."""
-
-    def __init__(
-        self,
-        *,
-        size: int,
-        seed: int,
-        image_size: int = 64,
-        num_classes: int = 3,
-        min_objects: int = 1,
-        max_objects: int = 3,
-        min_size: int = 12,
-        max_size: int = 28,
-    ) -> None:
-        if not 1 <= num_classes <= len(SHAPES):
-            raise ValueError(
-                f"num_classes must be in 1..{len(SHAPES)} ({SHAPES}), got {num_classes}"
-            )
-        if not 0 <= min_objects <= max_objects:
-            raise ValueError(
-                f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}"
-            )
-        if not 2 <= min_size <= max_size <= image_size:
-            raise ValueError(
-                f"need 2 <= min_size <= max_size <= image_size, got {min_size}, {max_size}, "
-                f"{image_size}"
-            )
-        generator = torch.Generator().manual_seed(seed)
-        scenes = [
-            render_scene(
-                generator,
-                image_size=image_size,
-                num_classes=num_classes,
-                min_objects=min_objects,
-                max_objects=max_objects,
-                min_size=min_size,
-                max_size=max_size,
-            )
-            for _ in range(size)
-        ]
-        self.images = torch.stack([s[0] for s in scenes]) if scenes else torch.zeros(0, 3, 1, 1)
-        self.boxes = [s[1] for s in scenes]
-        self.labels = [s[2] for s in scenes]
-        self.categories = list(SHAPES[:num_classes])
-
-    def __len__(self) -> int:
-        return len(self.boxes)
-
-    def __getitem__(self, index: int) -> Example:
-        target = {"boxes": self.boxes[index], "labels": self.labels[index], "image_id": index}
-        return self.images[index], target
-
-
-def write_coco(dataset: SyntheticScenes, root: str | Path, split: str) -> Path:
-    """Write ``<root>/<split>/<id>.png`` and ``<root>/annotations/instances_<split>.json``.
-
-    Boxes become COCO's absolute ``[x, y, w, h]``; category ids are labels + 1. Returns the
-    annotation file's path.
-    """
-    from PIL import Image
-
-    root = Path(root)
-    (root / split).mkdir(parents=True, exist_ok=True)
-    (root / "annotations").mkdir(parents=True, exist_ok=True)
-    images, annotations = [], []
-    for index in range(len(dataset)):
-        image, target = dataset[index]
-        _, h, w = image.shape
-        name = f"{index:06d}.png"
-        pixels = (image * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
-        Image.fromarray(pixels).save(root / split / name)
-        images.append({"id": index, "file_name": name, "width": w, "height": h})
-        scale = torch.tensor([w, h, w, h], dtype=torch.float32)
-        for box, label in zip(target["boxes"] * scale, target["labels"].tolist(), strict=True):
-            cx, cy, bw, bh = box.tolist()
-            annotations.append(
-                {
-                    "id": len(annotations) + 1,
-                    "image_id": index,
-                    "category_id": label + 1,
-                    "bbox": [cx - bw / 2, cy - bh / 2, bw, bh],
-                    "area": bw * bh,
-                    "iscrowd": 0,
-                }
-            )
-    categories = [{"id": i + 1, "name": n} for i, n in enumerate(dataset.categories)]
-    path = root / "annotations" / f"instances_{split}.json"
-    path.write_text(
-        json.dumps({"images": images, "annotations": annotations, "categories": categories})
-    )
-    return path
 
 
 class CocoScenes(Dataset):
@@ -213,7 +35,7 @@ class CocoScenes(Dataset):
             raise FileNotFoundError(
                 f"COCO split {split!r} not found: expected images in {images.resolve()}/ and "
                 f"annotations in {ann.resolve()}. Nothing is downloaded: put a COCO-format folder "
-                f"there, write the synthetic set with `python -m attn_lightning.data.detection "
+                f"there, write the synthetic set with `python -m attn_lightning.data.scenes "
                 f"--out {root}`, or use source='synthetic'."
             )
         try:
@@ -254,7 +76,7 @@ def collate(batch: list[Example]) -> tuple[Tensor, list[dict[str, Any]]]:
     return torch.stack([image for image, _ in batch]), [target for _, target in batch]
 
 
-class DetectionDataModule(SplitDataModule):
+class DetectionDataModule(SplitDataModule[Dataset]):
     """Synthetic scenes or a COCO folder (see module doc).
 
     Args:
@@ -310,7 +132,7 @@ class DetectionDataModule(SplitDataModule):
         }
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
-        self.datasets: dict[str, Dataset] = {}
+        self.datasets = {}
 
     def setup(self, stage: str | None = None) -> None:
         for index, split in enumerate(SPLITS):
@@ -328,29 +150,3 @@ class DetectionDataModule(SplitDataModule):
                 )
                 self.num_classes = len(data.categories)
                 self.datasets[split] = data
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: write the synthetic train/val/test splits as a COCO folder."""
-    parser = argparse.ArgumentParser(prog="python -m attn_lightning.data.detection")
-    parser.add_argument("--out", required=True, type=Path, help="COCO folder to write")
-    parser.add_argument(
-        "--sizes", nargs=3, type=int, default=[4000, 500, 500], metavar=("TRAIN", "VAL", "TEST")
-    )
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument(
-        "--options",
-        type=json.loads,
-        default={},
-        help="scene options as JSON, e.g. '{\"max_objects\": 5}'",
-    )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    options: Mapping[str, Any] = args.options
-    for index, (split, size) in enumerate(zip(SPLITS, args.sizes, strict=True)):
-        data = SyntheticScenes(size=size, seed=args.seed * len(SPLITS) + index, **options)
-        log.info("wrote %s", write_coco(data, args.out, split))
-
-
-if __name__ == "__main__":
-    main()

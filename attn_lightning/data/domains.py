@@ -8,8 +8,7 @@ Every shift is a fixed, deterministic function of the image (no randomness, same
   ``torchvision.transforms.functional.rotate``; corners filled with 0 = background);
 * ``inverted``: ``1 − x`` (white digits on black become black on white).
 
-``ShiftedReversalDataModule`` is the sequence counterpart used by the attention-projection LoRA:
-reversal whose targets are moved through the vocabulary, ``y_t = (x_{n+1−t} + shift) mod V``.
+The sequence counterpart (``ShiftedReversalDataModule``) lives beside the reversal data.
 """
 
 from __future__ import annotations
@@ -18,12 +17,10 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from attn_lightning.data.base import SplitDataModule
+from attn_lightning.data.base import SPLITS, SplitDataModule
 from attn_lightning.data.images import SOURCES, load_images
-from attn_lightning.data.reversal import SequenceReversalDataModule
 
 DOMAINS = ("original", "quantized", "rotated", "inverted")
-SPLITS = ("train", "val", "test")
 
 
 def apply_domain(images: Tensor, domain: str, *, levels: int = 2, angle: float = 90.0) -> Tensor:
@@ -56,7 +53,7 @@ def _as_dict(rows: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
     return {"image": torch.stack(images), "label": torch.stack(labels)}
 
 
-class DomainImageDataModule(SplitDataModule):
+class DomainImageDataModule(SplitDataModule[TensorDataset]):
     """Digit images of one domain; batches are ``{"image": (B, H, W), "label": (B,)}``.
 
     The train/val/test splits are ``load_images``'s (fixed, independent of the seed); the shift
@@ -102,7 +99,7 @@ class DomainImageDataModule(SplitDataModule):
         self.domain, self.levels, self.angle = domain, levels, angle
         self.batch_size, self.num_workers = batch_size, num_workers
         self.num_classes = 10
-        self.datasets: dict[str, TensorDataset] = {}
+        self.datasets = {}
 
     @property
     def input_size(self) -> int:
@@ -120,58 +117,8 @@ class DomainImageDataModule(SplitDataModule):
                 self.datasets[split] = TensorDataset(shifted, labels)
 
 
-class ShiftedReversalDataModule(SequenceReversalDataModule):
-    """Reversal with targets moved through the vocabulary: ``y_t = (x_{n+1−t} + shift) mod V``.
-
-    The sources (and so the model's inputs) are the reversal data's own; ``shift=0`` is plain
-    reversal. Used to adapt a trained reversal model to a task that needs the same attention
-    pattern but different values (what ``v_proj`` carries).
-
-    Args:
-        shift: added to every target digit, modulo ``num_symbols``.
-        num_symbols, seq_len, train_size, val_size, test_size, batch_size, seed, num_workers:
-            as in ``SequenceReversalDataModule``.
-    """
-
-    def __init__(
-        self,
-        *,
-        shift: int = 1,
-        num_symbols: int = 10,
-        seq_len: int = 50,
-        train_size: int = 20_000,
-        val_size: int = 1_000,
-        test_size: int = 1_000,
-        batch_size: int = 64,
-        seed: int = 1234,
-        num_workers: int = 0,
-    ) -> None:
-        super().__init__(
-            num_symbols=num_symbols,
-            seq_len=seq_len,
-            train_size=train_size,
-            val_size=val_size,
-            test_size=test_size,
-            batch_size=batch_size,
-            seed=seed,
-            num_workers=num_workers,
-        )
-        if not isinstance(shift, int):
-            raise ValueError(f"shift must be an int, got {shift!r}")
-        self.shift = shift
-        self.save_hyperparameters()
-
-    def setup(self, stage: str | None = None) -> None:
-        fresh = [split for split in SPLITS if split not in self.datasets]
-        super().setup(stage)
-        for split in fresh:
-            dataset = self.datasets[split]
-            dataset.target = (dataset.source.flip(dims=[1]) + self.shift) % self.num_symbols
-
-
 __all__ = [
     "DOMAINS",
     "DomainImageDataModule",
-    "ShiftedReversalDataModule",
     "apply_domain",
 ]

@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attn_lightning.data.base import SPLITS
+
 SOURCES = ("digits", "mnist")
-SPLITS = ("train", "val", "test")
 MNIST_FILES = (
     "train-images-idx3-ubyte",
     "train-labels-idx1-ubyte",

@@ -14,10 +14,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from attn_lightning.data.base import SplitDataModule
+from attn_lightning.data.base import SPLITS, SplitDataModule
 from attn_lightning.data.images import SOURCES, load_images
-
-SPLITS = ("train", "val", "test")
 
 
 def quantize(images: Tensor, levels: int) -> Tensor:
@@ -45,7 +43,7 @@ class PixelDataset(Dataset):
         return {"pixels": self.pixels[index], "label": self.labels[index]}
 
 
-class PixelDataModule(SplitDataModule):
+class PixelDataModule(SplitDataModule[PixelDataset]):
     """Train/val/test pixel sequences for image generation and completion.
 
     Args:
@@ -86,7 +84,7 @@ class PixelDataModule(SplitDataModule):
         native = 8 if source == "digits" else 28
         self.height = self.width = image_size if image_size is not None else native
         self.image_size = image_size
-        self.datasets: dict[str, PixelDataset] = {}
+        self.datasets = {}
 
     @property
     def seq_len(self) -> int:

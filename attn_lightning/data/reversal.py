@@ -4,6 +4,9 @@ Each example is ``{"source": x, "target": y}`` with ``x: (n,)`` uniform over ``n
 digits and ``y = x[::-1]``. The three splits come from independent generators seeded with
 ``(seed, split)``, so the data are identical on every machine, rank and run. The task decides how
 to lay the pair out (``x SEP y`` for a causal decoder, ``x -> y`` position-wise for an encoder).
+
+``ShiftedReversalDataModule`` moves the targets through the vocabulary,
+``y_t = (x_{n+1−t} + shift) mod V``: the task the attention-projection LoRA adapts to.
 """
 
 from __future__ import annotations
@@ -12,9 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from attn_lightning.data.base import SplitDataModule
-
-SPLITS = ("train", "val", "test")
+from attn_lightning.data.base import SPLITS, SplitDataModule
 
 
 class ReversalDataset(Dataset):
@@ -32,7 +33,7 @@ class ReversalDataset(Dataset):
         return {"source": self.source[index], "target": self.target[index]}
 
 
-class SequenceReversalDataModule(SplitDataModule):
+class SequenceReversalDataModule(SplitDataModule[ReversalDataset]):
     """Train/val/test splits of the reversal task.
 
     Args:
@@ -78,7 +79,7 @@ class SequenceReversalDataModule(SplitDataModule):
         self.batch_size = batch_size
         self.seed = seed
         self.num_workers = num_workers
-        self.datasets: dict[str, ReversalDataset] = {}
+        self.datasets = {}
 
     def setup(self, stage: str | None = None) -> None:
         # Cheap to generate, so every stage builds every split (validate/test after fit reuse them).
@@ -90,3 +91,52 @@ class SequenceReversalDataModule(SplitDataModule):
                     num_symbols=self.num_symbols,
                     seed=self.seed * len(SPLITS) + index,
                 )
+
+
+class ShiftedReversalDataModule(SequenceReversalDataModule):
+    """Reversal with targets moved through the vocabulary: ``y_t = (x_{n+1−t} + shift) mod V``.
+
+    The sources (and so the model's inputs) are the reversal data's own; ``shift=0`` is plain
+    reversal. Used to adapt a trained reversal model to a task that needs the same attention
+    pattern but different values (what ``v_proj`` carries).
+
+    Args:
+        shift: added to every target digit, modulo ``num_symbols``.
+        num_symbols, seq_len, train_size, val_size, test_size, batch_size, seed, num_workers:
+            as in ``SequenceReversalDataModule``.
+    """
+
+    def __init__(
+        self,
+        *,
+        shift: int = 1,
+        num_symbols: int = 10,
+        seq_len: int = 50,
+        train_size: int = 20_000,
+        val_size: int = 1_000,
+        test_size: int = 1_000,
+        batch_size: int = 64,
+        seed: int = 1234,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__(
+            num_symbols=num_symbols,
+            seq_len=seq_len,
+            train_size=train_size,
+            val_size=val_size,
+            test_size=test_size,
+            batch_size=batch_size,
+            seed=seed,
+            num_workers=num_workers,
+        )
+        if not isinstance(shift, int):
+            raise ValueError(f"shift must be an int, got {shift!r}")
+        self.shift = shift
+        self.save_hyperparameters()
+
+    def setup(self, stage: str | None = None) -> None:
+        fresh = [split for split in SPLITS if split not in self.datasets]
+        super().setup(stage)
+        for split in fresh:
+            dataset = self.datasets[split]
+            dataset.target = (dataset.source.flip(dims=[1]) + self.shift) % self.num_symbols

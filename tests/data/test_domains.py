@@ -1,4 +1,4 @@
-"""Domain shifts of the LoRA study and their DataModules."""
+"""Domain shifts of the LoRA study and their DataModule."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import torch
 from attn_lightning.data.domains import (
     DOMAINS,
     DomainImageDataModule,
-    ShiftedReversalDataModule,
     apply_domain,
 )
 
@@ -73,14 +72,3 @@ def test_datamodule_batches_are_shifted_digits():
     torch.testing.assert_close(b["image"], 1.0 - a["image"])
     sizes = [len(original.datasets[s]) for s in ("train", "val", "test")]
     assert sum(sizes) == 1797 and sizes[0] > sizes[1]
-
-
-@pytest.mark.parametrize("shift", [0, 3])
-def test_shifted_reversal_targets(shift):
-    data = ShiftedReversalDataModule(
-        shift=shift, num_symbols=7, seq_len=5, train_size=8, val_size=4, test_size=4
-    )
-    data.setup("fit")
-    batch = next(iter(data.val_dataloader()))
-    expected = (batch["source"].flip(dims=[1]) + shift) % 7
-    assert torch.equal(batch["target"], expected)

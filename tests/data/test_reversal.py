@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lightning.data import ReversalDataset, SequenceReversalDataModule
+from attn_lightning.data import (
+    ReversalDataset,
+    SequenceReversalDataModule,
+    ShiftedReversalDataModule,
+)
 
 
 def make(**kwargs):
@@ -52,3 +56,14 @@ def test_eval_loaders_are_ordered():
 def test_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SequenceReversalDataModule(**kwargs)
+
+
+@pytest.mark.parametrize("shift", [0, 3])
+def test_shifted_reversal_targets(shift):
+    data = ShiftedReversalDataModule(
+        shift=shift, num_symbols=7, seq_len=5, train_size=8, val_size=4, test_size=4
+    )
+    data.setup("fit")
+    batch = next(iter(data.val_dataloader()))
+    expected = (batch["source"].flip(dims=[1]) + shift) % 7
+    assert torch.equal(batch["target"], expected)
