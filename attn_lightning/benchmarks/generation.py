@@ -1,10 +1,10 @@
 """Image generation throughput per backend, and the decode-latency plot of the image report.
 
-    python -m attn_lightning.benchmarks.generation --image_size 28 --batch 32 \\
+    python -m attn_lightning.benchmarks.generation --image-size 28 --batch 32 \\
         --backends softmax linear performer:num_features=64 polynomial:form=sketch,sketch_size=32 \\
         --recompute softmax --out docs/results/image_throughput
-    python -m attn_lightning.benchmarks.generation --decode_csv out/decode/decode_cpu.csv \\
-        --decode_png docs/results/figures/decode_latency.png     # plot only
+    python -m attn_lightning.benchmarks.generation --decode-csv out/decode/decode_cpu.csv \\
+        --decode-png docs/results/figures/decode_latency.png     # plot only
 
 Throughput: a randomly initialised ``PixelTransformer`` (speed does not depend on the weights)
 samples ``batch`` whole images of ``image_size²`` pixels, unconditionally, through
@@ -143,16 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backends", nargs="*", default=[], help="name[:key=value,...]")
     parser.add_argument("--recompute", nargs="*", default=[], help="backends also timed uncached")
     parser.add_argument("--out", type=Path, default=Path("out/image_throughput"))
-    parser.add_argument("--image_size", type=int, default=28)
+    parser.add_argument("--image-size", "--image_size", type=int, default=28)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--levels", type=int, default=256)
-    parser.add_argument("--d_model", type=int, default=64)
-    parser.add_argument("--num_heads", type=int, default=4)
-    parser.add_argument("--num_layers", type=int, default=2)
-    parser.add_argument("--d_ff", type=int, default=256)
-    parser.add_argument("--decode_csv", type=Path, help="CSV of `benchmark decode` to plot")
-    parser.add_argument("--decode_png", type=Path, default=Path("out/decode_latency.png"))
+    parser.add_argument("--d-model", "--d_model", type=int, default=64)
+    parser.add_argument("--num-heads", "--num_heads", type=int, default=4)
+    parser.add_argument("--num-layers", "--num_layers", type=int, default=2)
+    parser.add_argument("--d-ff", "--d_ff", type=int, default=256)
+    parser.add_argument(
+        "--decode-csv", "--decode_csv", type=Path, help="CSV of `benchmark decode` to plot"
+    )
+    parser.add_argument(
+        "--decode-png", "--decode_png", type=Path, default=Path("out/decode_latency.png")
+    )
     return parser
 
 

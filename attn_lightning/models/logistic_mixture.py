@@ -45,6 +45,8 @@ class DiscretizedLogisticMixture(nn.Module):
         num_mixtures: K.
     """
 
+    centres: Tensor  # buffer, declared for the type checker
+
     def __init__(self, *, levels: int, num_mixtures: int = 10) -> None:
         super().__init__()
         if num_mixtures <= 0:

@@ -84,6 +84,8 @@ class SetCriterion(nn.Module):
         weight_ce, weight_bbox, weight_giou: loss weights (1, 5, 2 in DETR).
     """
 
+    empty_weight: Tensor  # buffer, declared for the type checker
+
     def __init__(
         self,
         *,

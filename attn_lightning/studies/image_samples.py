@@ -1,11 +1,11 @@
 """Write sample and completion grids of an image-generation checkpoint as PNG.
 
-    python -m attn_lightning.studies.image_samples --ckpt_path checkpoints/image/<run>/last.ckpt \\
-        --out docs/results/figures --prefix linear_ [--num_samples 16] [--num_images 6] \\
-        [--num_completions 3] [--temperature 1.0] [--seed 0] [--split test] [--method auto]
+    python -m attn_lightning.studies.image_samples --ckpt-path checkpoints/image/<run>/last.ckpt \\
+        --out docs/results/figures --prefix linear_ [--num-samples 16] [--num-images 6] \\
+        [--num-completions 3] [--temperature 1.0] [--seed 0] [--split test] [--method auto]
 
 Writes ``<out>/<prefix>samples.png`` (unconditional samples) and ``<out>/<prefix>completions.png``
-(rows: occluded | completions | original, the first ``--num_images`` images of ``--split``), the
+(rows: occluded | completions | original, the first ``--num-images`` images of ``--split``), the
 same grids the ``ImageGrids`` callback logs to TensorBoard. The data are rebuilt from the
 DataModule hyper-parameters saved in the checkpoint; ``--method`` picks the decoder (``step``:
 recurrent / KV cache, ``recompute``: prefix recompute, ``auto``: step where possible).
@@ -72,12 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--ckpt_path", required=True, type=Path)
+    parser.add_argument("--ckpt-path", "--ckpt_path", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path, help="folder for the PNG files")
     parser.add_argument("--prefix", default="", help="file name prefix, e.g. 'linear_'")
-    parser.add_argument("--num_samples", type=int, default=16)
-    parser.add_argument("--num_images", type=int, default=6, help="images to complete")
-    parser.add_argument("--num_completions", type=int, default=3)
+    parser.add_argument("--num-samples", "--num_samples", type=int, default=16)
+    parser.add_argument(
+        "--num-images", "--num_images", type=int, default=6, help="images to complete"
+    )
+    parser.add_argument("--num-completions", "--num_completions", type=int, default=3)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split", default="test", choices=("train", "val", "test"))
