@@ -12,7 +12,6 @@ from attn_lightning.models.transformer import (
     EncoderBlock,
     FeedForward,
     MultiHeadAttention,
-    TransformerDecoder,
     TransformerEncoder,
 )
 
@@ -24,7 +23,6 @@ __all__ = [
     "MultiHeadAttention",
     "SequenceTransformer",
     "SinusoidalPositionalEncoding",
-    "TransformerDecoder",
     "TransformerEncoder",
     "build_positional_encoding",
     "categorical",

@@ -8,7 +8,8 @@ Three sites, each configured on its own with ``{name, projections, **options}``:
 
 ``projections: false`` drops that site's Q/K/V/out matrices (the parameter-free setting of
 optimization-based attention). Positional encodings are added to q and k at every layer, never to
-v. Layers are pre-norm (LayerNorm before each sub-layer, one final norm per stack), which trains
+v. The layers are the shared pre-norm ``EncoderBlock`` / ``DecoderBlock`` of
+``models/transformer.py`` (LayerNorm before each sub-layer, one final norm per stack), which train
 more reliably than DETR's post-norm default on short budgets; the decoder's final norm is applied
 to every layer's output for the auxiliary losses, as in DETR.
 
@@ -18,14 +19,15 @@ Shape notation: ``B`` batch, ``S = h·w`` memory tokens, ``N`` object queries, `
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from attn_lightning.models.backbone import build_backbone, sine_position_encoding
-from attn_lightning.models.transformer import FeedForward, MultiHeadAttention
+from attn_lightning.models.transformer import DecoderBlock, EncoderBlock, MultiHeadAttention
 
 SITES = ("encoder_self", "decoder_self", "decoder_cross")
 DEFAULT_SITE: dict[str, Any] = {"name": "softmax", "projections": True}
@@ -45,61 +47,15 @@ def split_site(spec: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     return {k: v for k, v in spec.items() if k != "projections"}, projections
 
 
-def _attention(d_model: int, num_heads: int, spec: Mapping[str, Any]) -> MultiHeadAttention:
-    backend, projections = split_site(spec)
-    return MultiHeadAttention(d_model, num_heads, backend, projections=projections)
-
-
-class DETREncoderLayer(nn.Module):
-    """``x += attn(LN x + pos, LN x + pos, LN x)``; ``x += mlp(LN x)``."""
-
-    def __init__(
-        self, *, d_model: int, num_heads: int, d_ff: int, dropout: float, site: Mapping[str, Any]
-    ) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(d_model)
-        self.self_attn = _attention(d_model, num_heads, site)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model, d_ff, dropout=dropout)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
-        h = self.norm1(x)  # (B, S, E)
-        qk = h + pos
-        x = x + self.dropout(self.self_attn(qk, qk, h))
-        return x + self.dropout(self.mlp(self.norm2(x)))
-
-
-class DETRDecoderLayer(nn.Module):
-    """Self-attention among queries, cross-attention to the memory, MLP; each pre-norm."""
-
-    def __init__(
-        self,
-        *,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float,
-        self_site: Mapping[str, Any],
-        cross_site: Mapping[str, Any],
-    ) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(d_model)
-        self.self_attn = _attention(d_model, num_heads, self_site)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.cross_attn = _attention(d_model, num_heads, cross_site)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model, d_ff, dropout=dropout)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, t: Tensor, memory: Tensor, *, pos: Tensor, query_pos: Tensor) -> Tensor:
-        """``t: (B, N, E)`` queries' content, ``memory: (B, S, E)``; returns ``(B, N, E)``."""
-        h = self.norm1(t)
-        qk = h + query_pos
-        t = t + self.dropout(self.self_attn(qk, qk, h))
-        h = self.norm2(t)
-        t = t + self.dropout(self.cross_attn(h + query_pos, memory + pos, memory))
-        return t + self.dropout(self.mlp(self.norm3(t)))
+def _rename_old_encoder_keys(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any
+) -> None:
+    """Load-state-dict pre-hook: ``encoder.<i>.self_attn.*`` -> ``encoder.<i>.attn.*``."""
+    # Checkpoints from before DETR was built from EncoderBlock named that attention self_attn.
+    old = re.compile(rf"^{re.escape(prefix)}encoder\.(\d+)\.self_attn\.")
+    for key in [k for k in state_dict if old.match(k)]:
+        new = old.sub(lambda m: f"{prefix}encoder.{m[1]}.attn.", key)
+        state_dict[new] = state_dict.pop(key)
 
 
 class BoxMLP(nn.Sequential):
@@ -165,18 +121,33 @@ class DETR(nn.Module):
         self.num_classes = num_classes
         self.d_model = d_model
         self.backbone = build_backbone(backbone, width=backbone_width, num_stages=backbone_stages)
-        self.input_proj = nn.Conv2d(self.backbone.num_channels, d_model, kernel_size=1)
-        layer = {"d_model": d_model, "num_heads": num_heads, "d_ff": d_ff, "dropout": dropout}
+        channels = cast(int, self.backbone.num_channels)  # set by every backbone
+        self.input_proj = nn.Conv2d(channels, d_model, kernel_size=1)
+        encoder_self, encoder_projections = split_site(self.sites["encoder_self"])
+        decoder_self, decoder_projections = split_site(self.sites["decoder_self"])
+        decoder_cross, cross_projections = split_site(self.sites["decoder_cross"])
         self.encoder = nn.ModuleList(
-            DETREncoderLayer(**layer, site=self.sites["encoder_self"])
+            EncoderBlock(
+                d_model=d_model,
+                num_heads=num_heads,
+                d_ff=d_ff,
+                dropout=dropout,
+                attention=encoder_self,
+                projections=encoder_projections,
+            )
             for _ in range(num_encoder_layers)
         )
         self.encoder_norm = nn.LayerNorm(d_model) if num_encoder_layers else nn.Identity()
         self.decoder = nn.ModuleList(
-            DETRDecoderLayer(
-                **layer,
-                self_site=self.sites["decoder_self"],
-                cross_site=self.sites["decoder_cross"],
+            DecoderBlock(
+                d_model=d_model,
+                num_heads=num_heads,
+                d_ff=d_ff,
+                dropout=dropout,
+                attention=decoder_self,
+                projections=decoder_projections,
+                cross_attention=decoder_cross,
+                cross_projections=cross_projections,
             )
             for _ in range(num_decoder_layers)
         )
@@ -184,6 +155,7 @@ class DETR(nn.Module):
         self.query_embed = nn.Embedding(num_queries, d_model)
         self.class_head = nn.Linear(d_model, num_classes + 1)
         self.box_head = BoxMLP(d_model, d_model)
+        self.register_load_state_dict_pre_hook(_rename_old_encoder_keys)
 
     def forward(self, images: Tensor) -> dict[str, Any]:
         """``images: (B, 3, H, W)`` -> dict:
@@ -198,7 +170,7 @@ class DETR(nn.Module):
         pos = sine_position_encoding(h, w, self.d_model, device=images.device)
         pos = pos.to(memory.dtype)[None]  # (1, S, E)
         for layer in self.encoder:
-            memory = layer(memory, pos)
+            memory = layer(memory, pos=pos)  # (B, S, E)
         memory = self.encoder_norm(memory)
         query_pos = self.query_embed.weight[None].expand(b, -1, -1)  # (B, N, E)
         t = torch.zeros_like(query_pos)

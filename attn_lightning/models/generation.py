@@ -26,7 +26,8 @@ METHODS = ("auto", "step", "recompute")
 
 
 class Decodable(Protocol):
-    supports_recurrence: bool
+    @property
+    def supports_recurrence(self) -> bool: ...
 
     def __call__(self, tokens: Tensor, *, causal: bool) -> Tensor: ...
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -65,7 +65,7 @@ class PixelTransformer(nn.Module):
         self.output = build_output(output, levels=levels, num_mixtures=num_mixtures)
         self.net = SequenceTransformer(
             vocab_size=levels + 1,
-            num_outputs=self.output.num_params,
+            num_outputs=cast(int, self.output.num_params),  # set by every output head
             max_len=seq_len,
             d_model=d_model,
             num_heads=num_heads,

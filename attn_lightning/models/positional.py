@@ -19,6 +19,8 @@ class SinusoidalPositionalEncoding(nn.Module):
     checkpoints do not depend on ``max_len``.
     """
 
+    table: Tensor  # (T, E) buffer
+
     def __init__(self, d_model: int, *, max_len: int) -> None:
         super().__init__()
         _check_sizes(d_model, max_len)

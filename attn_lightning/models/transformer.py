@@ -1,4 +1,4 @@
-"""Multi-head attention around any backend, pre-norm blocks and encoder/decoder stacks.
+"""Multi-head attention around any backend, and the pre-norm blocks every model is built from.
 
 Shape notation (as in ``attention/base.py``)::
 
@@ -9,6 +9,11 @@ split/merge, norms and residuals live here (fast-transformers ``attention_layer.
 Masks follow the one polarity of the project: ``key_padding_mask`` is ``(B, S)`` bool, True = real
 token.
 
+One set of blocks serves every model: ``TransformerEncoder`` stacks ``EncoderBlock``s for the
+sequence and pixel models; DETR stacks ``EncoderBlock``s and ``DecoderBlock``s itself, passing
+positional encodings (``pos``, ``query_pos``) that are added to queries and keys at every layer,
+and one backend dict and projections choice per attention site.
+
 Incremental decoding: every ``step`` takes one position ``(B, 1, E)`` and the state the previous
 call returned (None at the first position) and returns ``(output, state)``; nothing is cached on
 the module, so one model can decode several batches at once.
@@ -17,9 +22,8 @@ the module, so one model can decode several batches at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
-import torch
 from torch import Tensor, nn
 
 from attn_lightning.attention import State, build_attention
@@ -34,24 +38,28 @@ class MultiHeadAttention(nn.Module):
 
     Args:
         d_model: E.
-        num_heads: H; E must be divisible by H.
+        num_heads: H; E must be a positive multiple of H.
         attention: backend dict, ``{"name": "performer", "num_features": 128}``.
         projections: with False there are no q/k/v/out projections: q, k, v are the inputs split
             into heads (the "no trainable Q/K/V" setting of optimization-based attention).
         bias: bias in the projections.
+
+    Raises:
+        ValueError: ``d_model`` or ``num_heads`` not positive, or ``d_model % num_heads != 0``;
+            an unknown backend name or option (from ``build_attention``).
     """
 
     def __init__(
         self,
+        *,
         d_model: int,
         num_heads: int,
         attention: Mapping[str, Any],
-        *,
         projections: bool = True,
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if num_heads <= 0 or d_model % num_heads:
+        if d_model <= 0 or num_heads <= 0 or d_model % num_heads:
             raise ValueError(
                 f"d_model ({d_model}) must be a positive multiple of num_heads ({num_heads})"
             )
@@ -116,9 +124,11 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Sequential):
-    """Position-wise MLP ``W_2 · act(W_1 x)``, O(N·E·F)."""
+    """Position-wise MLP ``W_2 · act(W_1 x)``, O(N·E·F); ValueError for ``d_ff < 1``."""
 
-    def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0) -> None:
+    def __init__(self, *, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        if d_ff <= 0:
+            raise ValueError(f"d_ff must be >= 1, got {d_ff}")
         super().__init__(
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
@@ -130,23 +140,33 @@ def _with_pos(x: Tensor, pos: Tensor | None) -> Tensor:
 
 
 class EncoderBlock(nn.Module):
-    """Pre-norm block: ``x += attn(LN x)``; ``x += mlp(LN x)``. Causal or not per call."""
+    """Pre-norm block: ``x += attn(LN x + pos, LN x + pos, LN x)``; ``x += mlp(LN x)``.
+
+    Causal or not per call; ``pos`` (DETR's encoder) is optional.
+
+    Args:
+        d_model, num_heads, attention, projections: the self-attention (``MultiHeadAttention``).
+        d_ff: hidden width of the MLP.
+        dropout: on the MLP's hidden layer and on each residual branch.
+    """
 
     def __init__(
         self,
+        *,
         d_model: int,
         num_heads: int,
         attention: Mapping[str, Any],
-        *,
         d_ff: int,
         dropout: float = 0.0,
         projections: bool = True,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, num_heads, attention, projections=projections)
+        self.attn = MultiHeadAttention(
+            d_model=d_model, num_heads=num_heads, attention=attention, projections=projections
+        )
         self.norm2 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model, d_ff, dropout=dropout)
+        self.mlp = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -157,6 +177,7 @@ class EncoderBlock(nn.Module):
         key_padding_mask: Tensor | None = None,
         pos: Tensor | None = None,
     ) -> Tensor:
+        """``x: (B, L, E)``, ``pos``: broadcastable to it, or None -> ``(B, L, E)``."""
         h = self.norm1(x)  # (B, L, E)
         qk = _with_pos(h, pos)
         x = x + self.dropout(self.attn(qk, qk, h, causal=causal, key_padding_mask=key_padding_mask))
@@ -170,27 +191,45 @@ class EncoderBlock(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """Pre-norm block with cross-attention: self-attn, then attend to ``memory``, then MLP."""
+    """Pre-norm block: self-attention, cross-attention to ``memory``, MLP (DETR's decoder layer).
+
+    ``x += self_attn(LN x + qp, LN x + qp, LN x)``; ``x += cross_attn(LN x + qp, m + pos, m)``;
+    ``x += mlp(LN x)``, with ``qp`` the queries' positions and ``pos`` the memory's.
+
+    Args:
+        d_model, num_heads: sizes of both attentions.
+        attention, projections: backend dict and projections choice of the self-attention.
+        cross_attention, cross_projections: the same for the cross-attention.
+        d_ff: hidden width of the MLP.
+        dropout: on the MLP's hidden layer and on each residual branch.
+    """
 
     def __init__(
         self,
+        *,
         d_model: int,
         num_heads: int,
         attention: Mapping[str, Any],
-        *,
+        cross_attention: Mapping[str, Any],
         d_ff: int,
         dropout: float = 0.0,
         projections: bool = True,
-        cross_attention: Mapping[str, Any] | None = None,
+        cross_projections: bool = True,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention, projections=projections)
+        self.self_attn = MultiHeadAttention(
+            d_model=d_model, num_heads=num_heads, attention=attention, projections=projections
+        )
         self.norm2 = nn.LayerNorm(d_model)
-        cross = attention if cross_attention is None else cross_attention
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, cross, projections=projections)
+        self.cross_attn = MultiHeadAttention(
+            d_model=d_model,
+            num_heads=num_heads,
+            attention=cross_attention,
+            projections=cross_projections,
+        )
         self.norm3 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model, d_ff, dropout=dropout)
+        self.mlp = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -198,26 +237,16 @@ class DecoderBlock(nn.Module):
         x: Tensor,
         memory: Tensor,
         *,
-        causal: bool = False,
-        key_padding_mask: Tensor | None = None,
-        memory_key_padding_mask: Tensor | None = None,
         pos: Tensor | None = None,
         query_pos: Tensor | None = None,
     ) -> Tensor:
-        """``x: (B, L, E)``, ``memory: (B, S, E)``; ``pos`` is memory's, ``query_pos`` x's."""
-        h = self.norm1(x)
+        """``x: (B, L, E)``, ``memory: (B, S, E)`` -> ``(B, L, E)``; ``pos``: memory's positions."""
+        h = self.norm1(x)  # (B, L, E)
         qk = _with_pos(h, query_pos)
-        x = x + self.dropout(
-            self.self_attn(qk, qk, h, causal=causal, key_padding_mask=key_padding_mask)
-        )
+        x = x + self.dropout(self.self_attn(qk, qk, h))
         h = self.norm2(x)
         x = x + self.dropout(
-            self.cross_attn(
-                _with_pos(h, query_pos),
-                _with_pos(memory, pos),
-                memory,
-                key_padding_mask=memory_key_padding_mask,
-            )
+            self.cross_attn(_with_pos(h, query_pos), _with_pos(memory, pos), memory)
         )
         return x + self.dropout(self.mlp(self.norm3(x)))
 
@@ -226,8 +255,12 @@ class TransformerEncoder(nn.Module):
     """A stack of ``EncoderBlock``s and a final LayerNorm; causal=True makes it a decoder-only LM.
 
     Args:
-        num_layers, d_model, num_heads, d_ff, dropout, projections: as in the blocks.
+        num_layers: number of blocks (0 leaves only the final norm).
+        d_model, num_heads, d_ff, dropout, projections: as in ``EncoderBlock``.
         attention: backend dict shared by all layers.
+
+    Raises:
+        ValueError: a negative ``num_layers``, or a bad size (from the blocks).
     """
 
     def __init__(
@@ -242,9 +275,16 @@ class TransformerEncoder(nn.Module):
         projections: bool = True,
     ) -> None:
         super().__init__()
+        if num_layers < 0:
+            raise ValueError(f"num_layers must be >= 0, got {num_layers}")
         self.layers = nn.ModuleList(
             EncoderBlock(
-                d_model, num_heads, attention, d_ff=d_ff, dropout=dropout, projections=projections
+                d_model=d_model,
+                num_heads=num_heads,
+                attention=attention,
+                d_ff=d_ff,
+                dropout=dropout,
+                projections=projections,
             )
             for _ in range(num_layers)
         )
@@ -252,18 +292,16 @@ class TransformerEncoder(nn.Module):
 
     @property
     def supports_recurrence(self) -> bool:
-        return all(layer.attn.supports_recurrence for layer in self.layers)
+        return all(
+            m.supports_recurrence for m in self.modules() if isinstance(m, MultiHeadAttention)
+        )
 
     def forward(
-        self,
-        x: Tensor,
-        *,
-        causal: bool = False,
-        key_padding_mask: Tensor | None = None,
-        pos: Tensor | None = None,
+        self, x: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None
     ) -> Tensor:
+        """``x: (B, L, E)`` -> ``(B, L, E)``."""
         for layer in self.layers:
-            x = layer(x, causal=causal, key_padding_mask=key_padding_mask, pos=pos)
+            x = layer(x, causal=causal, key_padding_mask=key_padding_mask)
         return self.norm(x)  # (B, L, E)
 
     def step(self, x: Tensor, state: LayerState | None = None) -> tuple[Tensor, LayerState]:
@@ -271,74 +309,6 @@ class TransformerEncoder(nn.Module):
         state = state if state is not None else (None,) * len(self.layers)
         new_state = []
         for layer, layer_state in zip(self.layers, state, strict=True):
-            x, layer_state = layer.step(x, layer_state)
+            x, layer_state = cast(EncoderBlock, layer).step(x, layer_state)
             new_state.append(layer_state)
         return self.norm(x), tuple(new_state)
-
-
-class TransformerDecoder(nn.Module):
-    """A stack of ``DecoderBlock``s (DETR-style when ``return_intermediate``).
-
-    Returns ``(B, L, E)``, or ``(num_layers, B, L, E)`` normed outputs of every layer with
-    ``return_intermediate=True`` (for auxiliary losses).
-    """
-
-    def __init__(
-        self,
-        *,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        attention: Mapping[str, Any],
-        cross_attention: Mapping[str, Any] | None = None,
-        dropout: float = 0.0,
-        projections: bool = True,
-        return_intermediate: bool = False,
-    ) -> None:
-        super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1 for a decoder, got {num_layers}")
-        self.layers = nn.ModuleList(
-            DecoderBlock(
-                d_model,
-                num_heads,
-                attention,
-                d_ff=d_ff,
-                dropout=dropout,
-                projections=projections,
-                cross_attention=cross_attention,
-            )
-            for _ in range(num_layers)
-        )
-        self.norm = nn.LayerNorm(d_model)
-        self.return_intermediate = return_intermediate
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor,
-        *,
-        causal: bool = False,
-        key_padding_mask: Tensor | None = None,
-        memory_key_padding_mask: Tensor | None = None,
-        pos: Tensor | None = None,
-        query_pos: Tensor | None = None,
-    ) -> Tensor:
-        """Arguments as in ``DecoderBlock.forward``."""
-        outputs = []
-        for layer in self.layers:
-            x = layer(
-                x,
-                memory,
-                causal=causal,
-                key_padding_mask=key_padding_mask,
-                memory_key_padding_mask=memory_key_padding_mask,
-                pos=pos,
-                query_pos=query_pos,
-            )
-            if self.return_intermediate:
-                outputs.append(self.norm(x))
-        if self.return_intermediate:
-            return torch.stack(outputs)  # (num_layers, B, L, E)
-        return self.norm(x)

@@ -77,7 +77,7 @@ def test_positions_are_added_to_queries_and_keys_not_values():
     model = tiny(sites={"encoder_self": {"name": "softmax", "projections": False}})
     seen = {}
     layer = model.encoder[0]
-    layer.self_attn.register_forward_hook(
+    layer.attn.register_forward_hook(
         lambda mod, args, out: seen.update(q=args[0], k=args[1], v=args[2])
     )
     model(torch.rand(1, 3, 32, 32))
@@ -142,3 +142,20 @@ def test_mean_pooling_everywhere_makes_all_queries_equal():
 def test_no_encoder_ablation():
     model = tiny(num_encoder_layers=0)
     assert model(torch.rand(1, 3, 32, 32))["pred_logits"].shape == (1, 6, 4)
+
+
+def test_checkpoints_with_the_old_encoder_attention_name_still_load():
+    # Before DETR was built from EncoderBlock, the encoder's attention was ``self_attn``.
+    wrapped = torch.nn.ModuleDict({"net": tiny()})  # a prefix, as inside a LightningModule
+    old = {
+        k.replace(".attn.", ".self_attn.") if k.startswith("net.encoder.") else k: v
+        for k, v in wrapped.state_dict().items()
+    }
+    assert any(".encoder.0.self_attn.q_proj" in k for k in old)
+    fresh = torch.nn.ModuleDict({"net": tiny(d_ff=64)})
+    torch.nn.init.zeros_(fresh["net"].encoder[0].attn.q_proj.weight)
+    fresh.load_state_dict(old)  # strict
+    images = torch.rand(1, 3, 32, 32)
+    torch.testing.assert_close(
+        fresh["net"](images)["pred_boxes"], wrapped["net"](images)["pred_boxes"]
+    )

@@ -9,8 +9,10 @@ import torch
 
 from attn_lightning.attention import available_attentions
 from attn_lightning.models import (
+    DecoderBlock,
+    EncoderBlock,
+    FeedForward,
     MultiHeadAttention,
-    TransformerDecoder,
     TransformerEncoder,
 )
 
@@ -59,7 +61,9 @@ def naive_mha(mha: MultiHeadAttention, x, ctx, *, causal=False, mask=None):
 @pytest.mark.parametrize("causal", [False, True])
 def test_mha_matches_naive_reference_outputs_and_grads(projections, causal):
     torch.manual_seed(0)
-    mha = MultiHeadAttention(E, H, {"name": "softmax"}, projections=projections).double()
+    mha = MultiHeadAttention(
+        d_model=E, num_heads=H, attention={"name": "softmax"}, projections=projections
+    ).double()
     x = torch.randn(B, L, E, dtype=torch.float64, requires_grad=True)
     ctx = x if causal else torch.randn(B, S, E, dtype=torch.float64, requires_grad=True)
     mask = None if causal else torch.tensor([[True] * S, [True] * (S - 2) + [False] * 2])
@@ -76,7 +80,9 @@ def test_mha_matches_naive_reference_outputs_and_grads(projections, causal):
 
 
 def test_projections_false_has_no_linear_layers_and_splits_input():
-    mha = MultiHeadAttention(E, H, {"name": "softmax"}, projections=False)
+    mha = MultiHeadAttention(
+        d_model=E, num_heads=H, attention={"name": "softmax"}, projections=False
+    )
     assert not any(isinstance(m, torch.nn.Linear) for m in mha.modules())
     assert sum(p.numel() for p in mha.parameters()) == 0
     # With one key, attention returns that key's value: the input itself.
@@ -85,7 +91,7 @@ def test_projections_false_has_no_linear_layers_and_splits_input():
 
 
 def test_projection_names_for_lora():
-    mha = MultiHeadAttention(E, H, {"name": "softmax"})
+    mha = MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax"})
     names = {n for n, m in mha.named_modules() if isinstance(m, torch.nn.Linear)}
     assert names == {"q_proj", "k_proj", "v_proj", "out_proj"}
 
@@ -93,7 +99,11 @@ def test_projection_names_for_lora():
 @pytest.mark.parametrize(("name", "options"), _recurrent_cases())
 def test_mha_step_equals_causal_forward(name, options):
     torch.manual_seed(0)
-    mha = MultiHeadAttention(E, H, {"name": name, **options}).double().eval()
+    mha = (
+        MultiHeadAttention(d_model=E, num_heads=H, attention={"name": name, **options})
+        .double()
+        .eval()
+    )
     x = torch.randn(B, L, E, dtype=torch.float64)
     full = mha(x, causal=True)
     state, steps = None, []
@@ -138,37 +148,86 @@ def test_encoder_padding_mask_ignores_padded_tokens():
     )
 
 
-def test_decoder_cross_attention_shapes_and_memory_mask():
-    torch.manual_seed(0)
-    dec = TransformerDecoder(
-        num_layers=2,
+def _record_inputs(mha: MultiHeadAttention, seen: dict, site: str) -> None:
+    mha.register_forward_hook(lambda mod, args, out: seen.update({site: args, site + "_out": out}))
+
+
+def test_decoder_block_sites_have_their_own_backend_and_projections():
+    block = DecoderBlock(
         d_model=E,
         num_heads=H,
         d_ff=24,
         attention={"name": "softmax"},
+        projections=False,
         cross_attention={"name": "linear"},
-        return_intermediate=True,
+    )
+    assert block.self_attn.backend.name == "softmax" and not hasattr(block.self_attn, "q_proj")
+    assert block.cross_attn.backend.name == "linear" and hasattr(block.cross_attn, "q_proj")
+    out = block(torch.randn(B, L, E), torch.randn(B, S, E))
+    assert out.shape == (B, L, E)
+
+
+def test_decoder_block_adds_positions_to_queries_and_keys_not_values():
+    torch.manual_seed(0)
+    block = DecoderBlock(
+        d_model=E,
+        num_heads=H,
+        d_ff=24,
+        attention={"name": "softmax"},
+        cross_attention={"name": "softmax"},
     ).eval()
-    queries, memory = torch.randn(B, L, E), torch.randn(B, S, E)
-    mask = torch.tensor([[True] * S, [True] * 3 + [False] * (S - 3)])
+    seen: dict = {}
+    _record_inputs(block.self_attn, seen, "self")
+    _record_inputs(block.cross_attn, seen, "cross")
+    x, memory = torch.randn(B, L, E), torch.randn(B, S, E)
     pos, query_pos = torch.randn(B, S, E), torch.randn(B, L, E)
-    out = dec(queries, memory, memory_key_padding_mask=mask, pos=pos, query_pos=query_pos)
-    assert out.shape == (2, B, L, E)
-    memory2 = memory.clone()
-    memory2[1, 3:] = torch.randn(S - 3, E) * 5
-    out2 = dec(queries, memory2, memory_key_padding_mask=mask, pos=pos, query_pos=query_pos)
-    torch.testing.assert_close(out, out2)
-    assert not torch.allclose(out, dec(queries, memory2, pos=pos, query_pos=query_pos))
-    assert dec.layers[0].cross_attn.backend.name == "linear"
-    assert dec.layers[0].self_attn.backend.name == "softmax"
+    block(x, memory, pos=pos, query_pos=query_pos)
+    q, k, v = seen["self"]
+    torch.testing.assert_close(q - v, query_pos)
+    torch.testing.assert_close(k, q)
+    q, k, v = seen["cross"]
+    torch.testing.assert_close(v, memory)
+    torch.testing.assert_close(k - v, pos)
+    # The cross query is the normed stream after self-attention plus the queries' positions.
+    torch.testing.assert_close(q, block.norm2(x + seen["self_out"]) + query_pos)
+
+
+def test_encoder_block_adds_positions_to_queries_and_keys_not_values():
+    torch.manual_seed(0)
+    block = EncoderBlock(d_model=E, num_heads=H, d_ff=24, attention={"name": "softmax"}).eval()
+    seen: dict = {}
+    _record_inputs(block.attn, seen, "self")
+    x, pos = torch.randn(B, L, E), torch.randn(1, L, E)
+    block(x, pos=pos)
+    q, k, v = seen["self"]
+    torch.testing.assert_close(v, block.norm1(x))
+    torch.testing.assert_close(q - v, pos.expand_as(v))
+    torch.testing.assert_close(k, q)
+
+
+def test_constructors_are_keyword_only():
+    with pytest.raises(TypeError):
+        MultiHeadAttention(E, H, {"name": "softmax"})  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        EncoderBlock(E, H, {"name": "softmax"}, d_ff=24)  # type: ignore[misc]
 
 
 def test_clear_errors():
     with pytest.raises(ValueError, match="must be a dict with a 'name'"):
-        MultiHeadAttention(E, H, {"num_features": 3})
+        MultiHeadAttention(d_model=E, num_heads=H, attention={"num_features": 3})
     with pytest.raises(ValueError, match=r"unknown attention 'nope'.*softmax"):
-        MultiHeadAttention(E, H, {"name": "nope"})
+        MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "nope"})
     with pytest.raises(ValueError, match=r"unknown option\(s\) 'bogus'"):
-        MultiHeadAttention(E, H, {"name": "softmax", "bogus": 1})
-    with pytest.raises(ValueError, match="multiple of num_heads"):
-        MultiHeadAttention(10, 3, {"name": "softmax"})
+        MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax", "bogus": 1})
+    with pytest.raises(
+        ValueError, match=r"d_model \(10\) must be a positive multiple of num_heads \(3\)"
+    ):
+        MultiHeadAttention(d_model=10, num_heads=3, attention={"name": "softmax"})
+    with pytest.raises(ValueError, match=r"d_model \(0\) must be a positive multiple"):
+        MultiHeadAttention(d_model=0, num_heads=3, attention={"name": "softmax"})
+    with pytest.raises(ValueError, match="d_ff must be >= 1, got 0"):
+        FeedForward(d_model=E, d_ff=0)
+    with pytest.raises(ValueError, match="num_layers must be >= 0, got -1"):
+        TransformerEncoder(
+            num_layers=-1, d_model=E, num_heads=H, d_ff=24, attention={"name": "softmax"}
+        )
