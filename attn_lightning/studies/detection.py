@@ -1,103 +1,65 @@
-"""Run the DETR attention-site comparison over seeds and write its results table.
+"""The DETR attention-site comparison: config-overlay variants over seeds, plus model costs.
 
     python -m attn_lightning.studies.detection --variants softmax softmax_no_projections \\
         optimization_encoder_self optimization_decoder_self optimization_decoder_cross \\
         optimization_all mean --seeds 0 1 2 --jobs 2 --out docs/results/detection_runs
 
-Each (variant, seed) is an ordinary ``train.py fit`` of ``configs/detection/base.yaml`` +
-``configs/detection/<variant>.yaml`` with ``--test_after_fit`` and a metrics file; ``--jobs``
-runs that many at once. Then every variant's model is built from its config (untrained weights:
-cost does not depend on them) and measured in this process, one thread, batch ``--batch``, at the
-config's input size: attention parameters (projections and backend tensors) and all parameters,
-median forward latency per image, and peak forward memory (``benchmarks.measure.peak_bytes``).
-``--skip-runs`` rebuilds the tables from the metrics files of an earlier run.
+A variant is ``configs/detection/<variant>.yaml`` stacked on ``configs/detection/base.yaml``;
+each (variant, seed) is a ``train.py fit`` run of ``attn_lightning.studies.runner`` (``--jobs``
+at once). Then every variant's model is built from its config stack by ``train.py``'s own parser
+(untrained weights: cost does not depend on them) and measured in this process, one thread,
+batch ``--batch``, at the config's input size: attention parameters (projections and backend
+tensors) and all parameters, median forward latency per image, and peak forward memory
+(``benchmarks.measure.peak_bytes``). ``--skip-runs`` rebuilds the tables from the metrics files
+of an earlier run.
 
-Writes ``<out>.md`` (summary + per-run table + the command) and ``<out>.csv`` (per run).
+Writes ``<out>.md`` (summary with the cost columns + per-run table + the command),
+``<out>.csv`` (summary) and ``<out>_runs.csv`` (one row per run).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import logging
 import shlex
-import statistics
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
+
+from attn_lightning.studies.runner import ROOT, Runner, Variant, build_cli
+from attn_lightning.studies.tables import RunResult, write_tables
 
 log = logging.getLogger("attn_lightning.studies.detection")
-ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "detection"
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
 
 
-def run_one(variant: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One training subprocess; returns ``{variant, seed, status, seconds, step, **metrics}``."""
-    label = f"{variant}-s{seed}"
-    metrics_file = Path(args.runs_dir) / f"{label}.json"
-    row: dict[str, Any] = {"variant": variant, "seed": seed}
-    if not args.skip_runs:
-        metrics_file.unlink(missing_ok=True)
-        cmd = [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "fit",
-            "--config",
-            str(CONFIGS / "base.yaml"),
-            "--config",
-            str(CONFIGS / f"{variant}.yaml"),
-            f"--seed_everything={seed}",
-            f"--experiment={args.experiment}",
-            f"--run_name={label}",
-            f"--metrics_file={metrics_file}",
-            "--test_after_fit=true",
-            "--trainer.enable_progress_bar=false",
-            *(f"--{item}" for item in args.set),
-        ]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        row["seconds"] = time.perf_counter() - start
-        if proc.returncode:
-            log.warning("%s failed (exit %d):\n%s", label, proc.returncode, proc.stderr[-3000:])
-    if not metrics_file.exists():
-        return {**row, "status": "crashed"}
-    record = json.loads(metrics_file.read_text())
-    values = {**record.get("metrics", {}), **record.get("test", {})}
-    row.setdefault("seconds", record.get("fit_seconds"))
-    log.info("%-28s seed %d: test/mAP=%s", variant, seed, values.get("test/mAP"))
-    return {
-        **row,
-        "status": "ok",
-        "step": record.get("global_step"),
-        **{k: values.get(k) for k in METRICS},
-    }
+def variants(names: Sequence[str]) -> list[Variant]:
+    """The variants ``configs/detection/<name>.yaml``; SystemExit naming any missing file."""
+    missing = [n for n in names if not (CONFIGS / f"{n}.yaml").is_file()]
+    if missing:
+        raise SystemExit(f"no config for {missing} under {CONFIGS}")
+    return [Variant.from_config(CONFIGS / f"{n}.yaml") for n in names]
 
 
-def measure(variant: str, *, batch: int, repeats: int) -> dict[str, Any]:
-    """Parameter counts, forward latency per image and peak forward memory of a variant."""
+def measure(
+    variant: Variant, *, overrides: Sequence[str], batch: int, repeats: int
+) -> dict[str, Any]:
+    """Parameter counts, forward latency per image and peak forward memory of a variant.
+
+    Returns:
+        ``{attention params, total params, forward ms / image, peak forward MiB, input}``.
+    """
     from attn_lightning.benchmarks.measure import median_seconds, peak_bytes
     from attn_lightning.models.detr import attention_parameters
-    from attn_lightning.tasks.detection import DetectionTask
 
-    # The variant's model and input size from its YAML stack (later files' keys win), without
-    # the CLI: only the model is needed, and with untrained weights.
-    model_args: dict[str, Any] = {}
-    data_args: dict[str, Any] = {}
-    for path in (CONFIGS / "base.yaml", CONFIGS / f"{variant}.yaml"):
-        config = yaml.safe_load(path.read_text())
-        model_args.update((config.get("model") or {}).get("init_args") or {})
-        data_args.update((config.get("data") or {}).get("init_args") or {})
-    torch.manual_seed(0)
-    model = DetectionTask(**model_args).net.eval()
-    size = data_args["image_size"]
+    # train.py's parser and constructors (seeded by the config's seed_everything), no training.
+    cli = build_cli([CONFIGS / "base.yaml", *variant.configs], [*variant.overrides, *overrides])
+    model = cli.model.net.eval()
+    size = cli.datamodule.image_size
     images = torch.rand(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
     cpu = torch.device("cpu")
 
@@ -108,106 +70,94 @@ def measure(variant: str, *, batch: int, repeats: int) -> dict[str, Any]:
     seconds = median_seconds(forward, repeats=repeats, warmup=2, device=cpu)
     peak = peak_bytes(forward, device=cpu)
     return {
-        "attention_params": attention_parameters(model),
-        "total_params": sum(p.numel() for p in model.parameters()),
-        "ms_per_image": 1e3 * seconds / batch,
-        "peak_mib": None if peak is None else peak / 2**20,
+        "attention params": attention_parameters(model),
+        "total params": sum(p.numel() for p in model.parameters()),
+        "forward ms / image": round(1e3 * seconds / batch, 3),
+        "peak forward MiB": None if peak is None else round(peak / 2**20, 1),
         "input": f"{batch}×3×{size}×{size}",
     }
 
 
-def _mean_std(values: list[float]) -> str:
-    if not values:
-        return "–"
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.3f} ± {std:.3f}"
+def write(
+    out: Path,
+    results: list[RunResult],
+    costs: dict[str, dict[str, Any]],
+    *,
+    command: str,
+    jobs: int = 1,
+) -> None:
+    """The study's tables: ``METRICS`` mean ± std per variant, then its cost columns."""
+    inputs = sorted({str(cost["input"]) for cost in costs.values()})
+    notes = [f"Cost columns: one CPU thread, input {', '.join(inputs)}, eval mode, no grad."]
+    write_tables(
+        out,
+        results,
+        command=command,
+        metrics=METRICS,
+        label="variant",
+        jobs=jobs,
+        extra={v: {k: x for k, x in cost.items() if k != "input"} for v, cost in costs.items()},
+        notes=notes if costs else [],
+    )
 
 
-def write(out: Path, rows: list[dict[str, Any]], costs: dict[str, dict], command: str) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    keys = ["variant", "seed", "status", "seconds", "step", *METRICS]
-    with out.with_suffix(".csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    lines = [
-        f"Regenerate with:\n\n```bash\n{command}\n```\n",
-        "| variant | runs ok | test mAP | test AP50 | test AP75 | attention params | total params "
-        "| forward ms / image | peak forward MiB | wall s / run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for variant, cost in costs.items():
-        ok = [r for r in rows if r["variant"] == variant and r["status"] == "ok"]
-        col = {k: _mean_std([r[k] for r in ok if r.get(k) is not None]) for k in METRICS}
-        secs = [r["seconds"] for r in ok if r.get("seconds")]
-        peak = "–" if cost["peak_mib"] is None else f"{cost['peak_mib']:.1f}"
-        lines.append(
-            f"| `{variant}` | {len(ok)}/{sum(r['variant'] == variant for r in rows)} "
-            f"| {col['test/mAP']} | {col['test/AP50']} | {col['test/AP75']} "
-            f"| {cost['attention_params']:,} | {cost['total_params']:,} "
-            f"| {cost['ms_per_image']:.3f} | {peak} "
-            f"| {statistics.fmean(secs) if secs else float('nan'):.0f} |"
-        )
-    first = next(iter(costs.values()), {})
-    lines += [
-        "",
-        f"Cost columns: one CPU thread, input {first.get('input', '?')}, eval mode, no grad.",
-        "",
-        "| variant | seed | status | steps | test mAP | test AP50 | test AP75 | val mAP | s |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        cells = " | ".join("–" if r.get(k) is None else f"{r[k]:.4f}" for k in METRICS)
-        secs = "–" if r.get("seconds") is None else f"{r['seconds']:.0f}"
-        lines.append(
-            f"| `{r['variant']}` | {r['seed']} | {r['status']} | {r.get('step') or '–'} "
-            f"| {cells} | {secs} |"
-        )
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-
-
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    argv = sys.argv[1:] if argv is None else argv
+def build_parser() -> argparse.ArgumentParser:
+    """The detection study's CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(
         prog="python -m attn_lightning.studies.detection",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--variants",
-        nargs="+",
-        required=True,
-        help="config names under configs/detection/ (without .yaml)",
-    )
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument(
+    add = parser.add_argument
+    add("--variants", nargs="+", required=True, help="configs/detection/<name>.yaml names")
+    add("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    add(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="extra train.py argument, e.g. trainer.max_steps=1000",
+        help="train.py argument (repeatable)",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="training runs at once")
-    parser.add_argument("--batch", type=int, default=8, help="batch of the cost measurement")
-    parser.add_argument("--repeats", type=int, default=20, help="timed forward calls")
-    parser.add_argument("--experiment", default="detection_report")
-    parser.add_argument("--skip-runs", action="store_true", help="reuse existing metrics files")
-    parser.add_argument("--out", required=True, type=Path, help="output path without extension")
-    args = parser.parse_args(argv)
-    missing = [v for v in args.variants if not (CONFIGS / f"{v}.yaml").is_file()]
-    if missing:
-        raise SystemExit(f"no config for {missing} under {CONFIGS}")
-    args.runs_dir = Path("sweeps") / args.experiment
-    args.runs_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(v, s) for v in args.variants for s in args.seeds]
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = list(pool.map(lambda job: run_one(*job, args), jobs))
-    torch.set_num_threads(1)
-    costs = {v: measure(v, batch=args.batch, repeats=args.repeats) for v in args.variants}
-    write(args.out, rows, costs, "python -m attn_lightning.studies.detection " + shlex.join(argv))
-    log.info("wrote %s.md and %s.csv", args.out, args.out)
-    return rows
+    add("--jobs", type=int, default=1, help="training runs at once")
+    add("--batch", type=int, default=8, help="batch of the cost measurement")
+    add("--repeats", type=int, default=20, help="timed forward calls")
+    add("--experiment", default="detection_report")
+    add("--skip-runs", "--skip_runs", action="store_true", help="reuse existing metrics files")
+    add("--no-costs", "--no_costs", action="store_true", help="skip the cost measurement")
+    add("--out", required=True, type=Path, help="output path without extension")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[RunResult]:
+    """Run the detection study; returns the runs in table order."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("lightning", "lightning.pytorch", "lightning.fabric"):  # the cost models' build
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    chosen = variants(args.variants)
+    runner = Runner(
+        configs=(str(CONFIGS / "base.yaml"),),
+        overrides=tuple(args.set),
+        experiment=args.experiment,
+        runs_dir=Path("sweeps") / args.experiment,
+        skip_runs=args.skip_runs,
+    )
+    command = "python -m attn_lightning.studies.detection " + shlex.join(argv)
+    results = runner.run_all(
+        [(v, s) for v in chosen for s in args.seeds],
+        parallel=args.jobs,
+        # Tables without the cost columns part-way through, so a long study can be inspected.
+        on_result=lambda _, done: write(args.out, done, {}, command=command, jobs=args.jobs),
+    )
+    costs: dict[str, dict[str, Any]] = {}
+    if not args.no_costs:
+        torch.set_num_threads(1)
+        for v in chosen:
+            costs[v.name] = measure(v, overrides=args.set, batch=args.batch, repeats=args.repeats)
+    write(args.out, results, costs, command=command, jobs=args.jobs)
+    log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
+    return results
 
 
 if __name__ == "__main__":

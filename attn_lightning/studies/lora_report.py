@@ -1,18 +1,20 @@
-"""Tables of the LoRA study (``lora_study``) from its per-run CSVs: mean ± std over seeds.
+"""Tables of the LoRA study (``studies.lora``) from its per-run CSVs: mean ± std over seeds.
 
-Reads ``<out>_mlp_runs.csv`` and ``<out>_transformer_runs.csv`` (whichever exist), writes
-``<out>_summary.csv`` and ``<out>.md``. Text between ``<!-- notes:begin -->`` and
-``<!-- notes:end -->`` in an existing ``<out>.md`` (the hand-written discussion) is kept.
+Reads ``<out>_<part>_runs.csv`` of the parts ``mlp``, ``variants`` and ``transformer``
+(whichever exist; mean ± std by ``studies.tables``), writes ``<out>_summary.csv`` and
+``<out>.md``. Text between ``<!-- notes:begin -->`` and ``<!-- notes:end -->`` in an existing
+``<out>.md`` (the hand-written discussion) is kept.
 """
 
 from __future__ import annotations
 
 import csv
 import platform
-import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from attn_lightning.studies.tables import format_mean_std, mean_std
 
 FIELDS = [
     "part",
@@ -78,16 +80,15 @@ def summarize(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
         }
         for key in ("acc", "exact_acc", "seconds"):
             values = [float(r[key]) for r in ok if r.get(key) not in (None, "")]
-            entry[f"{key}_mean"] = statistics.fmean(values) if values else None
-            entry[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+            entry[f"{key}_mean"], entry[f"{key}_std"] = mean_std(values)
         summary.append(entry)
     return summary
 
 
 def _pct(entry: dict[str, Any] | None, key: str = "acc") -> str:
-    if entry is None or entry[f"{key}_mean"] is None:
+    if entry is None:
         return "–"
-    return f"{100 * entry[f'{key}_mean']:.1f} ± {100 * entry[f'{key}_std']:.1f}"
+    return format_mean_std(entry[f"{key}_mean"], entry[f"{key}_std"], scale=100, digits=1)
 
 
 def _params(entry: dict[str, Any] | None) -> str:
@@ -164,6 +165,7 @@ def _transformer_table(summary: list[dict[str, Any]]) -> list[str]:
 
 
 def write_report(out: Path) -> None:
+    """Write ``<out>_summary.csv`` and ``<out>.md`` from the parts' run CSVs (none: nothing)."""
     rows = [row for part in PARTS for row in _rows(Path(f"{out}_{part}_runs.csv"))]
     if not rows:
         return
@@ -176,7 +178,7 @@ def write_report(out: Path) -> None:
     notes = f"{NOTES[0]}\n(discussion goes here)\n{NOTES[1]}"
     if md.exists() and NOTES[0] in (text := md.read_text()) and NOTES[1] in text:
         notes = text[text.index(NOTES[0]) : text.index(NOTES[1]) + len(NOTES[1])]
-    walls = defaultdict(float)
+    walls: dict[str, float] = defaultdict(float)
     for row in rows:
         walls[row["part"]] += float(row["seconds"] or 0)
     crashed = sum(r["status"] != "ok" for r in rows)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.studies.sweep import RunResult, main, run_label, summarize
+from attn_lightning.studies.sweep import Runner, RunResult, Variant, main, run_label, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +64,10 @@ def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch):
             "1",
             "--train-script",
             str(script),
+            "--metric",
+            "test/token_acc",
+            "--threshold",
+            "0.99",
             "--out",
             str(out),
         ]
@@ -116,3 +120,87 @@ def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
         assert len(list(csv.DictReader(f))) == 1
     ckpt_dir = tmp_path / "checkpoints" / "sweep-tiny" / "linear_feature_map-relu-s0"
     assert (ckpt_dir / "last.ckpt").is_file()
+
+
+FAKE_OVERLAY_TRAIN = """
+import json, sys
+argv = sys.argv[2:]
+args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+configs = [argv[i + 1] for i, a in enumerate(argv) if a == "--config"]
+loss = {"small.yaml": 1.0, "large.yaml": 3.0}[configs[-1].rsplit("/", 1)[-1]]
+loss += 0.1 * int(args["seed_everything"])
+record = {"global_step": 5, "metrics": {"val/loss": loss},
+          "test": {"test/loss": loss, "test/bits_per_dim": loss / 2}}
+open(args["metrics_file"], "w").write(json.dumps(record))
+"""
+
+
+def test_sweep_variants_metrics_direction_and_jobs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_OVERLAY_TRAIN)
+    common = ["--config", "base.yaml", "--variants", "small.yaml", "large.yaml"]
+    common += ["--seeds", "0", "1", "--train-script", str(script), "--out", "img"]
+    results = main(
+        [
+            *common,
+            *("--metrics", "test/loss", "val/loss", "--metric", "test/loss", "--threshold", "2"),
+            *("--direction", "min", "--jobs", "2"),
+        ]
+    )
+    assert [(r.variant, r.seed, r.status) for r in results] == [
+        ("small", 0, "ok"),
+        ("small", 1, "ok"),
+        ("large", 0, "ok"),
+        ("large", 1, "ok"),
+    ]
+    md = (tmp_path / "img.md").read_text()
+    assert "| variant | runs | not converged | crashed | test loss | val/loss |" in md
+    assert '"not converged" = test/loss > 2.0' in md and "2 runs at a time" in md
+    assert "| `small` | 2 | 0 | 0 | 1.0500 ± 0.0707 | 1.0500 ± 0.0707 |" in md
+    assert "| `large` | 2 | 2 | 0 |" in md
+    assert "bits/dim" not in md  # only the columns asked for
+    with (tmp_path / "img_runs.csv").open() as f:
+        assert next(csv.DictReader(f))["val/loss"] == "1.0"
+
+    # --skip-runs rebuilds the tables from the metrics files; default columns: test/ metrics.
+    script.write_text("raise SystemExit(1)")
+    again = main([*common, "--skip-runs"])
+    assert [r.value("test/loss") for r in again] == [r.value("test/loss") for r in results]
+    md = (tmp_path / "img.md").read_text()
+    assert "| variant | runs | crashed | test bits/dim | test loss |" in md
+    # --resume reuses the existing files and runs only what is missing (here: nothing).
+    assert [r.status for r in main([*common, "--resume"])] == ["ok"] * 4
+
+
+def test_sweep_rejects_metric_without_threshold(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--config", "c.yaml", "--backends", "softmax", "--out", "x", "--metric", "a"])
+    with pytest.raises(SystemExit):
+        main(["--config", "c.yaml", "--out", str(tmp_path / "x")])
+
+
+def test_runner_in_process_runs_train_and_survives_a_crash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = Runner(
+        configs=(
+            str(ROOT / "configs" / "reversal" / "base.yaml"),
+            str(ROOT / "configs" / "presets" / "debug.yaml"),
+        ),
+        overrides=(
+            "data.init_args.train_size=32",
+            "data.init_args.val_size=16",
+            "data.init_args.test_size=16",
+            "data.init_args.batch_size=16",
+            "trainer.max_steps=2",
+        ),
+        experiment="inproc",
+        runs_dir=tmp_path / "metrics",
+        in_process=True,
+    )
+    jobs = [(Variant.from_attention("softmax"), 0), (Variant.from_attention("no_such_backend"), 0)]
+    seen = []
+    ok, crashed = runner.run_all(jobs, on_result=lambda r, done: seen.append(len(done)))
+    assert (ok.status, ok.global_step, crashed.status) == ("ok", 2, "crashed")
+    assert 0.0 <= ok.value("test/token_acc") <= 1.0 and seen == [1, 2]
+    assert (tmp_path / "metrics" / "softmax-s0.json").is_file()

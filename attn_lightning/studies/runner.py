@@ -1,0 +1,234 @@
+"""The one study runner: (config stack, variant, seed) -> a ``train.py`` run -> its metrics.
+
+A ``Variant`` is a name plus config files stacked on the study's base configs and ``key=value``
+overrides (an attention spec is one override). ``Runner`` runs each (variant, seed) as an
+ordinary ``train.py`` subprocess (several at once with ``parallel``) or in this process, with
+``--test_after_fit`` and a ``--metrics_file`` that it reads back into a ``RunResult``.
+``build_cli`` builds a config stack's model and data exactly as ``train.py`` would, for studies
+that measure a variant's model. ``attn_lightning.studies.sweep`` is the command line on top.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attn_lightning.attention import parse_attention_spec
+from attn_lightning.studies.tables import RunResult
+
+if TYPE_CHECKING:
+    from attn_lightning.cli import AttnLightningCLI
+
+log = logging.getLogger("attn_lightning.studies.runner")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_label(spec: str) -> str:
+    """A file-name-safe label: ``polynomial:form=sketch`` -> ``polynomial_form-sketch``."""
+    return spec.replace(":", "_").replace("=", "-").replace(",", "_").replace("/", "-")
+
+
+def run_name(variant: Variant, seed: int) -> str:
+    """A run's folder and metrics-file name: ``<label>-s<seed>``."""
+    return f"{run_label(variant.name)}-s{seed}"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named change to the base config: stacked ``configs``, then ``key=value`` overrides."""
+
+    name: str
+    configs: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    subcommand: str = "fit"  # "test" scores a checkpoint given in the overrides
+
+    @classmethod
+    def from_attention(cls, spec: str) -> Variant:
+        """The variant ``spec`` that sets the model's attention (``name[:key=value,...]``)."""
+        attention = json.dumps(parse_attention_spec(spec))
+        return cls(spec, overrides=(f"model.init_args.attention={attention}",))
+
+    @classmethod
+    def from_config(cls, path: str | Path) -> Variant:
+        """The variant named after a config overlay's file stem."""
+        return cls(Path(path).stem, configs=(str(path),))
+
+
+@contextlib.contextmanager
+def _train_argv() -> Iterator[None]:
+    # LightningCLI given ``args`` still looks at sys.argv (the program name, help).
+    saved, sys.argv = sys.argv, ["train.py"]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def build_cli(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> AttnLightningCLI:
+    """Parse and instantiate a config stack as ``train.py`` does, without running anything.
+
+    Returns the ``AttnLightningCLI`` (``.model``, ``.datamodule``, ``.trainer``, ``.config``), for
+    studies that measure a variant's model (no YAML read or merged by hand). ``overrides`` are
+    ``key=value`` arguments, as in ``Variant``.
+    """
+    from attn_lightning.cli import main as train_main
+
+    args = [a for c in configs for a in ("--config", str(c))]
+    with _train_argv():
+        return train_main([*args, *(f"--{o}" for o in overrides)], run=False)
+
+
+@dataclass
+class Runner:
+    """Runs variants of a base config stack through ``train.py`` and reads their metrics files.
+
+    Attributes:
+        configs: base config stack, before each variant's configs.
+        overrides: ``key=value`` arguments of every run (``--set``), after the variant's.
+        experiment: ``--experiment`` of every run (logs/ and checkpoints/ folder).
+        runs_dir: where the metrics files ``<label>-s<seed>.json`` go.
+        python, train_script: the interpreter and script of the subprocesses.
+        timeout: seconds per subprocess run (None: no limit).
+        in_process: call ``attn_lightning.cli.main`` here instead (pays the imports once; one run
+            at a time, no timeout).
+        resume: reuse a run's metrics file when it exists instead of training again.
+        skip_runs: never train; read whatever metrics files exist (tables from earlier runs).
+    """
+
+    configs: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    experiment: str = "sweep"
+    runs_dir: Path = Path("sweeps/sweep")
+    python: str = sys.executable
+    train_script: Path = ROOT / "train.py"
+    timeout: float | None = None
+    in_process: bool = False
+    resume: bool = False
+    skip_runs: bool = False
+
+    def train_args(self, variant: Variant, seed: int) -> list[str]:
+        """The ``train.py`` arguments of one run (subcommand first)."""
+        label = run_name(variant, seed)
+        args = [variant.subcommand]
+        for config in (*self.configs, *variant.configs):
+            args += ["--config", str(config)]
+        args += [f"--{o}" for o in variant.overrides]
+        args += [
+            f"--seed_everything={seed}",
+            f"--experiment={self.experiment}",
+            f"--run_name={label}",
+            f"--metrics_file={self.runs_dir / f'{label}.json'}",
+            "--trainer.enable_progress_bar=false",
+        ]
+        if variant.subcommand == "fit":
+            args.append("--test_after_fit=true")
+        return args + [f"--{o}" for o in self.overrides]
+
+    def command(self, variant: Variant, seed: int) -> list[str]:
+        """The subprocess command line of one run."""
+        return [self.python, str(self.train_script), *self.train_args(variant, seed)]
+
+    def run(self, variant: Variant, seed: int) -> RunResult:
+        """Train (or reuse) one run and read its metrics file."""
+        label = run_name(variant, seed)
+        metrics_file = self.runs_dir / f"{label}.json"
+        reuse = self.skip_runs or (self.resume and metrics_file.exists())
+        seconds: float | None = None
+        status = "ok"
+        if not reuse:
+            metrics_file.unlink(missing_ok=True)
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+            start = time.perf_counter()
+            status = (
+                self._in_process(variant, seed) if self.in_process else self._spawn(variant, seed)
+            )
+            seconds = time.perf_counter() - start
+        result = RunResult(variant.name, seed, seconds, status)
+        if status == "ok" and metrics_file.exists():
+            record = json.loads(metrics_file.read_text())
+            result.metrics = {
+                **record.get("metrics", {}),
+                **record.get("validate", {}),
+                **record.get("test", {}),
+            }
+            result.global_step = record.get("global_step")
+            if result.seconds is None:
+                result.seconds = record.get("fit_seconds")
+        elif status == "ok":
+            result.status = "crashed"
+            log.warning("run %s wrote no metrics file %s", label, metrics_file)
+        return result
+
+    def _spawn(self, variant: Variant, seed: int) -> str:
+        label = run_name(variant, seed)
+        try:
+            proc = subprocess.run(
+                self.command(variant, seed), capture_output=True, text=True, timeout=self.timeout
+            )
+        except subprocess.TimeoutExpired:
+            log.warning("run %s timed out after %s s", label, self.timeout)
+            return "timeout"
+        if proc.returncode:
+            log.warning("run %s failed (exit %d):\n%s", label, proc.returncode, proc.stderr[-3000:])
+            return "crashed"
+        return "ok"
+
+    def _in_process(self, variant: Variant, seed: int) -> str:
+        from attn_lightning.cli import main as train_main
+
+        try:
+            with _train_argv():
+                train_main(self.train_args(variant, seed))
+        except (Exception, SystemExit) as error:  # one failed run must not end the study
+            log.warning(
+                "run %s-s%d failed: %s: %s", variant.name, seed, type(error).__name__, error
+            )
+            return "crashed"
+        return "ok"
+
+    def run_all(
+        self,
+        jobs: Sequence[tuple[Variant, int]],
+        *,
+        parallel: int = 1,
+        on_result: Callable[[RunResult, list[RunResult]], None] | None = None,
+    ) -> list[RunResult]:
+        """Run ``(variant, seed)`` jobs, ``parallel`` at once; results in the order of ``jobs``.
+
+        ``on_result(result, finished)`` is called after each run with the runs finished so far
+        (in job order), e.g. to rewrite the tables part-way through a long study.
+        """
+        if self.in_process and parallel > 1:
+            raise ValueError("in-process runs go one at a time; use parallel=1")
+        done: dict[int, RunResult] = {}
+
+        def finish(index: int, result: RunResult) -> None:
+            done[index] = result
+            log.info(
+                "%-40s seed %d: %s in %s s",
+                result.variant,
+                result.seed,
+                result.status,
+                "?" if result.seconds is None else f"{result.seconds:.0f}",
+            )
+            if on_result is not None:
+                on_result(result, [done[i] for i in sorted(done)])
+
+        if parallel <= 1:
+            for index, (variant, seed) in enumerate(jobs):
+                finish(index, self.run(variant, seed))
+        else:
+            with ThreadPoolExecutor(max_workers=parallel) as pool:
+                futures = {pool.submit(self.run, v, s): i for i, (v, s) in enumerate(jobs)}
+                for future in as_completed(futures):
+                    finish(futures[future], future.result())
+        return [done[i] for i in sorted(done)]

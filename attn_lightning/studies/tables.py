@@ -1,0 +1,265 @@
+"""Tables of a study: mean ± std over seeds per variant, written as markdown and CSV.
+
+Every study formats ``mean ± std`` here (``mean_std`` + ``format_mean_std``): the sample
+standard deviation over the runs that finished, ``0`` for one run, ``–`` for none. Which metrics
+become columns is the caller's choice; ``default_metrics`` takes the ``test/`` metrics the runs
+reported, so each task gets its own columns. A known metric has a title, a scale (100 for
+percentages) and a number of decimals in ``KNOWN``; any other key is shown as is.
+"""
+
+from __future__ import annotations
+
+import csv
+import platform
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunResult:
+    """One (variant, seed) run: ``status`` is ``ok``, ``crashed``, ``timeout`` or ``dry-run``."""
+
+    variant: str
+    seed: int
+    seconds: float | None
+    status: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    global_step: int | None = None
+
+    def value(self, key: str) -> float | None:
+        """The run's final value of ``key`` (fit, validate and test metrics), or None."""
+        return self.metrics.get(key)
+
+
+@dataclass(frozen=True)
+class Column:
+    """How a metric is shown: ``title``, value × ``scale`` with ``digits`` decimals."""
+
+    key: str
+    title: str
+    scale: float = 1.0
+    digits: int = 4
+
+
+# Display of the metrics the tasks log; greedy = decoded with generate().
+KNOWN = {
+    c.key: c
+    for c in (
+        Column("test/token_acc", "token acc (%)", 100, 2),
+        Column("test/exact_acc", "exact-seq acc (%)", 100, 2),
+        Column("test/gen_token_acc", "greedy token acc (%)", 100, 2),
+        Column("test/gen_exact_acc", "greedy exact-seq (%)", 100, 2),
+        Column("test/acc", "test acc (%)", 100, 2),
+        Column("test/mAP", "test mAP", 1, 3),
+        Column("test/AP50", "test AP50", 1, 3),
+        Column("test/AP75", "test AP75", 1, 3),
+        Column("val/mAP", "val mAP", 1, 3),
+        Column("test/bits_per_dim", "test bits/dim", 1, 4),
+        Column("test/completion_bpd", "test completion bits/dim", 1, 4),
+        Column("test/loss", "test loss", 1, 4),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """A run converged when ``metric`` ≥ ``threshold`` (``direction="max"``) or ≤ (``"min"``)."""
+
+    metric: str
+    threshold: float
+    direction: str = "max"
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("max", "min"):
+            raise ValueError(f"direction must be 'max' or 'min', got {self.direction!r}")
+
+    def converged(self, value: float | None) -> bool:
+        """Whether a run with final ``value`` (None: not reported) converged."""
+        if value is None:
+            return False
+        return value >= self.threshold if self.direction == "max" else value <= self.threshold
+
+    def describe(self) -> str:
+        """The failure condition in words, e.g. ``test/token_acc < 0.99``."""
+        return f"{self.metric} {'<' if self.direction == 'max' else '>'} {self.threshold}"
+
+
+def column(key: str) -> Column:
+    """The display of ``key``: from ``KNOWN``, else the key itself with 4 decimals."""
+    return KNOWN.get(key, Column(key, key))
+
+
+def default_metrics(results: Iterable[RunResult]) -> list[str]:
+    """The ``test/`` metrics any run reported: known ones in ``KNOWN`` order, then the rest."""
+    reported = {k for r in results for k in r.metrics if k.startswith("test/")}
+    return [k for k in KNOWN if k in reported] + sorted(reported - set(KNOWN))
+
+
+def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and sample std of ``values``: std 0 for one value, ``(None, None)`` for none."""
+    if not values:
+        return None, None
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def format_mean_std(
+    mean: float | None, std: float | None, *, scale: float = 1.0, digits: int = 2
+) -> str:
+    """``mean ± std`` of values × ``scale`` with ``digits`` decimals; ``–`` without a mean."""
+    if mean is None:
+        return "–"
+    return f"{mean * scale:.{digits}f} ± {(std or 0.0) * scale:.{digits}f}"
+
+
+def summarize(
+    results: Sequence[RunResult],
+    *,
+    metrics: Sequence[str] | None = None,
+    metric: str | None = None,
+    threshold: float | None = None,
+    direction: str = "max",
+    label: str = "backend",
+) -> list[dict[str, Any]]:
+    """One row per variant: run counts, ``<metric>_mean``/``_std`` and wall time of the ok runs.
+
+    With ``metric`` and ``threshold`` the row also counts ``not_converged`` ok runs (see
+    ``Convergence``); ``metrics`` defaults to ``default_metrics(results)``.
+    """
+    keys = list(metrics) if metrics is not None else default_metrics(results)
+    convergence = None
+    if metric is not None:
+        if threshold is None:
+            raise ValueError(f"convergence metric {metric!r} given without a threshold")
+        convergence = Convergence(metric, threshold, direction)
+    rows = []
+    for name in dict.fromkeys(r.variant for r in results):
+        runs = [r for r in results if r.variant == name]
+        ok = [r for r in runs if r.status == "ok"]
+        row: dict[str, Any] = {label: name, "runs": len(runs), "crashed": len(runs) - len(ok)}
+        if convergence is not None:
+            metric_of = convergence.metric
+            row["not_converged"] = sum(not convergence.converged(r.value(metric_of)) for r in ok)
+        for key in keys:
+            mean, std = mean_std([v for r in ok if (v := r.value(key)) is not None])
+            row[f"{key}_mean"], row[f"{key}_std"] = mean, std
+        row["seconds_mean"], row["seconds_std"] = mean_std(
+            [r.seconds for r in ok if r.seconds is not None]
+        )
+        rows.append(row)
+    return rows
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, bool | str):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,g}"
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_tables(
+    out: Path,
+    results: Sequence[RunResult],
+    *,
+    command: str,
+    metrics: Sequence[str] | None = None,
+    convergence: Convergence | None = None,
+    label: str = "backend",
+    jobs: int = 1,
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
+    notes: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Write ``<out>.md`` (summary, per-run table, command), ``<out>.csv``, ``<out>_runs.csv``.
+
+    Args:
+        out: output path without extension.
+        results: the runs, in the order of the per-run table.
+        command: the command line that regenerates the tables.
+        metrics: metric keys shown as columns (default: ``default_metrics(results)``).
+        convergence: adds a "not converged" column when given.
+        label: title of the variant column (``backend`` or ``variant``).
+        jobs: runs that ran at once (stated in the machine line).
+        extra: per variant, more summary columns (title -> value), e.g. measured model costs.
+        notes: lines printed under the summary table.
+
+    Returns:
+        The summary rows (also in ``<out>.csv``).
+    """
+    keys = list(metrics) if metrics is not None else default_metrics(results)
+    if convergence is not None and convergence.metric not in keys:
+        keys.append(convergence.metric)
+    columns = [column(k) for k in keys]
+    summary = summarize(
+        results,
+        metrics=keys,
+        metric=None if convergence is None else convergence.metric,
+        threshold=None if convergence is None else convergence.threshold,
+        direction="max" if convergence is None else convergence.direction,
+        label=label,
+    )
+    extra = extra or {}
+    for row in summary:
+        row.update(extra.get(row[label], {}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _write_csv(out.with_name(out.name + ".csv"), summary)
+    runs = [
+        {
+            label: r.variant,
+            "seed": r.seed,
+            "status": r.status,
+            "seconds": None if r.seconds is None else round(r.seconds, 1),
+            "global_step": r.global_step,
+            **{k: r.value(k) for k in keys},
+        }
+        for r in results
+    ]
+    _write_csv(out.with_name(out.name + "_runs.csv"), runs)
+    extra_titles = list(dict.fromkeys(t for cells in extra.values() for t in cells))
+    failed = "" if convergence is None else f'"not converged" = {convergence.describe()}; '
+    pace = "runs one after another" if jobs <= 1 else f"{jobs} runs at a time"
+    head = [label, "runs", *(["not converged"] if convergence else []), "crashed"]
+    head += [c.title for c in columns] + ["wall time / run (s)", *extra_titles]
+    lines = [
+        f"Regenerate with:\n\n```bash\n{command}\n```\n",
+        f"Machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"Python {platform.python_version()}; {pace}.\n",
+        f"Test split, best-by-validation checkpoint. Mean ± std over seeds; {failed}"
+        "crashed runs are excluded from the means.\n",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for row in summary:
+        cells = [f"`{row[label]}`", str(row["runs"])]
+        cells += [str(row["not_converged"])] if convergence else []
+        cells.append(str(row["crashed"]))
+        cells += [
+            format_mean_std(
+                row[f"{c.key}_mean"], row[f"{c.key}_std"], scale=c.scale, digits=c.digits
+            )
+            for c in columns
+        ]
+        cells.append(format_mean_std(row["seconds_mean"], row["seconds_std"], digits=0))
+        cells += [_cell(row.get(t)) for t in extra_titles]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [*(f"\n{note}" for note in notes), "", "Per run:", ""]
+    head = [label, "seed", "status", "steps", *(c.title for c in columns), "seconds"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        cells = [f"`{r.variant}`", str(r.seed), r.status, str(r.global_step or "–")]
+        for c in columns:
+            v = r.value(c.key)
+            cells.append("–" if v is None else f"{v * c.scale:.{c.digits}f}")
+        cells.append("–" if r.seconds is None else f"{r.seconds:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    out.with_name(out.name + ".md").write_text("\n".join(lines) + "\n")
+    return summary

@@ -1,0 +1,97 @@
+"""The detection study: variants are config overlays, tables from metrics files, model costs."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from attn_lightning.studies.detection import main, measure, variants, write
+from attn_lightning.studies.tables import RunResult
+
+
+def _fake_metrics(folder, variant: str, seed: int, m_ap: float) -> None:
+    record = {
+        "fit_seconds": 100.0 + seed,
+        "global_step": 500,
+        "metrics": {"val/mAP": m_ap + 0.01, "val/loss": 1.0},
+        "test": {"test/mAP": m_ap, "test/AP50": 2 * m_ap, "test/AP75": m_ap / 2, "test/loss": 1.0},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{variant}-s{seed}.json").write_text(json.dumps(record))
+
+
+def test_variants_are_the_detection_overlays():
+    (softmax,) = variants(["softmax"])
+    assert softmax.name == "softmax" and softmax.configs[0].endswith(
+        "configs/detection/softmax.yaml"
+    )
+    with pytest.raises(SystemExit, match="no config"):
+        variants(["softmax", "no_such_variant"])
+
+
+def test_tables_from_existing_metrics_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "sweeps" / "detection_report"
+    _fake_metrics(runs, "softmax", 0, 0.1)
+    _fake_metrics(runs, "softmax", 1, 0.3)
+    _fake_metrics(runs, "mean", 0, 0.05)  # mean seed 1 never finished
+    out = tmp_path / "table"
+    argv = ["--variants", "softmax", "mean", "--seeds", "0", "1", "--out", str(out)]
+    results = main([*argv, "--skip-runs", "--no-costs"])
+    assert [(r.variant, r.seed, r.status) for r in results] == [
+        ("softmax", 0, "ok"),
+        ("softmax", 1, "ok"),
+        ("mean", 0, "ok"),
+        ("mean", 1, "crashed"),
+    ]
+    md = (tmp_path / "table.md").read_text()
+    head = "| variant | runs | crashed | test mAP | test AP50 | test AP75 | val mAP |"
+    assert head + " wall time / run (s) |" in md
+    assert (
+        "| `softmax` | 2 | 0 | 0.200 ± 0.141 | 0.400 ± 0.283 | 0.100 ± 0.071 | 0.210 ± 0.141 |"
+        in md
+    )
+    assert "| `mean` | 2 | 1 | 0.050 ± 0.000 |" in md
+    assert "python -m attn_lightning.studies.detection --variants softmax mean" in md
+    assert "test loss" not in md and "not converged" not in md
+    with (tmp_path / "table_runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["seconds"] for r in rows] == ["100.0", "101.0", "100.0", ""]
+    assert rows[1]["test/mAP"] == "0.3"
+
+
+def test_write_adds_the_cost_columns(tmp_path):
+    results = [RunResult("softmax", 0, 140.0, "ok", {"test/mAP": 0.136}, 500)]
+    costs = {
+        "softmax": {
+            "attention params": 99840,
+            "total params": 253624,
+            "forward ms / image": 1.795,
+            "peak forward MiB": 0.9,
+            "input": "8×3×48×48",
+        }
+    }
+    write(tmp_path / "t", results, costs, command="cmd")
+    md = (tmp_path / "t.md").read_text()
+    assert "| attention params | total params | forward ms / image | peak forward MiB |" in md
+    assert "| 99,840 | 253,624 | 1.795 | 0.9 |" in md
+    assert "Cost columns: one CPU thread, input 8×3×48×48, eval mode, no grad." in md
+    with (tmp_path / "t.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["attention params"] == "99840" and "input" not in row
+
+
+def test_measure_builds_each_variant_through_the_train_cli(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plain, no_proj = variants(["softmax", "softmax_no_projections"])
+    small = ["model.init_args.d_model=32", "model.init_args.d_ff=32"]
+    cost = measure(plain, overrides=small, batch=1, repeats=1)
+    bare = measure(no_proj, overrides=small, batch=1, repeats=1)
+    assert cost["input"] == "1×3×48×48"
+    # Q/K/V/out projections of 32×32 (+ bias) at 2 encoder + 2×2 decoder sites.
+    assert cost["attention params"] == 6 * 4 * (32 * 32 + 32)
+    assert bare["attention params"] == 0
+    assert cost["total params"] - bare["total params"] == cost["attention params"]
+    assert cost["forward ms / image"] > 0

@@ -1,0 +1,120 @@
+"""Study tables: the one mean ± std helper, default columns, convergence, md + csv contents."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from attn_lightning.studies.tables import (
+    Convergence,
+    RunResult,
+    default_metrics,
+    format_mean_std,
+    mean_std,
+    write_tables,
+)
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_mean_std_is_sample_std_zero_for_one_none_for_none():
+    assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(2**0.5))
+    assert mean_std([5.0]) == (5.0, 0.0)
+    assert mean_std([]) == (None, None)
+
+
+def test_format_mean_std_scales_and_rounds():
+    assert format_mean_std(0.9876, 0.0123, scale=100, digits=1) == "98.8 ± 1.2"
+    assert format_mean_std(2.0, None, digits=0) == "2 ± 0"
+    assert format_mean_std(None, None) == "–"
+
+
+def test_default_metrics_are_the_reported_test_metrics_known_first():
+    results = [
+        RunResult("a", 0, 1.0, "ok", {"test/zeta": 1.0, "test/loss": 0.5, "val/mAP": 0.1}),
+        RunResult("a", 1, 1.0, "ok", {"test/token_acc": 0.9, "train/loss": 0.2}),
+    ]
+    assert default_metrics(results) == ["test/token_acc", "test/loss", "test/zeta"]
+
+
+def test_convergence_in_both_directions():
+    assert Convergence("test/acc", 0.9).converged(0.95)
+    assert not Convergence("test/acc", 0.9).converged(None)
+    low = Convergence("test/loss", 2.0, "min")
+    assert low.converged(1.5) and not low.converged(2.5)
+    assert low.describe() == "test/loss > 2.0"
+    with pytest.raises(ValueError, match="direction"):
+        Convergence("test/loss", 1.0, "down")
+
+
+RESULTS = [
+    RunResult("softmax", 0, 10.0, "ok", {"test/mAP": 0.2, "test/AP50": 0.5}, 100),
+    RunResult("softmax", 1, 20.0, "ok", {"test/mAP": 0.4, "test/AP50": 0.7}, 100),
+    RunResult("mean", 0, None, "crashed"),
+]
+
+
+def test_write_tables_columns_come_from_the_metrics_argument(tmp_path):
+    out = tmp_path / "res" / "study"
+    summary = write_tables(
+        out, RESULTS, command="cmd", metrics=["test/mAP", "test/AP50"], label="variant"
+    )
+    md = (tmp_path / "res" / "study.md").read_text()
+    assert "| variant | runs | crashed | test mAP | test AP50 | wall time / run (s) |" in md
+    assert "not converged" not in md and "token acc" not in md
+    assert "| `softmax` | 2 | 0 | 0.300 ± 0.141 | 0.600 ± 0.141 | 15 ± 7 |" in md
+    assert "| `mean` | 1 | 1 | – | – | – |" in md
+    assert "| `softmax` | 1 | ok | 100 | 0.400 | 0.700 | 20 |" in md
+    assert "```bash\ncmd\n```" in md
+    rows = {r["variant"]: r for r in _read_csv(out.with_name("study.csv"))}
+    assert "not_converged" not in rows["softmax"]
+    assert float(rows["softmax"]["test/mAP_mean"]) == pytest.approx(0.3)
+    assert rows["mean"]["crashed"] == "1" and rows["mean"]["test/mAP_mean"] == ""
+    runs = _read_csv(out.with_name("study_runs.csv"))
+    assert [(r["variant"], r["seed"], r["status"]) for r in runs] == [
+        ("softmax", "0", "ok"),
+        ("softmax", "1", "ok"),
+        ("mean", "0", "crashed"),
+    ]
+    assert summary[0]["test/AP50_mean"] == pytest.approx(0.6)
+
+
+def test_write_tables_convergence_column_extras_and_notes(tmp_path):
+    out = tmp_path / "study"
+    write_tables(
+        out,
+        RESULTS,
+        command="cmd",
+        metrics=["test/AP50"],
+        convergence=Convergence("test/mAP", 0.3),
+        label="variant",
+        jobs=2,
+        extra={"softmax": {"total params": 253624, "peak MiB": 0.9}, "mean": {"peak MiB": None}},
+        notes=["Cost columns: measured."],
+    )
+    md = out.with_name("study.md").read_text()
+    head = "| variant | runs | not converged | crashed | test AP50 | test mAP |"
+    assert head + " wall time / run (s) | total params | peak MiB |" in md
+    assert '"not converged" = test/mAP < 0.3' in md and "2 runs at a time" in md
+    assert (
+        "| `softmax` | 2 | 1 | 0 | 0.600 ± 0.141 | 0.300 ± 0.141 | 15 ± 7 | 253,624 | 0.9 |" in md
+    )
+    assert "| `mean` | 1 | 0 | 1 | – | – | – | – | – |" in md
+    assert "\nCost columns: measured.\n" in md
+    rows = {r["variant"]: r for r in _read_csv(out.with_name("study.csv"))}
+    assert rows["softmax"]["not_converged"] == "1"
+    assert rows["softmax"]["total params"] == "253624"
+
+
+def test_write_tables_default_columns_without_reversal_leftovers(tmp_path):
+    # An image-style run: only its own test metrics become columns.
+    results = [RunResult("softmax", 0, 60.0, "ok", {"test/loss": 2.25, "test/bits_per_dim": 2.25})]
+    write_tables(tmp_path / "img", results, command="cmd")
+    md = (tmp_path / "img.md").read_text()
+    assert "| backend | runs | crashed | test bits/dim | test loss | wall time / run (s) |" in md
+    assert "token acc" not in md and "not converged" not in md
