@@ -97,7 +97,7 @@ def _product_forward(
         pt[:, 1:].copy_(states[:, :-1])
         carry = states[:, -1:]
         ot = _flat(out[heads, chunks])
-        if den is None:
+        if den is None or shift is None:  # both None together: not normalised
             torch.bmm(st, vt, out=ot).baddbmm_(qt, _flat(pt))
             continue
         num = torch.bmm(st, vt).baddbmm_(qt, _flat(pt))  # (g·m, C, E + 1), tile-sized
@@ -114,7 +114,7 @@ def _product_backward(
     q4: Tensor,
     k4: Tensor,
     v4: Tensor,
-    saved: tuple[Tensor, Tensor, Tensor, Tensor | None],
+    saved: tuple[Tensor | None, Tensor, Tensor, Tensor | None],
     tile_tokens: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     out, scores, prev, den = saved
@@ -129,7 +129,7 @@ def _product_backward(
         vt = _with_ones(_flat(v4[heads, chunks]), normalised)
         st, pt = _flat(scores[heads, chunks]), _flat(prev[heads, chunks])
         gt = _flat(grad4[heads, chunks])
-        if den is not None:
+        if out is not None and den is not None:  # both set together: normalised
             # out = num/den: d num = dO/den, d den = −Σ_e dO·out/den (the ones column's grad).
             dt = _flat(den[heads, chunks])
             go = gt.new_empty(*gt.shape[:-1], gt.shape[-1] + 1)
@@ -171,7 +171,7 @@ class _CausalProduct(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, chunk: int, shift: float | None, tile: int):  # type: ignore[override]
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, chunk: int, shift: float | None, tile: int):
         b, h, n, e = v.shape
         q4, k4, v4 = (x.contiguous().view(b * h, n // chunk, chunk, x.shape[-1]) for x in (q, k, v))
         out, scores, prev, den = _product_forward(q4, k4, v4, shift, tile)
@@ -181,7 +181,7 @@ class _CausalProduct(torch.autograd.Function):
         return out.view(b, h, n, e)
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
+    def backward(ctx, grad_out: Tensor):
         q4, k4, v4, scores, prev, *extra = ctx.saved_tensors
         out, den = extra if ctx.normalised else (None, None)
         shape = grad_out.shape

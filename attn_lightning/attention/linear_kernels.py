@@ -54,7 +54,7 @@ class _LinearProduct(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, phi_q: Tensor, phi_k: Tensor, v: Tensor, shift: float):  # type: ignore[override]
+    def forward(ctx, phi_q: Tensor, phi_k: Tensor, v: Tensor, shift: float):
         state = torch.cat(
             [phi_k.transpose(-1, -2) @ v, phi_k.sum(dim=-2).unsqueeze(-1)], dim=-1
         )  # (B, H, F, Dv + 1) = [Σ φ(k)vᵀ, Σ φ(k)]
@@ -67,7 +67,7 @@ class _LinearProduct(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor):
         phi_q, phi_k, v, state, out, den = ctx.saved_tensors
         # out = num/den: d num = dO/den, d den = −Σ_e dO·out/den.
         go = torch.cat([grad, -(grad * out).sum(-1, keepdim=True)], dim=-1).div_(den)

@@ -11,13 +11,13 @@ from torch import Tensor
 
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.registry import register_attention
 
 
-@register_attention("mean")
 class MeanAttention(FeatureMapAttention):
     """Average of the visible values; ignores q and k (a pooling baseline, as asked by the
     reviewers of optimization-based attention)."""
+
+    name = "mean"
 
     def __init__(self, *, head_dim: int, chunk_size: int = 64, eps: float = DEFAULT_EPS) -> None:
         super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)

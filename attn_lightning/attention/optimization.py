@@ -24,7 +24,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention.base import Attention, accumulation_dtype
-from attn_lightning.attention.registry import register_attention
 
 SOLVERS = ("woodbury", "svd")
 
@@ -33,7 +32,6 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-@register_attention("optimization")
 class OptimizationAttention(Attention):
     """Attention weights from a lasso code of each query over the keys (unrolled ADMM).
 
@@ -67,6 +65,7 @@ class OptimizationAttention(Attention):
             coefficient is a fraction of a unit query) and the keys are comparable atoms.
     """
 
+    name = "optimization"
     supports_causal = False
     supports_recurrence = False
 
@@ -155,7 +154,7 @@ class OptimizationAttention(Attention):
 
         # Which coefficients may be nonzero: the prox step projects the rest onto 0.
         keep = torch.ones(1, 1, l_q, atoms.shape[2], dtype=torch.bool, device=q.device)
-        if real is not None:
+        if key_padding_mask is not None:
             keep = keep.repeat(b, 1, 1, 1)
             keep[..., :s] &= key_padding_mask[:, None, None, :]
         if self.exclude_self:

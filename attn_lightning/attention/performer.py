@@ -20,7 +20,6 @@ from torch import Tensor
 
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.registry import register_attention
 
 KERNELS = ("positive", "hyperbolic", "trigonometric")
 PROJECTIONS = ("orthogonal", "iid")
@@ -58,7 +57,6 @@ def draw_projection(
     return w * norms
 
 
-@register_attention("performer")
 class PerformerAttention(FeatureMapAttention):
     """FAVOR+: linear attention with random features estimating softmax's ``exp(qᵀk/√D)``.
 
@@ -87,6 +85,9 @@ class PerformerAttention(FeatureMapAttention):
         chunk_size: tokens per chunk in the causal kernel.
         eps: added to the normaliser (paper stabiliser 1e-6).
     """
+
+    name = "performer"
+    projection_matrix: Tensor  # (m, D) buffer
 
     def __init__(
         self,

@@ -1,71 +1,55 @@
-"""Polynomial attention: normalised power attention and its PolySketch linearisations
-(Kacham, Mirrokni, Zhong, "PolySketchFormer", ICML 2024, arXiv 2310.01655).
+"""Polynomial attention: normalised power attention and the learned polynomial, both exact.
 
     A_ij = ⟨q'_i, k'_j⟩^p / (1 + Σ_j ⟨q'_i, k'_j⟩^p),   out_i = Σ_j A_ij v_j,   p even
 
-with ``x' = LN(x) · D^{-1/4}`` (layer norm over D, no affine parameters; ``normalize=False`` keeps
+(Kacham, Mirrokni, Zhong, "PolySketchFormer", ICML 2024, arXiv 2310.01655) with
+``x' = LN(x) · D^{-1/4}`` (layer norm over D, no affine parameters; ``normalize=False`` keeps
 only the scale). Why: polynomial kernels are only well-behaved on bounded entries (Alman & Song
 2023, "Fast Attention Requires Bounded Entries"). ``‖LN(x)‖ = √D``, so
 ``|⟨q', k'⟩| = |⟨LN q, LN k⟩| / √D ≤ √D``, softmax's logit scale ``qᵀk/√D`` for unit-variance
 inputs, and every score is at most ``D^{p/2}``. Masked keys (padding, and the future when causal)
 count in neither the numerator nor the Σ; a query that sees no key gets 0.
 
-One registry name, three ``form``s of the same score:
-
-* ``exact``: the masked quadratic formula, O(N²·D); the reference and the short-sequence path.
-  ``step`` keeps a KV cache ``(k', v)``.
-* ``sketch``: random PolySketch ``⟨s(q'), s(k')⟩² ≈ ⟨q', k'⟩⁴`` (``polysketch.py``), linear time
-  O(N·r²·Dv) through the shared kernels with normaliser offset 1. Degree 2 uses the exact
-  feature ``sym(x' ⊗ x')`` (no randomness).
-* ``learned``: the same score with a learned sketch in place of the random one (degree 4).
+This backend computes the score quadratically, O(N²·D) (the reference and the short-sequence
+path); ``step`` keeps a KV cache ``(k', v)``. Its linear-time sketches are the ``polysketch``
+backend, which shares ``bounded_inputs`` below.
 
 Shapes (see ``base.py``)::
 
-    q: (B, H, L, D)  k: (B, H, S, D)  v: (B, H, S, Dv)  ->  out: (B, H, L, Dv)
-    exact: sim (B, H, L, S)    sketch / learned: φ(x) (B, H, N, r(r+1)/2), or D(D+1)/2 for p=2
+    q: (B, H, L, D)  k: (B, H, S, D)  v: (B, H, S, Dv)  ->  sim: (B, H, L, S)  ->  (B, H, L, Dv)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.base import State, accumulation_dtype, allowed_keys
-from attn_lightning.attention.feature_map import FeatureMapAttention
+from attn_lightning.attention.base import Attention, State, accumulation_dtype, allowed_keys
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.polysketch import (
-    LearnedPolySketch,
-    RandomPolySketch,
-    symmetric_square,
-)
 from attn_lightning.attention.power_exact import exact_power_attention
-from attn_lightning.attention.registry import register_attention
 
-FORMS = ("exact", "sketch", "learned")
-
-# The linear-time forms and the degrees each supports: (form, p) -> the sketch s, φ = sym(s ⊗ s).
-SKETCHES: dict[tuple[str, int], Callable[..., nn.Module]] = {
-    ("sketch", 2): lambda **_: nn.Identity(),  # ⟨sym(q'⊗q'), sym(k'⊗k')⟩ = ⟨q', k'⟩² exactly
-    ("sketch", 4): RandomPolySketch,
-    ("learned", 4): LearnedPolySketch,
-}
-
-_LN_EPS = 1e-5  # torch's LayerNorm default; separate from ``eps``, the normaliser's guard
+LN_EPS = 1e-5  # torch's LayerNorm default; separate from ``eps``, the normaliser's guard
 
 
-def _supported_degrees(form: str) -> str:
-    return ", ".join(str(p) for f, p in sorted(SKETCHES) if f == form)
+def bounded_inputs(x: Tensor, *, normalize: bool) -> Tensor:
+    """``x' = LN(x) · D^{-1/4}`` over D (LN without affine); ``normalize=False``: ``x · D^{-1/4}``.
+
+    Shared by ``polynomial`` and ``polysketch``, whose scores must agree for the sketch to
+    estimate the power kernel.
+    """
+    head_dim = x.shape[-1]
+    if normalize:
+        x = F.layer_norm(x, (head_dim,), eps=LN_EPS)
+    return x * head_dim**-0.25
 
 
-@register_attention("polynomial")
-class PolynomialAttention(FeatureMapAttention):
-    """Normalised power attention ``⟨q', k'⟩^p / (1 + Σ_j ⟨q', k'⟩^p)``, exact or sketched.
+class PolynomialAttention(Attention):
+    """Normalised power attention ``⟨q', k'⟩^p / (1 + Σ_j ⟨q', k'⟩^p)``, exact.
 
-    Learned polynomial (``learned_coefficients=True``, exact form only)::
+    Learned polynomial (``learned_coefficients=True``)::
 
         sim = max(0, Σ_{i=0..p} a_i ⟨q', k'⟩^i),  a_i = softplus(θ_i) ≥ 0,  A = sim_ij / Σ_j sim_ij
 
@@ -81,66 +65,43 @@ class PolynomialAttention(FeatureMapAttention):
     Clamped, the weights stay a convex combination, and ``eps`` in the normaliser makes a query
     whose keys are all masked (or all clamped) output 0.
 
-    The random sketch matrices are persistent buffers (first draw from the global torch RNG,
-    ``redraw_features`` for a seeded redraw). Everything runs in float32 at least with autocast
-    off; the output has v's dtype.
+    Everything runs in float32 at least with autocast off; the output has v's dtype.
 
     Args:
         head_dim: D.
-        form: ``exact``, ``sketch`` or ``learned`` (see the module docstring).
-        degree: p, even. exact: any even p ≥ 2; sketch: 2 or 4; learned: 4.
-        sketch_size: r, the sketch width (paper: 32 or 64); φ has r(r+1)/2 features.
-        learned_coefficients: learn the polynomial's coefficients (exact form only).
+        degree: p, any even int ≥ 2.
+        learned_coefficients: learn the polynomial's coefficients (see above).
         normalize: layer-norm q and k before the D^{-1/4} scale (keeps the entries bounded).
-        chunk_size: tokens per chunk in the causal kernel of the sketch/learned forms.
         eps: added to the normaliser.
     """
+
+    name = "polynomial"
+    supports_recurrence = True  # exact, but the state (KV cache) grows with the context
 
     def __init__(
         self,
         *,
         head_dim: int,
-        form: str = "exact",
         degree: int = 4,
-        sketch_size: int = 32,
         learned_coefficients: bool = False,
         normalize: bool = True,
-        chunk_size: int = 64,
         eps: float = DEFAULT_EPS,
     ) -> None:
-        super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
-        if form not in FORMS:
-            raise ValueError(
-                f"unknown form {form!r} for attention 'polynomial'; allowed: {', '.join(FORMS)}"
-            )
+        super().__init__(head_dim=head_dim)
         if isinstance(degree, bool) or not isinstance(degree, int) or degree < 2 or degree % 2:
             raise ValueError(
                 f"degree must be an even int >= 2 (2, 4, 6, ...; an odd power makes the scores "
                 f"and the normaliser signed), got {degree!r}"
             )
-        if isinstance(sketch_size, bool) or not isinstance(sketch_size, int) or sketch_size <= 0:
-            raise ValueError(f"sketch_size must be a positive int (r), got {sketch_size!r}")
-        if form != "exact" and (form, degree) not in SKETCHES:
-            raise ValueError(
-                f"form={form!r} supports degree {_supported_degrees(form)}, got degree={degree}; "
-                f"form='exact' takes any even degree"
-            )
-        if learned_coefficients and form != "exact":
-            raise ValueError(
-                f"learned_coefficients=True needs form='exact' (allowed forms: exact), "
-                f"got form={form!r}"
-            )
-        self.form = form
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps!r}")
         self.degree = degree
-        self.sketch_size = sketch_size
         self.learned_coefficients = bool(learned_coefficients)
         self.normalize = bool(normalize)
+        self.eps = float(eps)
         # c in out = Σ sim·v / (c + Σ sim): the power kernel's "1 +"; none for the learned
-        # polynomial (see the class docstring). Used by the shared kernels and the exact path.
+        # polynomial (see the class docstring).
         self.normalizer_offset = 0.0 if learned_coefficients else 1.0
-        self.sketch: nn.Module | None = None
-        if form != "exact":
-            self.sketch = SKETCHES[(form, degree)](head_dim=head_dim, sketch_size=sketch_size)
         self.coefficient_logits: nn.Parameter | None = None
         if learned_coefficients:
             # θ_i = softplus⁻¹(1/i!) = log(expm1(1/i!)), so a_i starts at 1/i!.
@@ -151,15 +112,14 @@ class PolynomialAttention(FeatureMapAttention):
     @property
     def coefficients(self) -> Tensor:
         """a_0..a_p of ``sim = Σ_i a_i ⟨q', k'⟩^i``: softplus(θ) with learned coefficients, else
-        the one-hot e_p of the power kernel (which the random sketch estimates and the learned
-        sketch stands in for). Read from a checkpoint: ``softplus(state_dict[...
+        the one-hot e_p of the power kernel. Read from a checkpoint: ``softplus(state_dict[...
         "coefficient_logits"])``."""
         if self.coefficient_logits is not None:
             return F.softplus(self.coefficient_logits)
         return F.one_hot(torch.tensor(self.degree), self.degree + 1).float()
 
     def kernel(self, dot: Tensor) -> Tensor:
-        """The exact form's similarity as a function of ``d = ⟨q', k'⟩`` (any shape): ``d^p``, or
+        """The similarity as a function of ``d = ⟨q', k'⟩`` (any shape): ``d^p``, or
         ``max(0, Σ_i a_i d^i)`` (Horner) with learned coefficients."""
         if self.coefficient_logits is None:
             return dot.pow(self.degree)
@@ -171,35 +131,12 @@ class PolynomialAttention(FeatureMapAttention):
 
     def normalize_inputs(self, x: Tensor) -> Tensor:
         """``x' = LN(x) · D^{-1/4}`` (no affine LN; ``normalize=False``: ``x · D^{-1/4}``)."""
-        if self.normalize:
-            x = F.layer_norm(x, (self.head_dim,), eps=_LN_EPS)
-        return x * self.head_dim**-0.25
+        return bounded_inputs(x, normalize=self.normalize)
 
-    def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
-        """φ(x) = sym(s(x') ⊗ s(x')) with ``⟨φ(q), φ(k)⟩ = ⟨s(q'), s(k')⟩²`` (sketch/learned)."""
-        if self.sketch is None:
-            raise NotImplementedError(
-                "polynomial form='exact' is computed quadratically and has no feature map; "
-                "use form='sketch' or 'learned' for features"
-            )
-        return symmetric_square(self.sketch(self.normalize_inputs(x)))
-
-    @torch.no_grad()
-    def redraw_features(self, generator: torch.Generator | None = None) -> None:
-        """Redraw the random sketch S1, S2 in place from a CPU ``generator`` (global RNG if None).
-
-        Drawn on CPU then copied to the buffers' device and dtype, so equal seeds give equal
-        sketches on every device and rank. A no-op for the forms without random features.
-        """
-        if isinstance(self.sketch, RandomPolySketch):
-            self.sketch.draw(generator)
-
-    # ------------------------------------------------------------------ forms
+    # ------------------------------------------------------------------ contract
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        if self.sketch is not None:
-            return super()._attend(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
         if self.coefficient_logits is None:
             return self._exact_power(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
         allowed = allowed_keys(
@@ -213,10 +150,7 @@ class PolynomialAttention(FeatureMapAttention):
         return self._exact(q, k, v, allowed)
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
-        """Sketch forms: the shared recurrent kernel. Exact form: a KV cache
-        ``(k': (B, H, T, D) in the accumulation dtype, v: (B, H, T, Dv))``."""
-        if self.sketch is not None:
-            return super()._step(q, k, v, state)
+        """A KV cache ``(k': (B, H, T, D) in the accumulation dtype, v: (B, H, T, Dv))``."""
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))  # as in ``_exact``
         with torch.autocast(device_type=k.device.type, enabled=False):
             k_new = self.normalize_inputs(k.to(acc))
@@ -282,7 +216,7 @@ class PolynomialAttention(FeatureMapAttention):
 
     def extra_repr(self) -> str:
         return (
-            f"head_dim={self.head_dim}, form={self.form!r}, degree={self.degree}, "
-            f"sketch_size={self.sketch_size}, learned_coefficients={self.learned_coefficients}, "
-            f"normalize={self.normalize}, chunk_size={self.chunk_size}, eps={self.eps}"
+            f"head_dim={self.head_dim}, degree={self.degree}, "
+            f"learned_coefficients={self.learned_coefficients}, normalize={self.normalize}, "
+            f"eps={self.eps}"
         )

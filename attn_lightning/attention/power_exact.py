@@ -35,7 +35,7 @@ def _blocked_tile(blocked: Tensor | None, t: slice) -> Tensor | None:
 
 class _ExactPower(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, p: int, c: float):  # type: ignore[override]
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, p: int, c: float):
         bh, length, _ = q.shape
         out = v.new_empty(bh, length, v.shape[-1])
         den = v.new_empty(bh, length, 1)
@@ -53,7 +53,7 @@ class _ExactPower(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor):
         q, k, v, blocked, out, den = ctx.saved_tensors
         p = ctx.p
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

@@ -1,32 +1,73 @@
 """Name -> backend class: the one visible table from which YAML selects attention.
 
 ``build_attention("performer", head_dim=64, num_features=128)`` builds a backend; unknown names
-and unknown options fail here, at build time, with the list of what is allowed.
+and unknown options fail here, at build time, with the list of what is allowed. Old spellings
+still found in YAML files and in the hyper-parameters of old checkpoints are rewritten here too
+(``DEPRECATED_SPELLINGS``), with a ``FutureWarning`` naming the new one.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import yaml
 
 from attn_lightning.attention.base import Attention
+from attn_lightning.attention.linear import LinearAttention
+from attn_lightning.attention.mean import MeanAttention
+from attn_lightning.attention.optimization import OptimizationAttention
+from attn_lightning.attention.performer import PerformerAttention
+from attn_lightning.attention.polynomial import PolynomialAttention
+from attn_lightning.attention.polysketch import PolySketchAttention
+from attn_lightning.attention.softmax import SoftmaxAttention
 
-_REGISTRY: dict[str, type[Attention]] = {}
+# The table: every backend a config can name. ``register_attention`` adds user backends to it.
+ATTENTIONS: dict[str, type[Attention]] = {
+    "linear": LinearAttention,
+    "mean": MeanAttention,
+    "optimization": OptimizationAttention,
+    "performer": PerformerAttention,
+    "polynomial": PolynomialAttention,
+    "polysketch": PolySketchAttention,
+    "softmax": SoftmaxAttention,
+}
+
+# Old spellings still accepted: (name, option) -> {old value: (new name, options that replace
+# the old option)}. ``polynomial`` had a ``form`` option until the sketches became ``polysketch``.
+DEPRECATED_SPELLINGS: dict[tuple[str, str], dict[Any, tuple[str, dict[str, Any]]]] = {
+    ("polynomial", "form"): {
+        "exact": ("polynomial", {}),
+        "sketch": ("polysketch", {"sketch": "random"}),
+        "learned": ("polysketch", {"sketch": "learned"}),
+    },
+}
 
 A = TypeVar("A", bound=type[Attention])
 
 
-def register_attention(name: str):
-    """Class decorator: make a backend selectable by ``name``."""
+def register_attention(name: str) -> Callable[[A], A]:
+    """Class decorator: make a user's own backend selectable by ``name`` (YAML, CLI specs).
+
+    The extension point for code outside this package; the built-in backends are listed in
+    ``ATTENTIONS`` directly. The class must subclass ``Attention`` and take its options as
+    keyword-only constructor arguments next to ``head_dim``; its ``name`` is set to ``name``::
+
+        @register_attention("my_attention")
+        class MyAttention(Attention):
+            def __init__(self, *, head_dim: int, temperature: float = 1.0) -> None: ...
+
+    Raises:
+        ValueError: ``name`` is already taken by another class.
+    """
 
     def decorator(cls: A) -> A:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"attention name {name!r} is already registered to {_REGISTRY[name]}")
+        if name in ATTENTIONS and ATTENTIONS[name] is not cls:
+            raise ValueError(f"attention name {name!r} is already registered to {ATTENTIONS[name]}")
         cls.name = name
-        _REGISTRY[name] = cls
+        ATTENTIONS[name] = cls
         return cls
 
     return decorator
@@ -34,16 +75,16 @@ def register_attention(name: str):
 
 def available_attentions() -> list[str]:
     """Sorted registry names."""
-    return sorted(_REGISTRY)
+    return sorted(ATTENTIONS)
 
 
 def attention_class(name: str) -> type[Attention]:
     """The class registered as ``name``; ValueError listing the names when there is none."""
-    if not isinstance(name, str) or name not in _REGISTRY:
+    if not isinstance(name, str) or name not in ATTENTIONS:
         raise ValueError(
             f"unknown attention {name!r}; available: {', '.join(available_attentions())}"
         )
-    return _REGISTRY[name]
+    return ATTENTIONS[name]
 
 
 def attention_options(name: str) -> dict[str, Any]:
@@ -92,11 +133,46 @@ def _parse_value(text: str) -> Any:
     return value
 
 
+def upgrade_attention_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec dict in today's spelling: deprecated spellings rewritten, the rest as given.
+
+    ``{"name": "polynomial", "form": "sketch", "sketch_size": 16}`` -> ``{"name":
+    "polysketch", "sketch": "random", "sketch_size": 16}`` with a ``FutureWarning`` naming the
+    new spelling. Returns a new dict; ``spec`` is not modified. Names and options are checked by
+    ``build_attention``, not here.
+
+    Raises:
+        ValueError: a deprecated option with a value it never had, naming the values it had.
+    """
+    upgraded = dict(spec)
+    for (name, option), replacements in DEPRECATED_SPELLINGS.items():
+        if upgraded.get("name") != name or option not in upgraded:
+            continue
+        old = upgraded.pop(option)
+        match = [new for value, new in replacements.items() if value == old]
+        if not match:
+            raise ValueError(
+                f"unknown {option} {old!r} for attention {name!r}; allowed: "
+                f"{', '.join(replacements)} (deprecated: {option!r} is no longer an option)"
+            )
+        new_name, new_options = match[0]
+        upgraded = {**upgraded, "name": new_name, **new_options}
+        spelling = ", ".join(f"{k}: {v}" for k, v in {"name": new_name, **new_options}.items())
+        warnings.warn(
+            f"attention {{name: {name}, {option}: {old}, ...}} is deprecated and will stop "
+            f"working; write {{{spelling}, ...}} instead",
+            FutureWarning,
+            stacklevel=3,  # the caller of build_attention / parse_backend
+        )
+    return upgraded
+
+
 def build_attention(name: str | Mapping[str, Any], *, head_dim: int, **options: Any) -> Attention:
     """Build a backend from its registry name and options, or from a YAML-style spec mapping.
 
     ``build_attention("performer", head_dim=64, num_features=128)`` and
     ``build_attention({"name": "performer", "num_features": 128}, head_dim=64)`` are the same.
+    Deprecated spellings are rewritten first (``upgrade_attention_spec``).
 
     Args:
         name: a registry name (see ``available_attentions()``) or a mapping with a ``name`` key
@@ -114,15 +190,28 @@ def build_attention(name: str | Mapping[str, Any], *, head_dim: int, **options: 
                 f"attention must be a dict with a 'name' key, e.g. {{'name': 'softmax'}}, "
                 f"got {dict(name)!r}"
             )
-        options = {**{k: v for k, v in name.items() if k != "name"}, **options}
-        name = name["name"]
-    cls = attention_class(name)
-    allowed = attention_options(name)
+        spec = {**name, **options}
+    else:
+        spec = {**options, "name": name}
+    options = upgrade_attention_spec(spec)
+    key = options.pop("name")
+    cls = attention_class(key)
+    allowed = attention_options(key)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         listed = ", ".join(f"{k} (default {v!r})" for k, v in allowed.items()) or "none"
         raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for attention {name!r}; "
-            f"allowed: {listed}"
+            f"unknown option(s) {', '.join(map(repr, unknown))} for attention {key!r}; "
+            f"allowed: {listed}{_elsewhere(unknown)}"
         )
     return cls(head_dim=head_dim, **options)
+
+
+def _elsewhere(options: list[str]) -> str:
+    """``"; 'sketch_size' is an option of polysketch"``: where misplaced options belong."""
+    hints = []
+    for option in options:
+        owners = [n for n in available_attentions() if option in attention_options(n)]
+        if owners:
+            hints.append(f"; {option!r} is an option of {', '.join(owners)}")
+    return "".join(hints)

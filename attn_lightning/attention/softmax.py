@@ -13,10 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention.base import Attention, State, allowed_keys
-from attn_lightning.attention.registry import register_attention
 
 
-@register_attention("softmax")
 class SoftmaxAttention(Attention):
     """``softmax(q kᵀ · scale) v``; ``step`` keeps a KV cache ``(k: (B,H,T,D), v: (B,H,T,Dv))``.
 
@@ -25,6 +23,7 @@ class SoftmaxAttention(Attention):
         scale: logit scale; None means 1/√D.
     """
 
+    name = "softmax"
     supports_recurrence = True  # exact, but the state (KV cache) grows with the context
 
     def __init__(self, *, head_dim: int, scale: float | None = None) -> None:
@@ -46,6 +45,7 @@ class SoftmaxAttention(Attention):
             key_padding_mask=key_padding_mask,
             device=q.device,
         )
+        assert allowed is not None  # a padding mask was given
         # A query with no visible key would give NaN (softmax of all -inf): let it see everything,
         # then zero its output, so neither the output nor any gradient is NaN.
         empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, L, 1)

@@ -2,9 +2,10 @@
 
 Error of a backend on inputs q, k, v (B = 1, H heads, N tokens, D = Dv), all float64:
 
-    err = ‖out − ref‖_F / ‖ref‖_F,   ref = softmax(q kᵀ / √D) v   (or polynomial ``exact``)
+    err = ‖out − ref‖_F / ‖ref‖_F,   ref = softmax(q kᵀ / √D) v   (or exact ``polynomial``)
 
-with q, k ~ N(0, σ²) (σ = "input scale"; softmax's logits then have std σ²) and v ~ N(0, 1).
+with q, k ~ N(0, σ²) (σ = "input scale"; softmax's logits then have std σ²) and v ~ N(0, 1);
+the softmax reference is ``attention.naive.naive_softmax``.
 Each point is ``draws`` draws: draw i uses inputs from seed i and redraws the backend's random
 features (``redraw_features``) from a generator seeded 10_000 + i, so the spread covers both the
 features and the inputs. Deterministic backends vary only through the inputs.
@@ -13,7 +14,7 @@ Experiments (``--experiments``):
 
 * ``performer``: error vs m (num_features) for positive / hyperbolic / trigonometric kernels,
   orthogonal vs i.i.d. projections.
-* ``scale``: error vs σ for Performer, linear (elu+1), polynomial exact and PolySketch.
+* ``scale``: error vs σ for Performer, linear (elu+1), exact polynomial and PolySketch.
 * ``sketch``: PolySketch (degree 4) error vs its size r, against softmax and against the exact
   degree-4 polynomial attention it estimates.
 * ``degree``: polynomial exact attention vs softmax for p = 2 … 16: the power kernel ``d^p`` and
@@ -23,7 +24,6 @@ Experiments (``--experiments``):
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import warnings
 from collections.abc import Sequence
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attn_lightning.attention.naive import naive_softmax
 from attn_lightning.benchmarks.specs import BackendSpec, parse_backend
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ SCALE_BACKENDS = (
     "performer:num_features=256,kernel=hyperbolic",
     "linear",
     "polynomial",
-    "polynomial:form=sketch,sketch_size=32",
+    "polysketch:sketch_size=32",
     "mean",  # uniform weights: the error any method gets for free where softmax is flat
 )
 
@@ -88,15 +89,6 @@ def make_inputs(seed: int, settings: ApproxSettings, std: float) -> tuple[Tensor
     return q * std, k * std, v
 
 
-def softmax_reference(q: Tensor, k: Tensor, v: Tensor, *, causal: bool) -> Tensor:
-    """Explicit ``softmax(q kᵀ/√D) v`` (future keys at −inf when causal), in q's dtype."""
-    logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, L, S)
-    if causal:
-        future = torch.ones(logits.shape[-2:], dtype=torch.bool).triu(1)
-        logits = logits.masked_fill(future, float("-inf"))
-    return logits.softmax(dim=-1) @ v
-
-
 def relative_error(out: Tensor, ref: Tensor) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
@@ -124,11 +116,12 @@ def error_row(
     with torch.no_grad():
         for draw in range(settings.draws):
             q, k, v = make_inputs(draw, settings, std)
-            if hasattr(attn, "redraw_features"):
-                attn.redraw_features(torch.Generator().manual_seed(10_000 + draw))
+            redraw = getattr(attn, "redraw_features", None)  # random-feature backends only
+            if redraw is not None:
+                redraw(torch.Generator().manual_seed(10_000 + draw))
             out = attn(q, k, v, causal=settings.causal)
             if ref_attn is None:
-                ref = softmax_reference(q, k, v, causal=settings.causal)
+                ref = naive_softmax(q, k, v, causal=settings.causal)
             else:
                 ref = ref_attn(q, k, v, causal=settings.causal)
             errors.append(relative_error(out, ref))
@@ -211,7 +204,7 @@ def sketch_rows(
     rows = []
     for reference in ("softmax", "polynomial:degree=4"):
         for r in sizes:
-            spec = parse_backend(f"polynomial:form=sketch,degree=4,sketch_size={r}")
+            spec = parse_backend(f"polysketch:degree=4,sketch_size={r}")
             rows.append(
                 error_row(
                     "sketch",

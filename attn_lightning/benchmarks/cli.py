@@ -30,10 +30,8 @@ from attn_lightning.benchmarks.specs import BackendSpec, parse_backend
 
 
 def default_backends() -> list[str]:
-    """Every registered backend with its defaults (softmax, the baseline, first), plus the
-    linear-time polynomial form."""
-    names = sorted(available_attentions(), key=lambda name: name != "softmax")
-    return names + (["polynomial:form=sketch"] if "polynomial" in names else [])
+    """Every registered backend with its defaults (softmax, the baseline, first)."""
+    return sorted(available_attentions(), key=lambda name: name != "softmax")
 
 
 def backend_arg(spec: str) -> BackendSpec:
@@ -64,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         type=backend_arg,
         default=None,
-        help="name[:key=value,...], e.g. polynomial:form=sketch,sketch_size=32 "
+        help="name[:key=value,...], e.g. polysketch:sketch_size=32 "
         f"(default: {' '.join(default_backends())})",
     )
     timed.add_argument("--batch", type=int, help="B (default: the protocol's)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -165,7 +165,8 @@ def cmd_approx(args: argparse.Namespace) -> str:
         causal=args.causal,
     )
     rows: list[approx.ApproxRow] = []
-    sweeps = {
+    # experiment -> (rows(settings, values, suffix=...), the values swept)
+    sweeps: dict[str, tuple[Callable[..., list[approx.ApproxRow]], Sequence[int]]] = {
         "performer": (approx.performer_rows, args.features),
         "sketch": (approx.sketch_rows, args.sketch_sizes),
         "degree": (approx.degree_rows, args.degrees),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,16 +34,13 @@ def prefill_state(
     contents are random: only timing is measured here, not outputs).
 
     Feature-map backends: ``S = Σφ(k)vᵀ: (B, H, F, Dv)`` and ``z = Σφ(k): (B, H, F)`` in one pass;
-    the others (softmax, polynomial exact): a KV cache ``(k, v): (B, H, T, D)`` each.
+    the others (softmax, polynomial): a KV cache ``(k, v): (B, H, T, D)`` each.
     """
     b, h, _, d = shape
     k = torch.randn(b, h, context, d, device=device)
     v = torch.randn(b, h, context, d, device=device)
     if isinstance(attn, FeatureMapAttention):
-        try:
-            phi_k = attn.features(k, is_query=False)  # (B, H, T, F)
-        except NotImplementedError:  # a FeatureMapAttention computed quadratically: KV cache
-            return k, v
+        phi_k = attn.features(k, is_query=False)  # (B, H, T, F)
         return phi_k.transpose(-1, -2) @ v, phi_k.sum(dim=-2)
     return k, v
 
@@ -72,7 +70,7 @@ def run_decode(
             with torch.no_grad():
                 state = prefill_state(attn, t, shape, device)
                 sec = median_seconds(
-                    lambda a=attn, x=x, s=state: a.step(x, x, x, s),
+                    functools.partial(attn.step, x, x, x, state),
                     repeats=repeats,
                     warmup=warmup,
                     device=device,

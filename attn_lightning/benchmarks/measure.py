@@ -53,9 +53,9 @@ def time_calls(fn: Callable[[], object], *, repeats: int, device: torch.device) 
         return [start.elapsed_time(end) / 1e3 for start, end in events]
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        began = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - began)
     return times
 
 
@@ -159,10 +159,7 @@ def feature_dim(attn: Attention, head_dim: int) -> int | None:
     if not isinstance(attn, FeatureMapAttention):
         return None
     device = next((t.device for t in (*attn.buffers(), *attn.parameters())), torch.device("cpu"))
-    try:
-        probe = attn.features(torch.zeros(1, 1, 1, head_dim, device=device), is_query=False)
-    except NotImplementedError:  # e.g. polynomial form='exact': quadratic, no feature map
-        return None
+    probe = attn.features(torch.zeros(1, 1, 1, head_dim, device=device), is_query=False)
     return probe.shape[-1]
 
 

@@ -66,7 +66,7 @@ def environment(device: torch.device, **settings: Any) -> dict[str, str]:
 
 
 def _as_dict(row: Any) -> dict[str, Any]:
-    return asdict(row) if is_dataclass(row) else dict(row)
+    return asdict(row) if is_dataclass(row) and not isinstance(row, type) else dict(row)
 
 
 def write_csv(path: Path, rows: Iterable[Any], meta: Mapping[str, str]) -> Path:
@@ -151,7 +151,7 @@ def scaling_table(
         for n in lengths:
             r = index.get((backend, causal, n))
             got = None if r is None else getattr(r, value)
-            if got is None:
+            if r is None or got is None:
                 cells.append(_skipped_cell(r, value))
                 continue
             cell = _fmt(got)

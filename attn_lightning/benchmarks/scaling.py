@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attn_lightning.attention import Attention
 from attn_lightning.benchmarks.measure import (
     feature_dim,
     is_out_of_memory,
@@ -71,7 +72,7 @@ class Settings:
 
 
 def make_call(
-    attn: torch.nn.Module,
+    attn: Attention,
     *,
     b: int,
     h: int,
@@ -96,11 +97,11 @@ def make_call(
 
     if mode == "fwd":
 
-        def call() -> None:
+        def forward() -> None:
             with torch.no_grad(), amp(), sdpa_context(sdpa_kernel, settings.device):
                 attn(q, k, v, causal=causal)
 
-        return call
+        return forward
     for t in (q, k, v):
         t.requires_grad_(True)
 
@@ -121,9 +122,11 @@ def _extrapolate(value: float, last: Row, n: int, b: int, exponent: float = 2.0)
 def _time_exponent(measured: list[Row]) -> float:
     """α of per-sample time ∝ N^α from the last two measured points, clamped to [1, 2] (every
     backend here is between linear and quadratic); 2, the safe bound, with fewer points."""
-    if len(measured) < 2 or measured[-1].n == measured[-2].n:
+    if len(measured) < 2:
         return 2.0
     a, b = measured[-2], measured[-1]
+    if a.n == b.n or a.ms is None or b.ms is None:  # measured rows always have a time
+        return 2.0
     slope = math.log((b.ms / b.batch) / (a.ms / a.batch)) / math.log(b.n / a.n)
     return min(2.0, max(1.0, slope))
 
@@ -158,7 +161,7 @@ def _measure(row: Row, call: Callable[[], None], settings: Settings, features: i
 
 def run_series(
     spec: BackendSpec,
-    attn: torch.nn.Module,
+    attn: Attention,
     *,
     causal: bool,
     mode: str,
@@ -189,8 +192,8 @@ def run_series(
         if dead:
             row.note = dead
             continue
-        if measured:
-            last = measured[-1]
+        last = measured[-1] if measured else None
+        if last is not None and last.ms is not None:  # measured rows always have a time
             est_ms = _extrapolate(last.ms, last, n, b, _time_exponent(measured))
             if est_ms / 1e3 > settings.budget_s:
                 row.est_ms = est_ms

@@ -1,7 +1,7 @@
 """Which backend configurations the shared contract test runs over.
 
 Every registered name runs with its defaults; ``VARIANTS`` adds option sets that take a
-different code path (another feature map, form or kernel). A new backend is covered by
+different code path (another feature map, sketch or kernel). A new backend is covered by
 registering it.
 """
 
@@ -16,10 +16,10 @@ from attn_lightning.attention import available_attentions
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "linear": [{"feature_map": "relu"}, {"chunk_size": 3}],
     "performer": [{"kernel": "hyperbolic", "num_features": 32}, {"projection": "iid"}],
-    "polynomial": [
-        {"form": "sketch", "sketch_size": 8},
-        {"form": "learned", "sketch_size": 8},
-        {"learned_coefficients": True},
+    "polynomial": [{"learned_coefficients": True}, {"degree": 2}],
+    "polysketch": [
+        {"sketch_size": 8, "chunk_size": 3},
+        {"sketch": "learned", "sketch_size": 8},
         {"degree": 2},
     ],
     "optimization": [{"iterations": 3, "lam": 0.05}, {"signed": True, "solver": "svd"}],

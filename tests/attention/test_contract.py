@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lightning.attention import Attention, build_attention
+from attn_lightning.attention import Attention, available_attentions, build_attention
 from tests.attention.conftest import backend_cases
 
 B, H, D, DV = 2, 3, 8, 5
@@ -165,3 +165,10 @@ class TestContract:
 def test_unknown_name_lists_available():
     with pytest.raises(ValueError, match=r"available: .*softmax"):
         build_attention("sofmax", head_dim=D)
+
+
+def test_cases_cover_every_registered_backend_and_both_sketches():
+    cases = [param.values for param in backend_cases()]
+    assert {name for name, _ in cases} == set(available_attentions())
+    sketches = {opts.get("sketch", "random") for name, opts in cases if name == "polysketch"}
+    assert sketches == {"random", "learned"}

@@ -1,4 +1,4 @@
-"""Linear attention (and the shared kernels) against a naive float64 O(N²) kernel sum."""
+"""Linear attention and the shared kernels against ``naive_linear`` (float64, O(N²))."""
 
 from __future__ import annotations
 
@@ -10,23 +10,7 @@ from attn_lightning.attention import build_attention
 from attn_lightning.attention.causal_product import causal_product, normalised_causal_product
 from attn_lightning.attention.linear import FEATURE_MAPS
 from attn_lightning.attention.linear_kernels import causal_linear_attention, linear_attention
-
-PHI = {
-    "elu": lambda x: F.elu(x) + 1,
-    "relu": F.relu,
-    "softplus": F.softplus,
-    "squared_relu": lambda x: F.relu(x) ** 2,
-}
-
-
-def naive_kernel_attention(q, k, v, phi, *, causal, mask=None, eps=1e-6, offset=0.0):
-    """out_i = Σ_j φ(q_i)ᵀφ(k_j) v_j / (c + Σ_j φ(q_i)ᵀφ(k_j) + eps), written as an N×N sum."""
-    sim = phi(q) @ phi(k).transpose(-1, -2)  # (B, H, L, S)
-    if causal:
-        sim = sim * torch.ones_like(sim).tril()
-    if mask is not None:
-        sim = sim * mask[:, None, None, :]
-    return (sim @ v) / (offset + sim.sum(-1, keepdim=True) + eps)
+from attn_lightning.attention.naive import LINEAR_FEATURE_MAPS, naive_linear
 
 
 def inputs(l_q, s, d=6, dv=5, seed=0):
@@ -57,7 +41,7 @@ def test_outputs_and_gradients_match_naive_reference(feature_map, causal, masked
         mask[0, 3] = mask[1, -4:] = False
     attn = build_attention("linear", head_dim=6, feature_map=feature_map, chunk_size=chunk_size)
     out = attn(q, k, v, causal=causal, key_padding_mask=mask)
-    ref = naive_kernel_attention(q, k, v, PHI[feature_map], causal=causal, mask=mask)
+    ref = naive_linear(q, k, v, feature_map=feature_map, causal=causal, key_padding_mask=mask)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
     for got, want in zip(grads(out, (q, k, v)), grads(ref, (q, k, v))):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)
@@ -152,7 +136,7 @@ def test_step_state_is_float32_under_bf16():
 
 def test_chunked_causal_equals_single_chunk():
     q, k, v = (t.detach() for t in inputs(50, 50))
-    phi = PHI["elu"]
+    phi = LINEAR_FEATURE_MAPS["elu"]
     a = causal_linear_attention(phi(q), phi(k), v, chunk_size=7)
     b = causal_linear_attention(phi(q), phi(k), v, chunk_size=50)
     torch.testing.assert_close(a, b)

@@ -1,4 +1,4 @@
-"""Performer (FAVOR+): parity with a naive float64 O(N²) reference, convergence to softmax,
+"""Performer (FAVOR+): parity with ``naive_performer`` (float64, O(N²)), convergence to softmax,
 orthogonal vs i.i.d. features, redraws, the causal-safe stabiliser and option errors."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attn_lightning.attention import build_attention
+from attn_lightning.attention.naive import naive_performer, naive_softmax
 from attn_lightning.attention.performer import PerformerAttention
 
 B, H, D, DV = 2, 3, 8, 5
@@ -24,30 +25,6 @@ def make(**options) -> PerformerAttention:
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
-def reference_features(
-    x: torch.Tensor, w: torch.Tensor, *, kernel: str, is_query: bool, stabilise: bool = True
-) -> torch.Tensor:
-    """φ(x) from the paper's formula in float64; queries shifted by their own max if asked."""
-    x = x.double() * x.shape[-1] ** -0.25
-    proj = x @ w.double().T  # (B, H, N, m)
-    if kernel == "hyperbolic":
-        proj = torch.cat([proj, -proj], dim=-1)  # (B, H, N, 2m)
-    log_feats = proj - x.square().sum(-1, keepdim=True) / 2
-    if is_query and stabilise:
-        log_feats = log_feats - log_feats.amax(-1, keepdim=True).detach()
-    return log_feats.exp() / math.sqrt(proj.shape[-1])
-
-
-def naive_attention(phi_q, phi_k, v, *, causal, key_padding_mask, eps):
-    """Quadratic form: A = φ(q)φ(k)ᵀ (tril if causal, masked keys zeroed), out = Av / (ΣA + eps)."""
-    a = phi_q @ phi_k.transpose(-1, -2)  # (B, H, L, S)
-    if causal:
-        a = a.tril()
-    if key_padding_mask is not None:
-        a = a * key_padding_mask[:, None, None, :]
-    return (a @ v.double()) / (a.sum(-1, keepdim=True) + eps)
 
 
 def outputs_and_grads(fn, q, k, v, cotangent):
@@ -85,10 +62,8 @@ def test_matches_naive_float64_reference(kernel, case, dtype, tol):
     w = attn.projection_matrix
 
     def reference(q, k, v):
-        phi_q = reference_features(q, w, kernel=kernel, is_query=True)
-        phi_k = reference_features(k, w, kernel=kernel, is_query=False)
-        return naive_attention(
-            phi_q, phi_k, v, causal=c["causal"], key_padding_mask=mask, eps=attn.eps
+        return naive_performer(
+            q, k, v, w, kernel=kernel, causal=c["causal"], key_padding_mask=mask, eps=attn.eps
         )
 
     def module(q, k, v):
@@ -114,9 +89,7 @@ def test_query_stabiliser_cancels_exactly(kernel, causal):
     w = attn.projection_matrix
 
     def paper(q, k, v):
-        phi_q = reference_features(q, w, kernel=kernel, is_query=True, stabilise=False)
-        phi_k = reference_features(k, w, kernel=kernel, is_query=False)
-        return naive_attention(phi_q, phi_k, v, causal=causal, key_padding_mask=None, eps=0.0)
+        return naive_performer(q, k, v, w, kernel=kernel, causal=causal, eps=0.0, stabilise=False)
 
     cotangent = randn(B, H, 9, DV, seed=8)
     out, grads = outputs_and_grads(lambda *t: attn(*t, causal=causal), q, k, v, cotangent)
@@ -124,13 +97,6 @@ def test_query_stabiliser_cancels_exactly(kernel, causal):
     torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-9)
     for g, rg in zip(grads, ref_grads):
         torch.testing.assert_close(g, rg, rtol=1e-9, atol=1e-9)
-
-
-def softmax_attention(q, k, v, *, causal):
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        scores = scores.masked_fill(~torch.ones_like(scores, dtype=torch.bool).tril(), -math.inf)
-    return scores.softmax(-1) @ v
 
 
 @pytest.mark.parametrize("kernel", ["positive", "hyperbolic"])
@@ -145,7 +111,7 @@ def test_error_vs_softmax_falls_with_num_features(kernel):
             q, k = (randn(1, 2, n, d, seed=10 * seed + i) * 0.25 for i in (1, 2))
             v = randn(1, 2, n, DV, seed=10 * seed + 3)
             for causal in (False, True):
-                exact = softmax_attention(q, k, v, causal=causal)
+                exact = naive_softmax(q, k, v, causal=causal)
                 approx = attn.double()(q, k, v, causal=causal)
                 errors.append(((approx - exact).norm() / exact.norm()).item())
         return sum(errors) / len(errors)

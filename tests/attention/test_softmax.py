@@ -1,25 +1,13 @@
-"""Softmax (SDPA) against an explicit float64 softmax; KV-cache step; mean pooling baseline."""
+"""Softmax (SDPA) against ``naive_softmax``; KV-cache step; mean pooling against ``naive_mean``."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attn_lightning.attention import build_attention
-
-
-def naive_softmax(q, k, v, *, causal, mask=None, scale=None):
-    scale = scale or 1 / math.sqrt(q.shape[-1])
-    logits = (q @ k.transpose(-1, -2)) * scale
-    allowed = torch.ones_like(logits, dtype=torch.bool)
-    if causal:
-        allowed = allowed.tril()
-    if mask is not None:
-        allowed = allowed & mask[:, None, None, :]
-    weights = torch.exp(logits - logits.amax(-1, keepdim=True)) * allowed
-    return weights @ v / weights.sum(-1, keepdim=True).clamp_min(1e-300)
+from attn_lightning.attention.naive import naive_mean, naive_softmax
 
 
 def make_inputs(l_q, s, seed=0):
@@ -42,7 +30,7 @@ def test_outputs_and_gradients_match_explicit_softmax(causal, masked, scale):
         mask[0, 2] = mask[1, -3:] = False
     attn = build_attention("softmax", head_dim=8, scale=scale)
     out = attn(q, k, v, causal=causal, key_padding_mask=mask)
-    ref = naive_softmax(q, k, v, causal=causal, mask=mask, scale=scale)
+    ref = naive_softmax(q, k, v, causal=causal, key_padding_mask=mask, scale=scale)
     torch.testing.assert_close(out, ref)
     w = torch.randn_like(out)
     for got, want in zip(
@@ -74,8 +62,21 @@ def test_mean_attention_is_the_average_of_visible_values(causal):
     out = build_attention("mean", head_dim=8, eps=0.0)(
         q, k, v, causal=causal, key_padding_mask=mask
     )
-    allowed = mask[:, None, None, :].expand(2, 1, 6, 6).double()
-    if causal:
-        allowed = allowed.tril()
-    ref = (allowed @ v) / allowed.sum(-1, keepdim=True)
+    ref = naive_mean(q, k, v, causal=causal, key_padding_mask=mask)
     torch.testing.assert_close(out, ref)
+
+
+def test_naive_softmax_matches_sdpa_and_causal_mask():
+    q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64) for _ in range(3))
+    for causal in (False, True):
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(naive_softmax(q, k, v, causal=causal), expected)
+
+
+def test_naive_references_give_zeros_for_a_query_that_sees_no_key():
+    q, k, v = (t.detach() for t in make_inputs(3, 4))
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    mask[1] = False
+    for naive in (naive_softmax, naive_mean):
+        out = naive(q, k, v, key_padding_mask=mask)
+        assert torch.isfinite(out).all() and (out[1] == 0).all()

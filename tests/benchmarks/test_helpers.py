@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 
 from attn_lightning.attention import build_attention
 from attn_lightning.benchmarks import approximation as approx
-from attn_lightning.benchmarks import kernel_shapes, measure, protocols, report, scaling
+from attn_lightning.benchmarks import decode, kernel_shapes, measure, protocols, report, scaling
 from attn_lightning.benchmarks.specs import parse_backend
 
 
@@ -23,8 +24,18 @@ def test_parse_backend_types_and_label():
     assert spec.options == {"num_features": 128, "kernel": "hyperbolic", "eps": 1e-5}
     assert isinstance(spec.options["num_features"], int)
     assert parse_backend("softmax").options == {}
-    attn = parse_backend("polynomial:form=sketch,sketch_size=8").build(head_dim=16)
-    assert (attn.form, attn.sketch_size) == ("sketch", 8)
+    attn = parse_backend("polysketch:sketch=learned,sketch_size=8").build(head_dim=16)
+    assert (attn.name, attn.sketch_kind, attn.sketch_size) == ("polysketch", "learned", 8)
+
+
+def test_parse_backend_accepts_the_deprecated_polynomial_forms_with_a_warning():
+    with pytest.warns(FutureWarning, match=r"\{name: polysketch, sketch: random, \.\.\.\}"):
+        spec = parse_backend("polynomial:form=sketch,sketch_size=8")
+    assert spec.label == "polynomial:form=sketch,sketch_size=8"  # as written on the command line
+    assert (spec.name, spec.options) == ("polysketch", {"sketch": "random", "sketch_size": 8})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rewritten once, at parse time
+        assert spec.build(head_dim=16).sketch_size == 8
 
 
 def test_parse_backend_unknown_name_lists_available():
@@ -121,10 +132,21 @@ def test_feature_dim_and_minimal_flops():
     perf = build_attention("performer", head_dim=8, num_features=6, kernel="hyperbolic")
     assert measure.feature_dim(perf, 8) == 12
     assert measure.feature_dim(build_attention("polynomial", head_dim=8), 8) is None
+    sketch = build_attention("polysketch", head_dim=8, sketch_size=4)
+    assert measure.feature_dim(sketch, 8) == 4 * 5 // 2
     assert measure.feature_dim(build_attention("softmax", head_dim=8), 8) is None
     assert measure.minimal_flops(8, batch=2, heads=3, n=10, dv=4, mode="fwd") == 4 * 10 * 8 * 4 * 6
     assert measure.minimal_flops(8, batch=1, heads=1, n=10, dv=4, mode="fwdbwd") == 12 * 10 * 8 * 4
     assert measure.minimal_flops(None, batch=1, heads=1, n=10, dv=4, mode="fwd") is None
+
+
+def test_prefill_state_is_a_feature_state_or_a_kv_cache():
+    shape, cpu = (1, 2, 1, 8), torch.device("cpu")
+    sketch = build_attention("polysketch", head_dim=8, sketch_size=4)
+    s, z = decode.prefill_state(sketch, 5, shape, cpu)
+    assert (tuple(s.shape), tuple(z.shape)) == ((1, 2, 10, 8), (1, 2, 10))
+    k, v = decode.prefill_state(build_attention("polynomial", head_dim=8), 5, shape, cpu)
+    assert tuple(k.shape) == tuple(v.shape) == (1, 2, 5, 8)
 
 
 def test_sdpa_context_rejects_unknown_kernel():
@@ -178,19 +200,12 @@ def test_series_skips_once_the_estimate_exceeds_the_budget():
 
 
 # ---------------------------------------------------------------------------- approximation
-def test_softmax_reference_matches_sdpa_and_causal_mask():
-    q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64) for _ in range(3))
-    for causal in (False, True):
-        expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        torch.testing.assert_close(approx.softmax_reference(q, k, v, causal=causal), expected)
-
-
 def test_error_row_is_zero_for_an_exact_pair_and_positive_otherwise():
     settings = approx.ApproxSettings(length=8, heads=1, head_dim=4, draws=3)
     exact = approx.error_row(
         "t",
         "s",
-        parse_backend("polynomial:form=sketch,degree=2"),
+        parse_backend("polysketch:degree=2"),
         reference="polynomial:degree=2",
         x_name="x",
         x=1,

@@ -13,8 +13,8 @@ BACKENDS = [
     ("softmax", {}),
     ("linear", {}),
     ("performer", {"num_features": 16}),
-    ("polynomial", {"form": "sketch", "sketch_size": 4}),
-    ("polynomial", {"form": "exact"}),
+    ("polysketch", {"sketch_size": 4}),
+    ("polynomial", {}),
 ]
 
 

@@ -16,7 +16,7 @@ BACKENDS = [
     ("softmax", {}),
     ("linear", {}),
     ("performer", {"num_features": 16}),
-    ("polynomial", {"form": "sketch", "sketch_size": 4}),
+    ("polysketch", {"sketch_size": 4}),
 ]
 
 

@@ -22,7 +22,7 @@ RECURRENT = [
     ("softmax", {}),
     ("linear", {}),
     ("performer", {"num_features": 16}),
-    ("polynomial", {"form": "sketch", "sketch_size": 4}),
+    ("polysketch", {"sketch_size": 4}),
 ]
 
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_label_is_file_name_safe():
-    assert run_label("polynomial:form=sketch") == "polynomial_form-sketch"
+    assert run_label("polysketch:sketch=learned") == "polysketch_sketch-learned"
 
 
 def test_summarize_mean_std_and_failures():

@@ -51,7 +51,7 @@ def _backend_name(config):
 
 
 def test_every_paper_backend_has_a_config():
-    assert {p.stem for p in BACKENDS} == {"softmax", "linear", "performer", "polynomial_sketch"}
+    assert {p.stem for p in BACKENDS} == {"softmax", "linear", "performer", "polysketch"}
 
 
 @pytest.mark.parametrize("config", BACKENDS, ids=[p.stem for p in BACKENDS])

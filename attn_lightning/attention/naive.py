@@ -1,0 +1,269 @@
+"""Float64 O(N²) references of every backend, written plainly from the formulas.
+
+The fast paths (chunked causal kernels, tiled power attention, Woodbury solves) are tested
+against these, outputs and gradients, and the approximation study uses ``naive_softmax`` as its
+ground truth. Nothing here is fast or clever on purpose: each function materialises the full
+(B, H, L, S) similarity and masks it. Inputs are promoted to float64 (differentiably, so
+gradients reach the caller's tensors). Shapes as in ``base.py``::
+
+    q: (B, H, L, D)   k: (B, H, S, D)   v: (B, H, S, Dv)   ->   (B, H, L, Dv)
+
+``key_padding_mask``: ``(B, S)`` bool, True = real token. A query that sees no key outputs 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attn_lightning.attention.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.polynomial import LN_EPS
+
+F64 = torch.float64
+
+
+def visible_keys(q: Tensor, k: Tensor, *, causal: bool, key_padding_mask: Tensor | None) -> Tensor:
+    """``(B, 1, L, S)`` bool: key j is visible to query i (not in the future, not padding)."""
+    b, l_q, s = q.shape[0], q.shape[2], k.shape[2]
+    allowed = torch.ones(b, 1, l_q, s, dtype=torch.bool, device=q.device)
+    if causal:
+        allowed = allowed & torch.ones(l_q, s, dtype=torch.bool, device=q.device).tril()
+    if key_padding_mask is not None:
+        allowed = allowed & key_padding_mask[:, None, None, :]
+    return allowed
+
+
+def naive_softmax(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """``softmax(q kᵀ · scale) v`` over the visible keys; scale None means 1/√D."""
+    q, k, v = q.to(F64), k.to(F64), v.to(F64)
+    logits = q @ k.transpose(-1, -2)  # (B, H, L, S)
+    logits = logits / math.sqrt(q.shape[-1]) if scale is None else logits * scale
+    allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
+    weights = logits.masked_fill(~allowed, -math.inf).softmax(dim=-1)
+    weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)  # no key: 0, not NaN
+    return weights @ v
+
+
+def naive_kernel_attention(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    offset: float = 0.0,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """``out_i = Σ_j φ(q_i)ᵀφ(k_j) v_j / (c + Σ_j φ(q_i)ᵀφ(k_j) + eps)`` as an L×S sum.
+
+    Every feature-map backend is this with its own φ and offset c (given φ(q): (B, H, L, F)
+    and φ(k): (B, H, S, F)).
+    """
+    phi_q, phi_k, v = phi_q.to(F64), phi_k.to(F64), v.to(F64)
+    sim = phi_q @ phi_k.transpose(-1, -2)  # (B, H, L, S)
+    allowed = visible_keys(phi_q, phi_k, causal=causal, key_padding_mask=key_padding_mask)
+    sim = torch.where(allowed, sim, 0.0)
+    return sim @ v / (offset + sim.sum(dim=-1, keepdim=True) + eps)
+
+
+def _elu_plus_one(x: Tensor) -> Tensor:
+    return F.elu(x) + 1
+
+
+def _squared_relu(x: Tensor) -> Tensor:
+    return F.relu(x) ** 2
+
+
+# The element-wise feature maps of ``linear``, written with torch's reference functions.
+LINEAR_FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
+    "elu": _elu_plus_one,
+    "relu": F.relu,
+    "softplus": F.softplus,
+    "squared_relu": _squared_relu,
+}
+
+
+def naive_linear(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    feature_map: str = "elu",
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """Linear attention: ``naive_kernel_attention`` with φ element-wise, offset 0."""
+    phi = LINEAR_FEATURE_MAPS[feature_map]
+    return naive_kernel_attention(
+        phi(q.to(F64)), phi(k.to(F64)), v, causal=causal, key_padding_mask=key_padding_mask, eps=eps
+    )
+
+
+def naive_mean(
+    q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None
+) -> Tensor:
+    """Mean pooling: ``out_i = mean_{j visible to i} v_j`` (q and k only set what is visible)."""
+    weights = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask).to(F64)
+    return weights @ v.to(F64) / weights.sum(dim=-1, keepdim=True).clamp_min(1.0)
+
+
+def naive_performer_features(
+    x: Tensor, w: Tensor, *, kernel: str, is_query: bool, stabilise: bool = True
+) -> Tensor:
+    """FAVOR+ φ(x) with ``x' = x·D^{-1/4}``: positive ``exp(Wx' − ‖x'‖²/2)/√m``, hyperbolic
+    ``[exp(Wx'), exp(−Wx')]·exp(−‖x'‖²/2)/√(2m)``; queries shifted by their own max if asked
+    (a per-token factor that cancels in the ratio)."""
+    if kernel not in ("positive", "hyperbolic"):
+        raise ValueError(f"no naive features for kernel {kernel!r}; allowed: positive, hyperbolic")
+    x = x.to(F64) * x.shape[-1] ** -0.25
+    proj = x @ w.to(F64).T  # (B, H, N, m)
+    if kernel == "hyperbolic":
+        proj = torch.cat([proj, -proj], dim=-1)  # (B, H, N, 2m)
+    log_feats = proj - x.square().sum(-1, keepdim=True) / 2
+    if is_query and stabilise:
+        log_feats = log_feats - log_feats.amax(-1, keepdim=True).detach()
+    return log_feats.exp() / math.sqrt(proj.shape[-1])
+
+
+def naive_performer(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    w: Tensor,
+    *,
+    kernel: str = "positive",
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+    stabilise: bool = True,
+) -> Tensor:
+    """Performer with projection ``w: (m, D)``: its features used quadratically, offset 0."""
+    phi_q = naive_performer_features(q, w, kernel=kernel, is_query=True, stabilise=stabilise)
+    phi_k = naive_performer_features(k, w, kernel=kernel, is_query=False)
+    return naive_kernel_attention(
+        phi_q, phi_k, v, causal=causal, key_padding_mask=key_padding_mask, eps=eps
+    )
+
+
+def naive_bounded(x: Tensor, *, normalize: bool = True) -> Tensor:
+    """``x' = LN(x)·D^{-1/4}``, LN written out: ``(x − mean) / √(population var + 1e-5)``."""
+    x = x.to(F64)
+    if normalize:
+        mean = x.mean(-1, keepdim=True)
+        var = (x - mean).square().mean(-1, keepdim=True)
+        x = (x - mean) / torch.sqrt(var + LN_EPS)
+    return x * x.shape[-1] ** -0.25
+
+
+def naive_polynomial(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    degree: int = 4,
+    coefficients: Tensor | None = None,
+    normalize: bool = True,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """Power attention ``A_ij = d^p / (1 + Σ_j d^p + eps)``, d = ⟨q', k'⟩; with
+    ``coefficients`` a_0..a_p the learned polynomial ``max(0, Σ_i a_i d^i) / (Σ_j … + eps)``."""
+    d = naive_bounded(q, normalize=normalize) @ naive_bounded(k, normalize=normalize).mT
+    if coefficients is None:
+        sim, offset = d**degree, 1.0
+    else:
+        sim = sum(a * d**i for i, a in enumerate(coefficients.to(F64))).clamp_min(0.0)
+        offset = 0.0
+    allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
+    sim = torch.where(allowed, sim, 0.0)  # (B, H, L, S)
+    return sim @ v.to(F64) / (offset + sim.sum(-1, keepdim=True) + eps)
+
+
+def naive_random_sketch(x: Tensor, s1: Tensor, s2: Tensor) -> Tensor:
+    """The random PolySketch ``s(x) = √r · (x S1) ∘ (x S2)`` for ``S1, S2: (D, r)``."""
+    x = x.to(F64)
+    return math.sqrt(s1.shape[-1]) * (x @ s1.to(F64)) * (x @ s2.to(F64))
+
+
+def naive_polysketch(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    sketch: Callable[[Tensor], Tensor],
+    *,
+    normalize: bool = True,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """PolySketch ``A_ij = ⟨s(q'), s(k')⟩² / (1 + Σ_j ⟨s(q'), s(k')⟩² + eps)`` for a sketch s
+    (``naive_random_sketch``, the learned sketch module, or the identity for degree 2)."""
+    sq = sketch(naive_bounded(q, normalize=normalize))  # (B, H, L, r)
+    sk = sketch(naive_bounded(k, normalize=normalize))  # (B, H, S, r)
+    sim = (sq @ sk.transpose(-1, -2)) ** 2  # (B, H, L, S)
+    allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
+    sim = torch.where(allowed, sim, 0.0)
+    return sim @ v.to(F64) / (1.0 + sim.sum(-1, keepdim=True) + eps)
+
+
+def naive_optimization(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    key_padding_mask: Tensor | None = None,
+    iterations: int = 10,
+    lam: float = 0.1,
+    rho: float = 1.0,
+    power: float = 5.0,
+    signed: bool = False,
+    exclude_self: bool = False,
+    normalize: bool = True,
+) -> Tensor:
+    """Per batch, head and query: K steps of scaled ADMM on ``½‖q − Dm c‖² + λ‖c‖₁`` with
+    ``M = inv(DmᵀDm + ρI)`` formed explicitly (S×S), then ``w_j = |z_j|^p / Σ_l |z_l|^p``
+    (times sign(z_j) if signed) and ``out = Σ_j w_j v_j``. Padded keys are zero columns with
+    z_j pinned to 0; ``exclude_self`` pins z_ii too."""
+    q, k, v = q.to(F64), k.to(F64), v.to(F64)
+    s = k.shape[2]
+    outs = []
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            qq, kk = q[b, h], k[b, h]
+            if normalize:
+                qq = qq / qq.norm(dim=-1, keepdim=True)
+                kk = kk / kk.norm(dim=-1, keepdim=True)
+            real = (
+                torch.ones(s, dtype=torch.bool) if key_padding_mask is None else key_padding_mask[b]
+            )
+            dm = torch.where(real[:, None], kk, 0.0).T  # (D, S): keys as columns
+            m = torch.linalg.inv(dm.T @ dm + rho * torch.eye(s, dtype=dm.dtype))
+            for i in range(q.shape[2]):
+                keep = real.clone()
+                if exclude_self:
+                    keep[i] = False
+                z = u = torch.zeros(s, dtype=dm.dtype)
+                for _ in range(iterations):
+                    c = m @ (dm.T @ qq[i] + rho * (z - u))
+                    x = c + u
+                    z = torch.where(keep, x.sign() * (x.abs() - lam / rho).clamp_min(0), 0.0)
+                    u = u + c - z
+                a = z.abs() ** power
+                w = a * z.sign() if signed else a
+                w = w / a.sum() if a.sum() > 0 else torch.zeros_like(a)
+                outs.append(w @ v[b, h])
+    return torch.stack(outs).reshape(q.shape[0], q.shape[1], q.shape[2], v.shape[-1])

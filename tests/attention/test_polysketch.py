@@ -1,0 +1,194 @@
+"""PolySketch attention against ``naive_polysketch`` (float64, outputs and gradients), its
+features, redraws and options."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_lightning.attention import FeatureMapAttention, build_attention
+from attn_lightning.attention.naive import naive_polysketch, naive_random_sketch
+from attn_lightning.attention.polysketch import PolySketchAttention
+from attn_lightning.attention.sketches import LearnedPolySketch, symmetric_square
+from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
+
+
+def sketch_of(attn: PolySketchAttention):
+    """The map s of ``attn`` for the naive reference: the random sketch from its formula and
+    buffers, the learned sketch module itself (its parameters get gradients), else identity."""
+    if attn.sketch_kind == "learned":
+        return attn.sketch
+    if attn.degree == 4:
+        return lambda x: naive_random_sketch(x, attn.sketch.s1, attn.sketch.s2)
+    return lambda x: x
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(
+    "options",
+    [{"sketch": "random"}, {"sketch": "learned"}, {"degree": 2}, {"normalize": False}],
+    ids=str,
+)
+def test_matches_naive_float64(case, options):
+    l_q, s, causal, padded = CASES[case]
+    torch.manual_seed(0)
+    attn = build_attention(
+        "polysketch", head_dim=D, sketch_size=4, chunk_size=3, **options
+    ).double()
+    mask = padding_mask(s) if padded else None
+    normalize = options.get("normalize", True)
+    assert_parity(
+        lambda q, k, v: attn(q, k, v, causal=causal, key_padding_mask=mask),
+        lambda q, k, v: naive_polysketch(
+            q,
+            k,
+            v,
+            sketch_of(attn),
+            normalize=normalize,
+            causal=causal,
+            key_padding_mask=mask,
+        ),
+        qkv(l_q, s, seed=4, scale=2.0),
+        params=list(attn.parameters()),
+    )
+
+
+@pytest.mark.parametrize("sketch", ["random", "learned"])
+def test_features_are_the_symmetric_square_of_the_sketch(sketch):
+    r = 5
+    attn = build_attention("polysketch", head_dim=D, sketch=sketch, sketch_size=r).double()
+    q, k, _ = qkv(4, 6, seed=5)
+    sq, sk = attn.sketch(attn.normalize_inputs(q)), attn.sketch(attn.normalize_inputs(k))
+    fq, fk = attn.features(q, is_query=True), attn.features(k, is_query=False)
+    assert fq.shape == (B, H, 4, r * (r + 1) // 2)
+    torch.testing.assert_close(fq @ fk.transpose(-1, -2), (sq @ sk.transpose(-1, -2)) ** 2)
+
+
+def test_symmetric_square_inner_product_equals_full_kronecker():
+    g = torch.Generator().manual_seed(6)
+    s, t = torch.randn(3, 7, generator=g, dtype=F64), torch.randn(4, 7, generator=g, dtype=F64)
+    full_s = (s[:, :, None] * s[:, None, :]).flatten(1)  # (3, 49)
+    full_t = (t[:, :, None] * t[:, None, :]).flatten(1)
+    compressed = symmetric_square(s) @ symmetric_square(t).T
+    assert symmetric_square(s).shape == (3, 28)
+    torch.testing.assert_close(compressed, full_s @ full_t.T, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(compressed, (s @ t.T) ** 2, rtol=1e-12, atol=1e-12)
+
+
+def test_sketch_error_falls_as_sketch_size_grows():
+    q, k, v = qkv(6, 10, seed=7)
+    exact = build_attention("polynomial", head_dim=D).double()(q, k, v)
+    errors = []
+    for r in (4, 16, 64, 256):  # relative error ~ 1/√r: 1.0, 0.84, 0.58, 0.32 here
+        attn = build_attention("polysketch", head_dim=D, sketch_size=r).double()
+        g = torch.Generator().manual_seed(r)
+        draws = []
+        for _ in range(8):
+            attn.redraw_features(g)
+            draws.append((attn(q, k, v) - exact).norm() / exact.norm())
+        errors.append(torch.stack(draws).mean().item())
+    assert errors[0] > errors[1] > errors[2] > errors[3]
+    assert errors[3] < errors[0] / 2
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_degree_two_sketch_equals_exact(case):
+    l_q, s, causal, padded = CASES[case]
+    mask = padding_mask(s) if padded else None
+    exact = build_attention("polynomial", head_dim=D, degree=2).double()
+    sketch = build_attention("polysketch", head_dim=D, degree=2, chunk_size=3).double()
+    assert not list(sketch.buffers()) and not list(sketch.parameters())
+    q, k, v = qkv(l_q, s, seed=8)
+    torch.testing.assert_close(
+        sketch(q, k, v, causal=causal, key_padding_mask=mask),
+        exact(q, k, v, causal=causal, key_padding_mask=mask),
+        rtol=1e-10,
+        atol=1e-12,
+    )
+
+
+@pytest.mark.parametrize("sketch", ["random", "learned"])
+def test_step_matches_causal_forward_with_a_constant_state(sketch):
+    attn = build_attention("polysketch", head_dim=D, sketch=sketch, sketch_size=4).double()
+    q, k, v = qkv(3, 3, seed=10)
+    full = attn(q, k, v, causal=True)
+    state = None
+    for t in range(3):
+        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+        torch.testing.assert_close(out, full[:, :, t : t + 1], rtol=1e-10, atol=1e-12)
+    assert [tuple(x.shape) for x in state] == [(B, H, 10, DV), (B, H, 10)]
+
+
+# ---------------------------------------------------------------------- random features
+def test_redraw_with_equal_generators_gives_identical_buffers():
+    a = build_attention("polysketch", head_dim=D, sketch_size=6)
+    b = build_attention("polysketch", head_dim=D, sketch_size=6).double()
+    assert {"sketch.s1", "sketch.s2"} <= set(a.state_dict())
+    assert not torch.equal(a.sketch.s1, b.sketch.s1.float())  # global RNG moved on
+    a.redraw_features(torch.Generator().manual_seed(3))
+    b.redraw_features(torch.Generator().manual_seed(3))
+    assert b.sketch.s1.dtype == F64  # redraw keeps the buffer's dtype
+    torch.testing.assert_close(a.sketch.s1, b.sketch.s1.float(), rtol=0, atol=0)
+    torch.testing.assert_close(a.sketch.s2, b.sketch.s2.float(), rtol=0, atol=0)
+    assert not torch.equal(a.sketch.s1, a.sketch.s2)
+    before = a.sketch.s1.clone()
+    a.redraw_features(torch.Generator().manual_seed(4))
+    assert not torch.equal(a.sketch.s1, before)
+    c = build_attention("polysketch", head_dim=D, sketch_size=6)
+    c.load_state_dict(a.state_dict())
+    q, k, v = qkv(3, 4, dtype=torch.float32)
+    torch.testing.assert_close(c(q, k, v), a(q, k, v), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("options", [{"sketch": "learned", "sketch_size": 4}, {"degree": 2}])
+def test_initial_draw_uses_global_rng_and_redraw_is_noop_without_random_features(options):
+    torch.manual_seed(11)
+    a = build_attention("polysketch", head_dim=D)
+    torch.manual_seed(11)
+    b = build_attention("polysketch", head_dim=D)
+    torch.testing.assert_close(a.sketch.s1, b.sketch.s1, rtol=0, atol=0)
+    other = build_attention("polysketch", head_dim=D, **options)
+    before = {name: t.clone() for name, t in other.state_dict().items()}
+    rng = torch.get_rng_state()
+    other.redraw_features(torch.Generator().manual_seed(0))
+    other.redraw_features()  # the global RNG is not touched either
+    assert torch.equal(torch.get_rng_state(), rng)
+    for name, t in other.state_dict().items():
+        assert torch.equal(t, before[name])
+
+
+def test_learned_sketch_runs_with_bfloat16_weights():
+    attn = build_attention("polysketch", head_dim=D, sketch="learned", sketch_size=4).bfloat16()
+    assert isinstance(attn.sketch, LearnedPolySketch)
+    q, k, v = qkv(5, 5, seed=12, dtype=torch.bfloat16)
+    out = attn(q, k, v, causal=True)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+
+
+def test_is_a_feature_map_backend():
+    attn = build_attention("polysketch", head_dim=D, sketch_size=4)
+    assert isinstance(attn, FeatureMapAttention) and attn.normalizer_offset == 1.0
+    text = repr(attn)
+    for part in ("sketch='random'", "degree=4", "sketch_size=4", "chunk_size=64"):
+        assert part in text
+
+
+# ---------------------------------------------------------------------- options
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"sketch": "fast"}, "unknown sketch 'fast'.*allowed: random, learned"),
+        ({"degree": 3}, "sketch='random' supports degree 2, 4, got degree=3"),
+        ({"degree": 6}, "sketch='random' supports degree 2, 4, got degree=6"),
+        ({"degree": 4.0}, "sketch='random' supports degree 2, 4, got degree=4.0"),
+        ({"sketch": "learned", "degree": 2}, "sketch='learned' supports degree 4, got degree=2"),
+        ({"sketch_size": 0}, "sketch_size must be a positive int.*got 0"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"eps": -1.0}, "eps"),
+        ({"learned_coefficients": True}, "'learned_coefficients' is an option of polynomial"),
+    ],
+    ids=str,
+)
+def test_bad_options_raise_with_the_allowed_values(options, match):
+    with pytest.raises(ValueError, match=match):
+        build_attention("polysketch", head_dim=D, **options)
