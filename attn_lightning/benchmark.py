@@ -1,7 +1,7 @@
 """Benchmark entry point: ``python -m attn_lightning.benchmark <command> ...``.
 
     latency   forward / forward+backward time and peak memory vs N, every backend, causal and
-              not; protocols issue2 (B=4, H=4), fixed-batch (B=32, N=128…6000) and
+              not; protocols small-batch (B=4, H=4), fixed-batch (B=32, N=128…6000) and
               constant-tokens (B·N = 2¹⁶, N = 2⁹…2¹⁶, cost per sample)
     decode    per-token step() latency vs context length
     approx    relative error of the approximate backends vs exact softmax

@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common, timed],
         help="forward / forward+backward time and peak memory vs N",
     )
-    lat.add_argument("--protocol", choices=sorted(PROTOCOLS), default="issue2")
+    lat.add_argument("--protocol", choices=sorted(PROTOCOLS), default="small-batch")
     lat.add_argument("--lengths", nargs="+", type=int, help="N values (default: the protocol's)")
     lat.add_argument("--tokens", type=int, help="B·N for constant-tokens (default 65536)")
     lat.add_argument("--causal", choices=["both", "causal", "noncausal"], default="both")

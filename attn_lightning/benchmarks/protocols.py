@@ -1,6 +1,7 @@
 """The shapes of a scaling run: three protocols from the literature, overridable on the CLI.
 
-* ``issue2``: B = 4, H = 4, D = 64, N in a short list: the library's own targets.
+* ``small-batch`` (default): B = 4, H = 4, D = 64, N = 256 … 16,384: a few long sequences, the
+  setting of the library's speed targets.
 * ``fixed-batch``: one attention layer, H = 1, D = 64, B = 32, N = 128 … 6,000 (the setup of the
   2024 blog reproduction "Linear Attention Is All You Need").
 * ``constant-tokens``: B·N = 2¹⁶ tokens, H = 1, D = 64, N = 2⁹ … 2¹⁶, cost reported per sample
@@ -35,7 +36,7 @@ class Protocol:
 
 
 PROTOCOLS: dict[str, Protocol] = {
-    "issue2": Protocol("issue2", (256, 1024, 4096, 16384), heads=4, head_dim=64, batch=4),
+    "small-batch": Protocol("small-batch", (256, 1024, 4096, 16384), heads=4, head_dim=64, batch=4),
     "fixed-batch": Protocol(
         "fixed-batch", (128, 256, 512, 1024, 2048, 4096, 6000), heads=1, head_dim=64, batch=32
     ),

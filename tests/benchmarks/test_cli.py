@@ -119,7 +119,7 @@ def test_latency_bfloat16_runs(tmp_path, capsys):
         ],
         capsys,
     )
-    _, rows = read_csv(tmp_path / "scaling_issue2_cpu_bfloat16.csv")
+    _, rows = read_csv(tmp_path / "scaling_small-batch_cpu_bfloat16.csv")
     assert rows and all(r["ms"] and r["dtype"] == "bfloat16" for r in rows)
 
 
