@@ -1,7 +1,7 @@
 """Optimization-based attention: each query is a sparse combination of the keys (lasso by ADMM).
 
 "Optimizing Attention" (Ackermann et al., ICLR 2025 submission). The paper's body was not
-available; this is **our reading** of it, the reconstructed formulation of REFERENCES.md §4,
+available; this is **our reading** of it, the reconstructed formulation of ``docs/methods.md``,
 with every knob exposed:
 
     c*(q) = argmin_c ½‖q − Dm c‖² + λ‖c‖₁,   w_j = |z_j|^p / Σ_l |z_l|^p,   out = Σ_j w_j v_j
