@@ -34,7 +34,14 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from attn_lightning.callbacks import FeatureRedraw, RunCheckpoint, SamplePredictions
+from attn_lightning.callbacks import (
+    AdapterExport,
+    DetectionImages,
+    FeatureRedraw,
+    ImageGrids,
+    RunCheckpoint,
+    SamplePredictions,
+)
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 
@@ -99,8 +106,12 @@ class AttnLightningCLI(LightningCLI):
                 "checkpoint.filename": "best-{step}",
             }
         )
+        # Always on: each does nothing for a task without its hook (see attn_lightning.callbacks).
         parser.add_lightning_class_args(FeatureRedraw, "feature_redraw")
         parser.add_lightning_class_args(SamplePredictions, "sample_predictions")
+        parser.add_lightning_class_args(ImageGrids, "image_grids")
+        parser.add_lightning_class_args(DetectionImages, "detection_images")
+        parser.add_lightning_class_args(AdapterExport, "adapter_export")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})
 

@@ -1,25 +1,38 @@
-"""Lightning callbacks: random-feature redraw, run checkpoints, validation-batch logging
-(sample tables, image grids, detections) and adapter export."""
+"""Lightning callbacks: random-feature redraw, run checkpoints, logging from the first validation
+batch (one base: sample tables, image grids, detections) and adapter export.
 
-from attn_lightning.callbacks.detections import DetectionImages
-from attn_lightning.callbacks.images import ImageGrids
+Each callback that needs something of the task names it as a ``runtime_checkable`` Protocol
+(``SampleRows``, ``ImageSampler``, ``Detector``, ``AdapterExporter``) and skips tasks without it.
+"""
+
+from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
+from attn_lightning.callbacks.detections import DetectionImages, Detector
+from attn_lightning.callbacks.images import ImageGrids, ImageSampler
+from attn_lightning.callbacks.samples import (
+    SamplePredictions,
+    SampleRows,
+    ValidationBatchLogger,
+    markdown_table,
+)
 from attn_lightning.callbacks.training import (
     FeatureRedraw,
     RunCheckpoint,
-    SamplePredictions,
-    markdown_table,
     redraw_all_features,
     redraw_generator,
 )
-from attn_lightning.models.lora import AdapterExport
 
 __all__ = [
     "AdapterExport",
+    "AdapterExporter",
     "DetectionImages",
+    "Detector",
     "FeatureRedraw",
     "ImageGrids",
+    "ImageSampler",
     "RunCheckpoint",
     "SamplePredictions",
+    "SampleRows",
+    "ValidationBatchLogger",
     "markdown_table",
     "redraw_all_features",
     "redraw_generator",

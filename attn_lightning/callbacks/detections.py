@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 from torchvision.ops import box_convert
 from torchvision.utils import draw_bounding_boxes
+
+from attn_lightning.callbacks.samples import ValidationBatchLogger
+
+
+@runtime_checkable
+class Detector(Protocol):
+    """A task that detects objects in images (``DetectionTask``)."""
+
+    def detect(self, images: Tensor) -> list[dict[str, Tensor]]:
+        """``images: (B, 3, H, W)`` -> one ``{boxes (N, 4) xyxy pixels, scores, labels}`` each."""
+        ...
 
 
 def draw_detections(
@@ -56,55 +66,43 @@ def draw_detections(
     return canvas
 
 
-class DetectionImages(Callback):
-    """Log the first validation batch's images with true and predicted boxes to TensorBoard.
+class DetectionImages(ValidationBatchLogger):
+    """Log the first validation batch's images with true and predicted boxes (``detections/val``).
 
-    The task provides ``detect(images) -> [{boxes, scores, labels}]`` (``DetectionTask`` does);
-    other tasks are skipped.
+    When, see ``attn_lightning.callbacks.samples``. The task provides ``detect(images)``
+    (``Detector``; ``DetectionTask`` does); the DataModule's validation dataset may name the
+    categories (``categories``).
 
     Args:
         num_images: images per logged grid.
-        every_n_epochs: log every this many validation epochs.
+        every_n_epochs: log after every this many validation epochs; 0 disables.
         score_threshold: smallest score of a drawn prediction.
     """
 
-    def __init__(
-        self, num_images: int = 8, every_n_epochs: int = 1, score_threshold: float = 0.5
-    ) -> None:
-        if num_images < 1 or every_n_epochs < 1:
-            raise ValueError(
-                f"num_images and every_n_epochs must be >= 1, got {num_images}, {every_n_epochs}"
-            )
-        self.num_images = num_images
-        self.every_n_epochs = every_n_epochs
-        self.score_threshold = score_threshold
-        self._batch: Any = None
+    hook = Detector
 
-    def on_validation_batch_end(
+    def __init__(
+        self, *, num_images: int = 8, every_n_epochs: int = 1, score_threshold: float = 0.5
+    ) -> None:
+        if num_images < 1:
+            raise ValueError(f"num_images must be >= 1, got {num_images}")
+        super().__init__(every_n_epochs=every_n_epochs)
+        self.num_images = num_images
+        self.score_threshold = score_threshold
+
+    def select(self, batch: Any) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        return batch[0][: self.num_images], batch[1][: self.num_images]
+
+    def log_batch(
         self,
         trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        task: Detector,
+        batch: tuple[Tensor, list[dict[str, Tensor]]],
+        loggers: list[TensorBoardLogger],
     ) -> None:
-        if batch_idx == 0 and dataloader_idx == 0:
-            self._batch = batch
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        batch, self._batch = self._batch, None
-        due = (trainer.current_epoch + 1) % self.every_n_epochs == 0
-        if trainer.sanity_checking or batch is None or not due or not trainer.is_global_zero:
-            return
-        detect = getattr(pl_module, "detect", None)
-        loggers = [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
-        if detect is None or not loggers:
-            return
-        images, targets = batch[0][: self.num_images], batch[1][: self.num_images]
-        detections = detect(images)
-        data = trainer.datamodule
-        datasets = getattr(data, "datasets", {}) if data is not None else {}
+        images, targets = batch
+        detections = task.detect(images)
+        datasets = getattr(getattr(trainer, "datamodule", None), "datasets", None) or {}
         categories = getattr(datasets.get("val"), "categories", None)
         drawn = torch.stack(
             [

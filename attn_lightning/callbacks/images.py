@@ -1,7 +1,7 @@
 """Image grids of an ``ImageGenerationTask``: unconditional samples and occluded completions.
 
-``sample_grid`` and ``completion_grid`` build ``(3, H', W')`` float images in [0, 1]; the
-``ImageGrids`` callback logs them to TensorBoard each validation epoch, and
+``sample_grid`` and ``completion_grid`` build ``(3, H', W')`` float images in [0, 1] from any
+``ImageSampler``; the ``ImageGrids`` callback logs them to TensorBoard during training, and
 ``python -m attn_lightning.studies.image_samples`` writes the same grids as PNG from a checkpoint.
 Completion rows read ``occluded | completion 1 … C | original``; the held-out part of the
 occluded image is drawn mid-grey with a red line under the last observed pixel row.
@@ -10,23 +10,54 @@ occluded image is drawn mid-grey with a red line under the last observed pixel r
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 from torchvision.utils import make_grid
 
+from attn_lightning.callbacks.samples import ValidationBatchLogger
 from attn_lightning.data.pixels import dequantize
 
 _MIN_PIXELS = 56  # upscale small images (8×8 digits) so a grid is readable
 _HIDDEN = 0.5  # grey for the held-out part of an occluded image
 
 
-def _to_rgb(tokens: Tensor, task: Any) -> Tensor:
+@runtime_checkable
+class ImageSampler(Protocol):
+    """A task that samples and completes ``image_size``² images of ``levels`` grey levels
+    (``ImageGenerationTask``); the grids read its first ``observed_pixels`` as given."""
+
+    image_size: int
+    levels: int
+    observed_pixels: int
+
+    def sample(
+        self,
+        num_images: int,
+        *,
+        temperature: float = ...,
+        generator: torch.Generator | None = ...,
+    ) -> Tensor:
+        """Unconditional samples ``(num_images, N)``."""
+        ...
+
+    def complete(
+        self,
+        pixels: Tensor,
+        *,
+        num_completions: int = ...,
+        temperature: float = ...,
+        generator: torch.Generator | None = ...,
+    ) -> Tensor:
+        """``num_completions`` completions of ``pixels: (B, N)`` -> ``(B, num_completions, N)``."""
+        ...
+
+
+def _to_rgb(tokens: Tensor, task: ImageSampler) -> Tensor:
     """``(N, H·W)`` tokens -> ``(N, 3, H·s, W·s)`` in [0, 1], nearest-upscaled by s."""
     size = task.image_size
     images = dequantize(tokens.cpu(), task.levels, height=size, width=size)  # (N, 1, H, W)
@@ -34,7 +65,7 @@ def _to_rgb(tokens: Tensor, task: Any) -> Tensor:
     return F.interpolate(images, scale_factor=scale, mode="nearest").expand(-1, 3, -1, -1)
 
 
-def _occluded(pixels: Tensor, task: Any) -> Tensor:
+def _occluded(pixels: Tensor, task: ImageSampler) -> Tensor:
     """The observed part of ``pixels: (B, N)`` with the rest grey, as RGB ``(B, 3, H', W')``."""
     rgb = _to_rgb(pixels, task).clone()
     size, k = task.image_size, task.observed_pixels
@@ -52,7 +83,7 @@ def _occluded(pixels: Tensor, task: Any) -> Tensor:
 
 
 def sample_grid(
-    task: Any,
+    task: ImageSampler,
     num_samples: int,
     *,
     temperature: float = 1.0,
@@ -65,7 +96,7 @@ def sample_grid(
 
 
 def completion_grid(
-    task: Any,
+    task: ImageSampler,
     pixels: Tensor,
     *,
     num_completions: int = 3,
@@ -88,7 +119,7 @@ def completion_grid(
     return make_grid(rows.flatten(0, 1), nrow=num_completions + 2, padding=2, pad_value=1.0)
 
 
-def _hw(task: Any) -> tuple[int, int]:
+def _hw(task: ImageSampler) -> tuple[int, int]:
     side = task.image_size * max(1, math.ceil(_MIN_PIXELS / task.image_size))
     return side, side
 
@@ -98,21 +129,23 @@ def grid_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-class ImageGrids(Callback):
+class ImageGrids(ValidationBatchLogger):
     """Log ``samples/unconditional`` and ``samples/completion`` image grids to TensorBoard.
 
-    Runs after each ``every_n_epochs``-th validation epoch (not during the sanity check), on the
-    first validation batch's images, in eval mode, with a generator seeded by ``seed`` so that
-    epochs are comparable.
+    On the first validation batch's pixels, with a generator seeded by ``seed`` so that epochs
+    are comparable; when, see ``attn_lightning.callbacks.samples``. The task provides
+    ``ImageSampler``'s sampling methods and sizes (``ImageGenerationTask`` does).
 
     Args:
-        every_n_epochs: log every this many validation epochs (0 disables).
+        every_n_epochs: log after every this many validation epochs; 0 disables.
         num_samples: unconditional samples.
         num_images: validation images to occlude and complete.
         num_completions: completions per occluded image.
         temperature: sampling temperature.
         seed: generator seed.
     """
+
+    hook = ImageSampler
 
     def __init__(
         self,
@@ -124,46 +157,35 @@ class ImageGrids(Callback):
         temperature: float = 1.0,
         seed: int = 0,
     ) -> None:
-        if every_n_epochs < 0 or num_samples < 1 or num_images < 1 or num_completions < 1:
+        if num_samples < 1 or num_images < 1 or num_completions < 1:
             raise ValueError(
-                f"every_n_epochs must be >= 0 and num_samples, num_images, num_completions >= 1, "
-                f"got {every_n_epochs}, {num_samples}, {num_images}, {num_completions}"
+                f"num_samples, num_images and num_completions must be >= 1, "
+                f"got {num_samples}, {num_images}, {num_completions}"
             )
-        self.every_n_epochs = every_n_epochs
+        super().__init__(every_n_epochs=every_n_epochs)
         self.num_samples = num_samples
         self.num_images = num_images
         self.num_completions = num_completions
         self.temperature = temperature
         self.seed = seed
-        self._pixels: Tensor | None = None
 
-    def on_validation_batch_end(
+    def select(self, batch: Any) -> Tensor:
+        return batch["pixels"][: self.num_images]
+
+    def log_batch(
         self,
         trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        task: ImageSampler,
+        batch: Tensor,
+        loggers: list[TensorBoardLogger],
     ) -> None:
-        if batch_idx == 0 and dataloader_idx == 0:
-            self._pixels = batch["pixels"][: self.num_images]
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        pixels, self._pixels = self._pixels, None
-        due = self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
-        loggers = [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
-        if trainer.sanity_checking or pixels is None or not due or not trainer.is_global_zero:
-            return
-        if not loggers:
-            return
         generator = grid_generator(self.seed)
         samples = sample_grid(
-            pl_module, self.num_samples, temperature=self.temperature, generator=generator
+            task, self.num_samples, temperature=self.temperature, generator=generator
         )
         completions = completion_grid(
-            pl_module,
-            pixels,
+            task,
+            batch,
             num_completions=self.num_completions,
             temperature=self.temperature,
             generator=generator,

@@ -1,17 +1,15 @@
-"""Callbacks shared by the experiments: random-feature redraw, sample tables, run checkpoints."""
+"""Callbacks of every training run: random-feature redraw and run checkpoint folders."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 
 log = logging.getLogger(__name__)
@@ -51,7 +49,7 @@ class FeatureRedraw(Callback):
         seed: mixed with the step into the generator's seed.
     """
 
-    def __init__(self, every_n_steps: int = 1000, seed: int = 0) -> None:
+    def __init__(self, *, every_n_steps: int = 1000, seed: int = 0) -> None:
         if every_n_steps < 0:
             raise ValueError(f"every_n_steps must be >= 0 (0 disables), got {every_n_steps}")
         self.every_n_steps = every_n_steps
@@ -73,58 +71,6 @@ class FeatureRedraw(Callback):
             log.debug("redrew random features of %d module(s) at step %d", count, step)
 
 
-class SamplePredictions(Callback):
-    """Log a markdown table of sample predictions of the first validation batch to TensorBoard.
-
-    The task provides ``sample_rows(batch, num_samples) -> list[dict[str, str]]`` (one dict per
-    row, same keys); tasks without it are skipped.
-
-    Args:
-        num_samples: rows per table.
-        every_n_epochs: log every this many validation epochs.
-    """
-
-    def __init__(self, num_samples: int = 8, every_n_epochs: int = 1) -> None:
-        self.num_samples = num_samples
-        self.every_n_epochs = every_n_epochs
-        self._batch: Any = None
-
-    def on_validation_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if batch_idx == 0 and dataloader_idx == 0:
-            self._batch = batch
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        batch, self._batch = self._batch, None
-        due = self.every_n_epochs > 0 and (trainer.current_epoch + 1) % self.every_n_epochs == 0
-        if trainer.sanity_checking or batch is None or not due or not trainer.is_global_zero:
-            return
-        sample_rows = getattr(pl_module, "sample_rows", None)
-        loggers = [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
-        if sample_rows is None or not loggers:
-            return
-        rows = sample_rows(batch, self.num_samples)
-        for logger in loggers:
-            logger.experiment.add_text("samples/val", markdown_table(rows), trainer.global_step)
-
-
-def markdown_table(rows: list[Mapping[str, str]]) -> str:
-    """Rows of equal keys -> a markdown table (TensorBoard's text tab renders it)."""
-    if not rows:
-        return "(no samples)"
-    keys = list(rows[0])
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(f"`{row[k]}`" for k in keys) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 class RunCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` that writes to ``<root>/<experiment>/<run>/``.
 
@@ -138,7 +84,7 @@ class RunCheckpoint(ModelCheckpoint):
         **kwargs: ``ModelCheckpoint`` arguments (monitor, save_last, save_top_k, ...).
     """
 
-    def __init__(self, root: str = "checkpoints", **kwargs: Any) -> None:
+    def __init__(self, *, root: str = "checkpoints", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.root = root
 

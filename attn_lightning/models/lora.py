@@ -1,34 +1,38 @@
-"""peft plumbing shared by the LoRA tasks: config, base-checkpoint loading, adapter export.
+"""peft plumbing of the adaptation tasks: LoRA config, wrapping, base weights, merged copies.
 
 LoRA (Hu et al. 2021) replaces a frozen ``W`` by ``W + (α/r)·B·A`` with ``A: (r, d_in)``,
 ``B: (d_out, r)``; ``B = 0`` at initialisation, so the adapted model starts equal to the base.
 A ``d_in → d_out`` layer gains ``r·(d_in + d_out)`` trainable parameters.
+
+No Lightning here: the tasks (``attn_lightning.tasks.adaptation``) and the adapter-export
+callback (``attn_lightning.callbacks.adapters``) are built on these helpers.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
-import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 from peft import LoraConfig, PeftModel, get_peft_model
 from torch import Tensor, nn
 
-log = logging.getLogger(__name__)
-
-MODES = ("base", "full", "lora", "lora_scratch")
-ADAPTED_MODES = ("lora", "lora_scratch")
+ADAPTATIONS = ("base", "full", "lora", "lora_scratch")
+"""What trains: everything from scratch, everything from the base checkpoint, LoRA adapters on
+the frozen base checkpoint, LoRA adapters on a frozen random model."""
+FROM_BASE = ("full", "lora")
+"""Adaptations that start from ``base_checkpoint``."""
+ADAPTED = ("lora", "lora_scratch")
+"""Adaptations whose model is wrapped with peft adapters."""
 LORA_BIAS = ("none", "lora_only", "all")
 
 
-def check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
+def check_adaptation(adaptation: str) -> None:
+    """Raise a ``ValueError`` naming the allowed values unless ``adaptation`` is one of them."""
+    if adaptation not in ADAPTATIONS:
+        raise ValueError(f"unknown adaptation {adaptation!r}; allowed: {', '.join(ADAPTATIONS)}")
 
 
 def build_lora_config(
@@ -55,11 +59,11 @@ def build_lora_config(
         raise ValueError("target_modules must name at least one nn.Linear to adapt")
     return LoraConfig(
         r=r,
-        lora_alpha=r if lora_alpha is None else lora_alpha,
+        lora_alpha=cast(int, r if lora_alpha is None else lora_alpha),  # peft takes floats too
         lora_dropout=lora_dropout,
         target_modules=list(target_modules),
         modules_to_save=list(modules_to_save) if modules_to_save else None,
-        bias=bias,
+        bias=cast(Literal["none", "all", "lora_only"], bias),
     )
 
 
@@ -69,7 +73,9 @@ def wrap_with_lora(model: nn.Module, config: LoraConfig) -> PeftModel:
     Raises a ``ValueError`` naming the valid layer names when a target does not exist.
     """
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules() if name}
-    wanted = set(config.target_modules) | set(config.modules_to_save or ())
+    targets = config.target_modules
+    wanted = {targets} if isinstance(targets, str) else set(targets or ())
+    wanted |= set(config.modules_to_save or ())
     missing = sorted(wanted - names)
     if missing:
         linear = sorted(
@@ -83,13 +89,19 @@ def wrap_with_lora(model: nn.Module, config: LoraConfig) -> PeftModel:
 
 
 def trainable_parameters(module: nn.Module) -> int:
-    """Number of parameters with ``requires_grad`` (adapters + modules_to_save under peft)."""
+    """Number of parameters with ``requires_grad`` (adapters + modules_to_save under peft).
+
+    The one trainable-parameter counter of the adaptation tasks.
+    """
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-def merged_copy(model: PeftModel) -> nn.Module:
-    """A plain model with ``W + (α/r)·B·A`` folded in; ``model`` itself is left adapted."""
-    return copy.deepcopy(model).merge_and_unload()
+def merged_copy(model: nn.Module) -> nn.Module:
+    """A plain copy of ``model`` with ``W + (α/r)·B·A`` folded in (a copy as is when it has no
+    adapters); ``model`` itself is left adapted."""
+    if isinstance(model, PeftModel):
+        return copy.deepcopy(model).merge_and_unload()
+    return copy.deepcopy(model)
 
 
 def load_base_state(
@@ -107,7 +119,7 @@ def load_base_state(
             state dict of the bare model (keys ``<name>``).
         expected: the bare model's ``state_dict()``; every key must be present with its shape.
         prefix: the task attribute holding the model in the checkpoint.
-        what: words for the error messages, e.g. ``"a mode=base LoRAClassifierTask run"``.
+        what: words for the error messages, e.g. ``"an adaptation=base LoRAClassifierTask run"``.
         hparams: hyper-parameters the checkpoint must have saved with these values (when it
             saved them), for differences the shapes do not show (attention backend, layout).
 
@@ -165,32 +177,6 @@ def load_base_state(
     return {k: state[k] for k in expected}
 
 
-class AdapterExport(Callback):
-    """After fitting, write the model's peft adapter beside the run's checkpoints.
-
-    ``<checkpoint dir>/adapter/`` (peft's ``save_pretrained`` format: ``adapter_config.json`` +
-    ``adapter_model.safetensors``) holds the last weights; reload them onto the base model with
-    ``PeftModel.from_pretrained(base, dir)``. The task provides ``export_adapter(dir)``; runs of
-    non-adapted modes write nothing.
-
-    Args:
-        dirname: sub-folder of the checkpoint directory.
-    """
-
-    def __init__(self, dirname: str = "adapter") -> None:
-        self.dirname = dirname
-
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        export = getattr(pl_module, "export_adapter", None)
-        ckpt = trainer.checkpoint_callback
-        dirpath = getattr(ckpt, "dirpath", None)
-        if export is None or dirpath is None or not trainer.is_global_zero:
-            return
-        target = Path(dirpath) / self.dirname
-        if export(target):
-            log.info("wrote the LoRA adapter to %s", target)
-
-
 # peft renames a wrapped layer's tensors: ``fc1.weight`` -> ``fc1.base_layer.weight`` (adapted),
 # ``fc3.original_module.weight`` + ``fc3.modules_to_save.default.weight`` (modules_to_save).
 _PEFT_INFIXES = (".base_layer", ".original_module", ".modules_to_save.default")
@@ -227,44 +213,3 @@ def copy_plain_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
         plain = _plain_key(key)
         if plain is not None:
             tensor.copy_(state[plain])
-
-
-class BaseWeightsHooks:
-    """LightningModule mixin: load ``base_checkpoint`` once, when a run starts from it.
-
-    The base is loaded at the start of fit/validate/test/predict (after Lightning has restored
-    any ``--ckpt_path``), not in ``__init__``: configs build without the file, and a run restored
-    from its own checkpoint (resume, ``validate --ckpt_path``) never reads the base, since that
-    checkpoint already carries every weight. The host defines ``needs_base`` and ``load_base``.
-    """
-
-    needs_base: bool
-    base_checkpoint: str | None
-    _base_loaded: bool = False
-
-    def load_base(self, path: str | Path | None) -> None:
-        raise NotImplementedError
-
-    def _ensure_base(self) -> None:
-        if self.needs_base and not self._base_loaded:
-            self.load_base(self.base_checkpoint)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
-        self._base_loaded = True
-
-    def on_fit_start(self) -> None:
-        super().on_fit_start()  # type: ignore[misc]
-        self._ensure_base()
-
-    def on_validation_start(self) -> None:
-        super().on_validation_start()  # type: ignore[misc]
-        self._ensure_base()
-
-    def on_test_start(self) -> None:
-        super().on_test_start()  # type: ignore[misc]
-        self._ensure_base()
-
-    def on_predict_start(self) -> None:
-        super().on_predict_start()  # type: ignore[misc]
-        self._ensure_base()

@@ -1,5 +1,6 @@
 """One LightningModule per experiment; YAML selects them by class_path."""
 
+from attn_lightning.tasks.adaptation import AdaptedTask
 from attn_lightning.tasks.base import AttentionTask, resolve_attention
 from attn_lightning.tasks.detection import DetectionTask
 from attn_lightning.tasks.image import ImageGenerationTask
@@ -8,6 +9,7 @@ from attn_lightning.tasks.lora_reversal import LoRAReversalTask
 from attn_lightning.tasks.reversal import SequenceReversalTask
 
 __all__ = [
+    "AdaptedTask",
     "AttentionTask",
     "DetectionTask",
     "ImageGenerationTask",

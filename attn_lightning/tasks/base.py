@@ -22,6 +22,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
+from torch import nn
 
 from attn_lightning.attention import Attention
 
@@ -86,8 +88,9 @@ class AttentionTask(pl.LightningModule):
         self.attention_override = dict(attention_override) if attention_override else None
 
     # ------------------------------------------------------------------ optimisation
-    def configure_optimizers(self) -> dict[str, Any]:
-        decay, no_decay = [], []
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
+        decay: list[nn.Parameter] = []
+        no_decay: list[nn.Parameter] = []
         for name, param in self.named_parameters():
             if param.requires_grad:
                 # Norms, biases, embeddings and positional tables are not weight-decayed.
@@ -121,7 +124,7 @@ class AttentionTask(pl.LightningModule):
             if isinstance(logger, TensorBoardLogger) and self.hp_metrics:
                 # Placeholders declare the metrics of the hparams tab; validation fills them in.
                 # One call with everything: TensorBoard shows the last session's hparams.
-                data = self.trainer.datamodule
+                data = getattr(self.trainer, "datamodule", None)
                 merged = {**(data.hparams if data is not None else {}), **self.hparams}
                 hparams = {k: v for k, v in merged.items() if not k.startswith("_")}
                 logger.log_hyperparams(hparams, {name: float("nan") for name in self.hp_metrics})

@@ -1,6 +1,6 @@
 """LoRA adaptation of a small MLP classifier to shifted image domains (peft).
 
-Four ``mode``s of one task:
+The four ``adaptation``s of ``AdaptedTask`` (``attn_lightning.tasks.adaptation``):
 
 * ``base``: train the MLP from scratch (on the original domain, to make the base checkpoint);
 * ``full``: load ``base_checkpoint`` and fine-tune every weight;
@@ -10,41 +10,27 @@ Four ``mode``s of one task:
 * ``lora_scratch``: the same adapters on a *random* frozen base (no checkpoint): how far the
   low-rank update alone gets.
 
-The base weights are loaded when a run starts (``BaseWeightsHooks``), not in the constructor, so
-configs build without the checkpoint and a run restored from its own checkpoint (``--ckpt_path``)
-needs no base file.
 Logged per split: ``loss``, ``acc`` (torchmetrics) and ``trainable_params``.
 """
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
+import warnings
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from attn_lightning.models.lora import (
-    ADAPTED_MODES,
-    BaseWeightsHooks,
-    build_lora_config,
-    check_mode,
-    copy_plain_state,
-    load_base_state,
-    merged_copy,
-    plain_state,
-    trainable_parameters,
-    wrap_with_lora,
-)
 from attn_lightning.models.mlp import MLP
-from attn_lightning.tasks.base import AttentionTask, split_log_options
+from attn_lightning.tasks.adaptation import AdaptedTask
+from attn_lightning.tasks.base import split_log_options
 
 SPLITS = ("train", "val", "test")
 
 
-class LoRAClassifierTask(BaseWeightsHooks, AttentionTask):
+class LoRAClassifierTask(AdaptedTask):
     """MLP digit classifier: base training, full fine-tuning or LoRA adaptation.
 
     LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"): each adapted
@@ -53,9 +39,9 @@ class LoRAClassifierTask(BaseWeightsHooks, AttentionTask):
     d_out)) extra work per input.
 
     Args:
-        mode: ``base``, ``full``, ``lora`` or ``lora_scratch`` (see the module docstring).
-        base_checkpoint: checkpoint of a ``mode=base`` run (or a ``torch.save``'d MLP state
-            dict); required by ``full`` and ``lora``, ignored otherwise.
+        adaptation: ``base``, ``full``, ``lora`` or ``lora_scratch`` (see the module docstring).
+        base_checkpoint: checkpoint of an ``adaptation=base`` run (or a ``torch.save``'d MLP
+            state dict); required by ``full`` and ``lora``, ignored otherwise.
         input_size: flattened image size; must equal the DataModule's (28×28 -> 784).
         hidden_sizes: hidden widths; the layers are ``fc1 .. fc{k+1}``.
         num_classes: classes of the head.
@@ -66,14 +52,17 @@ class LoRAClassifierTask(BaseWeightsHooks, AttentionTask):
         modules_to_save: layers trained whole beside the adapters (e.g. ``[fc3]``, the head).
         lora_bias: peft's ``bias``: ``none`` (frozen), ``lora_only`` or ``all`` (biases train).
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its warm-up + cosine schedule.
+        mode: deprecated, the old name of ``adaptation``: still read (configs and checkpoints
+            written before the rename) with a ``FutureWarning``; not saved.
     """
 
     hp_metrics = ("hp/val_loss", "hp/val_acc")
+    base_hint = "the checkpoint of an adaptation=base run (e.g. checkpoints/lora/base/last.ckpt)"
 
     def __init__(
         self,
         *,
-        mode: str = "base",
+        adaptation: str = "base",
         base_checkpoint: str | None = None,
         input_size: int = 784,
         hidden_sizes: list[int] | None = None,
@@ -88,41 +77,36 @@ class LoRAClassifierTask(BaseWeightsHooks, AttentionTask):
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         min_lr_ratio: float = 0.1,
+        mode: str | None = None,
     ) -> None:
+        if mode is not None:
+            adaptation = _renamed_mode(mode, adaptation)
         super().__init__(
+            adaptation=adaptation,
+            base_checkpoint=base_checkpoint,
             lr=lr,
             weight_decay=weight_decay,
             warmup_steps=warmup_steps,
             min_lr_ratio=min_lr_ratio,
             attention_override=None,
         )
-        check_mode(mode)
-        if mode in ("full", "lora") and not base_checkpoint:
-            raise ValueError(
-                f"mode={mode!r} needs model.init_args.base_checkpoint: the checkpoint of a "
-                f"mode=base run (e.g. checkpoints/lora/base/last.ckpt)"
-            )
-        self.save_hyperparameters()
-        self.mode = mode
-        self.base_checkpoint = base_checkpoint
-        self.needs_base = mode in ("full", "lora")
+        self.save_hyperparameters(ignore=["mode"])
+        # Under LightningCLI the saved values are the config's: store mode's under its new name.
+        self.hparams["adaptation"] = adaptation
         mlp = MLP(
             input_size=input_size,
             hidden_sizes=[64, 64] if hidden_sizes is None else hidden_sizes,
             num_classes=num_classes,
         )
-        self.net: nn.Module = mlp
-        if mode in ADAPTED_MODES:
-            config = build_lora_config(
-                r=lora_r,
-                lora_alpha=lora_alpha,
-                lora_dropout=lora_dropout,
-                target_modules=target_modules or mlp.layer_names,
-                modules_to_save=modules_to_save,
-                bias=lora_bias,
-            )
-            self.net = wrap_with_lora(mlp, config)
-        self.num_trainable = trainable_parameters(self.net)
+        self.net = mlp
+        self.adapt(
+            r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=lora_dropout,
+            target_modules=target_modules or mlp.layer_names,
+            modules_to_save=modules_to_save,
+            bias=lora_bias,
+        )
         # Lightning reserves "train" as a Module attribute: key the metrics by "<split>_".
         self.metrics = nn.ModuleDict(
             {f"{s}_acc": MulticlassAccuracy(num_classes, average="micro") for s in SPLITS}
@@ -130,48 +114,37 @@ class LoRAClassifierTask(BaseWeightsHooks, AttentionTask):
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
-        data = self.trainer.datamodule if self._trainer is not None else None
+        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         size = getattr(data, "input_size", None)
-        if size is not None and size != self.hparams.input_size:
+        expected = self.hparams["input_size"]
+        if size is not None and size != expected:
             raise ValueError(
-                f"model input_size={self.hparams.input_size} differs from the data's "
+                f"model input_size={expected} differs from the data's "
                 f"{size} (image_size²); set model.init_args.input_size={size}"
             )
 
-    def load_base(self, path: str | Path | None) -> None:
-        """Load the base MLP's weights into the (possibly adapted) model; adapters untouched."""
-        hidden = "-".join(str(n) for n in self.hparams.hidden_sizes or [64, 64])
-        what = (
-            f"a mode=base {type(self).__name__} run (an MLP {self.hparams.input_size}-{hidden}-"
-            f"{self.hparams.num_classes}) or a saved MLP state dict"
+    def base_description(self) -> str:
+        hp = self.hparams
+        hidden = "-".join(str(n) for n in hp["hidden_sizes"] or [64, 64])
+        return (
+            f"an adaptation=base {type(self).__name__} run (an MLP {hp['input_size']}-{hidden}-"
+            f"{hp['num_classes']}) or a saved MLP state dict"
         )
-        copy_plain_state(self.net, load_base_state(path, plain_state(self.net), what=what))
-        self._base_loaded = True
 
-    # ------------------------------------------------------------------ model and exports
+    # ------------------------------------------------------------------ model
     def forward(self, image: Tensor) -> Tensor:
         """``image: (B, H, W)`` -> logits ``(B, num_classes)``."""
         return self.net(image)
 
-    def export_adapter(self, directory: str | Path) -> bool:
-        """Write the adapter with peft's ``save_pretrained``; False (nothing written) if none."""
-        if self.mode not in ADAPTED_MODES:
-            return False
-        self.net.save_pretrained(str(directory))
-        return True
-
-    def export_merged(self) -> MLP:
-        """A plain ``MLP`` computing what the model computes (LoRA folded in by peft)."""
-        if self.mode in ADAPTED_MODES:
-            return merged_copy(self.net)
-        return copy.deepcopy(self.net)
-
     # ------------------------------------------------------------------ steps
+    def _accuracy(self, split: str) -> MulticlassAccuracy:
+        return cast(MulticlassAccuracy, self.metrics[f"{split}_acc"])
+
     def _shared_step(self, batch: dict[str, Tensor], split: str) -> Tensor:
         image, label = batch["image"], batch["label"]
         logits = self(image)  # (B, C)
         loss = F.cross_entropy(logits.float(), label)
-        accuracy = self.metrics[f"{split}_acc"]
+        accuracy = self._accuracy(split)
         accuracy(logits, label)
         on_step, size = split == "train", label.shape[0]
         self.log(f"{split}/loss", loss, prog_bar=True, **split_log_options(split, size))
@@ -192,7 +165,7 @@ class LoRAClassifierTask(BaseWeightsHooks, AttentionTask):
         loss = self._shared_step(batch, "val")
         size = batch["label"].shape[0]
         self.log("hp/val_loss", loss, on_epoch=True, batch_size=size, sync_dist=True)
-        self.log("hp/val_acc", self.metrics["val_acc"], on_epoch=True)
+        self.log("hp/val_acc", self._accuracy("val"), on_epoch=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._shared_step(batch, "test")
@@ -200,6 +173,22 @@ class LoRAClassifierTask(BaseWeightsHooks, AttentionTask):
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         with torch.no_grad():
             return {"label": batch["label"], "prediction": self(batch["image"]).argmax(dim=-1)}
+
+
+def _renamed_mode(mode: str, adaptation: str) -> str:
+    """``mode``, the pre-rename name of ``adaptation``: its value, with a ``FutureWarning``."""
+    if adaptation not in ("base", mode):  # "base" is the default: not set explicitly
+        raise ValueError(
+            f"mode={mode!r} and adaptation={adaptation!r} given; mode is the old name of "
+            f"adaptation: keep adaptation only"
+        )
+    warnings.warn(
+        f"LoRAClassifierTask's mode is renamed to adaptation: write adaptation: {mode} "
+        f"(model.init_args.adaptation); mode will stop working in a later version",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return mode
 
 
 __all__ = ["LoRAClassifierTask"]

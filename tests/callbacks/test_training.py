@@ -1,4 +1,4 @@
-"""Callbacks: rank-independent feature redraws, sample tables, checkpoint folders."""
+"""Callbacks of every run: rank-independent feature redraws, checkpoint folders."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from attn_lightning.attention import available_attentions
 from attn_lightning.callbacks import (
     FeatureRedraw,
     RunCheckpoint,
-    markdown_table,
     redraw_all_features,
     redraw_generator,
 )
@@ -80,12 +79,6 @@ def test_redraw_reaches_performer_layers():
         torch.testing.assert_close(
             la.attn.backend.projection_matrix, lb.attn.backend.projection_matrix
         )
-
-
-def test_markdown_table():
-    table = markdown_table([{"a": "1", "b": "2"}, {"a": "3", "b": "4"}])
-    assert table.splitlines() == ["| a | b |", "|---|---|", "| `1` | `2` |", "| `3` | `4` |"]
-    assert markdown_table([]) == "(no samples)"
 
 
 class _Strategy:

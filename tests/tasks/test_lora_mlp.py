@@ -40,7 +40,7 @@ def _base_mlp(path: Path) -> MLP:
 
 
 def _lora(path: Path, **kwargs) -> LoRAClassifierTask:
-    task = LoRAClassifierTask(mode="lora", base_checkpoint=str(path), **kwargs)
+    task = LoRAClassifierTask(adaptation="lora", base_checkpoint=str(path), **kwargs)
     task.load_base(path)
     return task
 
@@ -106,22 +106,22 @@ def test_adapter_round_trip_in_peft_format(base_path, tmp_path):
     loaded = PeftModel.from_pretrained(_base_mlp(base_path), str(tmp_path / "adapter")).eval()
     x = torch.rand(6, 28, 28)
     torch.testing.assert_close(loaded(x), task.eval()(x))
-    assert not LoRAClassifierTask(mode="base").export_adapter(tmp_path / "none")
+    assert not LoRAClassifierTask(adaptation="base").export_adapter(tmp_path / "none")
 
 
 def test_missing_base_checkpoint_names_path_and_expectation(tmp_path):
     missing = tmp_path / "nope" / "last.ckpt"
-    task = LoRAClassifierTask(mode="lora", base_checkpoint=str(missing))
+    task = LoRAClassifierTask(adaptation="lora", base_checkpoint=str(missing))
     with pytest.raises(FileNotFoundError, match=r"nope/last\.ckpt.*expected the checkpoint of"):
         task.load_base(missing)
     with pytest.raises(ValueError, match=r"needs model\.init_args\.base_checkpoint"):
-        LoRAClassifierTask(mode="full")
+        LoRAClassifierTask(adaptation="full")
 
 
 def test_incompatible_base_checkpoints_are_explained(tmp_path, base_path):
     other = tmp_path / "other.pt"
     torch.save(MLP(hidden_sizes=[32, 64]).state_dict(), other)
-    task = LoRAClassifierTask(mode="full", base_checkpoint=str(other))
+    task = LoRAClassifierTask(adaptation="full", base_checkpoint=str(other))
     with pytest.raises(
         ValueError, match=r"other\.pt.*fc1\.weight: \(32, 784\) \(expected \(64, 784"
     ):
@@ -133,12 +133,21 @@ def test_incompatible_base_checkpoints_are_explained(tmp_path, base_path):
 
 
 def test_bad_options_are_rejected():
-    with pytest.raises(ValueError, match=r"unknown mode 'qlora'; allowed: base, full, lora"):
-        LoRAClassifierTask(mode="qlora")
+    with pytest.raises(ValueError, match=r"unknown adaptation 'qlora'; allowed: base, full, lora"):
+        LoRAClassifierTask(adaptation="qlora")
     with pytest.raises(ValueError, match=r"target\(s\) fc9 not found.*fc1, fc2, fc3"):
-        LoRAClassifierTask(mode="lora_scratch", target_modules=["fc9"])
+        LoRAClassifierTask(adaptation="lora_scratch", target_modules=["fc9"])
     with pytest.raises(ValueError, match="lora_r must be a positive int"):
-        LoRAClassifierTask(mode="lora_scratch", lora_r=0)
+        LoRAClassifierTask(adaptation="lora_scratch", lora_r=0)
+
+
+def test_old_mode_name_still_reads_with_a_warning(base_path):
+    with pytest.warns(FutureWarning, match="mode is renamed to adaptation"):
+        task = LoRAClassifierTask(mode="lora_scratch", lora_r=2)
+    assert task.adaptation == "lora_scratch" and task.num_trainable == 2 * 1050
+    assert task.hparams["adaptation"] == "lora_scratch" and "mode" not in task.hparams
+    with pytest.raises(ValueError, match="mode is the old name of adaptation"):
+        LoRAClassifierTask(mode="lora_scratch", adaptation="full")
 
 
 # ---------------------------------------------------------------------- train.py end to end
@@ -159,6 +168,16 @@ def _run(subcommand: str, tmp: Path, *configs: Path, extra: tuple[str, ...] = ()
         *extra,
     ]
     return main(args)
+
+
+@pytest.mark.usefixtures("_isolated")
+def test_old_mode_in_yaml_is_saved_as_adaptation(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  init_args:\n    mode: lora_scratch\n")
+    with pytest.warns(FutureWarning, match="mode is renamed to adaptation"):
+        cli = main(["--config", str(CONFIGS / "base.yaml"), "--config", str(old)], run=False)
+    assert cli.model.adaptation == "lora_scratch"
+    assert cli.model.hparams["adaptation"] == "lora_scratch" and "mode" not in cli.model.hparams
 
 
 @pytest.mark.usefixtures("_isolated")

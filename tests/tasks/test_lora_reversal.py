@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -77,6 +78,21 @@ def test_incompatible_reversal_checkpoints_are_explained(base, tmp_path):
         _adapted(tmp_path / "missing.ckpt")
     with pytest.raises(ValueError, match=r"adaptation='lora' needs .*base_checkpoint"):
         LoRAReversalTask(**SMALL)
+
+
+def test_reversal_options_come_from_the_parent_signature(tmp_path, monkeypatch, capsys):
+    """``**kwargs`` reach ``SequenceReversalTask``: in the CLI's options and in the hparams."""
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(CONFIGS / "base.yaml"), "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
+    reversal = inspect.signature(SequenceReversalTask.__init__).parameters
+    assert set(reversal) - {"self"} <= set(printed)
+    assert printed["d_model"] == 64 and printed["weight_decay"] == 0.0
+    task = LoRAReversalTask(adaptation="lora_scratch", d_model=32, decode_method="recompute")
+    assert set(reversal) - {"self", "attention_override"} <= set(task.hparams)
+    assert task.hparams["d_model"] == 32 and task.hparams["decode_method"] == "recompute"
+    assert task.hparams["warmup_steps"] == 0 and task.hparams["lora_r"] == 4
 
 
 @pytest.mark.parametrize("config", [None, *STACKED], ids=["base", *(p.stem for p in STACKED)])
