@@ -93,9 +93,11 @@ class RunCheckpoint(ModelCheckpoint):
             experiment, run = "default", "run"
             if trainer.loggers:
                 log_dir = trainer.log_dir  # broadcast from rank 0 by the trainer
-                # A logger may have no name (TensorBoardLogger(name=None)): keep "default".
+                # A logger may have no name (TensorBoardLogger(name=None)) or no log dir
+                # (save_dir=None): keep "default" / "run" rather than a folder named "None".
                 experiment = str(trainer.strategy.broadcast(trainer.loggers[0].name) or experiment)
-                run = Path(str(log_dir)).name
+                if log_dir:
+                    run = Path(log_dir).name
             self.dirpath = str(Path(self.root) / experiment / run)
         self._stage = stage
         super().setup(trainer, pl_module, stage)

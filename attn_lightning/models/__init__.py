@@ -6,7 +6,7 @@ from attn_lightning.models.positional import (
     SinusoidalPositionalEncoding,
     build_positional_encoding,
 )
-from attn_lightning.models.sequence import SequenceTransformer, count_parameters
+from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.transformer import (
     DecoderBlock,
     EncoderBlock,
@@ -26,7 +26,6 @@ __all__ = [
     "TransformerEncoder",
     "build_positional_encoding",
     "categorical",
-    "count_parameters",
     "generate",
     "greedy",
 ]

@@ -86,9 +86,4 @@ class SequenceTransformer(nn.Module):
         return self.head(x[:, 0]), (position + 1, layer_state)
 
 
-def count_parameters(module: nn.Module) -> int:
-    """Trainable parameter count (buffers such as random features excluded)."""
-    return sum(p.numel() for p in module.parameters() if p.requires_grad)
-
-
-__all__ = ["DecodeState", "SequenceTransformer", "count_parameters"]
+__all__ = ["DecodeState", "SequenceTransformer"]

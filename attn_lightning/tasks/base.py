@@ -43,6 +43,17 @@ def resolve_attention(
     return {**base, **override}
 
 
+def require_causal(model: nn.Module, *, why: str) -> None:
+    """ValueError naming the first attention backend in ``model`` that has no causal form.
+
+    Checked when a task is built, so a config that pairs a causal task with e.g.
+    ``optimization`` fails before training rather than at the first forward.
+    """
+    for module in model.modules():
+        if isinstance(module, Attention) and not module.supports_causal:
+            raise ValueError(f"attention {module.name!r} has no causal form, which {why}")
+
+
 def split_log_options(split: str, batch_size: int) -> dict[str, Any]:
     """``self.log`` options every task uses for its scalars: per step (and epoch) in training,
     per epoch elsewhere, and averaged across DDP ranks outside training (where it is cheap and

@@ -14,7 +14,7 @@ Metrics per split: ``loss`` (Hungarian set loss summed over decoder layers), ``l
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -149,12 +149,15 @@ class DetectionTask(AttentionTask):
             }
         )
 
+    def _map(self, split: str) -> MeanAveragePrecision:
+        return cast(MeanAveragePrecision, self.maps[f"{split}_map"])  # ModuleDict: Module-typed
+
     @property
     def attention_parameter_count(self) -> int:
         return attention_parameters(self.net)
 
     def setup(self, stage: str) -> None:
-        data = self.trainer.datamodule if self._trainer is not None else None
+        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         classes = getattr(data, "num_classes", self.num_classes)
         if classes != self.num_classes:
             raise ValueError(
@@ -186,7 +189,7 @@ class DetectionTask(AttentionTask):
     @torch.no_grad()
     def detect(self, images: Tensor) -> list[dict[str, Tensor]]:
         """Detections of every query for ``images: (B, 3, H, W)`` (see ``postprocess``)."""
-        return self.postprocess(self(images), tuple(images.shape[-2:]))
+        return self.postprocess(self(images), (images.shape[-2], images.shape[-1]))
 
     # ------------------------------------------------------------------ steps
     def _shared_step(self, batch: Batch, split: str) -> tuple[Tensor, dict[str, Any]]:
@@ -218,10 +221,10 @@ class DetectionTask(AttentionTask):
             }
             for t in targets
         ]
-        self.maps[f"{split}_map"].update(self.postprocess(outputs, (h, w)), truth)
+        self._map(split).update(self.postprocess(outputs, (h, w)), truth)
 
     def _log_map(self, split: str) -> dict[str, float]:
-        metric = self.maps[f"{split}_map"]
+        metric = self._map(split)
         result = metric.compute()  # already reduced over DDP ranks
         metric.reset()
         values = {name: float(result[key]) for name, key in MAP_KEYS.items()}

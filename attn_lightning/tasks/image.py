@@ -22,7 +22,12 @@ import torch
 from torch import Tensor
 
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim, sample_pixels
-from attn_lightning.tasks.base import AttentionTask, resolve_attention, split_log_options
+from attn_lightning.tasks.base import (
+    AttentionTask,
+    require_causal,
+    resolve_attention,
+    split_log_options,
+)
 
 SPLITS = ("train", "val", "test")
 DEFAULT_OBSERVED_FRACTION = 0.38  # the paper observes 300 of 784 pixels (38%)
@@ -107,12 +112,10 @@ class ImageGenerationTask(AttentionTask):
             output=output,
             num_mixtures=num_mixtures,
         )
-        backend = self.net.net.encoder.layers[0].attn.backend if num_layers else None
-        if backend is not None and not backend.supports_causal:
-            raise ValueError(f"attention {backend.name!r} has no causal form, which pixels need")
+        require_causal(self.net, why="pixels need")
 
     def setup(self, stage: str) -> None:
-        data = self.trainer.datamodule
+        data = getattr(self.trainer, "datamodule", None)
         if data is None:
             return
         for name, mine in (("levels", self.levels), ("seq_len", self.net.seq_len)):

@@ -20,7 +20,7 @@ whole test split.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,12 @@ from torchmetrics import MeanMetric
 
 from attn_lightning.models.generation import METHODS, generate
 from attn_lightning.models.sequence import SequenceTransformer
-from attn_lightning.tasks.base import AttentionTask, resolve_attention, split_log_options
+from attn_lightning.tasks.base import (
+    AttentionTask,
+    require_causal,
+    resolve_attention,
+    split_log_options,
+)
 
 MODES = ("decoder", "encoder")
 SPLITS = ("train", "val", "test")
@@ -112,11 +117,10 @@ class SequenceReversalTask(AttentionTask):
             positional=positional,
             projections=projections,
         )
-        backend = self.net.encoder.layers[0].attn.backend if num_layers else None
-        if mode == "decoder" and backend is not None and not backend.supports_causal:
-            raise ValueError(
-                f"attention {backend.name!r} has no causal form, which mode='decoder' needs; "
-                f"use mode='encoder' (allowed modes: {', '.join(MODES)})"
+        if mode == "decoder":
+            require_causal(
+                self.net,
+                why=f"mode='decoder' needs; use mode='encoder' (allowed modes: {', '.join(MODES)})",
             )
         # nn.Module has a train() method, so ModuleDict cannot take "train" as a key: "<split>_".
         self.metrics = nn.ModuleDict(
@@ -127,8 +131,11 @@ class SequenceReversalTask(AttentionTask):
             }
         )
 
+    def _metric(self, key: str) -> MeanMetric:
+        return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module
+
     def setup(self, stage: str) -> None:
-        data = self.trainer.datamodule
+        data = getattr(self.trainer, "datamodule", None)
         if data is None:
             return
         if getattr(data, "num_symbols", self.num_symbols) != self.num_symbols:
@@ -170,15 +177,15 @@ class SequenceReversalTask(AttentionTask):
         loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
         correct = logits.argmax(dim=-1) == target  # (B, n)
         # Calling the metric (not .update) also gives the batch value logged on_step in training.
-        self.metrics[f"{split}_token_acc"](correct.float())
-        self.metrics[f"{split}_exact_acc"](correct.all(dim=1).float())
+        self._metric(f"{split}_token_acc")(correct.float())
+        self._metric(f"{split}_exact_acc")(correct.all(dim=1).float())
         on_step = split == "train"
         size = source.shape[0]
         self.log(f"{split}/loss", loss, prog_bar=True, **split_log_options(split, size))
         for name in ("token_acc", "exact_acc"):
             self.log(
                 f"{split}/{name}",
-                self.metrics[f"{split}_{name}"],
+                self._metric(f"{split}_{name}"),
                 prog_bar=name == "token_acc",
                 on_step=on_step,
                 on_epoch=True,
@@ -189,12 +196,12 @@ class SequenceReversalTask(AttentionTask):
     def _generation_metrics(self, batch: dict[str, Tensor], split: str) -> None:
         predicted = self.predict_reversal(batch["source"])  # (B, n)
         correct = predicted == batch["target"]
-        self.metrics[f"{split}_gen_token_acc"].update(correct.float())
-        self.metrics[f"{split}_gen_exact_acc"].update(correct.all(dim=1).float())
+        self._metric(f"{split}_gen_token_acc").update(correct.float())
+        self._metric(f"{split}_gen_exact_acc").update(correct.all(dim=1).float())
         for name in ("gen_token_acc", "gen_exact_acc"):
             self.log(
                 f"{split}/{name}",
-                self.metrics[f"{split}_{name}"],
+                self._metric(f"{split}_{name}"),
                 on_epoch=True,
                 batch_size=batch["source"].shape[0],
             )
@@ -207,8 +214,8 @@ class SequenceReversalTask(AttentionTask):
         # Same values under hp/ names, shown against the hyper-parameters in the hparams tab.
         size = batch["source"].shape[0]
         self.log("hp/val_loss", loss, on_epoch=True, batch_size=size, sync_dist=True)
-        self.log("hp/val_token_acc", self.metrics["val_token_acc"], on_epoch=True, batch_size=size)
-        self.log("hp/val_exact_acc", self.metrics["val_exact_acc"], on_epoch=True, batch_size=size)
+        self.log("hp/val_token_acc", self._metric("val_token_acc"), on_epoch=True, batch_size=size)
+        self.log("hp/val_exact_acc", self._metric("val_exact_acc"), on_epoch=True, batch_size=size)
         every = self.generate_every_n_epochs
         if (
             self.mode == "decoder"

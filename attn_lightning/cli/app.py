@@ -6,7 +6,9 @@ under their own top-level keys:
 
 * ``checkpoint``: ``RunCheckpoint`` -> ``checkpoints/<experiment>/<run>/`` with ``last.ckpt`` and
   the best checkpoint by ``val/loss``;
-* ``feature_redraw``, ``sample_predictions``, ``lr_monitor``: see ``attn_lightning.callbacks``;
+* ``feature_redraw``, ``sample_predictions``, ``image_grids``, ``detection_images``,
+  ``adapter_export``, ``lr_monitor``: see ``attn_lightning.callbacks`` (a task without a
+  callback's hook is skipped);
 * a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
 
 Top-level options: ``experiment`` and ``run_name`` name the logger (and so the checkpoint folder;
@@ -18,13 +20,18 @@ hyper-parameters *over* the config and the command line: ``--model.init_args.att
 model size given with a checkpoint is silently replaced by the checkpoint's value. Use
 ``--model.init_args.attention_override`` (not saved as a hyper-parameter, so it survives) to
 evaluate a checkpoint with other backend options. DataModule and trainer arguments are not
-affected.
+affected. A checkpoint that saved a class under a path that has since moved
+(``config_checks.MOVED_CLASS_PATHS``) loads from the new path with a warning; a config file that
+names one fails before parsing with the new path (as does a backend overlay given without its
+``base.yaml``).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +49,7 @@ from attn_lightning.callbacks import (
     RunCheckpoint,
     SamplePredictions,
 )
+from attn_lightning.cli.config_checks import check_command_line, rename_moved
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 
@@ -115,6 +123,42 @@ class AttnLightningCLI(LightningCLI):
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        # Name the file and the fix for two mistakes jsonargparse reports as a long union error.
+        raw = sys.argv[1:] if args is None else args
+        if isinstance(raw, Sequence) and not isinstance(raw, str):
+            message = check_command_line([str(a) for a in raw])
+            if message:
+                parser.error(message)
+        super().parse_arguments(parser, args)
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI's own (2.6), plus one step: a class saved under a path that has moved is
+        # loaded from its new path. Lightning reads ``_class_path`` from the checkpoint's
+        # hyper-parameters and parses it as the model's class_path, with no hook in between.
+        if not self.config.get("subcommand"):
+            return
+        ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+        hparams = dict(ckpt.get("hyper_parameters", {}))
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {
+                "class_path": rename_moved(hparams.pop("_class_path")),
+                "dict_kwargs": hparams,
+            }
+        try:
+            self.config = self.parser.parse_object(
+                {self.config.subcommand: {"model": hparams}}, self.config
+            )
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
+
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         logger = config.trainer.logger
@@ -136,8 +180,10 @@ class AttnLightningCLI(LightningCLI):
                 raise
             raise cause from None
         if self.trainer is not None and not self.trainer.loggers:  # LR monitor needs a logger
-            self.trainer.callbacks = [
-                c for c in self.trainer.callbacks if not isinstance(c, LearningRateMonitor)
+            self.trainer.callbacks = [  # type: ignore[attr-defined]  # set in Trainer.__init__
+                c
+                for c in self.trainer.callbacks  # type: ignore[attr-defined]
+                if not isinstance(c, LearningRateMonitor)
             ]
 
     # ------------------------------------------------------------------ after each subcommand
@@ -145,7 +191,8 @@ class AttnLightningCLI(LightningCLI):
         fit_seconds = time.perf_counter() - self._started
         record: dict[str, Any] = {"fit_seconds": fit_seconds, **self._fit_record()}
         if self._config_value("test_after_fit"):
-            ckpt = "best" if self.trainer.checkpoint_callback.best_model_path else None
+            best_path = getattr(self.trainer.checkpoint_callback, "best_model_path", None)
+            ckpt = "best" if best_path else None
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
             record["test"] = _scalars(self.trainer.callback_metrics, prefix="test/")
         self._write_metrics(record)

@@ -1,0 +1,127 @@
+"""Checks of the command line before LightningCLI parses it: moved class paths, lone overlays.
+
+jsonargparse reports both mistakes as a long "does not validate against any of the Union
+subtypes" block that names neither the file nor the fix; these checks name both.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Where classes lived before the package layout of 2026-11 -> where YAML names them now.
+# Checkpoints that saved an old path still load (with a warning); YAML that names one fails
+# with the replacement, so the config is fixed once rather than warned about forever.
+MOVED_CLASS_PATHS: dict[str, str] = {
+    "attn_lightning.tasks.lora.LoRAClassifierTask": "attn_lightning.tasks.LoRAClassifierTask",
+    "attn_lightning.tasks.lora_transformer.LoRAReversalTask": (
+        "attn_lightning.tasks.LoRAReversalTask"
+    ),
+    "attn_lightning.data.domains.ShiftedReversalDataModule": (
+        "attn_lightning.data.ShiftedReversalDataModule"
+    ),
+    "attn_lightning.tasks.lora_adapt.AdapterExport": "attn_lightning.callbacks.AdapterExport",
+    "attn_lightning.image_callbacks.ImageGrids": "attn_lightning.callbacks.ImageGrids",
+    "attn_lightning.detection_callbacks.DetectionImages": (
+        "attn_lightning.callbacks.DetectionImages"
+    ),
+}
+
+
+def config_files(args: Sequence[str]) -> list[Path]:
+    """The files given with ``--config``/``-c`` (either ``--config X`` or ``--config=X``)."""
+    files: list[Path] = []
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            files.append(Path(args[i + 1]))
+        elif arg.startswith("--config="):
+            files.append(Path(arg.split("=", 1)[1]))
+    return files
+
+
+def _class_paths(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """Every ``(dotted key, value)`` of a ``class_path`` key in a parsed YAML tree."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            here = f"{where}.{key}" if where else str(key)
+            if key == "class_path" and isinstance(value, str):
+                yield where, value
+            else:
+                yield from _class_paths(value, here)
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _class_paths(item, f"{where}[{index}]")
+
+
+def check_command_line(args: Sequence[str]) -> str | None:
+    """The first mistake in ``args`` and its configs as one message, or None.
+
+    Finds class paths that moved (naming the new one) and a backend/variant overlay given
+    without the experiment's ``base.yaml`` that names the task.
+    """
+    loaded: list[tuple[Path, Any]] = []
+    for path in config_files(args):
+        if not path.is_file():
+            return None  # jsonargparse reports a missing file well
+        try:
+            loaded.append((path, yaml.safe_load(path.read_text())))
+        except yaml.YAMLError:
+            return None  # and a YAML syntax error too
+    for path, tree in loaded:
+        for key, value in _class_paths(tree):
+            if value in MOVED_CLASS_PATHS:
+                return (
+                    f"{path}: {key}.class_path {value!r} has moved; "
+                    f"use {MOVED_CLASS_PATHS[value]!r}"
+                )
+    for arg in args:
+        for old, new in MOVED_CLASS_PATHS.items():
+            if old in arg:
+                return f"{arg!r}: class path {old!r} has moved; use {new!r}"
+    return _lone_overlay(loaded, args)
+
+
+def _lone_overlay(loaded: list[tuple[Path, Any]], args: Sequence[str]) -> str | None:
+    """A model/data section with init_args but no class_path in any config or flag."""
+    flags = " ".join(args)
+    for section in ("model", "data"):
+        named = any(
+            isinstance(tree, Mapping)
+            and isinstance(tree.get(section), Mapping | str)
+            and (isinstance(tree[section], str) or "class_path" in tree[section])
+            for _, tree in loaded
+        )
+        if named or f"--{section} " in flags or f"--{section}=" in flags:
+            continue
+        if f"--{section}.class_path" in flags:
+            continue
+        for path, tree in loaded:
+            if isinstance(tree, Mapping) and isinstance(tree.get(section), Mapping):
+                base = path.parent / "base.yaml"
+                fix = (
+                    f"--config {base} --config {path}"
+                    if base.is_file() and base != path
+                    else f"a config that sets {section}.class_path before {path}"
+                )
+                return (
+                    f"{path} sets {section} options but no config names {section}.class_path: "
+                    f"it is an overlay; stack it on its experiment's base config: {fix}"
+                )
+    return None
+
+
+def rename_moved(class_path: str) -> str:
+    """The current path of a class a checkpoint saved under an old path (warns when moved)."""
+    new = MOVED_CLASS_PATHS.get(class_path)
+    if new is None:
+        return class_path
+    warnings.warn(
+        f"the checkpoint names {class_path!r}, which has moved to {new!r}; loading it from there",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return new
