@@ -110,3 +110,9 @@ def test_run_checkpoint_folder_follows_the_logger(tmp_path, name, expected):
     explicit = RunCheckpoint(root=str(tmp_path), dirpath=str(tmp_path / "here"))
     explicit.setup(_Trainer(name, "logs/x/my-run"), None, "fit")
     assert explicit.dirpath == str(tmp_path / "here")
+
+
+def test_run_checkpoint_without_a_log_dir_uses_run_not_none(tmp_path):
+    callback = RunCheckpoint(root=str(tmp_path))
+    callback.setup(_Trainer("exp", None), None, "fit")
+    assert callback.dirpath == str(tmp_path / "exp" / "run")
