@@ -11,6 +11,8 @@ to lay the pair out (``x SEP y`` for a causal decoder, ``x -> y`` position-wise 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -102,33 +104,14 @@ class ShiftedReversalDataModule(SequenceReversalDataModule):
 
     Args:
         shift: added to every target digit, modulo ``num_symbols``.
-        num_symbols, seq_len, train_size, val_size, test_size, batch_size, seed, num_workers:
-            as in ``SequenceReversalDataModule``.
+        **kwargs: the ``SequenceReversalDataModule`` options (num_symbols, seq_len, sizes,
+            batch_size, seed, num_workers).
     """
 
-    def __init__(
-        self,
-        *,
-        shift: int = 1,
-        num_symbols: int = 10,
-        seq_len: int = 50,
-        train_size: int = 20_000,
-        val_size: int = 1_000,
-        test_size: int = 1_000,
-        batch_size: int = 64,
-        seed: int = 1234,
-        num_workers: int = 0,
-    ) -> None:
-        super().__init__(
-            num_symbols=num_symbols,
-            seq_len=seq_len,
-            train_size=train_size,
-            val_size=val_size,
-            test_size=test_size,
-            batch_size=batch_size,
-            seed=seed,
-            num_workers=num_workers,
-        )
+    def __init__(self, *, shift: int = 1, **kwargs: Any) -> None:
+        # The reversal options come through the parent's signature (LightningCLI and
+        # --print_config show them), not a second copy of it.
+        super().__init__(**kwargs)
         if not isinstance(shift, int):
             raise ValueError(f"shift must be an int, got {shift!r}")
         self.shift = shift
