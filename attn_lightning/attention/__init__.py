@@ -1,6 +1,12 @@
 """Attention backends behind one contract; see ``base.py`` for shapes and mask polarity."""
 
-from attn_lightning.attention.base import Attention, State
+from attn_lightning.attention.base import (
+    Attention,
+    State,
+    check_finite,
+    check_finite_enabled,
+    set_check_finite,
+)
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.registry import (
     ATTENTIONS,
@@ -22,7 +28,10 @@ __all__ = [
     "attention_options",
     "available_attentions",
     "build_attention",
+    "check_finite",
+    "check_finite_enabled",
     "parse_attention_spec",
     "register_attention",
+    "set_check_finite",
     "upgrade_attention_spec",
 ]

@@ -12,6 +12,19 @@ Mask polarity, one everywhere: ``key_padding_mask`` is ``(B, S)`` bool and **Tru
 token** (may be attended). Masked keys contribute to neither numerator nor normaliser. A query
 that can see no key at all (every key masked) gets a zero output rather than NaN.
 
+Masked positions count for nothing, even when they hold NaN or ±inf. ``forward`` zeroes padded
+keys and values with ``masked_fill`` before any backend sees them (never by a multiply: 0·NaN is
+NaN). With ``causal=True`` a non-finite key or value at position j is zeroed too and every
+output i ≥ j, the ones that see it, is set to NaN: earlier outputs and their gradients are
+exactly those with finite values there. On finite inputs the causal guard costs one sum over k
+and v (off the CPU, a device sync); ``step`` has no mask, only the past.
+
+``check_finite``: ``set_check_finite(True)``, ``with check_finite(): ...`` or the environment
+variable ``ATTN_LIGHTNING_CHECK_FINITE=1`` (read at import, so spawned DDP workers inherit it)
+makes ``forward`` and ``step`` raise a ``ValueError`` naming the tensor (q, k or v), the backend
+and the ``(b, h, n, d)`` position of the first non-finite value at an unmasked position (masked
+garbage is allowed). Off by default: it costs a pass over the inputs and a device sync.
+
 A backend only mixes values; projections, heads, norms and residuals live in
 ``attn_lightning.models.transformer.MultiHeadAttention``.
 """
@@ -19,12 +32,43 @@ A backend only mixes values; projections, heads, norms and residuals live in
 from __future__ import annotations
 
 import abc
+import contextlib
+import os
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 
 # A recurrent state is a tuple of tensors owned by the caller: ``step`` returns it, never stores it.
 State = tuple[Tensor, ...]
+
+CHECK_FINITE_ENV = "ATTN_LIGHTNING_CHECK_FINITE"
+# The process-wide switch, in a dict so the setters need no ``global``.
+_SWITCHES = {
+    "check_finite": os.environ.get(CHECK_FINITE_ENV, "").strip().lower()
+    not in {"", "0", "false", "no", "off"}
+}
+
+
+def set_check_finite(enabled: bool) -> None:
+    """Turn the input check of every backend's ``forward``/``step`` on or off, process-wide."""
+    _SWITCHES["check_finite"] = bool(enabled)
+
+
+def check_finite_enabled() -> bool:
+    """Whether ``forward``/``step`` check their inputs (see the module docstring)."""
+    return _SWITCHES["check_finite"]
+
+
+@contextlib.contextmanager
+def check_finite(enabled: bool = True) -> Iterator[None]:
+    """``with check_finite(): ...`` checks inputs inside the block, then restores the switch."""
+    previous = check_finite_enabled()
+    set_check_finite(enabled)
+    try:
+        yield
+    finally:
+        set_check_finite(previous)
 
 
 class Attention(nn.Module, abc.ABC):
@@ -61,6 +105,14 @@ class Attention(nn.Module, abc.ABC):
                 f"attention {self.name!r} does not support causal=True; "
                 f"use a backend with a causal form (e.g. 'softmax', 'linear')"
             )
+        if check_finite_enabled():
+            self._check_finite(q, k, v, key_padding_mask)
+        if key_padding_mask is not None:
+            # Zeroed, not multiplied: a padded NaN/inf would survive 0·x in any backend's sums.
+            padded = ~key_padding_mask[:, None, :, None]  # (B, 1, S, 1)
+            k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
+        if causal:
+            return self._attend_causal(q, k, v, key_padding_mask)
         return self._attend(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
 
     def step(
@@ -86,6 +138,8 @@ class Attention(nn.Module, abc.ABC):
             raise ValueError(
                 f"step() takes one token: q, k, v must have length 1, got {q.shape[2]}"
             )
+        if check_finite_enabled():
+            self._check_finite(q, k, v, None)
         return self._step(q, k, v, state)
 
     def extra_repr(self) -> str:
@@ -99,6 +153,44 @@ class Attention(nn.Module, abc.ABC):
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
         raise NotImplementedError  # pragma: no cover - guarded by supports_recurrence
+
+    def _attend_causal(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        """``_attend(causal=True)``, keeping a non-finite key or value from the earlier outputs.
+
+        Every backend masks the future by a product with 0 somewhere (a tril'd chunk of scores
+        times v, SDPA's masked weights times v, -inf added to a NaN score), so a NaN at j would
+        reach the rows before j. Zeroed here, it cannot; the rows from j on are set to NaN.
+        """
+        acc = accumulation_dtype(k.dtype)
+        # One sum each (accumulated in float32 at least, so fp16 cannot overflow it): any NaN or
+        # inf makes it non-finite. A false alarm (a finite sum that overflows) takes the exact
+        # path below, which then finds no bad token.
+        if bool(torch.isfinite(k.sum(dtype=acc) + v.sum(dtype=acc))):
+            return self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask)
+        bad = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, S)
+        k, v = k.masked_fill(bad[..., None], 0.0), v.masked_fill(bad[..., None], 0.0)
+        out = self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask)
+        sees_bad = bad.cummax(dim=-1).values[..., None]  # (B, H, L, 1): some j <= i is bad
+        return out.masked_fill(sees_bad, float("nan"))
+
+    def _check_finite(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
+    ) -> None:
+        """ValueError at the first non-finite value of q, k, v outside the padded keys."""
+        real = None if key_padding_mask is None else key_padding_mask[:, None, :, None]
+        for label, t, keep in (("q", q, None), ("k", k, real), ("v", v, real)):
+            bad = ~torch.isfinite(t)
+            if keep is not None:
+                bad &= keep
+            if bool(bad.any()):
+                where = tuple(int(i) for i in bad.nonzero()[0])
+                raise ValueError(
+                    f"attention {self.name!r} got a non-finite {label}: {t[where].item()} at "
+                    f"(b, h, n, d) = {where}, the first at an unmasked position (check_finite "
+                    f"is on; padded keys and values may hold anything)"
+                )
 
     def _check_inputs(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None

@@ -28,6 +28,11 @@ misses.
 
 Exact: no term from a later position is ever added (and later subtracted), so the future cannot
 leak even numerically. Cost ≈ 2·N·(C·(F+E) + 2·F·E) flops forward, twice that backward.
+
+Finite inputs only where the mask is: ``tril(QKᵀ)V`` multiplies a later v by an exact 0, and
+0·NaN = NaN, so a non-finite later value would reach earlier rows (in backward, a later k too).
+``Attention.forward`` never passes one: it zeroes non-finite keys and values and sets the rows
+that see them to NaN (``base``), which costs one sum instead of a where in every tile.
 """
 
 from __future__ import annotations

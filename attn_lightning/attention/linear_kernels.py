@@ -8,7 +8,8 @@ PolySketchFormer). Shapes::
 
 All sums (states ``S = Σ φ(k) vᵀ``, normalisers ``z = Σ φ(k)``) are accumulated in float32 at
 least (float64 stays float64), with autocast disabled: fp16/bf16 prefix sums overflow or lose
-all precision at long lengths. Key padding is the caller's job: zero the rows of ``phi_k``.
+all precision at long lengths. Key padding is the caller's job: zero the rows of ``phi_k`` (and of
+``v``, which ``Attention.forward`` does: a padded NaN would survive the 0 in ``φ(k)ᵀv``).
 
 Causal form (``causal_linear_attention``): chunked, as in flash-linear-attention's ``chunk`` and
 PolySketchFormer's block-lower-triangular multiply. With chunks of C tokens::

@@ -160,7 +160,17 @@ class OptimizationAttention(Attention):
         if self.exclude_self:
             keep[..., :s] &= ~torch.eye(l_q, s, dtype=torch.bool, device=q.device)
 
-        pt = self._ridge_factor(atoms)  # (B, H, D, S') = (ρI + DmDmᵀ)⁻¹ Dm
+        try:
+            pt = self._ridge_factor(atoms)  # (B, H, D, S') = (ρI + DmDmᵀ)⁻¹ Dm
+        except torch.linalg.LinAlgError as err:
+            if bool(torch.isfinite(atoms).all()):
+                raise
+            # The bare message ("not positive-definite") hides the cause: say it.
+            raise ValueError(
+                f"attention {self.name!r}: the {self.solver} solve failed because k holds NaN "
+                f"or inf at an unmasked position ({err}); turn on "
+                f"attn_lightning.attention.set_check_finite(True) to find the first one"
+            ) from err
 
         def apply_m(x: Tensor) -> Tensor:  # x: (B, H, L, S') rows -> rows of M applied to each
             return (x - (x @ atoms) @ pt) / self.rho

@@ -2,6 +2,8 @@
 
 On CUDA, SDPA dispatches to the flash / memory-efficient kernels when no explicit mask is needed
 (causal or unmasked inputs); with a padding mask it falls back to the masked kernels. O(N²·D).
+SDPA adds a bool mask to the scores as -inf, so a NaN score (a NaN masked key) stays NaN, and
+masked weights multiply v by 0: it relies on ``Attention.forward`` zeroing masked k and v first.
 """
 
 from __future__ import annotations

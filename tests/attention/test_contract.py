@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -27,6 +29,39 @@ def qkv(l_q: int, s: int, seed: int = 1, dtype: torch.dtype = torch.float32):
 def causal_or_skip(attn: Attention) -> None:
     if not attn.supports_causal:
         pytest.skip(f"{attn.name} has no causal form")
+
+
+# (k, v) planted at masked positions: each non-finite kind in k and in v.
+NONFINITE = [
+    pytest.param(math.nan, math.inf, id="k=nan-v=inf"),
+    pytest.param(math.inf, math.nan, id="k=inf-v=nan"),
+]
+
+
+def plant(k, v, keep, k_value: float | None, v_value: float | None):
+    """k, v where ``keep``, else ``k_value``, ``v_value`` (None: finite garbage)."""
+    planted = []
+    for x, value in ((k, k_value), (v, v_value)):
+        other = torch.randn_like(x) * 5 if value is None else torch.full_like(x, value)
+        planted.append(torch.where(keep, x, other))
+    return planted
+
+
+def outputs_and_grads(attn, q, k, v, rows, **kwargs):
+    """Outputs at ``rows`` and the gradients of their squared sum w.r.t. q, k, v (None: none)."""
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = attn(*leaves, **kwargs)[:, :, rows]
+    out.square().sum().backward()
+    return out.detach(), [t.grad for t in leaves]
+
+
+def assert_same_where(got, want, keep):
+    """Equal and finite at ``keep`` (a broadcastable bool), either both None or both tensors."""
+    assert (got is None) == (want is None)
+    if got is not None:
+        keep = keep.expand_as(got)
+        assert torch.isfinite(got[keep]).all()
+        torch.testing.assert_close(got[keep], want[keep], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(("name", "options"), backend_cases())
@@ -80,6 +115,44 @@ class TestContract:
         out2 = attn(q, k2, v2, causal=causal, key_padding_mask=mask)
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-6)
+
+    @pytest.mark.parametrize(("k_bad", "v_bad"), NONFINITE)
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_nonfinite_padded_keys_count_for_nothing(self, name, options, causal, k_bad, v_bad):
+        # NaN/inf in padded k and v: same outputs and gradients (w.r.t. q and the real k, v) as
+        # finite garbage there, all finite. 0·NaN = NaN, so masking must not be a multiply.
+        attn = make(name, options)
+        if causal:
+            causal_or_skip(attn)
+        n = 8
+        q, k, v = qkv(n, n, seed=3)
+        mask = torch.ones(B, n, dtype=torch.bool)
+        mask[0, 5:] = False
+        mask[1, 2] = False
+        real = mask[:, None, :, None]
+        kwargs = {"causal": causal, "key_padding_mask": mask}
+        want = outputs_and_grads(attn, q, *plant(k, v, real, None, None), slice(None), **kwargs)
+        got = outputs_and_grads(attn, q, *plant(k, v, real, k_bad, v_bad), slice(None), **kwargs)
+        assert_same_where(got[0], want[0], torch.tensor(True))
+        for g, w, keep in zip(got[1], want[1], (torch.tensor(True), real, real)):
+            assert_same_where(g, w, keep)
+
+    @pytest.mark.parametrize(("k_bad", "v_bad"), NONFINITE)
+    def test_nonfinite_future_does_not_reach_earlier_outputs(self, name, options, k_bad, v_bad):
+        # Causal: NaN/inf in k, v from position t on leave outputs before t, and the gradients of
+        # a loss on them w.r.t. the inputs before t, as with finite values there.
+        attn = make(name, options)
+        causal_or_skip(attn)
+        n, t = 10, 5  # t is not a multiple of the chunk: the bad values share a chunk with t - 1
+        q, k, v = qkv(n, n)
+        past = (torch.arange(n) < t)[:, None]  # (N, 1)
+        want = outputs_and_grads(attn, q, *plant(k, v, past, None, None), slice(0, t), causal=True)
+        got = outputs_and_grads(attn, q, *plant(k, v, past, k_bad, v_bad), slice(0, t), causal=True)
+        assert_same_where(got[0], want[0], torch.tensor(True))
+        for g, w in zip(got[1], want[1]):
+            assert_same_where(g, w, past)
+        out = attn(q, *plant(k, v, past, k_bad, None), causal=True)
+        assert torch.isnan(out[:, :, t:]).all(), "outputs that see a non-finite key must be NaN"
 
     def test_padding_equals_dropping_the_keys(self, name, options):
         attn = make(name, options)
