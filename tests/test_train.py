@@ -206,26 +206,26 @@ def test_bf16_mixed_run_completes(tmp_path):
     assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
 
 
+def _ddp_env() -> dict[str, str]:
+    """This environment without the variables of a distributed launch or of a set seed."""
+    launch = (
+        "PL_",
+        "LOCAL_RANK",
+        "NODE_RANK",
+        "WORLD_SIZE",
+        "MASTER_",
+        "RANK",
+        "SLURM_",
+        "TORCHELASTIC",
+        "GROUP_RANK",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launch)}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
 def test_two_process_ddp_on_cpu(tmp_path):
     # strategy=ddp re-launches the script per rank, so it must run in a fresh process.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(
-            (
-                "PL_",
-                "LOCAL_RANK",
-                "NODE_RANK",
-                "WORLD_SIZE",
-                "MASTER_",
-                "RANK",
-                "SLURM_",
-                "TORCHELASTIC",
-                "GROUP_RANK",
-            )
-        )
-    }
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env = _ddp_env()
     cmd = [
         sys.executable,
         str(ROOT / "train.py"),
@@ -252,6 +252,62 @@ def test_two_process_ddp_on_cpu(tmp_path):
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert record["global_step"] == 4
     assert (tmp_path / "checkpoints" / "debug" / "ddp" / "last.ckpt").is_file()
+
+
+# 33 samples in batches of 16 on 2 ranks: rank 0 evaluates 17 (2 batches), rank 1 16 (1 batch).
+# A padded DistributedSampler would count one sample twice. Generation covers every batch.
+UNEVEN = (
+    "--data.init_args.seq_len=12",
+    "--data.init_args.val_size=33",
+    "--data.init_args.test_size=33",
+    "--model.init_args.generate_max_batches=100",
+    "--trainer.limit_val_batches=1.0",
+    "--trainer.limit_test_batches=1.0",
+)
+
+
+def test_ddp_metrics_equal_single_process_metrics(tmp_path):
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "fit",
+        "--config",
+        str(BASE),
+        "--config",
+        str(DEBUG),
+        *TINY,
+        *UNEVEN,
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+        "--trainer.max_steps=2",
+        "--run_name=ddp",
+        "--test_after_fit=true",
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}",
+        f"--checkpoint.root={tmp_path / 'checkpoints'}",
+        f"--metrics_file={tmp_path / 'metrics.json'}",
+    ]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=_ddp_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "sync_dist" not in proc.stderr  # every epoch-level scalar is reduced over the ranks
+    ddp = json.loads((tmp_path / "metrics.json").read_text())
+    # The end-of-fit validation ran on the step-2 weights, which last.ckpt holds.
+    last = tmp_path / "checkpoints" / "debug" / "ddp" / "last.ckpt"
+    val = run("validate", tmp_path, DEBUG, extra=(*UNEVEN, f"--ckpt_path={last}"))
+    test = run("test", tmp_path, DEBUG, extra=(*UNEVEN, f"--ckpt_path={ddp['best_model_path']}"))
+    single = {k: float(v) for k, v in val.trainer.callback_metrics.items() if "/" in k}
+    single |= {k: float(v) for k, v in test.trainer.callback_metrics.items() if "/" in k}
+    multi = {k: v for k, v in ddp["metrics"].items() if k.startswith(("val/", "hp/"))}
+    multi |= ddp["test"]
+    assert "val/gen_exact_acc" in multi and "test/gen_token_acc" in multi
+    assert multi.keys() <= single.keys()
+    for key, value in multi.items():
+        if key.endswith("loss"):  # sums of other batches: the last bits may differ
+            assert value == pytest.approx(single[key], rel=1e-6, abs=0), key
+        else:  # counts of correct tokens: exact
+            assert value == single[key], key
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,15 @@
 """Lightning callbacks: random-feature redraw, run checkpoints, logging from the first validation
-batch (one base: sample tables, image grids, detections) and adapter export.
+batch (one base: sample tables, image grids, detections), adapter export and prediction files.
 
 Each callback that needs something of the task names it as a ``runtime_checkable`` Protocol
-(``SampleRows``, ``ImageSampler``, ``Detector``, ``AdapterExporter``) and skips tasks without it.
+(``SampleRows``, ``ImageSampler``, ``Detector``, ``AdapterExporter``, ``PredictionSaver``) and
+skips tasks without it.
 """
 
 from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
 from attn_lightning.callbacks.detections import DetectionImages, Detector
 from attn_lightning.callbacks.images import ImageGrids, ImageSampler
+from attn_lightning.callbacks.predictions import PredictionSaver, PredictionWriter
 from attn_lightning.callbacks.samples import (
     SamplePredictions,
     SampleRows,
@@ -29,6 +31,8 @@ __all__ = [
     "FeatureRedraw",
     "ImageGrids",
     "ImageSampler",
+    "PredictionSaver",
+    "PredictionWriter",
     "RunCheckpoint",
     "SamplePredictions",
     "SampleRows",

@@ -1,8 +1,10 @@
 """Image grids of an ``ImageGenerationTask``: unconditional samples and occluded completions.
 
 ``sample_grid`` and ``completion_grid`` build ``(3, H', W')`` float images in [0, 1] from any
-``ImageSampler``; the ``ImageGrids`` callback logs them to TensorBoard during training, and
-``python -m attn_lightning.studies.image_samples`` writes the same grids as PNG from a checkpoint.
+``ImageSampler`` (``draw_samples`` and ``draw_completions`` from tokens already sampled); the
+``ImageGrids`` callback logs them to TensorBoard during training,
+``python -m attn_lightning.studies.image_samples`` writes the same grids as PNG from a checkpoint
+and ``ImageGenerationTask.save_predictions`` beside its predicted tokens (``train.py predict``).
 Completion rows read ``occluded | completion 1 … C | original``; the held-out part of the
 occluded image is drawn mid-grey with a red line under the last observed pixel row.
 """
@@ -90,8 +92,14 @@ def sample_grid(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """``num_samples`` unconditional samples in a square-ish grid ``(3, H', W')``."""
-    tokens = task.sample(num_samples, temperature=temperature, generator=generator)
-    nrow = math.ceil(math.sqrt(num_samples))
+    return draw_samples(
+        task, task.sample(num_samples, temperature=temperature, generator=generator)
+    )
+
+
+def draw_samples(task: ImageSampler, tokens: Tensor) -> Tensor:
+    """Already drawn samples ``tokens: (S, N)`` in a square-ish grid ``(3, H', W')``."""
+    nrow = math.ceil(math.sqrt(tokens.shape[0]))
     return make_grid(_to_rgb(tokens, task), nrow=nrow, padding=2, pad_value=1.0)
 
 
@@ -107,7 +115,13 @@ def completion_grid(
     completions = task.complete(
         pixels, num_completions=num_completions, temperature=temperature, generator=generator
     )  # (B, C, N)
-    b = pixels.shape[0]
+    return draw_completions(task, pixels, completions)
+
+
+def draw_completions(task: ImageSampler, pixels: Tensor, completions: Tensor) -> Tensor:
+    """Already sampled ``completions: (B, C, N)`` of ``pixels: (B, N)`` as a grid, one row per
+    image: occluded | completion 1 … C | original."""
+    b, num_completions = completions.shape[:2]
     rows = torch.cat(
         [
             _occluded(pixels, task)[:, None],

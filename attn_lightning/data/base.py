@@ -8,6 +8,8 @@ from typing import Any, Generic, TypeVar
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader, Dataset
 
+from attn_lightning.data.sampling import sharded_loader
+
 # The splits every DataModule serves, in this order (split i of a generated set uses seed·3 + i).
 SPLITS = ("train", "val", "test")
 
@@ -17,7 +19,11 @@ D = TypeVar("D", bound=Dataset)
 class SplitDataModule(pl.LightningDataModule, Generic[D]):
     """Serves ``self.datasets["train" | "val" | "test"]`` (filled by the subclass's ``setup``).
 
-    Training batches are shuffled; validation, test and predict (the test split) are not.
+    Training batches are shuffled in an order fixed by (run seed, epoch, position) and the train
+    loader saves its position in checkpoints, so a resumed run sees the batches the uninterrupted
+    one would have (``data/sampling.py``). Validation, test and predict (the test split) are in
+    order; under DDP each rank gets its own unpadded shard, so no sample counts twice. The loaders
+    shard themselves (Lightning keeps a ``DistributedSampler`` it is given).
     Subclasses set ``batch_size`` and ``num_workers`` and may override ``collate``.
     """
 
@@ -27,13 +33,16 @@ class SplitDataModule(pl.LightningDataModule, Generic[D]):
     collate: Callable[[list[Any]], Any] | None = None
 
     def _loader(self, split: str, *, shuffle: bool) -> DataLoader:
-        return DataLoader(
+        trainer = self.trainer
+        # ParallelStrategy's {"num_replicas", "rank"}; None on one device or without a trainer.
+        shard = trainer.distributed_sampler_kwargs if trainer is not None else None
+        return sharded_loader(
             self.datasets[split],
+            train=shuffle,
             batch_size=self.batch_size,
-            shuffle=shuffle,
             num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
             collate_fn=type(self).collate,
+            **(shard or {}),
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -10,20 +10,28 @@
 * AdamW with linear warm-up and cosine decay over ``trainer.estimated_stepping_batches``.
 * The TensorBoard hparams tab gets real metrics: ``hp_metrics`` are declared with placeholders at
   fit start and logged under the same names during validation.
+* ``log_mean`` logs per-batch means (losses) so that their epoch values are sample-weighted and
+  exact under DDP with uneven shards.
+* Checkpoints carry the global RNG states (``checkpoint["rng_states"]``: torch CPU and CUDA,
+  ``random``, NumPy), restored when a resumed fit starts training, so dropout and any other
+  draw continue as in the uninterrupted run (the data order is the train loader's own state).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
-from torch import nn
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
 
 from attn_lightning.attention import Attention
 
@@ -54,17 +62,29 @@ def require_causal(model: nn.Module, *, why: str) -> None:
             raise ValueError(f"attention {module.name!r} has no causal form, which {why}")
 
 
-def split_log_options(split: str, batch_size: int) -> dict[str, Any]:
-    """``self.log`` options every task uses for its scalars: per step (and epoch) in training,
-    per epoch elsewhere, and averaged across DDP ranks outside training (where it is cheap and
-    the logged validation numbers must not depend on the rank)."""
-    on_step = split == "train"
-    return {
-        "on_step": on_step,
-        "on_epoch": True,
-        "batch_size": batch_size,
-        "sync_dist": not on_step,
+def rng_states() -> dict[str, Any]:
+    """The global RNG states as tensors, ints and tuples, so ``weights_only`` loading reads them."""
+    _, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": (torch.from_numpy(np.asarray(keys, np.int64)), int(pos), int(has_gauss), cached),
     }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # never initialise CUDA here
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: Mapping[str, Any]) -> None:
+    """Restore what ``rng_states`` returned (CUDA only onto the same number of devices)."""
+    torch.set_rng_state(states["torch"].cpu())
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    cuda = states.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([state.cpu() for state in cuda])
 
 
 class AttentionTask(pl.LightningModule):
@@ -97,6 +117,8 @@ class AttentionTask(pl.LightningModule):
         self.warmup_steps = warmup_steps
         self.min_lr_ratio = min_lr_ratio
         self.attention_override = dict(attention_override) if attention_override else None
+        self._rng_to_restore: dict[str, Any] | None = None
+        self._log_means = nn.ModuleDict()  # filled by log_mean; metric states are not saved
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
@@ -130,6 +152,39 @@ class AttentionTask(pl.LightningModule):
         }
 
     # ------------------------------------------------------------------ logging
+    def log_mean(
+        self, name: str, value: Tensor, *, batch_size: int, prog_bar: bool = False
+    ) -> None:
+        """Log ``value``, a mean over ``batch_size`` samples: per step for ``train/`` names (this
+        rank's batch), and per epoch as ``Σ value·batch / Σ batch`` over every rank's batches.
+
+        Through a torchmetrics ``MeanMetric`` (float sums, gathered over DDP ranks once, at epoch
+        end) rather than ``self.log(..., sync_dist=True)``: Lightning averages the summed batch
+        count over ranks in integer arithmetic, so 33 samples on 2 ranks count as 32 and the
+        epoch loss comes out 33/32 too large. Unsynced, it would be rank 0's alone.
+        """
+        key = name.replace(".", ",")  # module names may not contain "."
+        if key not in self._log_means:
+            self._log_means[key] = MeanMetric(nan_strategy="disable").to(value.device)
+        metric = cast(MeanMetric, self._log_means[key])  # ModuleDict: Module-typed
+        # One copy per sample rather than weight=batch_size: "disable" (which keeps NaN losses
+        # visible) ignores weights in torchmetrics 1.9.
+        per_sample = value.detach().float().expand(batch_size)
+        train = name.startswith("train/")
+        if train:
+            metric(per_sample)  # forward: also this batch's value, logged on_step
+        else:
+            metric.update(per_sample)
+        self.log(
+            name,
+            metric,
+            prog_bar=prog_bar,
+            on_step=train,
+            on_epoch=True,
+            batch_size=batch_size,
+            metric_attribute=f"_log_means.{key}",
+        )
+
     def on_fit_start(self) -> None:
         for logger in self.loggers:
             if isinstance(logger, TensorBoardLogger) and self.hp_metrics:
@@ -141,7 +196,18 @@ class AttentionTask(pl.LightningModule):
                 logger.log_hyperparams(hparams, {name: float("nan") for name in self.hp_metrics})
 
     # ------------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = rng_states()
+
+    def on_train_start(self) -> None:
+        # Restored here rather than on load: the sanity check and loaders run in between, and the
+        # saved states are those just before the next training batch of the interrupted run.
+        if self._rng_to_restore is not None:
+            set_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get("rng_states")
         if not self.attention_override:
             return
         state = checkpoint["state_dict"]

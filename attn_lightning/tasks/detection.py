@@ -13,7 +13,9 @@ Metrics per split: ``loss`` (Hungarian set loss summed over decoder layers), ``l
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -23,7 +25,7 @@ from torchvision.ops import box_convert
 
 from attn_lightning.models.detr import DETR, SITES, attention_parameters
 from attn_lightning.models.matcher import HungarianMatcher, SetCriterion
-from attn_lightning.tasks.base import AttentionTask, resolve_attention, split_log_options
+from attn_lightning.tasks.base import AttentionTask, resolve_attention
 
 Batch = tuple[Tensor, list[dict[str, Any]]]
 MAP_KEYS = {"mAP": "map", "AP50": "map_50", "AP75": "map_75"}
@@ -196,18 +198,10 @@ class DetectionTask(AttentionTask):
         images, targets = batch
         outputs = self(images)
         loss, parts = self.criterion(outputs, targets)
-        on_step = split == "train"
         size = images.shape[0]
-        self.log(f"{split}/loss", loss, prog_bar=True, **split_log_options(split, size))
+        self.log_mean(f"{split}/loss", loss, batch_size=size, prog_bar=True)
         for name, value in parts.items():
-            self.log(
-                f"{split}/loss_{name}",
-                value,
-                on_step=on_step,
-                on_epoch=True,
-                batch_size=size,
-                sync_dist=not on_step,
-            )
+            self.log_mean(f"{split}/loss_{name}", value, batch_size=size)
         return loss, outputs
 
     def _update_map(self, batch: Batch, outputs: Mapping[str, Any], split: str) -> None:
@@ -229,7 +223,8 @@ class DetectionTask(AttentionTask):
         metric.reset()
         values = {name: float(result[key]) for name, key in MAP_KEYS.items()}
         for name, value in values.items():
-            self.log(f"{split}/{name}", value, prog_bar=name == "mAP")
+            # The same on every rank: the mean over ranks keeps it and Lightning does not warn.
+            self.log(f"{split}/{name}", value, prog_bar=name == "mAP", sync_dist=True)
         return values
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
@@ -237,13 +232,13 @@ class DetectionTask(AttentionTask):
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         loss, outputs = self._shared_step(batch, "val")
-        self.log("hp/val_loss", loss, on_epoch=True, batch_size=batch[0].shape[0], sync_dist=True)
+        self.log_mean("hp/val_loss", loss, batch_size=batch[0].shape[0])
         self._update_map(batch, outputs, "val")
 
     def on_validation_epoch_end(self) -> None:
         values = self._log_map("val")
-        self.log("hp/val_mAP", values["mAP"])
-        self.log("hp/val_AP50", values["AP50"])
+        self.log("hp/val_mAP", values["mAP"], sync_dist=True)
+        self.log("hp/val_AP50", values["AP50"], sync_dist=True)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         _, outputs = self._shared_step(batch, "test")
@@ -253,4 +248,53 @@ class DetectionTask(AttentionTask):
         self._log_map("test")
 
     def predict_step(self, batch: Batch, batch_idx: int) -> list[dict[str, Tensor]]:
-        return self.detect(batch[0])
+        """Per image ``detect``'s dict plus ``image_id`` and ``input_size`` ``(H, W)``."""
+        images, targets = batch
+        size = torch.tensor(images.shape[-2:])
+        return [
+            {**found, "image_id": torch.tensor(int(target["image_id"])), "input_size": size}
+            for found, target in zip(self.detect(images), targets, strict=True)
+        ]
+
+    def save_predictions(
+        self, predictions: list[dict[str, Tensor]], indices: list[int], folder: Path
+    ) -> list[Path]:
+        """Write ``detections.json`` in the COCO results format, every query of every image:
+        ``[{"image_id", "category_id", "bbox": [x, y, w, h], "score"}]``.
+
+        Boxes are in pixels of the original image when the dataset knows its size (a COCO
+        folder), else of the model input. Category ids are the dataset's: through ``label_of``
+        for a COCO folder, label + 1 for synthetic scenes (as ``data.scenes.write_coco`` writes).
+        """
+        dataset = _predict_dataset(self)
+        label_of = getattr(dataset, "label_of", None)
+        category_of = {label: cat for cat, label in label_of.items()} if label_of else None
+        coco = getattr(getattr(dataset, "coco", None), "coco", None)  # CocoScenes' COCO index
+        results = []
+        for found in predictions:
+            image_id = int(found["image_id"])
+            in_h, in_w = (int(v) for v in found["input_size"])
+            info = coco.imgs.get(image_id, {}) if coco is not None else {}
+            out_w, out_h = info.get("width", in_w), info.get("height", in_h)
+            scale = torch.tensor([out_w / in_w, out_h / in_h] * 2)
+            boxes = box_convert(found["boxes"].float().cpu() * scale, "xyxy", "xywh")
+            for box, score, label in zip(
+                boxes.tolist(), found["scores"].tolist(), found["labels"].tolist(), strict=True
+            ):
+                category = int(category_of[label] if category_of else label + 1)
+                bbox, score = [round(v, 2) for v in box], round(score, 5)
+                results.append(
+                    {"image_id": image_id, "category_id": category, "bbox": bbox, "score": score}
+                )
+        path = Path(folder) / "detections.json"
+        path.write_text(json.dumps(results))
+        return [path]
+
+
+def _predict_dataset(task: DetectionTask) -> Any:
+    """The dataset of the running predict loader (None outside ``trainer.predict``)."""
+    trainer = task._trainer
+    loaders = trainer.predict_dataloaders if trainer is not None else None
+    if isinstance(loaders, list | tuple):
+        loaders = loaders[0] if loaders else None
+    return getattr(loaders, "dataset", None)

@@ -16,17 +16,19 @@ Sampling (unconditional, and completion of the first k pixels) is ``sample_pixel
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+from torchvision.utils import save_image
 
+from attn_lightning.callbacks.images import draw_completions, draw_samples, grid_generator
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim, sample_pixels
 from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
     resolve_attention,
-    split_log_options,
 )
 
 SPLITS = ("train", "val", "test")
@@ -175,13 +177,13 @@ class ImageGenerationTask(AttentionTask):
         log_lik = self(batch["pixels"])  # (B, N) nats
         loss = bits_per_dim(log_lik)
         completion = bits_per_dim(log_lik[:, self.observed_pixels :])
-        options = split_log_options(split, log_lik.shape[0])
-        self.log(f"{split}/loss", loss, prog_bar=True, **options)
-        self.log(f"{split}/bits_per_dim", loss, **options)
-        self.log(f"{split}/completion_bpd", completion, **options)
+        size = log_lik.shape[0]
+        self.log_mean(f"{split}/loss", loss, batch_size=size, prog_bar=True)
+        self.log_mean(f"{split}/bits_per_dim", loss, batch_size=size)
+        self.log_mean(f"{split}/completion_bpd", completion, batch_size=size)
         if split == "val":  # the same values under hp/ names, for the hparams tab
-            self.log("hp/val_bits_per_dim", loss, **options)
-            self.log("hp/val_completion_bpd", completion, **options)
+            self.log_mean("hp/val_bits_per_dim", loss, batch_size=size)
+            self.log_mean("hp/val_completion_bpd", completion, batch_size=size)
         return loss
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -197,3 +199,42 @@ class ImageGenerationTask(AttentionTask):
         """One completion per image of the batch: ``{"pixels", "completion"}``, each ``(B, N)``."""
         completion = self.complete(batch["pixels"], num_completions=1)[:, 0]
         return {"pixels": batch["pixels"], "completion": completion}
+
+    def save_predictions(
+        self,
+        predictions: list[dict[str, Tensor]],
+        indices: list[int],
+        folder: Path,
+        *,
+        num_samples: int = 16,
+        grid_images: int = 16,
+        seed: int = 0,
+    ) -> list[Path]:
+        """Write the completions of ``predict_step`` and fresh unconditional samples.
+
+        * ``completions.pt``: ``{"index": (M,), "pixels": (M, N), "completion": (M, N),
+          "observed_pixels", "image_size", "levels"}`` (tokens in raster order);
+        * ``completions.png``: the first ``grid_images`` rows, occluded | completion | original;
+        * ``samples.pt`` (``{"samples": (S, N), "seed"}``) and ``samples.png``: ``num_samples``
+          unconditional samples drawn here from a generator seeded with ``seed``.
+        """
+        folder = Path(folder)
+        pixels = torch.stack([p["pixels"] for p in predictions]).cpu()  # (M, N)
+        completion = torch.stack([p["completion"] for p in predictions]).cpu()  # (M, N)
+        samples = self.sample(num_samples, generator=grid_generator(seed)).cpu()  # (S, N)
+        sizes = {
+            "observed_pixels": self.observed_pixels,
+            "image_size": self.image_size,
+            "levels": self.levels,
+        }
+        paths = [folder / name for name in ("completions.pt", "completions.png")]
+        paths += [folder / name for name in ("samples.pt", "samples.png")]
+        torch.save(
+            {"index": torch.tensor(indices), "pixels": pixels, "completion": completion, **sizes},
+            paths[0],
+        )
+        shown = slice(0, grid_images)
+        save_image(draw_completions(self, pixels[shown], completion[shown, None]), paths[1])
+        torch.save({"samples": samples, "seed": seed, **sizes}, paths[2])
+        save_image(draw_samples(self, samples), paths[3])
+        return paths

@@ -15,7 +15,9 @@ Logged per split: ``loss``, ``acc`` (torchmetrics) and ``trainable_params``.
 
 from __future__ import annotations
 
+import csv
 import warnings
+from pathlib import Path
 from typing import cast
 
 import torch
@@ -25,7 +27,6 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from attn_lightning.models.mlp import MLP
 from attn_lightning.tasks.adaptation import AdaptedTask
-from attn_lightning.tasks.base import split_log_options
 
 SPLITS = ("train", "val", "test")
 
@@ -147,7 +148,7 @@ class LoRAClassifierTask(AdaptedTask):
         accuracy = self._accuracy(split)
         accuracy(logits, label)
         on_step, size = split == "train", label.shape[0]
-        self.log(f"{split}/loss", loss, prog_bar=True, **split_log_options(split, size))
+        self.log_mean(f"{split}/loss", loss, batch_size=size, prog_bar=True)
         self.log(f"{split}/acc", accuracy, prog_bar=True, on_step=on_step, on_epoch=True)
         self.log(
             f"{split}/trainable_params",
@@ -155,6 +156,7 @@ class LoRAClassifierTask(AdaptedTask):
             on_step=False,
             on_epoch=True,
             batch_size=size,
+            sync_dist=True,  # the same on every rank; synced so Lightning does not warn under DDP
         )
         return loss
 
@@ -164,15 +166,41 @@ class LoRAClassifierTask(AdaptedTask):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss = self._shared_step(batch, "val")
         size = batch["label"].shape[0]
-        self.log("hp/val_loss", loss, on_epoch=True, batch_size=size, sync_dist=True)
+        self.log_mean("hp/val_loss", loss, batch_size=size)
         self.log("hp/val_acc", self._accuracy("val"), on_epoch=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._shared_step(batch, "test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        """``{"label", "prediction"}`` ``(B,)`` and ``"probabilities"`` ``(B, C)`` (softmax)."""
         with torch.no_grad():
-            return {"label": batch["label"], "prediction": self(batch["image"]).argmax(dim=-1)}
+            probabilities = self(batch["image"]).float().softmax(dim=-1)
+        return {
+            "label": batch["label"],
+            "prediction": probabilities.argmax(dim=-1),
+            "probabilities": probabilities,
+        }
+
+    def save_predictions(
+        self, predictions: list[dict[str, Tensor]], indices: list[int], folder: Path
+    ) -> list[Path]:
+        """Write ``predictions.csv``: ``index, label, prediction, p_0 .. p_{C-1}``."""
+        classes = int(self.hparams["num_classes"])
+        path = Path(folder) / "predictions.csv"
+        with path.open("w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(["index", "label", "prediction", *(f"p_{c}" for c in range(classes))])
+            for index, row in zip(indices, predictions, strict=True):
+                writer.writerow(
+                    [
+                        index,
+                        int(row["label"]),
+                        int(row["prediction"]),
+                        *row["probabilities"].tolist(),
+                    ]
+                )
+        return [path]
 
 
 def _renamed_mode(mode: str, adaptation: str) -> str:

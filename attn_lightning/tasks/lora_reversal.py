@@ -90,11 +90,17 @@ class LoRAReversalTask(AdaptedTask, SequenceReversalTask):  # type: ignore[misc]
 
     def on_train_epoch_start(self) -> None:
         # Logged once per epoch so every run's metrics file carries its trainable count.
-        self.log("trainable_params", float(self.num_trainable), on_step=False, on_epoch=True)
+        self.log(
+            "trainable_params",
+            float(self.num_trainable),
+            on_step=False,
+            on_epoch=True,
+            sync_dist=True,
+        )
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         super().test_step(batch, batch_idx)
-        self.log("test/trainable_params", float(self.num_trainable), on_epoch=True)
+        self.log("test/trainable_params", float(self.num_trainable), on_epoch=True, sync_dist=True)
 
 
 __all__ = ["LoRAReversalTask"]

@@ -19,7 +19,9 @@ whole test split.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -33,7 +35,6 @@ from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
     resolve_attention,
-    split_log_options,
 )
 
 MODES = ("decoder", "encoder")
@@ -181,7 +182,7 @@ class SequenceReversalTask(AttentionTask):
         self._metric(f"{split}_exact_acc")(correct.all(dim=1).float())
         on_step = split == "train"
         size = source.shape[0]
-        self.log(f"{split}/loss", loss, prog_bar=True, **split_log_options(split, size))
+        self.log_mean(f"{split}/loss", loss, batch_size=size, prog_bar=True)
         for name in ("token_acc", "exact_acc"):
             self.log(
                 f"{split}/{name}",
@@ -213,7 +214,7 @@ class SequenceReversalTask(AttentionTask):
         loss = self._shared_step(batch, "val")
         # Same values under hp/ names, shown against the hyper-parameters in the hparams tab.
         size = batch["source"].shape[0]
-        self.log("hp/val_loss", loss, on_epoch=True, batch_size=size, sync_dist=True)
+        self.log_mean("hp/val_loss", loss, batch_size=size)
         self.log("hp/val_token_acc", self._metric("val_token_acc"), on_epoch=True, batch_size=size)
         self.log("hp/val_exact_acc", self._metric("val_exact_acc"), on_epoch=True, batch_size=size)
         every = self.generate_every_n_epochs
@@ -231,7 +232,38 @@ class SequenceReversalTask(AttentionTask):
             self._generation_metrics(batch, "test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        return {"source": batch["source"], "prediction": self.predict_reversal(batch["source"])}
+        """``{"source", "prediction"}`` ``(B, n)`` (greedy output), plus ``"target"`` if known."""
+        out = {"source": batch["source"], "prediction": self.predict_reversal(batch["source"])}
+        if "target" in batch:
+            out["target"] = batch["target"]
+        return out
+
+    def save_predictions(
+        self, predictions: list[dict[str, Tensor]], indices: list[int], folder: Path
+    ) -> list[Path]:
+        """Write ``predictions.csv``: ``index, source, prediction, target, correct``.
+
+        Sequences are space-separated token ids (``3 1 4``, never read back as a number);
+        ``correct`` is 1 when the whole prediction equals the target, 0 if not, empty (as is
+        ``target``) when the data have no target. ``predictions`` are ``predict_step``'s rows.
+        """
+        path = Path(folder) / "predictions.csv"
+        with path.open("w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(["index", "source", "prediction", "target", "correct"])
+            for index, row in zip(indices, predictions, strict=True):
+                target = row.get("target")
+                correct = "" if target is None else int(torch.equal(row["prediction"], target))
+                writer.writerow(
+                    [
+                        index,
+                        _tokens(row["source"]),
+                        _tokens(row["prediction"]),
+                        "" if target is None else _tokens(target),
+                        correct,
+                    ]
+                )
+        return [path]
 
     # ------------------------------------------------------------------ samples for TensorBoard
     def sample_rows(self, batch: Mapping[str, Tensor], num_samples: int) -> list[dict[str, str]]:
@@ -255,3 +287,7 @@ class SequenceReversalTask(AttentionTask):
 
 def _digits(tokens: list[int]) -> str:
     return "".join(str(t) if t < 10 else f"<{t}>" for t in tokens)
+
+
+def _tokens(tokens: Tensor) -> str:
+    return " ".join(str(t) for t in tokens.tolist())

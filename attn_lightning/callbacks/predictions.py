@@ -1,0 +1,176 @@
+"""Prediction files: ``train.py predict`` hands every example's prediction to the task to save.
+
+Lightning keeps what ``predict_step`` returns per batch; ``PredictionWriter`` splits those batches
+into one prediction per example, pairs each with its dataset index, and at the end of the predict
+epoch calls the task's ``save_predictions`` (``PredictionSaver``) with the examples in dataset
+order. What a prediction is and which files it makes is the task's: the reversal tasks write
+``predictions.csv``, the image task PNG grids and ``.pt`` tensors, the detection task COCO results
+JSON, the LoRA classifier ``predictions.csv`` (see each task's ``save_predictions``).
+
+``predict_step`` returns, per batch, either a mapping of tensors whose first dimension is the
+batch (one prediction = the i-th row of every tensor) or a list with one entry per example.
+
+Under DDP every rank predicts part of the test split; the predictions are gathered to rank 0,
+which writes one set of files, the same whatever the number of processes (Lightning's predict
+sampler gives each example to one rank; an example seen twice, e.g. by a padding sampler, is kept
+once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import lightning.pytorch as pl
+import torch.distributed as dist
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class PredictionSaver(Protocol):
+    """A task that writes its predictions to files (every task of ``attn_lightning.tasks``)."""
+
+    def save_predictions(
+        self, predictions: list[Any], indices: list[int], folder: Path
+    ) -> list[Path]:
+        """Write ``predictions`` (one per example, in dataset order) of the test examples
+        ``indices`` into ``folder`` (created if missing); return the files written."""
+        ...
+
+
+def unbatch(output: Any) -> list[Any]:
+    """One ``predict_step`` output -> one prediction per example (see the module docstring)."""
+    if isinstance(output, Mapping):
+        sizes = {key: value.shape[0] for key, value in output.items() if isinstance(value, Tensor)}
+        if len(sizes) != len(output) or len(set(sizes.values())) != 1:
+            raise TypeError(
+                f"predict_step returned a mapping whose values are not tensors of one batch size "
+                f"({ {k: type(v).__name__ for k, v in output.items()} }); return batched tensors "
+                f"or a list with one entry per example"
+            )
+        size = next(iter(sizes.values()))
+        return [{key: value[i] for key, value in output.items()} for i in range(size)]
+    if isinstance(output, Tensor):
+        return list(output.unbind(0))
+    if isinstance(output, Sequence) and not isinstance(output, str):
+        return list(output)
+    raise TypeError(
+        f"predict_step returned {type(output).__name__}; return a mapping of batched tensors, "
+        f"a tensor or a list with one entry per example"
+    )
+
+
+def in_dataset_order(
+    outputs: Sequence[Any], batch_indices: Sequence[Sequence[int]] | None
+) -> tuple[list[Any], list[int]]:
+    """Split batches into examples and sort them by dataset index, keeping the first of
+    duplicates (``DistributedSampler``'s padding). Without ``batch_indices`` (a loader Lightning
+    could not index) examples are numbered in the order they came."""
+    examples = [example for output in outputs for example in unbatch(output)]
+    if batch_indices is None:
+        return examples, list(range(len(examples)))
+    indices = [int(i) for batch in batch_indices for i in batch]
+    if len(indices) != len(examples):
+        raise ValueError(
+            f"predict_step returned {len(examples)} predictions for {len(indices)} examples; "
+            f"return one per example"
+        )
+    first: dict[int, Any] = {}
+    for index, example in zip(indices, examples, strict=True):
+        first.setdefault(index, example)
+    order = sorted(first)
+    return [first[i] for i in order], order
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Save the task's predictions at the end of ``predict`` (see the module docstring).
+
+    The folder is, first found: ``dirpath``; ``<logger's log dir>/<dirname>`` (with the default
+    TensorBoard logger ``logs/<experiment>/<run>/predictions/``, beside the run's ``config.yaml``);
+    ``<folder of --ckpt_path>/<dirname>`` when there is no logger; ``./<dirname>`` otherwise.
+    After a predict run, ``written`` lists the files (empty on ranks other than 0 and for a task
+    without ``save_predictions``) and ``folder`` the folder; both are also logged.
+
+    Args:
+        dirpath: write here instead of the run folder.
+        dirname: sub-folder of the run folder.
+    """
+
+    def __init__(self, *, dirpath: str | None = None, dirname: str = "predictions") -> None:
+        super().__init__(write_interval="epoch")
+        self.dirpath = dirpath
+        self.dirname = dirname
+        self.folder: Path | None = None
+        self.written: list[Path] = []
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if stage == "predict":
+            self.folder, self.written = None, []
+
+    def _folder(self, trainer: pl.Trainer) -> Path:
+        if self.dirpath is not None:
+            return Path(self.dirpath)
+        log_dir = trainer.log_dir if trainer.loggers else None
+        if log_dir:
+            return Path(log_dir) / self.dirname
+        if trainer.ckpt_path:
+            return Path(trainer.ckpt_path).parent / self.dirname
+        return Path(self.dirname)
+
+    def write_on_epoch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        predictions: Sequence[Any],
+        batch_indices: Sequence[Any],
+    ) -> None:
+        if not isinstance(pl_module, PredictionSaver):
+            log.info("%s has no save_predictions: no prediction files", type(pl_module).__name__)
+            return
+        # Lightning nests per dataloader only when there are several; this project serves one.
+        if trainer.num_predict_batches and len(trainer.num_predict_batches) > 1:
+            raise NotImplementedError("PredictionWriter writes the predictions of one dataloader")
+        # Empty when Lightning could not index the loader: examples are then numbered in order.
+        indices = batch_indices[0] if batch_indices and batch_indices[0] else None
+        examples, order = in_dataset_order(predictions, indices)
+        examples, order = _gather_to_rank_zero(trainer, examples, order)
+        # Every rank asks (trainer.log_dir is a broadcast from rank 0), and only now: the
+        # checkpoint path is known once Lightning has restored it, after ``setup``.
+        self.folder = folder = self._folder(trainer)
+        if not trainer.is_global_zero:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        self.written = pl_module.save_predictions(examples, order, folder)
+        log.info(
+            "wrote the predictions of %d examples to %s: %s",
+            len(order),
+            folder,
+            ", ".join(p.name for p in self.written),
+        )
+
+
+def _gather_to_rank_zero(
+    trainer: pl.Trainer, examples: list[Any], indices: list[int]
+) -> tuple[list[Any], list[int]]:
+    """Every rank's examples on rank 0 (in dataset order, duplicates dropped); others unchanged."""
+    if trainer.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+        return examples, indices
+    gathered: list[Any] | None = [None] * trainer.world_size if trainer.is_global_zero else None
+    dist.gather_object((examples, indices), gathered, dst=0)
+    if gathered is None:
+        return examples, indices
+    pairs: dict[int, Any] = {}
+    for rank_examples, rank_indices in gathered:
+        for index, example in zip(rank_indices, rank_examples, strict=True):
+            pairs.setdefault(index, example)
+    order = sorted(pairs)
+    return [pairs[i] for i in order], order
+
+
+__all__ = ["PredictionSaver", "PredictionWriter", "in_dataset_order", "unbatch"]

@@ -1,0 +1,222 @@
+"""kill -9 and resume equals the uninterrupted run, bit for bit on CPU fp32.
+
+Each experiment runs ``train.py fit`` three times in subprocesses: uninterrupted; interrupted by
+a real SIGKILL at a random step after the first checkpoint; resumed from that run's
+``last.ckpt``. The per-step training losses, the final validation metrics and the final weights
+must be equal exactly. Dropout is on, so the RNG states must be restored as well as the data
+order. The other DataModules' loaders are covered by ``tests/data/test_sampling.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+# Checkpoint every EVERY steps; the first is deferred to the first validation (step 9 or 10), so
+# the kill step is drawn from 11 on.
+EVERY = 7
+TINY_MODEL = [
+    "--model.init_args.d_model=32",
+    "--model.init_args.num_heads=2",
+    "--model.init_args.num_layers=1",
+    "--model.init_args.d_ff=64",
+    "--model.init_args.dropout=0.1",  # draws from the torch RNG at every step
+    "--model.init_args.warmup_steps=5",
+]
+COMMON = [
+    "--trainer.accelerator=cpu",
+    "--trainer.devices=1",
+    "--trainer.precision=32-true",
+    "--trainer.val_check_interval=null",
+    "--trainer.check_val_every_n_epoch=1",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    f"--checkpoint.every_n_train_steps={EVERY}",
+    # Lightning 2.6 drops a step checkpoint deferred for a missing val/loss when it saves at train
+    # epoch end; saving at validation end writes it there.
+    "--checkpoint.save_on_train_epoch_end=false",
+    "--trainer.callbacks+=tests.test_resume.StepLog",
+]
+EXPERIMENTS = {
+    # 10 batches an epoch: checkpoints at 10 (deferred from 7), 14, 21, 28, 35; validation at 10s.
+    "reversal": (
+        40,
+        [
+            "--config",
+            str(CONFIGS / "reversal" / "base.yaml"),
+            *TINY_MODEL,
+            "--model.init_args.generate_max_batches=1",
+            "--data.init_args.seq_len=8",
+            "--data.init_args.train_size=80",
+            "--data.init_args.val_size=20",
+            "--data.init_args.test_size=8",
+            "--data.init_args.batch_size=8",
+        ],
+    ),
+    # Epochs cut to 9 of the 79 batches: a resumed epoch must not continue the cut one.
+    "image": (
+        36,
+        [
+            "--config",
+            str(CONFIGS / "image" / "base.yaml"),
+            *TINY_MODEL,
+            "--data.init_args.batch_size=16",
+            "--trainer.limit_train_batches=9",
+            "--trainer.limit_val_batches=2",
+            "--image_grids.every_n_epochs=0",
+        ],
+    ),
+}
+
+
+class StepLog(Callback):
+    """Test helper run inside train.py: appends ``step loss.hex()`` per training step to
+    ``$RESUME_TEST_LOG``, saves the final weights beside it, and at step ``$RESUME_TEST_KILL_AT``
+    writes ``<log>.ready`` and waits to be killed."""
+
+    def __init__(self) -> None:
+        self.path = Path(os.environ["RESUME_TEST_LOG"])
+        self.kill_at = int(os.environ.get("RESUME_TEST_KILL_AT", "-1"))
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, i: int
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        with self.path.open("a") as f:
+            f.write(f"{trainer.global_step} {float(loss).hex()}\n")
+        if trainer.global_step == self.kill_at:
+            self.path.with_suffix(".ready").touch()
+            time.sleep(600)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        torch.save(pl_module.state_dict(), self.path.with_suffix(".weights"))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    prefixes = ("PL_", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_", "RANK", "SLURM_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **extra}
+
+
+class Run:
+    """One ``train.py fit`` subprocess writing ``<name>.log|.json|.weights|.stderr`` in ``tmp``."""
+
+    def __init__(self, tmp: Path, name: str, args: list[str], *extra: str, **env: str) -> None:
+        self.tmp, self.name = tmp, name
+        cmd = [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "fit",
+            *args,
+            *COMMON,
+            f"--trainer.logger.init_args.save_dir={tmp / 'logs'}",
+            f"--checkpoint.root={tmp / 'checkpoints'}",
+            f"--metrics_file={tmp / name}.json",
+            f"--run_name={name}",
+            *extra,
+        ]
+        with open(tmp / f"{name}.stderr", "w") as stderr:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=tmp,
+                env=_env(RESUME_TEST_LOG=str(tmp / f"{name}.log"), **env),
+                stderr=stderr,
+            )
+
+    def error(self) -> str:
+        return (self.tmp / f"{self.name}.stderr").read_text()[-4000:]
+
+    def finish(self) -> None:
+        assert self.proc.wait(timeout=300) == 0, self.error()
+
+    def losses(self) -> dict[int, str]:
+        steps = [line.split() for line in (self.tmp / f"{self.name}.log").read_text().splitlines()]
+        return {int(step): loss for step, loss in steps}
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """Per experiment: the uninterrupted run, the losses logged before the kill, the step of the
+    checkpoint resumed from, and the resumed run. All runs of a phase share the cores."""
+    started: list[Run] = []
+    try:
+        phase: dict[str, tuple[Path, int, Run, Run]] = {}
+        for experiment, (max_steps, args) in EXPERIMENTS.items():
+            tmp = tmp_path_factory.mktemp(experiment)
+            args = [*args, f"--trainer.max_steps={max_steps}"]
+            # After the first checkpoint; ATTN_RESUME_KILL_AT replays a failure's step.
+            kill_at = int(os.environ.get("ATTN_RESUME_KILL_AT", random.randint(11, max_steps - 3)))
+            full = Run(tmp, "full", args)
+            doomed = Run(tmp, "crash", args, RESUME_TEST_KILL_AT=str(kill_at))
+            started += [full, doomed]
+            phase[experiment] = (tmp, kill_at, full, doomed)
+        for tmp, _, _, doomed in phase.values():
+            deadline = time.monotonic() + 300
+            while not (tmp / "crash.ready").exists():
+                assert doomed.proc.poll() is None, doomed.error()
+                assert time.monotonic() < deadline, "the run to kill never reached its kill step"
+                time.sleep(0.1)
+            os.kill(doomed.proc.pid, signal.SIGKILL)  # a real kill -9: nothing runs after it
+            assert doomed.proc.wait(timeout=60) == -signal.SIGKILL
+        results = {}
+        for experiment, (tmp, kill_at, full, doomed) in phase.items():
+            full.finish()
+            last = tmp / "checkpoints" / experiment / "crash" / "last.ckpt"
+            saved_at = torch.load(last, weights_only=True)["global_step"]
+            before_kill = doomed.losses()
+            (tmp / "crash.log").rename(tmp / "crash-before-kill.log")
+            max_steps, args = EXPERIMENTS[experiment]
+            args = [*args, f"--trainer.max_steps={max_steps}"]
+            again = Run(tmp, "crash", args, f"--ckpt_path={last}")
+            started.append(again)
+            results[experiment] = (full, before_kill, kill_at, saved_at, again)
+        for *_, again in results.values():
+            again.finish()
+        yield results
+    finally:
+        for run in started:
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_kill_and_resume_equals_the_uninterrupted_run(experiment, resumed):
+    full, before_kill, kill_at, saved_at, again = resumed[experiment]
+    max_steps = EXPERIMENTS[experiment][0]
+    context = f"killed at step {kill_at}, resumed from step {saved_at}"
+    assert EVERY <= saved_at < kill_at, context
+    reference, after = full.losses(), again.losses()
+    assert sorted(reference) == list(range(1, max_steps + 1))
+    assert before_kill == {s: reference[s] for s in range(1, kill_at + 1)}, context
+    assert after == {s: reference[s] for s in range(saved_at + 1, max_steps + 1)}, context
+
+    metrics = [json.loads((run.tmp / f"{run.name}.json").read_text()) for run in (full, again)]
+    assert metrics[0]["global_step"] == metrics[1]["global_step"] == max_steps
+
+    def val(record: dict[str, Any]) -> dict[str, float]:
+        return {k: v for k, v in record["metrics"].items() if k.startswith(("val/", "hp/"))}
+
+    assert val(metrics[0]) and val(metrics[1]) == val(metrics[0]), context
+    weights = [
+        torch.load(run.tmp / f"{run.name}.weights", weights_only=True) for run in (full, again)
+    ]
+    assert weights[0].keys() == weights[1].keys()
+    for key, tensor in weights[0].items():
+        assert torch.equal(weights[1][key], tensor), f"{key} differs; {context}"
