@@ -5,11 +5,12 @@
     python train.py validate --config ... --ckpt_path checkpoints/reversal/<run>/last.ckpt
     python train.py fit --config ... --print_config                                   # resolved
 
-See ``attn_lightning/cli.py`` for the defaults every run gets and how ``--ckpt_path`` treats
-model arguments given on the command line.
+See ``attn_lightning/cli/app.py`` for the defaults every run gets and how ``--ckpt_path`` treats
+model arguments given on the command line. Configuration errors are one ``error:`` line (exit 2);
+``--debug`` shows the full report.
 """
 
-from attn_lightning.cli import main
+from attn_lightning.cli import command_line
 
 if __name__ == "__main__":
-    main()
+    command_line()

@@ -29,6 +29,8 @@ names one fails before parsing with the new path (as does a backend overlay give
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -39,40 +41,39 @@ import torch
 from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import LearningRateMonitor
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from attn_lightning.attention import set_check_finite
+from attn_lightning.attention.base import CHECK_FINITE_ENV
 from attn_lightning.callbacks import (
     AdapterExport,
     DetectionImages,
     FeatureRedraw,
     ImageGrids,
+    PredictionWriter,
     RunCheckpoint,
     SamplePredictions,
 )
+from attn_lightning.cli.checkpoints import check_classes, load_checkpoint
 from attn_lightning.cli.config_checks import check_command_line, rename_moved
+from attn_lightning.cli.errors import (
+    AppArgumentParser,
+    constructor_error,
+    debug_requested,
+)
+from attn_lightning.cli.progress import (
+    progress_callbacks,
+    summary_lines,
+    terminal,
+)
+from attn_lightning.cli.run_folders import (
+    RunConfigSaver,
+    purge_replayed_steps,
+    refuse_existing_run,
+)
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
-
-
-class RunConfigSaver(SaveConfigCallback):
-    """Save the run's config as ``config.yaml``, or ``config-N.yaml`` when the log dir is reused
-    (resume into the same ``run_name``), instead of refusing to start as the stock callback does.
-    Without a logger (``fast_dev_run``, ``logger: false``) nothing is saved: the stock callback
-    would write into the working directory."""
-
-    def setup(self, trainer: Any, pl_module: LightningModule, stage: str) -> None:
-        if not trainer.loggers:
-            return
-        if not self.already_saved and self.save_to_log_dir:
-            log_dir = Path(str(trainer.log_dir))
-            name = None
-            if trainer.is_global_zero:
-                name, n = "config.yaml", 0
-                while (log_dir / name).exists():
-                    n += 1
-                    name = f"config-{n}.yaml"
-            self.config_filename = trainer.strategy.broadcast(name)
-        super().setup(trainer, pl_module, stage)
+log = logging.getLogger("attn_lightning")
 
 
 class AttnLightningCLI(LightningCLI):
@@ -104,6 +105,13 @@ class AttnLightningCLI(LightningCLI):
             default=False,
             help="After fit, test the best checkpoint (by the checkpoint monitor).",
         )
+        parser.add_argument(
+            "--debug",
+            type=bool,
+            default=False,
+            help="Full error reports and tracebacks instead of one line "
+            "(also ATTN_LIGHTNING_DEBUG=1).",
+        )
         parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.set_defaults(
             {
@@ -120,6 +128,7 @@ class AttnLightningCLI(LightningCLI):
         parser.add_lightning_class_args(ImageGrids, "image_grids")
         parser.add_lightning_class_args(DetectionImages, "detection_images")
         parser.add_lightning_class_args(AdapterExport, "adapter_export")
+        parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})
 
@@ -133,15 +142,21 @@ class AttnLightningCLI(LightningCLI):
         super().parse_arguments(parser, args)
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI's own (2.6), plus one step: a class saved under a path that has moved is
-        # loaded from its new path. Lightning reads ``_class_path`` from the checkpoint's
-        # hyper-parameters and parses it as the model's class_path, with no hook in between.
+        # LightningCLI's own (2.6) with a guard: a missing, corrupt or foreign file, or a
+        # checkpoint of another task/DataModule than the config's, is one clear error here
+        # (Lightning would parse the checkpoint's task over the config's and fail late); a class
+        # saved under a path that has moved loads from its new path. Lightning reads
+        # ``_class_path`` from the hyper-parameters with no hook in between, hence the override.
+        self._ckpt_step = 0
         if not self.config.get("subcommand"):
             return
-        ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
-        if not ckpt_path or not Path(ckpt_path).is_file():
+        config = self.config[self.config.subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if not ckpt_path or ckpt_path in ("best", "last", "hpc", "registry"):
             return
-        ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+        ckpt = load_checkpoint(ckpt_path)
+        check_classes(ckpt, ckpt_path, config)
+        self._ckpt_step = int(ckpt.get("global_step", 0))
         hparams = dict(ckpt.get("hyper_parameters", {}))
         hparams.pop("_instantiator", None)
         if not hparams:
@@ -167,24 +182,28 @@ class AttnLightningCLI(LightningCLI):
                 logger.init_args.name = config.experiment
             if config.run_name is not None:
                 logger.init_args.version = config.run_name
+        if self.subcommand == "fit":
+            refuse_existing_run(config)
         self._started = time.perf_counter()
 
     def instantiate_classes(self) -> None:
         try:
             super().instantiate_classes()
         except ValueError as error:
-            # jsonargparse wraps a constructor's error (unknown backend, bad option) in a long
-            # "Does not validate against any of the Union subtypes" report; raise the cause.
-            cause = _constructor_error(error)
+            cause = constructor_error(error)
             if cause is error:
                 raise
             raise cause from None
-        if self.trainer is not None and not self.trainer.loggers:  # LR monitor needs a logger
-            self.trainer.callbacks = [  # type: ignore[attr-defined]  # set in Trainer.__init__
-                c
-                for c in self.trainer.callbacks  # type: ignore[attr-defined]
-                if not isinstance(c, LearningRateMonitor)
-            ]
+        if self.trainer is None:
+            return
+        callbacks = self.trainer.callbacks  # type: ignore[attr-defined]  # set in Trainer.__init__
+        if not self.trainer.loggers:  # the LR monitor needs a logger
+            callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+        self.trainer.callbacks = progress_callbacks(  # type: ignore[attr-defined]
+            callbacks, terminal=terminal()
+        )
+        if self.subcommand == "fit":
+            purge_replayed_steps(self.trainer.logger, getattr(self, "_ckpt_step", 0))
 
     # ------------------------------------------------------------------ after each subcommand
     def after_fit(self) -> None:
@@ -196,12 +215,43 @@ class AttnLightningCLI(LightningCLI):
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
             record["test"] = _scalars(self.trainer.callback_metrics, prefix="test/")
         self._write_metrics(record)
+        self._summarize(best=record["best_model_path"], last=record["last_model_path"])
 
     def after_validate(self) -> None:
         self._write_metrics({"validate": _scalars(self.trainer.callback_metrics)})
+        self._summarize()
 
     def after_test(self) -> None:
         self._write_metrics({"test": _scalars(self.trainer.callback_metrics, prefix="test/")})
+        self._summarize()
+
+    def after_predict(self) -> None:
+        written = [path for c in self.trainer.callbacks for path in getattr(c, "written", [])]  # type: ignore[attr-defined]
+        self._summarize(predictions=written)
+
+    def _summarize(
+        self,
+        *,
+        best: str | None = None,
+        last: str | None = None,
+        predictions: Sequence[Path] = (),
+    ) -> None:
+        """Log where the run's outputs went and its final metrics (rank 0)."""
+        # trainer.log_dir broadcasts from rank 0: every rank must ask before rank 0 alone logs.
+        log_dir = self.trainer.log_dir if self.trainer.loggers else None
+        if not self.trainer.is_global_zero:
+            return
+        lines = summary_lines(
+            str(self.subcommand),
+            seconds=time.perf_counter() - self._started,
+            metrics=self.trainer.callback_metrics,
+            global_step=self.trainer.global_step if self.subcommand == "fit" else None,
+            best=best or None,
+            last=last or None,
+            log_dir=log_dir,
+            predictions=predictions,
+        )
+        log.info("\n".join(lines))
 
     def _fit_record(self) -> dict[str, Any]:
         ckpt = self.trainer.checkpoint_callback
@@ -229,23 +279,6 @@ class AttnLightningCLI(LightningCLI):
         Path(path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
-def _constructor_error(error: BaseException) -> BaseException:
-    """The first exception in the chain not raised by jsonargparse itself (else ``error``)."""
-    current: BaseException | None = error
-    while current is not None and _raised_in(current, "jsonargparse"):
-        current = current.__cause__ or current.__context__
-    return current if current is not None else error
-
-
-def _raised_in(error: BaseException, package: str) -> bool:
-    tb = error.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb.tb_frame.f_globals.get("__name__", "").startswith(package)
-
-
 def _scalars(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
     return {
         k: float(v)
@@ -262,6 +295,7 @@ def cli_options() -> dict[str, Any]:
         "subclass_mode_model": True,
         "subclass_mode_data": True,
         "save_config_callback": RunConfigSaver,
+        "parser_class": AppArgumentParser,
         "trainer_defaults": {
             "logger": {
                 "class_path": TENSORBOARD,
@@ -273,7 +307,17 @@ def cli_options() -> dict[str, Any]:
 
 
 def main(args: list[str] | None = None, *, run: bool = True) -> AttnLightningCLI:
-    """Entry point of ``train.py``; ``args`` (a list of CLI strings) is for tests."""
+    """Build and run the CLI; errors propagate (``command_line`` is ``train.py``'s entry).
+
+    Args:
+        args: command-line strings (default ``sys.argv[1:]``), e.g. for tests and studies.
+        run: run the subcommand (False: parse and instantiate only, no subcommand).
+    """
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; fp32 elsewhere
+    debug = debug_requested(sys.argv[1:] if args is None else args)
+    AppArgumentParser.debug = debug
+    if debug:  # name the tensor and position of the first NaN/inf an attention layer gets
+        set_check_finite(True)
+        os.environ[CHECK_FINITE_ENV] = "1"  # for processes DDP spawns (they re-import)
     return AttnLightningCLI(**cli_options(), args=args, run=run)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import time
@@ -146,6 +147,13 @@ class Runner:
         status = "ok"
         if not reuse:
             metrics_file.unlink(missing_ok=True)
+            # train.py refuses a fresh fit into an existing run folder; a run trained again by
+            # the study replaces its own earlier folders (the study owns its experiment name).
+            for root in ("logs", "checkpoints"):
+                stale = Path(root) / self.experiment / label
+                if stale.is_dir():
+                    log.info("replacing the earlier run folder %s", stale)
+                    shutil.rmtree(stale)
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             start = time.perf_counter()
             status = (

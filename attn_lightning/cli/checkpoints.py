@@ -1,0 +1,98 @@
+"""Reading ``--ckpt_path`` before anything is built: a clear error for a missing, corrupt or
+foreign file, and for a checkpoint of another task or DataModule than the config's.
+
+Lightning would otherwise parse a reversal checkpoint's task over an image config and fail late
+(``KeyError: 'source'``), and answer a file of random bytes with "re-run torch.load with
+weights_only=False" — an unsafe hint for a file nobody should unpickle.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attn_lightning.cli.config_checks import rename_moved
+
+
+class CheckpointError(ValueError):
+    """A ``--ckpt_path`` that cannot be used, with the reason in one line."""
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """``torch.load`` with ``weights_only=True``; CheckpointError naming the file otherwise.
+
+    Raises:
+        CheckpointError: the file does not exist, is not a torch checkpoint (corrupt, truncated,
+            another format) or holds no Lightning state (``state_dict``).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"--ckpt_path {str(path)!r}: no such file")
+    try:
+        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as e:
+        # weights_only=True refuses anything but tensors and primitives: a file it cannot read is
+        # corrupt, truncated or not a checkpoint, never something to unpickle unsafely — so
+        # torch's own advice (retry with weights_only=False) is not passed on.
+        reason = str(e).split(".")[0].strip()
+        detail = "" if "weights_only" in str(e) else f": {' '.join(reason.split())[:120]}"
+        raise CheckpointError(
+            f"--ckpt_path {str(path)!r} is corrupt or not a Lightning checkpoint "
+            f"({type(e).__name__}{detail})"
+        ) from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(
+            f"--ckpt_path {str(path)!r} is not a Lightning checkpoint (no 'state_dict' entry)"
+        )
+    return checkpoint
+
+
+def saved_class(checkpoint: dict[str, Any], key: str) -> str | None:
+    """The class path the CLI saved for the model (``hyper_parameters``) or the DataModule
+    (``datamodule_hyper_parameters``), moved paths renamed (with a warning); None if absent."""
+    class_path = checkpoint.get(key, {}).get("_class_path")
+    return rename_moved(class_path) if isinstance(class_path, str) else None
+
+
+def check_classes(checkpoint: dict[str, Any], path: str | Path, config: Any) -> None:
+    """CheckpointError if the checkpoint's task or DataModule class differs from the config's.
+
+    Args:
+        checkpoint: what ``load_checkpoint`` returned.
+        path: the checkpoint's path (named in the error).
+        config: the subcommand's parsed config (``model`` and ``data`` namespaces).
+    """
+    for section, key, what in (
+        ("model", "hyper_parameters", "task"),
+        ("data", "datamodule_hyper_parameters", "DataModule"),
+    ):
+        saved = saved_class(checkpoint, key)
+        configured = _configured_class(config, section)
+        if saved and configured and _resolve(saved) != _resolve(configured):
+            raise CheckpointError(
+                f"--ckpt_path {str(path)!r} holds a {saved.rpartition('.')[2]} {what} "
+                f"({saved}) but the config builds {configured.rpartition('.')[2]} "
+                f"({configured}); use a checkpoint of this experiment or the config it was "
+                f"trained with"
+            )
+
+
+def _resolve(class_path: str) -> object:
+    """The class a dotted path names (the path itself when it does not import), so that a
+    module path and a package path of one class compare equal."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return class_path
+
+
+def _configured_class(config: Any, section: str) -> str | None:
+    node: Any = config.get(section) if hasattr(config, "get") else None
+    class_path = node.get("class_path") if hasattr(node, "get") else None
+    return class_path if isinstance(class_path, str) else None

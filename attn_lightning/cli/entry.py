@@ -1,0 +1,37 @@
+"""``train.py``'s entry: the CLI with configuration and input errors as one line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from attn_lightning.cli.app import main
+from attn_lightning.cli.errors import HINT, debug_requested, one_line
+from attn_lightning.cli.progress import RunStarted
+
+log = logging.getLogger("attn_lightning")
+
+
+def command_line(args: list[str] | None = None) -> None:
+    """``train.py``: ``main`` with configuration and input errors as one ``error:`` line.
+
+    A ValueError, FileNotFoundError or NotImplementedError raised before the run starts (an
+    unknown backend or option, a wrong type, missing data files, a bad checkpoint, a class
+    mismatch) prints ``error: …`` and a hint and exits 2; ``--debug`` or ``ATTN_LIGHTNING_DEBUG=1``
+    keeps the traceback. Errors once training has started keep theirs.
+    """
+    argv = sys.argv[1:] if args is None else args
+    if not log.handlers:  # progress lines and the end-of-run summary, on stderr
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    RunStarted.started = False
+    try:
+        main(args)
+    except (ValueError, FileNotFoundError, NotImplementedError) as error:
+        if RunStarted.started or debug_requested(argv):
+            raise
+        sys.stderr.write(f"error: {one_line(error)}\n{HINT}\n")
+        raise SystemExit(2) from None

@@ -1,0 +1,153 @@
+"""Configuration and input errors as one ``error: …`` line (exit 2), with the nearest valid name.
+
+jsonargparse reports a typo'd option inside a class's init args as a ten-line "does not validate
+against any of the Union subtypes" block, and a constructor's ``ValueError`` surfaces as a
+traceback; a user needs one line that names the value, what is allowed and the likely fix.
+``--debug`` (or ``ATTN_LIGHTNING_DEBUG=1``) keeps the full report and the traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from typing import NoReturn
+
+from lightning.pytorch.cli import LightningArgumentParser
+
+DEBUG_ENV = "ATTN_LIGHTNING_DEBUG"
+HINT = "run with --help for the options, or add --debug for the full report"
+
+
+def debug_requested(args: Sequence[str] | None) -> bool:
+    """``--debug`` on the command line or ``ATTN_LIGHTNING_DEBUG`` set to a true value."""
+    if os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes"):
+        return True
+    return args is not None and any(a == "--debug" or a == "--debug=true" for a in args)
+
+
+def nearest(word: str, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``word`` (difflib ratio ≥ 0.6), or None."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def class_options(class_path: str) -> list[str]:
+    """Keyword names a class accepts: its ``__init__`` and, through ``**kwargs``, its parents'."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return []
+    names: list[str] = []
+    for klass in inspect.getmro(cls):
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names += [
+            p.name for p in params if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD
+        ]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return [n for n in dict.fromkeys(names) if n != "self"]
+
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (\S+)")
+_KEY = re.compile(r'Parser key "([^"]+)"')
+_PROBLEM = re.compile(r"^(\s*)- Problem with given class_path '([^']+)':\s*$")
+_NOT_ACCEPTED = re.compile(r"Option '([^']+)' is not accepted")
+_EXPECTED = re.compile(r"Expected a <class '(\w+)'>")
+_GIVEN = re.compile(r"(?:Given value|Got value): (.*)")
+
+
+def _class_problem(message: str) -> tuple[str, str] | None:
+    """``(class_path, the block of lines under it)`` of the first "Problem with given
+    class_path" entry of a union error, or None."""
+    lines = message.splitlines()
+    for i, line in enumerate(lines):
+        match = _PROBLEM.match(line)
+        if match:
+            indent = len(match.group(1))
+            block = []
+            for inner in lines[i + 1 :]:
+                if inner.strip() and len(inner) - len(inner.lstrip()) <= indent:
+                    break
+                block.append(inner.strip())
+            return match.group(2), "\n".join(block)
+    return None
+
+
+def condense(message: str, option_strings: Iterable[str] = ()) -> str:
+    """One line for a jsonargparse error message, with a suggestion where a name is misspelt."""
+    unrecognized = _UNRECOGNIZED.search(message)
+    if unrecognized:
+        flag = unrecognized.group(1).split("=")[0]
+        guess = nearest(flag, [o for o in option_strings if o.startswith("--")])
+        tail = f"; did you mean {guess}?" if guess else ""
+        return f"unrecognized argument {flag}{tail}"
+    problem = _class_problem(message)
+    if problem is None:
+        return " ".join(message.split())
+    class_path, block = problem
+    section = _KEY.search(message)
+    where = f"{section.group(1)} ({class_path})" if section else class_path
+    rejected = _NOT_ACCEPTED.search(block)
+    if rejected:
+        options = class_options(class_path)
+        guess = nearest(rejected.group(1), options)
+        hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(options)}"
+        return f"{where}: option {rejected.group(1)!r} is not accepted; {hint}"
+    keys, expected, given = _KEY.findall(block), _EXPECTED.findall(block), _GIVEN.findall(block)
+    if keys and expected:
+        got = f"; got {given[-1]}" if given else ""
+        return f"{where}: {keys[-1]} expects {' or '.join(dict.fromkeys(expected))}{got}"
+    return f"{where}: {' '.join(block.split())}"
+
+
+def one_line(error: BaseException) -> str:
+    """``error`` as ``Type: message`` on one line (a ValueError needs no type name)."""
+    text = " ".join(str(error).split())
+    if isinstance(error, ValueError):
+        return text
+    return f"{type(error).__name__}: {text}"
+
+
+class AppArgumentParser(LightningArgumentParser):
+    """``LightningArgumentParser`` whose errors are one line and a hint, not the usage text.
+
+    Internal parsers that must raise (``exit_on_error=False``, used by jsonargparse to try
+    union subtypes) and ``--debug`` keep jsonargparse's own behaviour.
+    """
+
+    debug: bool = False  # set from the command line by ``cli.main``
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or self.debug:
+            super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        options = list(getattr(parser, "_option_string_actions", {}))
+        sys.stderr.write(f"error: {condense(message, options)}\n{HINT}\n")
+        self.exit(2)
+
+
+def constructor_error(error: BaseException) -> BaseException:
+    """The first exception in the chain not raised by jsonargparse itself (else ``error``):
+    jsonargparse wraps a constructor's ValueError (unknown backend, bad option) in its report."""
+    current: BaseException | None = error
+    while current is not None and _raised_in(current, "jsonargparse"):
+        current = current.__cause__ or current.__context__
+    return current if current is not None else error
+
+
+def _raised_in(error: BaseException, package: str) -> bool:
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith(package)

@@ -1,0 +1,124 @@
+"""Configuration and input errors: one ``error:`` line with the likely fix, exit 2, no traceback
+(``--debug`` keeps it)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attn_lightning.cli import command_line
+from attn_lightning.cli.errors import class_options, condense, nearest
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ["--config", str(ROOT / "configs" / "reversal" / "base.yaml")]
+TINY = [
+    "--config",
+    str(ROOT / "configs" / "presets" / "debug.yaml"),
+    "--data.init_args.train_size=64",
+    "--data.init_args.val_size=32",
+    "--data.init_args.test_size=32",
+    "--trainer.logger=false",
+]
+
+UNION_ERROR = """Parser key "model":
+  Does not validate against any of the Union subtypes
+  Errors:
+    - Problem with given class_path 'attn_lightning.tasks.SequenceReversalTask':
+        Option 'd_modl' is not accepted
+    - Expected a <class 'NoneType'>
+  Given value type: <class 'dict'>"""
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    monkeypatch.delenv("ATTN_LIGHTNING_DEBUG", raising=False)
+
+
+def _fails_in_one_line(args: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        command_line(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "usage:" not in err
+    return lines[0]
+
+
+def test_nearest_and_class_options():
+    assert nearest("d_modl", ["d_model", "d_ff", "dropout"]) == "d_model"
+    assert nearest("zzz", ["d_model"]) is None
+    # LoRAReversalTask takes the reversal options through **kwargs: they are offered too.
+    assert {"adaptation", "d_model", "num_layers"} <= set(
+        class_options("attn_lightning.tasks.LoRAReversalTask")
+    )
+    assert class_options("attn_lightning.nowhere.Nothing") == []
+
+
+def test_condense_names_the_class_and_suggests():
+    line = condense(UNION_ERROR)
+    assert line == (
+        "model (attn_lightning.tasks.SequenceReversalTask): option 'd_modl' is not accepted; "
+        "did you mean 'd_model'?"
+    )
+    assert condense("unrecognized arguments: --trainer.max_stpes 5", ["--trainer.max_steps"]) == (
+        "unrecognized argument --trainer.max_stpes; did you mean --trainer.max_steps?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--model.init_args.attention", "{name: performr}"], "unknown attention 'performr'"),
+        (
+            ["--model.init_args.attention", "{name: performer, num_feature: 8}"],
+            "unknown option(s) 'num_feature' for attention 'performer'; allowed: num_features",
+        ),
+        (["--trainer.max_stpes", "5"], "did you mean --trainer.max_steps?"),
+        (["--model.init_args.d_modl", "32"], "'d_modl' is not accepted; did you mean 'd_model'?"),
+        (["--model.init_args.d_model", "abc"], "d_model expects int; got abc"),
+    ],
+)
+def test_bad_configuration_is_one_line(extra, expected, capsys):
+    line = _fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
+    assert expected in line
+
+
+def test_typo_in_a_yaml_key_suggests_the_nearest(tmp_path, capsys):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("model:\n  init_args:\n    d_modl: 32\n")
+    line = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
+    assert "option 'd_modl' is not accepted; did you mean 'd_model'?" in line
+
+
+def test_missing_data_files_are_one_line(tmp_path, capsys):
+    lora = ["--config", str(ROOT / "configs" / "lora" / "base.yaml")]
+    args = ["fit", *lora, *TINY[:2], "--data.init_args.source=mnist"]
+    line = _fails_in_one_line([*args, f"--data.init_args.root={tmp_path}"], capsys)
+    assert "MNIST IDX files not found" in line and str(tmp_path) in line
+
+
+@pytest.mark.parametrize("kind", ["random", "truncated", "missing", "not_lightning"])
+def test_bad_checkpoints_are_one_line_without_unsafe_hints(kind, tmp_path, capsys):
+    path = tmp_path / f"{kind}.ckpt"
+    if kind == "random":
+        path.write_bytes(bytes(range(256)) * 8)
+    elif kind == "truncated":
+        torch.save({"state_dict": {"w": torch.zeros(1000)}}, path)
+        path.write_bytes(path.read_bytes()[:500])
+    elif kind == "not_lightning":
+        torch.save({"w": torch.zeros(3)}, path)
+    line = _fails_in_one_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
+    assert str(path) in line and "weights_only" not in line
+    assert ("no such file" if kind == "missing" else "not a Lightning checkpoint") in line
+
+
+def test_debug_keeps_the_traceback(monkeypatch):
+    monkeypatch.setenv("ATTN_LIGHTNING_DEBUG", "1")
+    with pytest.raises(ValueError, match="unknown attention 'performr'"):
+        command_line(["fit", *BASE, *TINY, "--model.init_args.attention", "{name: performr}"])

@@ -1,0 +1,111 @@
+"""Run folders and checkpoints: a fresh fit never mixes into an existing run, a resume appends to
+its TensorBoard run with one point per step, a checkpoint of another experiment is refused, and
+every subcommand ends with where its outputs went."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from attn_lightning.cli import main
+from attn_lightning.cli.checkpoints import CheckpointError
+from attn_lightning.cli.progress import PlainProgress, StepProgressBar, progress_callbacks
+from attn_lightning.cli.run_folders import RunFolderError
+
+ROOT = Path(__file__).resolve().parents[2]
+REVERSAL = ["--config", str(ROOT / "configs" / "reversal" / "base.yaml")]
+TINY = [
+    "--data.init_args.train_size=64",
+    "--data.init_args.val_size=32",
+    "--data.init_args.test_size=32",
+    "--data.init_args.batch_size=8",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.val_check_interval=4",
+    "--trainer.limit_val_batches=1",
+    "--trainer.num_sanity_val_steps=0",
+    "--trainer.enable_progress_bar=false",
+    "--experiment=exp",
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+
+
+def _fit(*extra: str):
+    return main(["fit", *REVERSAL, *TINY, *extra])
+
+
+def _steps(log_dir: Path, tag: str) -> list[int]:
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return [e.step for e in events.Scalars(tag)]
+
+
+def test_fresh_fit_into_an_existing_run_folder_is_refused(tmp_path):
+    _fit("--run_name=r", "--trainer.max_steps=2")
+    with pytest.raises(RunFolderError, match=r"logs/exp/r' already holds a run; resume it with"):
+        _fit("--run_name=r", "--trainer.max_steps=2")
+    # Both ways out work: another run name, or resuming the run.
+    _fit("--run_name=r2", "--trainer.max_steps=2")
+    last = tmp_path / "checkpoints" / "exp" / "r" / "last.ckpt"
+    cli = _fit("--run_name=r", "--trainer.max_steps=4", "--ckpt_path", str(last))
+    assert cli.trainer.global_step == 4
+    assert sorted(p.name for p in last.parent.glob("last*.ckpt")) == ["last.ckpt"]
+
+
+def test_resume_appends_one_point_per_step_to_tensorboard(tmp_path):
+    # An interrupted run: checkpoint at step 4, then steps 5..6 logged before the "crash".
+    _fit("--run_name=r", "--trainer.max_steps=6", "--checkpoint.every_n_train_steps=4")
+    early = tmp_path / "checkpoints" / "exp" / "r" / "early.ckpt"
+    step4 = next((tmp_path / "checkpoints" / "exp" / "r").glob("best-step=4*.ckpt"), None)
+    assert step4 is not None
+    early.write_bytes(step4.read_bytes())
+    _fit("--run_name=r", "--trainer.max_steps=8", "--ckpt_path", str(early))
+    steps = _steps(tmp_path / "logs" / "exp" / "r", "train/loss_step")
+    assert steps == sorted(set(steps)) and steps[-1] == 7, steps  # 0..7, none twice
+
+
+def test_checkpoint_of_another_task_is_refused(tmp_path):
+    _fit("--run_name=r", "--trainer.max_steps=1")
+    last = tmp_path / "checkpoints" / "exp" / "r" / "last.ckpt"
+    image = ["--config", str(ROOT / "configs" / "image" / "base.yaml")]
+    with pytest.raises(CheckpointError, match=r"holds a SequenceReversalTask task .* builds Image"):
+        main(["validate", *image, "--ckpt_path", str(last)])
+
+
+def test_every_subcommand_ends_with_a_summary(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="attn_lightning"):
+        _fit("--run_name=r", "--trainer.max_steps=2")
+        last = tmp_path / "checkpoints" / "exp" / "r" / "last.ckpt"
+        main(["test", *REVERSAL, *TINY, "--ckpt_path", str(last)])
+    text = caplog.text
+    assert (
+        "fit done in" in text and f"last checkpoint: {Path('checkpoints/exp/r/last.ckpt')}" in text
+    )
+    assert "logs: logs/exp/r   (tensorboard --logdir logs/exp)" in text
+    assert "test done in" in text and "test/token_acc" in text
+
+
+def test_plain_progress_lines_when_not_a_terminal(caplog):
+    with caplog.at_level(logging.INFO, logger="attn_lightning"):
+        callbacks = progress_callbacks([], terminal=False)
+        assert any(isinstance(c, PlainProgress) for c in callbacks)
+        _fit("--run_name=r", "--trainer.max_steps=4", "--trainer.enable_progress_bar=true")
+    assert "validation at step 4" in caplog.text
+
+
+def test_progress_callbacks_swap_only_the_default_bar():
+    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+
+    on_terminal = progress_callbacks([TQDMProgressBar(), RichProgressBar()], terminal=True)
+    assert all(isinstance(c, StepProgressBar) for c in on_terminal[:2])
+    assert isinstance(progress_callbacks([RichProgressBar()], terminal=False)[0], PlainProgress)
+    mine = StepProgressBar(refresh_rate=5)
+    assert progress_callbacks([mine], terminal=False)[0] is mine
