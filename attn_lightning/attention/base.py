@@ -167,7 +167,9 @@ class Attention(nn.Module, abc.ABC):
         # One sum each (accumulated in float32 at least, so fp16 cannot overflow it): any NaN or
         # inf makes it non-finite. A false alarm (a finite sum that overflows) takes the exact
         # path below, which then finds no bad token.
-        if bool(torch.isfinite(k.sum(dtype=acc) + v.sum(dtype=acc))):
+        with torch.no_grad():  # a probe: nothing to record for backward
+            finite = bool(torch.isfinite(k.sum(dtype=acc) + v.sum(dtype=acc)))
+        if finite:
             return self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask)
         bad = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, S)
         k, v = k.masked_fill(bad[..., None], 0.0), v.masked_fill(bad[..., None], 0.0)
