@@ -8,6 +8,11 @@ skips tasks without it.
 
 from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
 from attn_lightning.callbacks.detections import DetectionImages, Detector
+from attn_lightning.callbacks.gradients import (
+    GradientTracker,
+    LossSpikeDetector,
+    ParameterGroups,
+)
 from attn_lightning.callbacks.images import ImageGrids, ImageSampler
 from attn_lightning.callbacks.predictions import PredictionSaver, PredictionWriter
 from attn_lightning.callbacks.samples import (
@@ -29,8 +34,11 @@ __all__ = [
     "DetectionImages",
     "Detector",
     "FeatureRedraw",
+    "GradientTracker",
     "ImageGrids",
     "ImageSampler",
+    "LossSpikeDetector",
+    "ParameterGroups",
     "PredictionSaver",
     "PredictionWriter",
     "RunCheckpoint",

@@ -9,6 +9,7 @@ under their own top-level keys:
 * ``feature_redraw``, ``sample_predictions``, ``image_grids``, ``detection_images``,
   ``adapter_export``, ``lr_monitor``: see ``attn_lightning.callbacks`` (a task without a
   callback's hook is skipped);
+* ``gradient_tracker``: ``GradientTracker``, ``grad/*`` norms and ``train/loss_spike(s)``;
 * a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
 
 Top-level options: ``experiment`` and ``run_name`` name the logger (and so the checkpoint folder;
@@ -49,6 +50,7 @@ from attn_lightning.callbacks import (
     AdapterExport,
     DetectionImages,
     FeatureRedraw,
+    GradientTracker,
     ImageGrids,
     PredictionWriter,
     RunCheckpoint,
@@ -129,6 +131,7 @@ class AttnLightningCLI(LightningCLI):
         parser.add_lightning_class_args(DetectionImages, "detection_images")
         parser.add_lightning_class_args(AdapterExport, "adapter_export")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
+        parser.add_lightning_class_args(GradientTracker, "gradient_tracker")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})
 

@@ -1,0 +1,232 @@
+"""Gradient norms by parameter group and loss-spike events, logged to TensorBoard.
+
+Spiky training losses are usually explained by the gradient norm of the step before the spike and
+by which part of the model it came from; this callback logs both, cheaply (no extra backward, one
+host transfer per logged step).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor, nn
+
+from attn_lightning.models.positional import POSITIONAL_ENCODINGS
+from attn_lightning.models.transformer import FeedForward, MultiHeadAttention
+
+log = logging.getLogger(__name__)
+
+GROUPS = ("attention", "feedforward", "embedding", "other")
+# Checked in this order on each module, outermost module first: a parameter belongs to the group
+# of the outermost module that claims it (a LoRA layer inside an attention layer is attention).
+GROUP_TYPES: tuple[tuple[str, tuple[type[nn.Module], ...]], ...] = (
+    ("attention", (MultiHeadAttention,)),
+    ("feedforward", (FeedForward,)),
+    ("embedding", (nn.Embedding, *POSITIONAL_ENCODINGS.values())),
+)
+
+
+class ParameterGroups:
+    """Parameters of a module assigned to ``GROUPS`` by the type of the module that holds them.
+
+    * attention: everything inside a ``MultiHeadAttention``: the q/k/v/out projections and the
+      backend's own parameters (learned sketches, polynomial coefficients);
+    * feedforward: ``FeedForward``; embedding: ``nn.Embedding`` and positional tables;
+    * other: the rest (norms, output heads, DETR's box MLP, ...).
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        group_of: dict[int, int] = {}
+        for sub in module.modules():  # parents before children
+            for index, (_, types) in enumerate(GROUP_TYPES):
+                if isinstance(sub, types):
+                    for param in sub.parameters():
+                        group_of.setdefault(id(param), index)
+                    break
+        other = GROUPS.index("other")
+        self.params = [(p, group_of.get(id(p), other)) for p in module.parameters()]
+
+    def norms(self) -> dict[str, float]:
+        """L2 norms of the current ``.grad``: ``global_norm`` and one per group that has grads.
+
+        ``global = ‖(‖g_p‖)_p‖₂ = sqrt(Σ_group norm²)`` over parameters whose ``.grad`` is set; the
+        per-parameter norms are computed on device and moved to the host in one ``tolist()``.
+        Empty when no parameter has a gradient.
+        """
+        grads = [(p.grad, g) for p, g in self.params if p.grad is not None]
+        if not grads:
+            return {}
+        device = grads[0][0].device
+        per_param = torch.stack([_norm(grad).to(device) for grad, _ in grads])  # (P,) float32
+        index = torch.tensor([g for _, g in grads], device=device)
+        squares = torch.zeros(len(GROUPS), device=device).index_add_(0, index, per_param.square())
+        values = torch.cat([torch.linalg.vector_norm(per_param).unsqueeze(0), squares.sqrt()])
+        total, *groups = values.tolist()
+        present = {g for _, g in grads}
+        return {"global_norm": total} | {
+            name: groups[i] for i, name in enumerate(GROUPS) if i in present
+        }
+
+
+def _norm(grad: Tensor) -> Tensor:
+    # Half-precision grads are reduced in float32 (a bf16 sum of squares loses the small terms).
+    values = grad.coalesce().values() if grad.is_sparse else grad
+    dtype = torch.promote_types(values.dtype, torch.float32)
+    return torch.linalg.vector_norm(values, dtype=dtype).float()
+
+
+class LossSpikeDetector:
+    """Flag a step whose loss exceeds ``factor`` × the median of the previous ``window`` losses.
+
+    The comparison stays on the loss's device (no host sync per step); flags wait in ``pending``
+    until ``flush`` moves them to the host in one ``tolist()``. Nothing is flagged until
+    ``window`` losses have been seen. The median of an even window is the lower middle value.
+
+    Args:
+        factor: k; a spike is ``loss > k · median``.
+        window: w, the number of previous step losses the median is taken over.
+    """
+
+    def __init__(self, *, factor: float = 3.0, window: int = 50) -> None:
+        if factor <= 0 or window < 1:
+            raise ValueError(f"factor must be > 0 and window >= 1, got {factor} and {window}")
+        self.factor = factor
+        self.losses: deque[Tensor] = deque(maxlen=window)
+        self.pending: list[tuple[int, Tensor]] = []
+        self.count = 0
+
+    def update(self, step: int, loss: Tensor) -> None:
+        """Record the training loss of optimiser step ``step`` (a 0-dim tensor)."""
+        loss = loss.detach().float().reshape(())
+        if len(self.losses) == self.losses.maxlen:
+            median = torch.stack(list(self.losses)).median()
+            self.pending.append((step, (loss > self.factor * median).float()))
+        else:
+            self.pending.append((step, torch.zeros((), device=loss.device)))
+        self.losses.append(loss)
+
+    def flush(self) -> list[tuple[int, float, int]]:
+        """``(step, flag, running count)`` for each pending step, oldest first."""
+        if not self.pending:
+            return []
+        flags = torch.stack([flag for _, flag in self.pending]).tolist()
+        rows = []
+        for (step, _), flag in zip(self.pending, flags, strict=True):
+            self.count += int(flag)
+            rows.append((step, flag, self.count))
+        self.pending.clear()
+        return rows
+
+
+class GradientTracker(Callback):
+    """Log gradient norms every ``every_n_steps`` optimiser steps and loss-spike events.
+
+    TensorBoard scalars, at the step index of the update (as ``train/loss_step``):
+
+    * ``grad/global_norm``, ``grad/attention``, ``grad/feedforward``, ``grad/embedding``,
+      ``grad/other``: L2 norms of the gradients (see ``ParameterGroups``), every
+      ``every_n_steps`` steps from step 0;
+    * ``train/loss_spike`` (1 or 0) and ``train/loss_spikes`` (running count) at every step,
+      written in batches every ``every_n_steps`` steps and at the end of training.
+
+    The norms are read in ``on_before_optimizer_step``, which Lightning (2.6) calls after the
+    backward passes of the step (all accumulated batches, grads unscaled under fp16 AMP and
+    all-reduced under DDP) and *before* gradient clipping: the unclipped norm is the one that
+    explains a spike. They are written with ``logger.log_metrics`` rather than ``pl_module.log``:
+    ``log`` writes only every ``trainer.log_every_n_steps`` steps (so most spike flags would be
+    dropped) and puts values into ``callback_metrics`` (the metrics file, the progress line).
+    Only rank 0 computes and logs; under DDP its grads are the global ones, its loss is its own
+    shard's. Sharded strategies (FSDP) would give the norm of rank 0's shard only.
+
+    Args:
+        every_n_steps: optimiser steps between gradient-norm logs; 0 disables the callback.
+        spike_factor: k; a step's loss above k × the running median is a spike.
+        spike_window: w, the number of previous step losses in the running median.
+    """
+
+    def __init__(
+        self, *, every_n_steps: int = 20, spike_factor: float = 3.0, spike_window: int = 50
+    ) -> None:
+        if every_n_steps < 0:
+            raise ValueError(f"every_n_steps must be >= 0 (0 disables), got {every_n_steps}")
+        self.every_n_steps = every_n_steps
+        self.spikes = LossSpikeDetector(factor=spike_factor, window=spike_window)
+        self._groups: ParameterGroups | None = None
+        self._last_logged = -1
+        self._step = 0
+        self._step_loss: Tensor | None = None
+
+    def _active(self, trainer: pl.Trainer) -> bool:
+        return self.every_n_steps > 0 and trainer.is_global_zero and bool(trainer.loggers)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # After the strategy has wrapped and moved the model: these are the parameters it steps.
+        self._groups = ParameterGroups(pl_module)
+        self._step = trainer.global_step
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
+    ) -> None:
+        step = trainer.global_step
+        # Several optimisers step at the same global step: log the first one's grads only.
+        if not self._active(trainer) or step % self.every_n_steps or step == self._last_logged:
+            return
+        self._last_logged = step
+        groups = self._groups or ParameterGroups(pl_module)
+        norms = groups.norms()
+        if norms:
+            _log(trainer, {f"grad/{name}": value for name, value in norms.items()}, step)
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if not self._active(trainer):
+            return
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if isinstance(loss, Tensor):
+            # Lightning divides each accumulated batch's loss by the number of batches: the sum
+            # over the step's batches is the step's mean loss.
+            detached = loss.detach().float()
+            self._step_loss = detached if self._step_loss is None else self._step_loss + detached
+        if trainer.global_step == self._step:  # accumulating: no optimiser step yet
+            return
+        if self._step_loss is not None:
+            self.spikes.update(self._step, self._step_loss)
+        self._step, self._step_loss = trainer.global_step, None
+        if len(self.spikes.pending) >= self.every_n_steps:
+            self._flush(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._active(trainer):
+            self._flush(trainer)
+
+    def _flush(self, trainer: pl.Trainer) -> None:
+        for step, flag, count in self.spikes.flush():
+            _log(trainer, {"train/loss_spike": flag, "train/loss_spikes": count}, step)
+            if flag:
+                log.debug("loss spike at step %d (%d so far)", step, count)
+
+    def state_dict(self) -> dict[str, Any]:
+        # The running count continues across a resume; the median window refills.
+        pending = self.spikes.pending
+        flagged = int(torch.stack([f for _, f in pending]).sum().item()) if pending else 0
+        return {"loss_spikes": self.spikes.count + flagged}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.spikes.count = int(state_dict.get("loss_spikes", 0))
+
+
+def _log(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=step)
