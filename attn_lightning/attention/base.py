@@ -126,7 +126,11 @@ class Attention(nn.Module, abc.ABC):
 
         Returns:
             ``(out, state)`` with ``out: (B, H, 1, Dv)`` equal to ``forward(causal=True)`` at this
-            position, and the new state (the input state is not modified in place).
+            position, and the new state. The input state is not modified: every value it holds
+            stays as it was, so a state may be stepped again, e.g. to branch several
+            continuations from one prefix. The new state may share storage with it: a KV cache
+            (``kv_cache``) appends into spare capacity past what the input state can see, and
+            copies instead when that slot is already taken by an earlier step of that state.
         """
         if not self.supports_recurrence:
             raise NotImplementedError(

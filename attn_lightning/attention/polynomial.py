@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attn_lightning.attention import kv_cache
 from attn_lightning.attention.base import Attention, State, accumulation_dtype, allowed_keys
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.power_exact import exact_power_attention
@@ -154,16 +155,16 @@ class PolynomialAttention(Attention):
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))  # as in ``_exact``
         with torch.autocast(device_type=k.device.type, enabled=False):
             k_new = self.normalize_inputs(k.to(acc))
-        if state is not None:
-            k_new = torch.cat([state[0], k_new], dim=2)
-            v = torch.cat([state[1], v], dim=2)
+        # Preallocated (``kv_cache``): one slot written per token, no O(T) concatenation.
+        state = kv_cache.append(state, k_new, v)
+        cache_k, cache_v = state  # (B, H, T + 1, D), (B, H, T + 1, Dv)
         if self.coefficient_logits is None:
             out = self._exact_power(
-                q, k_new, v, causal=False, key_padding_mask=None, keys_normalized=True
+                q, cache_k, cache_v, causal=False, key_padding_mask=None, keys_normalized=True
             )
         else:
-            out = self._exact(q, k_new, v, None, keys_normalized=True)
-        return out, (k_new, v)
+            out = self._exact(q, cache_k, cache_v, None, keys_normalized=True)
+        return out, state
 
     def _exact(
         self,

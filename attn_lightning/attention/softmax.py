@@ -10,29 +10,41 @@ from __future__ import annotations
 
 import math
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attn_lightning.attention import kv_cache
 from attn_lightning.attention.base import Attention, State, allowed_keys
 
 
 class SoftmaxAttention(Attention):
     """``softmax(q kᵀ · scale) v``; ``step`` keeps a KV cache ``(k: (B,H,T,D), v: (B,H,T,Dv))``.
 
+    The cache is preallocated (``kv_cache``): appending a token writes one slot, and the buffer
+    doubles when full, so a step costs the attention over T keys and no O(T) copy.
+
     Args:
         head_dim: D.
         scale: logit scale; None means 1/√D.
+        cache_size: tokens the KV cache's first buffer holds (None: ``kv_cache.DEFAULT_CAPACITY``);
+            set it to the decoding length when known to avoid regrowing. A hint: it grows past.
     """
 
     name = "softmax"
     supports_recurrence = True  # exact, but the state (KV cache) grows with the context
 
-    def __init__(self, *, head_dim: int, scale: float | None = None) -> None:
+    def __init__(
+        self, *, head_dim: int, scale: float | None = None, cache_size: int | None = None
+    ) -> None:
         super().__init__(head_dim=head_dim)
         if scale is not None and not scale > 0:
             raise ValueError(f"scale must be > 0 or None (1/sqrt(head_dim)), got {scale!r}")
+        if cache_size is not None and (
+            isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1
+        ):
+            raise ValueError(f"cache_size must be a positive int or None, got {cache_size!r}")
         self.scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
+        self.cache_size = cache_size
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
@@ -55,11 +67,11 @@ class SoftmaxAttention(Attention):
         return out.masked_fill(empty, 0.0)
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
-        if state is not None:
-            k = torch.cat([state[0], k], dim=2)
-            v = torch.cat([state[1], v], dim=2)
-        out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
-        return out, (k, v)
+        state = kv_cache.append(state, k, v, capacity=self.cache_size)
+        # No mask: the cache holds only this token and the past. (B, H, 1, T + 1) scores.
+        out = F.scaled_dot_product_attention(q, state[0], state[1], scale=self.scale)
+        return out, state
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, scale={self.scale:.4g}"
+        cache = "" if self.cache_size is None else f", cache_size={self.cache_size}"
+        return f"head_dim={self.head_dim}, scale={self.scale:.4g}{cache}"

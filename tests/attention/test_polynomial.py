@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_lightning.attention import FeatureMapAttention, build_attention
+from attn_lightning.attention import FeatureMapAttention, build_attention, kv_cache
 from attn_lightning.attention.naive import naive_bounded, naive_polynomial
 from tests.attention.parity import CASES, DV, B, D, H, assert_parity, padding_mask, qkv
 
@@ -92,6 +92,23 @@ def test_step_keeps_a_kv_cache(options):
         out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
         torch.testing.assert_close(out, full[:, :, t : t + 1], rtol=1e-10, atol=1e-12)
     assert [tuple(x.shape) for x in state] == [(B, H, 3, D), (B, H, 3, DV)]
+
+
+@pytest.mark.parametrize("options", [{}, {"learned_coefficients": True}], ids=str)
+def test_step_matches_causal_forward_across_cache_growth(options, monkeypatch):
+    monkeypatch.setattr(kv_cache, "DEFAULT_CAPACITY", 4)  # 11 steps: capacity 4 -> 8 -> 16
+    attn = build_attention("polynomial", head_dim=D, **options).double()
+    q, k, v = qkv(11, 11, seed=11)
+    full = attn(q, k, v, causal=True)
+    state = None
+    with torch.no_grad():
+        for t in range(11):
+            sl = slice(t, t + 1)
+            out, state = attn.step(q[:, :, sl], k[:, :, sl], v[:, :, sl], state)
+            torch.testing.assert_close(out, full[:, :, sl], rtol=1e-10, atol=1e-12)
+    assert [tuple(x.shape) for x in state] == [(B, H, 11, D), (B, H, 11, DV)]
+    assert kv_cache._buffers_of(*state).capacity == 16  # preallocated, doubled twice
+    torch.testing.assert_close(state[0], naive_bounded(k, normalize=True))
 
 
 def test_is_quadratic_not_a_feature_map():

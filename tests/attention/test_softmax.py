@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_lightning.attention import build_attention
+from attn_lightning.attention import build_attention, kv_cache
 from attn_lightning.attention.naive import naive_mean, naive_softmax
 
 
@@ -47,6 +47,50 @@ def test_kv_cache_grows_with_context():
     for t in range(4):
         _, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
     assert state[0].shape == (2, 3, 4, 8) and state[1].shape == (2, 3, 4, 5)
+
+
+def step_all(attn, q, k, v, state=None):
+    outs = []
+    for t in range(q.shape[2]):
+        sl = slice(t, t + 1)
+        out, state = attn.step(q[:, :, sl], k[:, :, sl], v[:, :, sl], state)
+        outs.append(out)
+    return torch.cat(outs, dim=2), state
+
+
+@torch.no_grad()
+def test_step_matches_causal_forward_across_cache_growth():
+    attn = build_attention("softmax", head_dim=8, cache_size=4)
+    q, k, v = make_inputs(11, 11)
+    out, state = step_all(attn, q, k, v)  # capacity 4 -> 8 -> 16
+    torch.testing.assert_close(out, attn(q, k, v, causal=True), rtol=1e-12, atol=1e-12)
+    assert state[0].shape == (2, 3, 11, 8) and state[1].shape == (2, 3, 11, 5)
+    assert kv_cache._buffers_of(*state).k.shape == (2, 3, 16, 8)  # preallocated, doubled twice
+    torch.testing.assert_close(state[0], k, rtol=0, atol=0)
+
+
+@torch.no_grad()
+def test_a_state_stepped_twice_gives_both_continuations():
+    # Several continuations of one prefix (sampling, beams): the contract lets a caller step the
+    # same state again; the cache copies rather than overwrite the first continuation's slot.
+    attn = build_attention("softmax", head_dim=8, cache_size=16)
+    q, k, v = make_inputs(6, 6)
+    q2, k2, v2 = make_inputs(6, 6, seed=1)
+    _, prefix = step_all(attn, q[:, :, :3], k[:, :, :3], v[:, :, :3])
+    first, _ = step_all(attn, q[:, :, 3:], k[:, :, 3:], v[:, :, 3:], prefix)
+    second, _ = step_all(attn, q2[:, :, 3:], k2[:, :, 3:], v2[:, :, 3:], prefix)
+    again, _ = step_all(attn, q[:, :, 3:], k[:, :, 3:], v[:, :, 3:], prefix)
+    torch.testing.assert_close(first, attn(q, k, v, causal=True)[:, :, 3:])
+    mixed = [torch.cat([a[:, :, :3], b[:, :, 3:]], dim=2) for a, b in ((q, q2), (k, k2), (v, v2))]
+    torch.testing.assert_close(second, attn(*mixed, causal=True)[:, :, 3:])
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
+def test_bad_cache_size_is_rejected():
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="cache_size"):
+            build_attention("softmax", head_dim=8, cache_size=bad)
+    assert "cache_size=64" in repr(build_attention("softmax", head_dim=8, cache_size=64))
 
 
 def test_bad_scale_is_rejected():
