@@ -190,7 +190,9 @@ class _CausalProduct(torch.autograd.Function):
         q4, k4, v4, scores, prev, *extra = ctx.saved_tensors
         out, den = extra if ctx.normalised else (None, None)
         shape = grad_out.shape
-        grad4 = grad_out.reshape(*q4.shape[:3], shape[-1])  # a view when it can be
+        # Contiguous first: a gradient arriving through a head merge is strided, and at B = 1
+        # reshape would return a strided view that the tiles' flat views cannot take.
+        grad4 = grad_out.contiguous().reshape(*q4.shape[:3], shape[-1])
         dq, dk, dv = _product_backward(grad4, q4, k4, v4, (out, scores, prev, den), ctx.tile)
         return dq.view(*shape[:3], -1), dk.view(*shape[:3], -1), dv.view(shape), None, None, None
 

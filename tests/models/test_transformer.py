@@ -231,3 +231,13 @@ def test_clear_errors():
         TransformerEncoder(
             num_layers=-1, d_model=E, num_heads=H, d_ff=24, attention={"name": "softmax"}
         )
+
+
+@pytest.mark.parametrize("name", ["linear", "performer", "polysketch", "mean"])
+def test_batch_one_causal_backward_through_the_head_merge(name):
+    # The gradient reaching the causal kernel through the head merge is strided; at B = 1 a
+    # reshape of it stays a strided view, which the kernel's backward once failed to take.
+    attn = MultiHeadAttention(d_model=16, num_heads=2, attention={"name": name, "chunk_size": 4})
+    x = torch.randn(1, 24, 16, requires_grad=True)
+    attn(x, causal=True).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
