@@ -7,6 +7,9 @@
     approx    relative error of the approximate backends vs exact softmax
     kernels   each similarity vs the angle between unit vectors (learned polynomial from a
               checkpoint with --checkpoint)
+    model     tokens/s of one whole training step (forward, loss, backward, AdamW) of the
+              reversal and pixel models vs N, the share of it spent inside attention, and the
+              N from which each backend beats softmax end to end vs in attention alone
 
 Examples::
 
@@ -15,6 +18,9 @@ Examples::
     python -m attn_lightning.benchmark latency --protocol fixed-batch --out docs/figures
     python -m attn_lightning.benchmark approx --out docs/figures
     python -m attn_lightning.benchmark kernels --checkpoint checkpoints/last.ckpt
+    python -m attn_lightning.benchmark model --models reversal pixel \\
+        --backends softmax linear performer polysketch --lengths 256 1024 4096 16384 \\
+        --widths 64 256 --out docs/figures
 
 The implementation lives in ``attn_lightning.benchmarks`` (one module per concern).
 """

@@ -12,5 +12,7 @@ One module per concern:
   against exact softmax (``approx``).
 * ``kernel_shapes``: each similarity as a function of the angle between two vectors
   (``kernels``).
+* ``model_step``: one training step of the real reversal / pixel models against N, and the
+  share of it spent inside the attention backends (``model``).
 * ``report`` and ``plots``: CSV / markdown tables with the environment recorded, PNG figures.
 """

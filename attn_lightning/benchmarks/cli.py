@@ -1,4 +1,4 @@
-"""Command line of ``python -m attn_lightning.benchmark {latency,decode,approx,kernels}``.
+"""Command line of ``python -m attn_lightning.benchmark {latency,decode,approx,kernels,model}``.
 
 Every subcommand prints its markdown table(s) on stdout, logs progress on stderr, and writes
 ``<out>/<tag>.csv``, ``<out>/<tag>.md`` and PNG figures, each recording the machine, versions
@@ -23,10 +23,15 @@ from attn_lightning.benchmarks.commands import (
     cmd_decode,
     cmd_kernels,
     cmd_latency,
+    cmd_model,
 )
 from attn_lightning.benchmarks.measure import SDPA_KERNELS
+from attn_lightning.benchmarks.model_step import MODELS
 from attn_lightning.benchmarks.protocols import MODES, PROTOCOLS
 from attn_lightning.benchmarks.specs import BackendSpec, parse_backend
+
+# The backends of the blog's comparison: the default of the ``model`` subcommand.
+MODEL_BACKENDS = ("softmax", "linear", "performer", "polysketch")
 
 
 def default_backends() -> list[str]:
@@ -158,6 +163,36 @@ def build_parser() -> argparse.ArgumentParser:
     ker.add_argument("--norm", type=float, default=1.0, help="‖x‖ = ‖y‖ (1: unit vectors)")
     ker.add_argument("--num-features", type=int, default=64, help="Performer m")
     ker.set_defaults(func=cmd_kernels)
+
+    mod = sub.add_parser(
+        "model",
+        parents=[common],
+        help="tokens/s of a whole training step of the real models, and its attention share",
+    )
+    mod.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    mod.add_argument(
+        "--backends",
+        nargs="+",
+        type=backend_arg,
+        default=[parse_backend(s) for s in MODEL_BACKENDS],
+        help=f"name[:key=value,...] (default: {' '.join(MODEL_BACKENDS)})",
+    )
+    mod.add_argument("--lengths", nargs="+", type=int, default=[256, 1024, 4096, 16384])
+    mod.add_argument("--widths", nargs="+", type=int, default=[64, 256], help="d_model values")
+    mod.add_argument("--layers", type=int, default=2)
+    mod.add_argument("--heads", type=int, default=4, help="H; head_dim = width / H")
+    mod.add_argument("--batch", type=int, default=1)
+    mod.add_argument("--repeats", type=int, default=3)
+    mod.add_argument("--warmup", type=int, default=1)
+    mod.add_argument(
+        "--budget",
+        type=float,
+        default=20.0,
+        help="seconds per point; a step estimated slower is skipped (and larger N with it)",
+    )
+    mod.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    mod.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    mod.set_defaults(func=cmd_model)
     return parser
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 import torch
 
 from attn_lightning.benchmarks import approximation as approx
-from attn_lightning.benchmarks import approximation_report, kernel_shapes, plots, report, scaling
+from attn_lightning.benchmarks import (
+    approximation_report,
+    kernel_shapes,
+    model_step,
+    plots,
+    report,
+    scaling,
+)
 from attn_lightning.benchmarks.decode import run_decode
 from attn_lightning.benchmarks.measure import available_memory_bytes, matmul_gflops
 from attn_lightning.benchmarks.protocols import PROTOCOLS, Protocol
@@ -249,5 +256,52 @@ def cmd_kernels(args: argparse.Namespace) -> str:
         args.out / f"{tag}.png",
         title=f"kernel shapes, ‖x‖ = ‖y‖ = {args.norm:g}",
         caption=f"learned polynomial: {source}",
+    )
+    return text + "\n"
+
+
+def cmd_model(args: argparse.Namespace) -> str:
+    device = torch.device(args.device)
+    settings = model_step.Settings(
+        device=device,
+        dtype=DTYPES[args.dtype],
+        layers=args.layers,
+        heads=args.heads,
+        batch=args.batch,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        budget_s=args.budget,
+    )
+    rows = model_step.run_model_steps(
+        args.models, args.widths, args.backends, args.lengths, settings, args.dtype
+    )
+    shape = f"B={args.batch}, layers={args.layers}, H={args.heads}, d_ff=4·width"
+    meta = report.environment(
+        device,
+        models="reversal: SequenceTransformer decoder over x SEP y (N tokens); "
+        "pixel: PixelTransformer over N pixels, 256 levels",
+        shape=shape,
+        step="forward, loss, backward, clip_grad_norm 1.0, AdamW (lr 1e-3, wd 0.01)",
+        dtype=args.dtype,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        budget_s=args.budget,
+        timing="CUDA events" if device.type == "cuda" else "time.perf_counter",
+        attention_share="hooks on every backend: forward pre-hook -> hook, output grad -> "
+        "last q/k/v grad, in the timed steps; projections excluded",
+    )
+    text = (
+        "## Training step: tokens/s (end-to-end speed-up vs softmax) [attention share]\n\n"
+        + report.model_step_table(rows)
+        + "\n\n## Crossover N vs softmax: end-to-end training step and attention alone\n\n"
+        + report.crossover_table(rows)
+    )
+    tag = args.tag or f"model_step_{device.type}_{args.dtype}"
+    _write(args.out, tag, meta, rows, text)
+    plots.model_step_figure(
+        rows,
+        args.out / f"{tag}.png",
+        title="training step: tokens/s (top) and attention share (bottom) vs N",
+        caption=f"{meta['device']} · torch {torch.__version__} · {shape} · {args.dtype}",
     )
     return text + "\n"

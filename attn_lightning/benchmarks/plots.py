@@ -143,3 +143,45 @@ def band_figure(
         ax.set_visible(False)
     fig.suptitle(title, fontsize=10)
     return _save(fig, path, caption)
+
+
+def model_step_figure(rows: Sequence[Any], path: Path, *, title: str, caption: str) -> Path:
+    """Training-step rows (``model_step.Row``): one column per (model, width).
+
+    Top row: tokens/s against N per backend, the band spanning the fastest and slowest timed
+    step. Bottom row: the share of the step spent inside the attention backends.
+    """
+    groups = list(dict.fromkeys((r.model, r.width) for r in rows))
+    top, bottom = [], []
+    for model, width in groups:
+        speed, share = [], []
+        for backend in dict.fromkeys(r.backend for r in rows):
+            points = [
+                r
+                for r in rows
+                if (r.model, r.width, r.backend) == (model, width, backend) and r.step_ms
+            ]
+            if not points:
+                continue
+            x = [r.n for r in points]
+            tokens = [r.batch * r.n * 1e3 for r in points]  # tokens per step, ms → s
+            speed.append(
+                {
+                    "label": backend,
+                    "x": x,
+                    "y": [r.tokens_per_s for r in points],
+                    "lo": [t / r.step_ms_max for t, r in zip(tokens, points)],
+                    "hi": [t / r.step_ms_min for t, r in zip(tokens, points)],
+                }
+            )
+            share.append({"label": backend, "x": x, "y": [r.attn_share for r in points]})
+        name = f"{model}, width {width}"
+        top.append(
+            {"title": name, "xlabel": "N", "ylabel": "tokens/s", "xlog": True, "ylog": True}
+            | {"curves": speed}
+        )
+        bottom.append(
+            {"title": name, "xlabel": "N", "ylabel": "attention share of the step", "xlog": True}
+            | {"curves": share}
+        )
+    return band_figure(top + bottom, path, title=title, caption=caption, ncols=max(1, len(groups)))

@@ -126,6 +126,8 @@ def _skipped_cell(r: Any, value: str) -> str:
         return ""
     if value == "peak_mb":
         return r.note if r.note.startswith("OOM") else "–"
+    if r.est_ms is not None and value == "step_ms":  # a model_step.Row: seconds per step
+        return f"too slow (est. {_fmt(r.est_ms / 1e3)} s)"
     if r.est_ms is not None:
         per = r.batch if value == "ms_per_sample" else 1
         return f"too slow (est. {_fmt(r.est_ms / per)})"
@@ -163,3 +165,84 @@ def scaling_table(
             cells.append(cell)
         body.append([backend, "causal" if causal else "full", *cells])
     return markdown_table(["backend", "mask", *(f"N={n}" for n in lengths)], body)
+
+
+def crossover(times: Mapping[int, float], baseline: Mapping[int, float]) -> int | None:
+    """Smallest N from which ``times`` < ``baseline`` at every larger N measured by both.
+
+    Args:
+        times: N -> a backend's time (lower is faster).
+        baseline: N -> the baseline's time at the same points.
+
+    Returns:
+        That N, or None when the backend is not faster at the largest N measured by both.
+    """
+    found = None
+    for n in sorted(set(times) & set(baseline), reverse=True):
+        if times[n] >= baseline[n]:
+            break
+        found = n
+    return found
+
+
+def _series(rows: Sequence[Any], value: str) -> dict[tuple[str, int, str], dict[int, float]]:
+    """(model, width, backend) -> {N: value} over the measured points."""
+    out: dict[tuple[str, int, str], dict[int, float]] = {}
+    for r in rows:
+        series = out.setdefault((r.model, r.width, r.backend), {})
+        if getattr(r, value) is not None:
+            series[r.n] = getattr(r, value)
+    return out
+
+
+def model_step_table(rows: Sequence[Any], *, baseline: str = "softmax") -> str:
+    """Training-step rows (``model_step.Row``): one row per (model, width, backend), N columns.
+
+    Cells read ``12.3k (0.8×) [41%]``: tokens/s, the end-to-end speed-up over ``baseline`` at the
+    same point, and the share of the step spent inside the attention backends. Skipped points
+    show their estimate or note.
+    """
+    lengths = sorted({r.n for r in rows})
+    index = {(r.model, r.width, r.backend, r.n): r for r in rows}
+    body = []
+    for model, width, backend in _series(rows, "step_ms"):
+        cells = []
+        for n in lengths:
+            r = index.get((model, width, backend, n))
+            if r is None or r.step_ms is None:
+                cells.append(_skipped_cell(r, "step_ms"))
+                continue
+            cell = f"{_fmt(r.tokens_per_s / 1e3)}k"
+            base = index.get((model, width, baseline, n))
+            if backend != baseline and base is not None and base.step_ms:
+                cell += f" ({base.step_ms / r.step_ms:.2g}×)"
+            cells.append(cell + f" [{100 * r.attn_share:.0f}%]")
+        body.append([model, width, backend, *cells])
+    return markdown_table(["model", "width", "backend", *(f"N={n}" for n in lengths)], body)
+
+
+def crossover_table(rows: Sequence[Any], *, baseline: str = "softmax") -> str:
+    """Per (model, width, backend): the end-to-end and attention-only crossover N vs ``baseline``.
+
+    End-to-end compares whole training steps; attention-only compares the time inside the
+    backends in the same steps. The speed-ups are at the largest N both measured.
+    """
+    steps, attention = _series(rows, "step_ms"), _series(rows, "attn_ms")
+    body = []
+    for key in steps:
+        model, width, backend = key
+        base_key = (model, width, baseline)
+        if backend == baseline or base_key not in steps:
+            continue
+        cells: list[Any] = [model, width, backend]
+        for series in (steps, attention):
+            base, mine = series[base_key], series[key]
+            common = sorted(set(base) & set(mine))
+            n = crossover(mine, base)
+            cells.append("none" if n is None else f"N={n}")
+            cells.append(
+                f"{base[common[-1]] / mine[common[-1]]:.2g}× at N={common[-1]}" if common else ""
+            )
+        body.append(cells)
+    header = ["model", "width", "backend", "end-to-end crossover", "end-to-end speed-up"]
+    return markdown_table([*header, "attention-only crossover", "attention speed-up"], body)

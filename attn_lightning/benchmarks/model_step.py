@@ -1,0 +1,322 @@
+"""One training step of the real models against N, and the share of it spent in attention.
+
+The blog's speed-ups are for one attention call; in a small model the feed-forward layers,
+projections, embeddings, output head and optimizer also take their part of a training step. This
+times one full step (forward, loss, backward, gradient clipping at 1.0, AdamW) of
+
+* ``reversal``: ``SequenceTransformer`` as the reversal task's causal decoder over
+  ``x SEP y_1..y_{n-1}`` (N tokens in all, n = N/2 of 10 symbols; cross-entropy on the n target
+  positions, as ``tasks/reversal.py``; sinusoidal positions);
+* ``pixel``: ``PixelTransformer`` over N pixels of 256 levels (categorical output, bits per dim,
+  as ``tasks/image.py``; learned positions),
+
+with d_model = width, d_ff = 4·width, H heads of width/H, dropout 0, on random inputs (speed does
+not depend on the values). Each point is the median of timed steps after warm-up, within a time
+budget per point as ``measure.timed_point``; a point whose step is estimated (from the fastest
+steps of the last two points of its series, ``t·(N/N₀)^α``, α clamped to [1, 2] as in
+``scaling``) above the budget is skipped with the estimate, and so are the larger N of that
+series.
+
+Attention share: hooks on every ``MultiHeadAttention.backend`` time, in the same timed steps,
+each backend call's forward (pre-hook → hook) and backward (the gradient of its output arriving →
+the last gradient of q, k, v leaving); both clocks are ``perf_counter`` on CPU and CUDA events on
+a GPU. Autograd runs nodes by decreasing sequence number, so nothing outside a backend runs
+between those two backward marks. The share excludes projections and head split/merge. Checked
+against the backend timed alone on the same shapes (forward + backward): within 3% when the
+machine was quiet; the hooks add a few µs per layer, counted in the step time, not in attention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attn_lightning.benchmarks.measure import is_out_of_memory, synchronize
+from attn_lightning.benchmarks.specs import BackendSpec
+from attn_lightning.models.pixel import PixelTransformer, bits_per_dim
+from attn_lightning.models.sequence import SequenceTransformer
+from attn_lightning.models.transformer import MultiHeadAttention
+
+log = logging.getLogger(__name__)
+
+MODELS = ("reversal", "pixel")
+REVERSAL_SYMBOLS = 10
+PIXEL_LEVELS = 256
+
+
+@dataclass
+class Row:
+    """One measured (or skipped) point; times are per training step of the whole batch."""
+
+    model: str
+    width: int
+    layers: int
+    heads: int
+    backend: str
+    n: int
+    batch: int
+    dtype: str
+    params: int = 0
+    step_ms: float | None = None
+    step_ms_min: float | None = None
+    step_ms_max: float | None = None
+    tokens_per_s: float | None = None
+    attn_ms: float | None = None
+    attn_share: float | None = None
+    repeats: int = 0
+    est_ms: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: torch.device
+    dtype: torch.dtype = torch.float32
+    layers: int = 2
+    heads: int = 4
+    batch: int = 1
+    repeats: int = 3
+    warmup: int = 1
+    budget_s: float = 20.0
+
+
+def build_model(
+    model: str, *, n: int, width: int, spec: BackendSpec, settings: Settings
+) -> tuple[nn.Module, Callable[[], Tensor]]:
+    """The model on ``settings.device`` and a closure computing its training loss on N tokens.
+
+    Raises:
+        ValueError: unknown model, or an odd or too small N for ``reversal`` (x SEP y needs N/2).
+    """
+    g = torch.Generator().manual_seed(0)
+    sizes: dict[str, Any] = {
+        "d_model": width,
+        "num_heads": settings.heads,
+        "num_layers": settings.layers,
+        "d_ff": 4 * width,
+        "attention": {"name": spec.name, **spec.options},
+    }
+    device, b = settings.device, settings.batch
+    torch.manual_seed(0)  # the same weights and random features for every backend
+    if model == "reversal":
+        if n < 2 or n % 2:
+            raise ValueError(f"reversal needs an even N >= 2 (x SEP y of N/2 each), got {n}")
+        net = SequenceTransformer(
+            vocab_size=REVERSAL_SYMBOLS + 1, num_outputs=REVERSAL_SYMBOLS, max_len=n, **sizes
+        ).to(device)
+        source = torch.randint(REVERSAL_SYMBOLS, (b, n // 2), generator=g).to(device)
+        target = source.flip(1)
+        sep = source.new_full((b, 1), REVERSAL_SYMBOLS)
+        tokens = torch.cat([source, sep, target[:, :-1]], dim=1)  # (B, N)
+
+        def reversal_loss() -> Tensor:
+            logits = net(tokens, causal=True)[:, n // 2 :]  # (B, N/2, V)
+            return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
+
+        return net, reversal_loss
+    if model == "pixel":
+        pix = PixelTransformer(levels=PIXEL_LEVELS, seq_len=n, **sizes).to(device)
+        pixels = torch.randint(PIXEL_LEVELS, (b, n), generator=g).to(device)  # (B, N)
+        return pix, lambda: bits_per_dim(pix.log_likelihood(pixels))
+    raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
+
+
+@dataclass
+class _Call:
+    """Clock marks of one backend call: forward start/end, backward start/end."""
+
+    marks: list[Any] = field(default_factory=lambda: [None] * 4)
+    inputs_left: int = 0
+
+
+class AttentionTimer:
+    """Time spent inside every attention backend of a model, forward and backward.
+
+    Attach once; ``reset()`` before a step, ``seconds()`` after it (see the module doc).
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device) -> None:
+        self._cuda = device.type == "cuda"
+        self._calls: list[_Call] = []
+        self._device = device
+        for module in model.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.backend.register_forward_pre_hook(self._before)
+                module.backend.register_forward_hook(self._after)
+
+    def mark(self) -> Any:
+        """A point in time: ``perf_counter`` seconds, or a CUDA event recorded on the stream."""
+        if self._cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def elapsed(self, start: Any, end: Any) -> float:
+        """Seconds between two marks (CUDA events must have completed)."""
+        return start.elapsed_time(end) / 1e3 if self._cuda else end - start
+
+    def _before(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        call = _Call()
+        inputs = [t for t in args if isinstance(t, Tensor) and t.requires_grad]
+        call.inputs_left = len(inputs)
+
+        def input_grad(grad: Tensor) -> None:
+            call.inputs_left -= 1
+            if call.inputs_left == 0:  # the last of q, k, v: the backend's backward is done
+                call.marks[3] = self.mark()
+
+        for tensor in inputs:
+            tensor.register_hook(input_grad)
+        self._calls.append(call)
+        call.marks[0] = self.mark()  # last, so the hook registration above is not counted
+
+    def _after(self, module: nn.Module, args: tuple[Any, ...], output: Tensor) -> None:
+        call = self._calls[-1]
+        call.marks[1] = self.mark()
+        if output.requires_grad:
+
+            def output_grad(grad: Tensor) -> None:
+                call.marks[2] = self.mark()
+
+            output.register_hook(output_grad)
+
+    def reset(self) -> None:
+        self._calls.clear()
+
+    def seconds(self) -> float:
+        """Forward + backward seconds in the backends since ``reset`` (synchronises)."""
+        synchronize(self._device)
+        total = 0.0
+        for call in self._calls:
+            start, end, back_start, back_end = call.marks
+            total += self.elapsed(start, end)
+            if back_start is not None and back_end is not None:
+                total += self.elapsed(back_start, back_end)
+        return total
+
+
+def _measure(row: Row, net: nn.Module, loss_fn: Callable[[], Tensor], settings: Settings) -> None:
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
+    timer = AttentionTimer(net, settings.device)
+    half = settings.dtype != torch.float32
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        amp = torch.autocast(settings.device.type, dtype=settings.dtype) if half else None
+        with amp or contextlib.nullcontext():
+            loss = loss_fn()
+        loss.backward()
+        nn.utils.clip_grad_norm_(net.parameters(), 1.0)  # as every config's gradient_clip_val
+        optimizer.step()
+
+    def timed() -> tuple[float, float]:
+        timer.reset()
+        start = timer.mark()
+        step()
+        end = timer.mark()
+        attention = timer.seconds()  # synchronises before the step's marks are read
+        return timer.elapsed(start, end), attention
+
+    for _ in range(settings.warmup):
+        step()
+    samples = [timed()]
+    count = max(1, min(settings.repeats, int(settings.budget_s // max(samples[0][0], 1e-9))))
+    samples += [timed() for _ in range(count - 1)]
+    steps = [s for s, _ in samples]
+    row.step_ms = statistics.median(steps) * 1e3
+    row.step_ms_min, row.step_ms_max = min(steps) * 1e3, max(steps) * 1e3
+    row.tokens_per_s = row.batch * row.n / (row.step_ms / 1e3)
+    row.attn_ms = statistics.median(a for _, a in samples) * 1e3
+    row.attn_share = statistics.median(a / s for s, a in samples)
+    row.repeats = count
+    if count == 1 and samples[0][0] > settings.budget_s:
+        row.note = "1 run (over budget)"
+
+
+def _estimate_ms(measured: Sequence[Row], n: int) -> float:
+    """``t·(N/N₀)^α`` from the last measured point's fastest step; α from the last two points
+    clamped to [1, 2]."""
+    # The fastest step, not the median: contention on a shared machine only adds time, and one
+    # disturbed point must not cut its series short.
+    points = [(r.n, r.step_ms_min or 0.0) for r in measured[-2:]]  # measured rows have a time
+    n1, t1 = points[-1]
+    alpha = 2.0  # the safe bound with a single point
+    if len(points) == 2 and points[0][0] != n1:
+        n0, t0 = points[0]
+        alpha = min(2.0, max(1.0, math.log(t1 / t0) / math.log(n1 / n0)))
+    return t1 * (n / n1) ** alpha
+
+
+def run_series(
+    model: str,
+    width: int,
+    spec: BackendSpec,
+    lengths: Sequence[int],
+    settings: Settings,
+    dtype_name: str,
+) -> list[Row]:
+    """All N of one (model, width, backend), skipping what would exceed the budget."""
+    rows: list[Row] = []
+    measured: list[Row] = []
+    dead = ""  # set after a real OOM: larger N cannot fit either
+    for n in sorted(lengths):
+        s = settings
+        row = Row(model, width, s.layers, s.heads, spec.label, n, s.batch, dtype_name)
+        rows.append(row)
+        if dead:
+            row.note = dead
+            continue
+        if measured:
+            est = _estimate_ms(measured, n)
+            if est / 1e3 > s.budget_s:
+                row.est_ms, row.note = est, f"too slow (est. {est / 1e3:.3g} s/step)"
+                continue
+        try:
+            net, loss_fn = build_model(model, n=n, width=width, spec=spec, settings=s)
+            row.params = sum(p.numel() for p in net.parameters())
+            _measure(row, net.train(), loss_fn, s)
+        except (RuntimeError, MemoryError) as err:
+            if not is_out_of_memory(err):
+                raise
+            row.note, dead = "OOM", f"OOM at N={n}"
+            if s.device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
+        measured.append(row)
+        share = 100 * (row.attn_share or 0.0)
+        log.info(
+            f"{model:8} w={width:<4} {spec.label:28} N={n:<6} {row.step_ms:9.1f} ms/step "
+            f"{row.tokens_per_s:10.0f} tok/s, attention {share:4.1f}%"
+        )
+    return rows
+
+
+def run_model_steps(
+    models: Sequence[str],
+    widths: Sequence[int],
+    specs: Sequence[BackendSpec],
+    lengths: Sequence[int],
+    settings: Settings,
+    dtype_name: str,
+) -> list[Row]:
+    """Every (model, width, backend) series; backends without a causal form are left out."""
+    rows: list[Row] = []
+    for model in models:
+        for width in widths:
+            for spec in specs:
+                if not spec.build(head_dim=max(1, width // settings.heads)).supports_causal:
+                    log.info("%s: no causal form, left out (both models are causal)", spec.label)
+                    continue
+                rows += run_series(model, width, spec, lengths, settings, dtype_name)
+    return rows
