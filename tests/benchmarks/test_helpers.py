@@ -254,3 +254,22 @@ def test_kernel_curves_are_normalised_at_zero_and_exact_where_closed_form():
         kernel_shapes.taylor_coefficients(4), torch.tensor([1.0], dtype=torch.float64)
     )
     assert taylor.item() == pytest.approx(1 + 1 + 1 / 2 + 1 / 6 + 1 / 24)
+
+
+def test_decode_steps_the_state_each_call_returned():
+    attn = build_attention("softmax", head_dim=8)
+    shape, cpu = (1, 2, 1, 8), torch.device("cpu")
+    state = decode.prefill_state(attn, 5, shape, cpu, room=4)
+    seen: list[int] = []
+    real_step = attn.step
+
+    def recording_step(q, k, v, state):
+        seen.append(state[0].shape[2])
+        return real_step(q, k, v, state)
+
+    attn.step = recording_step  # type: ignore[method-assign]
+    step = decode.chained_step(attn, torch.randn(shape), state)
+    with torch.no_grad():
+        for _ in range(3):
+            step()
+    assert seen == [5, 6, 7]  # a decoder's chain, not the same prefix re-stepped
