@@ -81,6 +81,10 @@ class Attention(nn.Module, abc.ABC):
     name: str = "attention"
     supports_recurrence: bool = False
     supports_causal: bool = True
+    # True when the similarity depends on token indices (local blocks): a query's block is its
+    # index, so a single query sliced out of a sequence is a different query (contract tests
+    # then compare whole prefixes, and drop trailing keys only).
+    positional: bool = False
 
     def __init__(self, *, head_dim: int) -> None:
         super().__init__()
@@ -89,6 +93,14 @@ class Attention(nn.Module, abc.ABC):
         self.head_dim = head_dim
 
     # ------------------------------------------------------------------ public API
+    def diagnostics(self) -> dict[str, float]:
+        """Scalars worth watching while training (learned coefficients, weight sparsity, ...).
+
+        ``callbacks.AttentionDiagnostics`` logs them per layer; empty for most backends. Cheap:
+        called every N steps on rank 0, outside the graph.
+        """
+        return {}
+
     def forward(
         self,
         q: Tensor,

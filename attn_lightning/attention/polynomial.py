@@ -2,17 +2,15 @@
 
     A_ij = ⟨q'_i, k'_j⟩^p / (1 + Σ_j ⟨q'_i, k'_j⟩^p),   out_i = Σ_j A_ij v_j,   p even
 
-(Kacham, Mirrokni, Zhong, "PolySketchFormer", ICML 2024, arXiv 2310.01655) with
-``x' = LN(x) · D^{-1/4}`` (layer norm over D, no affine parameters; ``normalize=False`` keeps
-only the scale). Why: polynomial kernels are only well-behaved on bounded entries (Alman & Song
-2023, "Fast Attention Requires Bounded Entries"). ``‖LN(x)‖ = √D``, so
-``|⟨q', k'⟩| = |⟨LN q, LN k⟩| / √D ≤ √D``, softmax's logit scale ``qᵀk/√D`` for unit-variance
-inputs, and every score is at most ``D^{p/2}``. Masked keys (padding, and the future when causal)
+(Kacham, Mirrokni, Zhong, "PolySketchFormer", ICML 2024, arXiv 2310.01655) with q', k' from
+``qk_norm.QKNorm``: by default the paper's learnable LayerNorm shared by q and k; ``norm="fixed"``
+(LN without affine, · D^{-1/4}: this project's earlier form) and ``normalize=False`` (x · D^{-1/4},
+the thesis's unnormalised kernel) are options. Masked keys (padding, and the future when causal)
 count in neither the numerator nor the Σ; a query that sees no key gets 0.
 
 This backend computes the score quadratically, O(N²·D) (the reference and the short-sequence
-path); ``step`` keeps a KV cache ``(k', v)``. Its linear-time sketches are the ``polysketch``
-backend, which shares ``bounded_inputs`` below.
+path); ``step`` keeps a KV cache ``(k', v)``. Its linear-time forms are the ``polysketch``
+backend (random or learned sketch, local blocks, and the learned polynomial's even part).
 
 Shapes (see ``base.py``)::
 
@@ -31,20 +29,13 @@ from attn_lightning.attention import kv_cache
 from attn_lightning.attention.base import Attention, State, accumulation_dtype, allowed_keys
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.power_exact import exact_power_attention
+from attn_lightning.attention.qk_norm import QKNorm, check_norm
 
-LN_EPS = 1e-5  # torch's LayerNorm default; separate from ``eps``, the normaliser's guard
 
-
-def bounded_inputs(x: Tensor, *, normalize: bool) -> Tensor:
-    """``x' = LN(x) · D^{-1/4}`` over D (LN without affine); ``normalize=False``: ``x · D^{-1/4}``.
-
-    Shared by ``polynomial`` and ``polysketch``, whose scores must agree for the sketch to
-    estimate the power kernel.
-    """
-    head_dim = x.shape[-1]
-    if normalize:
-        x = F.layer_norm(x, (head_dim,), eps=LN_EPS)
-    return x * head_dim**-0.25
+def taylor_logits(degrees: list[int]) -> Tensor:
+    """θ_i = softplus⁻¹(1/i!) = log(expm1(1/i!)) per degree i: a_i = softplus(θ_i) = 1/i!."""
+    init = torch.tensor([1.0 / math.factorial(i) for i in degrees], dtype=torch.float64)
+    return torch.log(torch.expm1(init)).float()
 
 
 class PolynomialAttention(Attention):
@@ -68,11 +59,18 @@ class PolynomialAttention(Attention):
 
     Everything runs in float32 at least with autocast off; the output has v's dtype.
 
+    Departures from the paper, each off by default: ``norm="fixed"`` (our earlier LN without
+    affine parameters and an extra D^{-1/4}); ``normalize=False`` (no LN: the thesis's kernel on
+    raw projections, scaled by D^{-1/4}). The learned polynomial is the thesis's, not the paper's;
+    its learnable LN scale starts at D^{-1/4} so that ``⟨q', k'⟩`` starts at softmax's logit scale
+    (see ``qk_norm``). Checkpoints from before the learnable norm load with ``norm: fixed``.
+
     Args:
         head_dim: D.
         degree: p, any even int ≥ 2.
         learned_coefficients: learn the polynomial's coefficients (see above).
-        normalize: layer-norm q and k before the D^{-1/4} scale (keeps the entries bounded).
+        normalize: normalise q and k (``norm``); False: x · D^{-1/4} only.
+        norm: ``learned`` (paper) or ``fixed`` (see ``qk_norm``).
         eps: added to the normaliser.
     """
 
@@ -86,9 +84,11 @@ class PolynomialAttention(Attention):
         degree: int = 4,
         learned_coefficients: bool = False,
         normalize: bool = True,
+        norm: str = "learned",
         eps: float = DEFAULT_EPS,
     ) -> None:
         super().__init__(head_dim=head_dim)
+        check_norm(norm, self.name)
         if isinstance(degree, bool) or not isinstance(degree, int) or degree < 2 or degree % 2:
             raise ValueError(
                 f"degree must be an even int >= 2 (2, 4, 6, ...; an odd power makes the scores "
@@ -99,6 +99,7 @@ class PolynomialAttention(Attention):
         self.degree = degree
         self.learned_coefficients = bool(learned_coefficients)
         self.normalize = bool(normalize)
+        self.norm = norm
         self.eps = float(eps)
         # c in out = Σ sim·v / (c + Σ sim): the power kernel's "1 +"; none for the learned
         # polynomial (see the class docstring).
@@ -106,8 +107,13 @@ class PolynomialAttention(Attention):
         self.coefficient_logits: nn.Parameter | None = None
         if learned_coefficients:
             # θ_i = softplus⁻¹(1/i!) = log(expm1(1/i!)), so a_i starts at 1/i!.
-            init = torch.tensor([1.0 / math.factorial(i) for i in range(degree + 1)])
-            self.coefficient_logits = nn.Parameter(torch.log(torch.expm1(init.double())).float())
+            self.coefficient_logits = nn.Parameter(taylor_logits(list(range(degree + 1))))
+        # Named ``qk_norm`` in state dicts (``learned``: ``qk_norm.weight``, ``qk_norm.bias``).
+        self.qk_norm = QKNorm(
+            head_dim,
+            norm if normalize else "none",
+            init_scale=head_dim**-0.25 if learned_coefficients else 1.0,
+        )
 
     # ------------------------------------------------------------------ the similarity
     @property
@@ -118,6 +124,12 @@ class PolynomialAttention(Attention):
         if self.coefficient_logits is not None:
             return F.softplus(self.coefficient_logits)
         return F.one_hot(torch.tensor(self.degree), self.degree + 1).float()
+
+    def diagnostics(self) -> dict[str, float]:
+        """``a_i`` of the learned polynomial, for the training logs."""
+        if self.coefficient_logits is None:
+            return {}
+        return {f"a{i}": a for i, a in enumerate(self.coefficients.detach().tolist())}
 
     def kernel(self, dot: Tensor) -> Tensor:
         """The similarity as a function of ``d = ⟨q', k'⟩`` (any shape): ``d^p``, or
@@ -131,8 +143,8 @@ class PolynomialAttention(Attention):
         return sim.clamp_min(0.0)
 
     def normalize_inputs(self, x: Tensor) -> Tensor:
-        """``x' = LN(x) · D^{-1/4}`` (no affine LN; ``normalize=False``: ``x · D^{-1/4}``)."""
-        return bounded_inputs(x, normalize=self.normalize)
+        """``x'`` of ``qk_norm`` (the learnable LN by default), in x's dtype."""
+        return self.qk_norm(x)
 
     # ------------------------------------------------------------------ contract
     def _attend(
@@ -219,5 +231,5 @@ class PolynomialAttention(Attention):
         return (
             f"head_dim={self.head_dim}, degree={self.degree}, "
             f"learned_coefficients={self.learned_coefficients}, normalize={self.normalize}, "
-            f"eps={self.eps}"
+            f"norm={self.norm!r}, eps={self.eps}"
         )

@@ -38,10 +38,15 @@ ATTENTIONS: dict[str, type[Attention]] = {
 # Old spellings still accepted: (name, option) -> {old value: (new name, options that replace
 # the old option)}. ``polynomial`` had a ``form`` option until the sketches became ``polysketch``.
 DEPRECATED_SPELLINGS: dict[tuple[str, str], dict[Any, tuple[str, dict[str, Any]]]] = {
+    # These spellings predate the paper's learnable q/k norm and learned-sketch structure: they
+    # map to the earlier forms, so their configs and checkpoints keep meaning what they meant.
     ("polynomial", "form"): {
-        "exact": ("polynomial", {}),
-        "sketch": ("polysketch", {"sketch": "random"}),
-        "learned": ("polysketch", {"sketch": "learned"}),
+        "exact": ("polynomial", {"norm": "fixed"}),
+        "sketch": ("polysketch", {"sketch": "random", "norm": "fixed"}),
+        "learned": (
+            "polysketch",
+            {"sketch": "learned", "norm": "fixed", "sketch_levels": 1, "sketch_bias": True},
+        ),
     },
 }
 
@@ -156,8 +161,12 @@ def upgrade_attention_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
                 f"{', '.join(replacements)} (deprecated: {option!r} is no longer an option)"
             )
         new_name, new_options = match[0]
-        upgraded = {**upgraded, "name": new_name, **new_options}
-        spelling = ", ".join(f"{k}: {v}" for k, v in {"name": new_name, **new_options}.items())
+        # Options the spec sets itself win over the old form's implied ones.
+        upgraded = {**new_options, **upgraded, "name": new_name}
+        spelling = ", ".join(
+            f"{k}: {str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in {"name": new_name, **new_options}.items()
+        )
         warnings.warn(
             f"attention {{name: {name}, {option}: {old}, ...}} is deprecated and will stop "
             f"working; write {{{spelling}, ...}} instead",

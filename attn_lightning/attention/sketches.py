@@ -16,6 +16,7 @@ float32.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -101,46 +102,70 @@ class RandomPolySketch(nn.Module):
         return f"head_dim={self.head_dim}, sketch_size={self.sketch_size}"
 
 
-class _Branch(nn.Module):
-    """LN → Linear(D, 8r) → GELU → Linear(8r, r), evaluated in the input's dtype."""
+class _FFSketch(nn.Module):
+    """One level of a learned-sketch branch: LN → Linear(in, 8r) → GELU → Linear(8r, r).
 
-    def __init__(self, head_dim: int, sketch_size: int) -> None:
+    As in PolySketchFormer's public code (``FFSketch``): a learnable LN, then two dense layers
+    without bias; ``bias=True`` gives the dense layers biases (this project's earlier form). Its
+    parameters are cast to the input's dtype.
+    """
+
+    def __init__(self, in_dim: int, sketch_size: int, *, bias: bool) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(head_dim)
-        self.fc1 = nn.Linear(head_dim, 8 * sketch_size)
-        self.fc2 = nn.Linear(8 * sketch_size, sketch_size)
+        self.norm = nn.LayerNorm(in_dim)
+        self.fc1 = nn.Linear(in_dim, 8 * sketch_size, bias=bias)
+        self.fc2 = nn.Linear(8 * sketch_size, sketch_size, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         dt = x.dtype
-        x = F.layer_norm(
-            x,
-            self.norm.normalized_shape,
-            self.norm.weight.to(dt),
-            self.norm.bias.to(dt),
-            self.norm.eps,
-        )
-        x = F.gelu(F.linear(x, self.fc1.weight.to(dt), self.fc1.bias.to(dt)))  # (B, H, N, 8r)
-        return F.linear(x, self.fc2.weight.to(dt), self.fc2.bias.to(dt))  # (B, H, N, r)
+        weight, bias = self.norm.weight.to(dt), self.norm.bias.to(dt)
+        x = F.layer_norm(x, self.norm.normalized_shape, weight, bias, self.norm.eps)
+        x = F.gelu(F.linear(x, self.fc1.weight.to(dt), _cast(self.fc1.bias, dt)))  # (…, 8r)
+        return F.linear(x, self.fc2.weight.to(dt), _cast(self.fc2.bias, dt))  # (…, r)
+
+
+def _cast(bias: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    return None if bias is None else bias.to(dtype)
 
 
 class LearnedPolySketch(nn.Module):
-    """Learned stand-in for the degree-2 sketch: ``s(x) = tanh(x1 ∘ x2 / √r) · √r`` with
-    ``x1, x2`` two independent branches LN → Linear(D, 8r) → GELU → Linear(8r, r).
+    """Learned stand-in for the degree-2 sketch: ``s(x) = tanh(x1 ∘ x2 / √r) · √r``, where x1 and
+    x2 are two independent branches, each ``levels`` ``_FFSketch`` levels (D → r, then r → r).
 
-    The product of two branches mimics the (x S1) ∘ (x S2) structure of the random sketch; tanh
-    bounds each coordinate by √r so the squared score ``⟨s(q), s(k)⟩² ≤ r⁴`` cannot overflow.
-    Shared by queries and keys (one module), so the score stays symmetric. O(N·D·r).
+    The paper's structure (PolySketchFormer, its public ``SketchLayer``): two levels, dense layers
+    without bias, each level starting with its own learnable LN, so the backend applies no other
+    norm before it. The product of two branches mimics the (x S1) ∘ (x S2) structure of the random
+    sketch; tanh bounds each coordinate by √r so ``⟨s(q), s(k)⟩² ≤ r⁴`` cannot overflow. Shared by
+    queries and keys (one module), so the score stays symmetric. O(N·(D + r)·8r) per level.
 
     Args:
         head_dim: D.
         sketch_size: r.
+        levels: levels per branch (paper: 2; this project's earlier form: 1).
+        bias: biases in the dense layers (paper: none; earlier form: True).
     """
 
-    def __init__(self, *, head_dim: int, sketch_size: int) -> None:
+    def __init__(
+        self, *, head_dim: int, sketch_size: int, levels: int = 2, bias: bool = False
+    ) -> None:
         super().__init__()
+        if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
+            raise ValueError(f"sketch_levels must be an int >= 1, got {levels!r}")
         self.sketch_size = sketch_size
-        self.branch1 = _Branch(head_dim, sketch_size)
-        self.branch2 = _Branch(head_dim, sketch_size)
+        self.levels = levels
+        dims = [head_dim] + [sketch_size] * (levels - 1)
+        self.branch1 = nn.Sequential(*(_FFSketch(d, sketch_size, bias=bias) for d in dims))
+        self.branch2 = nn.Sequential(*(_FFSketch(d, sketch_size, bias=bias) for d in dims))
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        # Earlier single-level checkpoints stored ``branch1.norm.weight``; one level is now
+        # ``branch1.0.norm.weight``. Rename so they load with ``sketch_levels=1, sketch_bias=True``.
+        for branch in ("branch1", "branch2"):
+            for key in [k for k in state_dict if k.startswith(f"{prefix}{branch}.")]:
+                rest = key[len(f"{prefix}{branch}.") :]
+                if rest.split(".")[0] in ("norm", "fc1", "fc2"):
+                    state_dict[f"{prefix}{branch}.0.{rest}"] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def forward(self, x: Tensor) -> Tensor:
         root_r = math.sqrt(self.sketch_size)

@@ -16,11 +16,14 @@ from attn_lightning.attention import available_attentions
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "linear": [{"feature_map": "relu"}, {"chunk_size": 3}],
     "performer": [{"kernel": "hyperbolic", "num_features": 32}, {"projection": "iid"}],
-    "polynomial": [{"learned_coefficients": True}, {"degree": 2}],
+    "polynomial": [{"learned_coefficients": True}, {"degree": 2}, {"norm": "fixed"}],
     "polysketch": [
         {"sketch_size": 8, "chunk_size": 3},
         {"sketch": "learned", "sketch_size": 8},
         {"degree": 2},
+        {"learned_coefficients": True, "sketch_size": 8},
+        {"local_block": 3, "sketch_size": 8},
+        {"local_block": 2, "sketch": "learned", "sketch_size": 8},
     ],
     "optimization": [{"iterations": 3, "lam": 0.05}, {"signed": True, "solver": "svd"}],
 }

@@ -10,25 +10,58 @@ import torch.nn.functional as F
 
 from attn_lightning.attention import FeatureMapAttention, build_attention, kv_cache
 from attn_lightning.attention.naive import naive_bounded, naive_polynomial
-from tests.attention.parity import CASES, DV, B, D, H, assert_parity, padding_mask, qkv
+from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
+
+
+def randomize_norm(attn) -> None:
+    """Move the learnable LN (if any) off its initial scale 1, bias 0, so parity tests see it."""
+    norm = attn.qk_norm
+    if norm.weight is not None:
+        g = torch.Generator().manual_seed(42)
+        with torch.no_grad():
+            norm.weight.copy_(0.5 + torch.rand(norm.weight.shape, generator=g, dtype=F64))
+            norm.bias.copy_(0.2 * torch.randn(norm.bias.shape, generator=g, dtype=F64))
+
+
+def inputs_of(attn):
+    """q -> q' of ``attn`` for the naive reference, through its LN parameters (with gradients)."""
+    norm = attn.qk_norm
+    return lambda x: naive_bounded(
+        x, normalize=attn.normalize, norm=attn.norm, weight=norm.weight, bias=norm.bias
+    )
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize(
-    "options", [{}, {"degree": 2}, {"degree": 6}, {"normalize": False}], ids=str
+    "options",
+    [{}, {"degree": 2}, {"degree": 6}, {"normalize": False}, {"norm": "fixed"}],
+    ids=str,
 )
 def test_exact_matches_naive_float64(case, options):
     l_q, s, causal, padded = CASES[case]
     attn = build_attention("polynomial", head_dim=D, **options).double()
+    randomize_norm(attn)
     mask = padding_mask(s) if padded else None
-    degree, normalize = options.get("degree", 4), options.get("normalize", True)
+    degree = options.get("degree", 4)
     assert_parity(
         lambda q, k, v: attn(q, k, v, causal=causal, key_padding_mask=mask),
         lambda q, k, v: naive_polynomial(
-            q, k, v, degree=degree, causal=causal, key_padding_mask=mask, normalize=normalize
+            q, k, v, degree=degree, causal=causal, key_padding_mask=mask, inputs=inputs_of(attn)
         ),
         qkv(l_q, s, seed=1),
+        params=list(attn.parameters()),
     )
+
+
+def test_default_norm_is_one_learnable_layer_norm_shared_by_q_and_k():
+    attn = build_attention("polynomial", head_dim=D)
+    assert sorted(n for n, _ in attn.named_parameters()) == ["qk_norm.bias", "qk_norm.weight"]
+    torch.testing.assert_close(attn.qk_norm.weight.detach(), torch.ones(D))  # paper: LN init
+    learned = build_attention("polynomial", head_dim=D, learned_coefficients=True)
+    # Starts at softmax's logit scale: LN · D^{-1/4}, as the earlier fixed form.
+    torch.testing.assert_close(learned.qk_norm.weight.detach(), torch.full((D,), D**-0.25))
+    assert not list(build_attention("polynomial", head_dim=D, norm="fixed").parameters())
+    assert not list(build_attention("polynomial", head_dim=D, normalize=False).parameters())
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -36,6 +69,7 @@ def test_exact_matches_naive_float64(case, options):
 def test_learned_coefficients_match_naive_float64(case, negative):
     l_q, s, causal, padded = CASES[case]
     attn = build_attention("polynomial", head_dim=D, learned_coefficients=True).double()
+    randomize_norm(attn)
     theta = attn.coefficient_logits
     if negative:  # a_1 dominates: the polynomial is < 0 for d < 0 and the clamp is exercised
         with torch.no_grad():
@@ -43,16 +77,23 @@ def test_learned_coefficients_match_naive_float64(case, negative):
     mask = padding_mask(s) if padded else None
     inputs = qkv(l_q, s, seed=2)
     if negative:
-        d = naive_bounded(inputs[0]) @ naive_bounded(inputs[1]).transpose(-1, -2)
+        bound = inputs_of(attn)
+        d = (bound(inputs[0]) @ bound(inputs[1]).transpose(-1, -2)).detach()
         poly = sum(a * d**i for i, a in enumerate(F.softplus(theta.detach())))
         assert (poly < 0).any() and (poly > 0).any()
     assert_parity(
         lambda q, k, v: attn(q, k, v, causal=causal, key_padding_mask=mask),
         lambda q, k, v: naive_polynomial(
-            q, k, v, causal=causal, key_padding_mask=mask, coefficients=F.softplus(theta)
+            q,
+            k,
+            v,
+            causal=causal,
+            key_padding_mask=mask,
+            coefficients=F.softplus(theta),
+            inputs=inputs_of(attn),
         ),
         inputs,
-        params=[theta],
+        params=list(attn.parameters()),
     )
 
 
@@ -66,7 +107,7 @@ def test_learned_coefficients_start_at_inverse_factorials():
     plain = build_attention("polynomial", head_dim=D)
     torch.testing.assert_close(plain.coefficients, F.one_hot(torch.tensor(4), 5).float())
     torch.testing.assert_close(plain.kernel(d), d**4)
-    assert not list(plain.parameters())
+    assert "coefficient_logits" not in plain.state_dict()
 
 
 def test_float32_and_half_precision_compute_in_float32():
@@ -108,7 +149,7 @@ def test_step_matches_causal_forward_across_cache_growth(options, monkeypatch):
             torch.testing.assert_close(out, full[:, :, sl], rtol=1e-10, atol=1e-12)
     assert [tuple(x.shape) for x in state] == [(B, H, 11, D), (B, H, 11, DV)]
     assert kv_cache._buffers_of(*state).capacity == 16  # preallocated, doubled twice
-    torch.testing.assert_close(state[0], naive_bounded(k, normalize=True))
+    torch.testing.assert_close(state[0], attn.normalize_inputs(k))
 
 
 def test_is_quadratic_not_a_feature_map():
@@ -116,8 +157,9 @@ def test_is_quadratic_not_a_feature_map():
     attn = build_attention("polynomial", head_dim=D)
     assert not isinstance(attn, FeatureMapAttention) and attn.supports_recurrence
     assert not hasattr(attn, "feature_map") and not hasattr(attn, "redraw_features")
-    assert repr(attn).endswith(
-        "(head_dim=8, degree=4, learned_coefficients=False, normalize=True, eps=1e-06)"
+    assert (
+        "head_dim=8, degree=4, learned_coefficients=False, normalize=True, norm='learned', "
+        "eps=1e-06" in repr(attn)
     )
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attn_lightning.attention import FeatureMapAttention, build_attention
-from attn_lightning.attention.naive import naive_polysketch, naive_random_sketch
+from attn_lightning.attention.naive import naive_bounded, naive_polysketch, naive_random_sketch
 from attn_lightning.attention.polysketch import PolySketchAttention
 from attn_lightning.attention.sketches import LearnedPolySketch, symmetric_square
 from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
@@ -23,10 +23,42 @@ def sketch_of(attn: PolySketchAttention):
     return lambda x: x
 
 
+def inputs_of(attn: PolySketchAttention):
+    """x -> x' of ``attn`` for the naive reference (identity before the learned sketch)."""
+    norm = attn.qk_norm
+    if norm is None:
+        return lambda x: x.to(F64)
+    return lambda x: naive_bounded(
+        x, normalize=attn.normalize, norm=attn.norm, weight=norm.weight, bias=norm.bias
+    )
+
+
+def randomize(attn: PolySketchAttention) -> None:
+    """Move the learnable LN and coefficients off their initial values."""
+    g = torch.Generator().manual_seed(42)
+    with torch.no_grad():
+        if attn.qk_norm is not None and attn.qk_norm.weight is not None:
+            attn.qk_norm.weight.mul_(0.5 + torch.rand(D, generator=g, dtype=F64))
+            attn.qk_norm.bias.add_(0.2 * torch.randn(D, generator=g, dtype=F64))
+        if attn.even_coefficient_logits is not None:
+            attn.even_coefficient_logits.add_(
+                torch.randn(3, generator=g, dtype=F64)[: len(attn.even_coefficient_logits)]
+            )
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize(
     "options",
-    [{"sketch": "random"}, {"sketch": "learned"}, {"degree": 2}, {"normalize": False}],
+    [
+        {"sketch": "random"},
+        {"sketch": "learned"},
+        {"sketch": "learned", "sketch_levels": 1, "sketch_bias": True, "norm": "fixed"},
+        {"degree": 2},
+        {"normalize": False},
+        {"norm": "fixed"},
+        {"learned_coefficients": True},
+        {"learned_coefficients": True, "degree": 2},
+    ],
     ids=str,
 )
 def test_matches_naive_float64(case, options):
@@ -35,8 +67,9 @@ def test_matches_naive_float64(case, options):
     attn = build_attention(
         "polysketch", head_dim=D, sketch_size=4, chunk_size=3, **options
     ).double()
+    randomize(attn)
     mask = padding_mask(s) if padded else None
-    normalize = options.get("normalize", True)
+    even = attn.coefficients if attn.learned_coefficients else None
     assert_parity(
         lambda q, k, v: attn(q, k, v, causal=causal, key_padding_mask=mask),
         lambda q, k, v: naive_polysketch(
@@ -44,13 +77,64 @@ def test_matches_naive_float64(case, options):
             k,
             v,
             sketch_of(attn),
-            normalize=normalize,
+            inputs=inputs_of(attn),
+            even_coefficients=even,
             causal=causal,
             key_padding_mask=mask,
         ),
         qkv(l_q, s, seed=4, scale=2.0),
         params=list(attn.parameters()),
     )
+
+
+def test_paper_defaults_learnable_norm_and_two_level_bias_free_learned_sketch():
+    attn = build_attention("polysketch", head_dim=D, sketch_size=4)
+    assert sorted(n for n, _ in attn.named_parameters()) == ["qk_norm.bias", "qk_norm.weight"]
+    learned = build_attention("polysketch", head_dim=D, sketch="learned", sketch_size=4)
+    assert learned.qk_norm is None  # the learned sketch starts with its own LN (paper)
+    names = [n for n, _ in learned.named_parameters()]
+    assert not any(n.endswith("fc1.bias") or n.endswith("fc2.bias") for n in names)
+    assert "sketch.branch1.1.fc2.weight" in names and "sketch.branch2.1.norm.weight" in names
+    assert learned.sketch.branch1[1].fc1.in_features == 4  # level 2 maps r -> 8r -> r
+
+
+def test_earlier_single_level_learned_sketch_checkpoints_load():
+    old = build_attention(
+        "polysketch",
+        head_dim=D,
+        sketch="learned",
+        sketch_size=4,
+        sketch_levels=1,
+        sketch_bias=True,
+        norm="fixed",
+    )
+    state = {
+        k.replace("branch1.0.", "branch1.").replace("branch2.0.", "branch2."): v
+        for k, v in old.state_dict().items()
+    }
+    assert "sketch.branch1.norm.weight" in state  # the earlier key layout
+    new = build_attention(
+        "polysketch",
+        head_dim=D,
+        sketch="learned",
+        sketch_size=4,
+        sketch_levels=1,
+        sketch_bias=True,
+        norm="fixed",
+    )
+    new.load_state_dict(state)
+    q, k, v = qkv(3, 4, dtype=torch.float32)
+    torch.testing.assert_close(new(q, k, v), old(q, k, v), rtol=0, atol=0)
+
+
+def test_learned_even_coefficients_start_at_inverse_factorials_and_are_logged():
+    attn = build_attention("polysketch", head_dim=D, sketch_size=4, learned_coefficients=True)
+    torch.testing.assert_close(attn.coefficients.detach(), torch.tensor([1.0, 0.5, 1 / 24]))
+    assert attn.normalizer_offset == 0.0
+    assert attn.diagnostics() == pytest.approx({"a0": 1.0, "a2": 0.5, "a4": 1 / 24})
+    assert build_attention("polysketch", head_dim=D, sketch_size=4).diagnostics() == {}
+    r, features = 4, attn.features(torch.randn(1, 1, 2, D), is_query=True)
+    assert features.shape[-1] == 1 + D * (D + 1) // 2 + r * (r + 1) // 2
 
 
 @pytest.mark.parametrize("sketch", ["random", "learned"])
@@ -80,7 +164,7 @@ def test_sketch_error_falls_as_sketch_size_grows():
     exact = build_attention("polynomial", head_dim=D).double()(q, k, v)
     errors = []
     for r in (4, 16, 64, 256):  # relative error ~ 1/√r: 1.0, 0.84, 0.58, 0.32 here
-        attn = build_attention("polysketch", head_dim=D, sketch_size=r).double()
+        attn = build_attention("polysketch", head_dim=D, sketch_size=r, redraw=True).double()
         g = torch.Generator().manual_seed(r)
         draws = []
         for _ in range(8):
@@ -97,7 +181,7 @@ def test_degree_two_sketch_equals_exact(case):
     mask = padding_mask(s) if padded else None
     exact = build_attention("polynomial", head_dim=D, degree=2).double()
     sketch = build_attention("polysketch", head_dim=D, degree=2, chunk_size=3).double()
-    assert not list(sketch.buffers()) and not list(sketch.parameters())
+    assert not list(sketch.buffers())
     q, k, v = qkv(l_q, s, seed=8)
     torch.testing.assert_close(
         sketch(q, k, v, causal=causal, key_padding_mask=mask),
@@ -120,9 +204,16 @@ def test_step_matches_causal_forward_with_a_constant_state(sketch):
 
 
 # ---------------------------------------------------------------------- random features
+def test_sketch_is_fixed_unless_redraw_is_asked_for():
+    attn = build_attention("polysketch", head_dim=D, sketch_size=6)
+    before = attn.sketch.s1.clone()
+    attn.redraw_features(torch.Generator().manual_seed(3))  # FeatureRedraw's call: a no-op
+    assert torch.equal(attn.sketch.s1, before)
+
+
 def test_redraw_with_equal_generators_gives_identical_buffers():
-    a = build_attention("polysketch", head_dim=D, sketch_size=6)
-    b = build_attention("polysketch", head_dim=D, sketch_size=6).double()
+    a = build_attention("polysketch", head_dim=D, sketch_size=6, redraw=True)
+    b = build_attention("polysketch", head_dim=D, sketch_size=6, redraw=True).double()
     assert {"sketch.s1", "sketch.s2"} <= set(a.state_dict())
     assert not torch.equal(a.sketch.s1, b.sketch.s1.float())  # global RNG moved on
     a.redraw_features(torch.Generator().manual_seed(3))
@@ -134,7 +225,7 @@ def test_redraw_with_equal_generators_gives_identical_buffers():
     before = a.sketch.s1.clone()
     a.redraw_features(torch.Generator().manual_seed(4))
     assert not torch.equal(a.sketch.s1, before)
-    c = build_attention("polysketch", head_dim=D, sketch_size=6)
+    c = build_attention("polysketch", head_dim=D, sketch_size=6, redraw=True)
     c.load_state_dict(a.state_dict())
     q, k, v = qkv(3, 4, dtype=torch.float32)
     torch.testing.assert_close(c(q, k, v), a(q, k, v), rtol=0, atol=0)
@@ -182,10 +273,13 @@ def test_is_a_feature_map_backend():
         ({"degree": 6}, "sketch='random' supports degree 2, 4, got degree=6"),
         ({"degree": 4.0}, "sketch='random' supports degree 2, 4, got degree=4.0"),
         ({"sketch": "learned", "degree": 2}, "sketch='learned' supports degree 4, got degree=2"),
-        ({"sketch_size": 0}, "sketch_size must be a positive int.*got 0"),
+        ({"sketch_size": 0}, "sketch_size must be an int >= 1, got 0"),
         ({"chunk_size": 0}, "chunk_size"),
         ({"eps": -1.0}, "eps"),
-        ({"learned_coefficients": True}, "'learned_coefficients' is an option of polynomial"),
+        ({"sketch": "learned", "learned_coefficients": True}, "learned_coefficients=True needs"),
+        ({"norm": "batch"}, "unknown norm 'batch'.*allowed: learned, fixed, none"),
+        ({"local_block": -1}, "local_block must be an int >= 0, got -1"),
+        ({"sketch": "learned", "sketch_levels": 0}, "sketch_levels must be an int >= 1"),
     ],
     ids=str,
 )

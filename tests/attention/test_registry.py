@@ -132,18 +132,26 @@ def test_register_attention_adds_a_user_backend(monkeypatch):
 OLD_SPELLINGS = {  # id -> (old spec, today's spec, the spelling the warning names)
     "sketch": (
         {"name": "polynomial", "form": "sketch", "degree": 4, "sketch_size": 8},
-        {"name": "polysketch", "sketch": "random", "degree": 4, "sketch_size": 8},
-        "{name: polysketch, sketch: random, ...}",
+        {"name": "polysketch", "sketch": "random", "norm": "fixed", "degree": 4, "sketch_size": 8},
+        "{name: polysketch, sketch: random, norm: fixed, ...}",
     ),
     "learned": (
         {"name": "polynomial", "form": "learned", "sketch_size": 8},
-        {"name": "polysketch", "sketch": "learned", "sketch_size": 8},
-        "{name: polysketch, sketch: learned, ...}",
+        {
+            "name": "polysketch",
+            "sketch": "learned",
+            "norm": "fixed",
+            "sketch_levels": 1,
+            "sketch_bias": True,
+            "sketch_size": 8,
+        },
+        "{name: polysketch, sketch: learned, norm: fixed, sketch_levels: 1, sketch_bias: true, "
+        "...}",
     ),
     "exact": (
         {"name": "polynomial", "form": "exact", "degree": 6},
-        {"name": "polynomial", "degree": 6},
-        "{name: polynomial, ...}",
+        {"name": "polynomial", "norm": "fixed", "degree": 6},
+        "{name: polynomial, norm: fixed, ...}",
     ),
 }
 
@@ -175,7 +183,7 @@ def test_deprecated_polynomial_forms_warn_and_build_the_new_spelling(case):
 def test_deprecated_sketch_state_dict_keys_load_into_polysketch():
     # An old checkpoint of {name: polynomial, form: sketch} stored its sketch as sketch.s1/s2.
     torch.manual_seed(1)
-    new = build_attention("polysketch", head_dim=8, sketch_size=4)
+    new = build_attention("polysketch", head_dim=8, sketch_size=4, norm="fixed")
     with pytest.warns(FutureWarning):
         old = build_attention(
             {"name": "polynomial", "form": "sketch", "sketch_size": 4}, head_dim=8
@@ -194,7 +202,7 @@ def test_deprecated_sketch_state_dict_keys_load_into_polysketch():
         ({"form": "exact", "chunk_size": 16}, r"unknown option\(s\) 'chunk_size'"),
         ({"form": "sketch", "degree": 6}, "sketch='random' supports degree 2, 4, got degree=6"),
         ({"form": "learned", "degree": 2}, "sketch='learned' supports degree 4, got degree=2"),
-        ({"form": "sketch", "learned_coefficients": True}, "'learned_coefficients'.*polynomial"),
+        ({"form": "learned", "learned_coefficients": True}, "learned_coefficients=True needs"),
     ],
     ids=str,
 )
