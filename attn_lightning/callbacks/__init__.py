@@ -1,5 +1,6 @@
-"""Lightning callbacks: random-feature redraw, run checkpoints, logging from the first validation
-batch (one base: sample tables, image grids, detections), adapter export and prediction files.
+"""Lightning callbacks: random-feature redraw, run checkpoints, attention diagnostics, logging
+from the first validation batch (one base: sample tables, image grids, detections), adapter
+export and prediction files.
 
 Each callback that needs something of the task names it as a ``runtime_checkable`` Protocol
 (``SampleRows``, ``ImageSampler``, ``Detector``, ``AdapterExporter``, ``PredictionSaver``) and
@@ -8,6 +9,7 @@ skips tasks without it.
 
 from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
 from attn_lightning.callbacks.detections import DetectionImages, Detector
+from attn_lightning.callbacks.diagnostics import AttentionDiagnostics, collect_diagnostics
 from attn_lightning.callbacks.gradients import (
     GradientTracker,
     LossSpikeDetector,
@@ -31,6 +33,7 @@ from attn_lightning.callbacks.training import (
 __all__ = [
     "AdapterExport",
     "AdapterExporter",
+    "AttentionDiagnostics",
     "DetectionImages",
     "Detector",
     "FeatureRedraw",
@@ -45,6 +48,7 @@ __all__ = [
     "SamplePredictions",
     "SampleRows",
     "ValidationBatchLogger",
+    "collect_diagnostics",
     "markdown_table",
     "redraw_all_features",
     "redraw_generator",

@@ -10,6 +10,8 @@ under their own top-level keys:
   ``adapter_export``, ``lr_monitor``: see ``attn_lightning.callbacks`` (a task without a
   callback's hook is skipped);
 * ``gradient_tracker``: ``GradientTracker``, ``grad/*`` norms and ``train/loss_spike(s)``;
+* ``attention_diagnostics``: ``AttentionDiagnostics``, each backend's ``diagnostics()`` (learned
+  polynomial coefficients, ...) as ``attention/<layer>/<key>``;
 * a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
 
 Top-level options: ``experiment`` and ``run_name`` name the logger (and so the checkpoint folder;
@@ -48,6 +50,7 @@ from attn_lightning.attention import set_check_finite
 from attn_lightning.attention.base import CHECK_FINITE_ENV
 from attn_lightning.callbacks import (
     AdapterExport,
+    AttentionDiagnostics,
     DetectionImages,
     FeatureRedraw,
     GradientTracker,
@@ -132,6 +135,7 @@ class AttnLightningCLI(LightningCLI):
         parser.add_lightning_class_args(AdapterExport, "adapter_export")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         parser.add_lightning_class_args(GradientTracker, "gradient_tracker")
+        parser.add_lightning_class_args(AttentionDiagnostics, "attention_diagnostics")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})
 

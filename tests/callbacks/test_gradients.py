@@ -4,16 +4,13 @@ sequence, and a tiny ``train.py fit`` whose TensorBoard run holds the scalars at
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
 from attn_lightning.callbacks import GradientTracker, LossSpikeDetector, ParameterGroups
-from attn_lightning.cli import main
 from attn_lightning.models.positional import LearnedPositionalEncoding
 from attn_lightning.models.transformer import FeedForward, MultiHeadAttention
 
@@ -97,38 +94,6 @@ def test_invalid_settings_are_refused():
         GradientTracker(every_n_steps=-1)
     with pytest.raises(ValueError, match="window"):
         LossSpikeDetector(window=0)
-
-
-@pytest.fixture
-def fit_run(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])
-
-    def fit(*extra: str) -> dict[str, list[tuple[int, float]]]:
-        main(
-            [
-                "fit",
-                "--config",
-                str(ROOT / "configs" / "reversal" / "base.yaml"),
-                "--config",
-                str(ROOT / "configs" / "presets" / "debug.yaml"),
-                f"--trainer.logger.init_args.save_dir={tmp_path / 'tb'}",
-                "--data.init_args.train_size=96",
-                "--data.init_args.val_size=16",
-                "--data.init_args.batch_size=8",
-                "--trainer.enable_progress_bar=false",
-                "--trainer.max_steps=5",
-                "--trainer.limit_train_batches=10",
-                *extra,
-            ]
-        )
-        (run,) = (tmp_path / "tb").glob("*/*")
-        events = EventAccumulator(str(run))
-        events.Reload()
-        tags = events.Tags()["scalars"]
-        return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in tags}
-
-    return fit
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
