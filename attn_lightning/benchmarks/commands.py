@@ -243,6 +243,14 @@ def cmd_kernels(args: argparse.Namespace) -> str:
     text = "## similarity / similarity at θ = 0\n\n" + report.markdown_table(
         ["kernel", *(f"θ={r['theta_deg']:.0f}°" for r in coarse)], body
     )
+    if learned:
+        width = max(len(a) for a in learned.values())
+        table = [
+            [name, *(f"{a[i]:.4g}" if i < len(a) else "" for i in range(width))]
+            for name, a in learned.items()
+        ]
+        text += "\n\n## learned coefficients a_i (1/i! at initialisation)\n\n"
+        text += report.markdown_table(["layer", *(f"a{i}" for i in range(width))], table)
     tag = args.tag or "kernel_shapes"
     _write(args.out, tag, meta, rows, text)
     floor = 1e-8  # log panel: the power kernels reach 0 at 90°

@@ -7,8 +7,9 @@ For x, y of norm ``norm`` (1: unit vectors) at angle θ, so that ``d = xᵀy = n
   on θ, so it is averaged over random pairs in D dimensions (band: 10–90% over pairs)
 * power kernel:         d^p for p = 2, 4, 8 (even: anti-parallel vectors score as parallel ones)
 * learned polynomial:   max(0, Σ_i a_i d^i), a_i read from a checkpoint (``coefficient_logits``
-  of ``PolynomialAttention(learned_coefficients=True)``, a = softplus), else the 1/i!
-  initialisation (the degree-p Taylor polynomial of exp)
+  of ``PolynomialAttention(learned_coefficients=True)``, a = softplus; ``even_coefficient_logits``
+  of the linear-time ``PolySketchAttention(learned_coefficients=True)``, degrees 0, 2, 4, whose
+  d⁴ term is the sketch's expectation), else the 1/i! initialisation (the Taylor polynomial of exp)
 * Performer (positive features, m random projections): the unbiased estimate of exp(d),
   averaged over pairs, one projection draw per pair (band: 10–90% over pairs)
 
@@ -29,6 +30,7 @@ from torch import Tensor
 from attn_lightning.attention.performer import draw_projection
 
 SUFFIX = "coefficient_logits"
+EVEN_SUFFIX = "even_coefficient_logits"
 
 
 def load_learned_coefficients(path: Path) -> dict[str, Tensor]:
@@ -41,11 +43,18 @@ def load_learned_coefficients(path: Path) -> dict[str, Tensor]:
     """
     obj = torch.load(path, map_location="cpu", weights_only=True)
     state = obj.get("state_dict", obj) if isinstance(obj, dict) else {}
-    found = {
-        key[: -len(SUFFIX)].rstrip(".") or "coefficients": F.softplus(value.double())
-        for key, value in state.items()
-        if key.endswith(SUFFIX) and isinstance(value, Tensor)
-    }
+    found = {}
+    for key, value in state.items():
+        if not key.endswith(SUFFIX) or not isinstance(value, Tensor):
+            continue
+        a = F.softplus(value.double())
+        if key.endswith(EVEN_SUFFIX):  # a_0, a_2, a_4 -> a_0, 0, a_2, 0, a_4
+            full = torch.zeros(2 * len(a) - 1, dtype=a.dtype)
+            full[::2] = a
+            name = key[: -len(EVEN_SUFFIX)].rstrip(".") + " (linear-time, even)"
+            found[name] = full
+        else:
+            found[key[: -len(SUFFIX)].rstrip(".") or "coefficients"] = a
     if not found:
         sample = ", ".join(list(state)[:5]) or "none"
         raise ValueError(

@@ -198,7 +198,12 @@ def test_approx_writes_tables_and_one_figure_per_experiment(tmp_path, capsys):
 def test_kernels_reads_learned_coefficients_from_checkpoint(tmp_path, capsys):
     ckpt = tmp_path / "model.ckpt"
     logits = torch.log(torch.expm1(torch.tensor([1.0, 1.0, 0.5])))  # a = 1, 1, 0.5
-    torch.save({"state_dict": {"model.layer.attention.coefficient_logits": logits}}, ckpt)
+    even = torch.log(torch.expm1(torch.tensor([1.0, 2.0])))  # linear-time form: a0 = 1, a2 = 2
+    state = {
+        "model.layer.attention.coefficient_logits": logits,
+        "model.other.backend.even_coefficient_logits": even,
+    }
+    torch.save({"state_dict": state}, ckpt)
     out = _run(
         [
             "kernels",
@@ -219,6 +224,13 @@ def test_kernels_reads_learned_coefficients_from_checkpoint(tmp_path, capsys):
     learned = [float(r["learned polynomial: model.layer.attention"]) for r in rows]
     # (1 + d + d²/2) / 2.5 at d = cos θ: 1 at 0°, 0.2 at 180°.
     assert learned[0] == pytest.approx(1.0) and learned[-1] == pytest.approx(0.2)
+    # (1 + 2d²) / 3: symmetric, 1/3 at 90°.
+    even_col = "learned polynomial: model.other.backend (linear-time, even)"
+    even_curve = [float(r[even_col]) for r in rows]
+    assert even_curve[-1] == pytest.approx(1.0) and min(even_curve) == pytest.approx(
+        1 / 3, rel=1e-2
+    )
+    assert "## learned coefficients" in out and "| model.layer.attention | 1 | 1 | 0.5 |" in out
     assert (tmp_path / "kernel_shapes.png").stat().st_size > 0
 
 
