@@ -1,10 +1,12 @@
 """Tables of a study: mean ± std over seeds per variant, written as markdown and CSV.
 
 Every study formats ``mean ± std`` here (``mean_std`` + ``format_mean_std``): the sample
-standard deviation over the runs that finished, ``0`` for one run, ``–`` for none. Which metrics
-become columns is the caller's choice; ``default_metrics`` takes the ``test/`` metrics the runs
-reported, so each task gets its own columns. A known metric has a title, a scale (100 for
-percentages) and a number of decimals in ``KNOWN``; any other key is shown as is.
+standard deviation over the runs that finished, ``0`` for one run, ``–`` for none. Outcomes
+that split into modes (a run converges or not) are shown as ``median [25th, 75th percentile]``
+instead (``median_iqr`` + ``format_median_iqr``). Which metrics become columns is the caller's
+choice; ``default_metrics`` takes the ``test/`` metrics the runs reported, so each task gets its
+own columns. A known metric has a title, a scale (100 for percentages) and a number of
+decimals in ``KNOWN``; any other key is shown as is.
 """
 
 from __future__ import annotations
@@ -112,6 +114,36 @@ def format_mean_std(
     if mean is None:
         return "–"
     return f"{mean * scale:.{digits}f} ± {(std or 0.0) * scale:.{digits}f}"
+
+
+def median_iqr(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """Median, 25th and 75th percentile of ``values``; ``(None, None, None)`` for no values.
+
+    Quartiles by ``statistics.quantiles(..., method="inclusive")``: linear interpolation between
+    the sorted values (numpy's default ``percentile``), so they stay within the observed range;
+    one value is its own median and quartiles. For bimodal outcomes (a run converges or not)
+    where mean ± std describes neither mode.
+    """
+    if not values:
+        return None, None, None
+    if len(values) == 1:  # quantiles() needs two points before Python 3.13
+        return values[0], values[0], values[0]
+    q25, median, q75 = statistics.quantiles(values, n=4, method="inclusive")
+    return median, q25, q75
+
+
+def format_median_iqr(
+    median: float | None,
+    q25: float | None,
+    q75: float | None,
+    *,
+    scale: float = 1.0,
+    digits: int = 2,
+) -> str:
+    """``median [q25, q75]`` of values × ``scale`` with ``digits`` decimals; ``–`` without one."""
+    if median is None or q25 is None or q75 is None:
+        return "–"
+    return f"{median * scale:.{digits}f} [{q25 * scale:.{digits}f}, {q75 * scale:.{digits}f}]"
 
 
 def summarize(

@@ -12,7 +12,9 @@ from attn_lightning.studies.tables import (
     RunResult,
     default_metrics,
     format_mean_std,
+    format_median_iqr,
     mean_std,
+    median_iqr,
     write_tables,
 )
 
@@ -118,3 +120,21 @@ def test_write_tables_default_columns_without_reversal_leftovers(tmp_path):
     md = (tmp_path / "img.md").read_text()
     assert "| backend | runs | crashed | test bits/dim | test loss | wall time / run (s) |" in md
     assert "token acc" not in md and "not converged" not in md
+
+
+def test_median_iqr_interpolates_linearly_within_the_data():
+    # Inclusive quartiles of 1..5: positions 1, 2, 3 of 0..4 -> 2, 3, 4 (numpy's percentile).
+    assert median_iqr([5.0, 1.0, 3.0, 2.0, 4.0]) == (3.0, 2.0, 4.0)
+    # Four values: the 25th percentile sits 3/4 of the way from 0 to 10.
+    assert median_iqr([0.0, 10.0, 20.0, 100.0]) == (15.0, 7.5, 40.0)
+    # Bimodal: the median follows the majority, unlike the mean (0.59 here).
+    median, q25, q75 = median_iqr([1.0, 1.0, 1.0, 0.1, 0.1, 1.0, 1.0, 0.1, 0.1, 0.5])
+    assert (median, q25, q75) == (pytest.approx(0.75), pytest.approx(0.1), 1.0)
+    assert median_iqr([7.0]) == (7.0, 7.0, 7.0)
+    assert median_iqr([]) == (None, None, None)
+
+
+def test_format_median_iqr_scales_and_rounds():
+    assert format_median_iqr(0.99871, 0.991, 1.0, scale=100) == "99.87 [99.10, 100.00]"
+    assert format_median_iqr(*median_iqr([100, 200, 400]), digits=0) == "200 [150, 300]"
+    assert format_median_iqr(*median_iqr([])) == "–"
