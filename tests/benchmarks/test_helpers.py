@@ -29,10 +29,13 @@ def test_parse_backend_types_and_label():
 
 
 def test_parse_backend_accepts_the_deprecated_polynomial_forms_with_a_warning():
-    with pytest.warns(FutureWarning, match=r"\{name: polysketch, sketch: random, \.\.\.\}"):
+    with pytest.warns(
+        FutureWarning, match=r"\{name: polysketch, sketch: random, norm: fixed, \.\.\.\}"
+    ):
         spec = parse_backend("polynomial:form=sketch,sketch_size=8")
     assert spec.label == "polynomial:form=sketch,sketch_size=8"  # as written on the command line
-    assert (spec.name, spec.options) == ("polysketch", {"sketch": "random", "sketch_size": 8})
+    want = {"sketch": "random", "norm": "fixed", "sketch_size": 8}
+    assert (spec.name, spec.options) == ("polysketch", want)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # rewritten once, at parse time
         assert spec.build(head_dim=16).sketch_size == 8
@@ -170,6 +173,20 @@ def test_time_exponent_is_clamped_between_linear_and_quadratic():
     assert scaling._time_exponent([r(8, 1.0), r(16, 64.0)]) == 2.0
     # constant tokens: half the batch at twice N and the same total time is linear per sample
     assert scaling._time_exponent([r(8, 1.0, batch=4), r(16, 1.0, batch=2)]) == 1.0
+
+
+def test_memory_exponent_follows_the_measured_growth():
+    def r(n, mb):
+        return scaling.Row("p", "x", False, "fwd", n, 4, 1, 8, "float32", ms=1.0, peak_mb=mb)
+
+    # A linear-time backend's memory: 289 -> 1142 MiB from N = 1,024 to 4,096 is N¹, so the
+    # estimate at 16,384 is ~4.5 GiB, not the quadratic bound's 18 GiB.
+    rows = [r(1024, 289.0), r(4096, 1142.0)]
+    alpha = scaling._memory_exponent(rows)
+    assert alpha == pytest.approx(1.0, abs=0.02)
+    assert scaling._extrapolate(1142.0, rows[-1], 16384, 4, alpha) == pytest.approx(4568, rel=0.05)
+    assert scaling._memory_exponent([r(1024, 10.0), r(2048, 40.0)]) == 2.0  # quadratic stays 2
+    assert scaling._memory_exponent(rows[:1]) == 2.0  # one point: the safe bound
 
 
 def test_series_skips_once_the_estimate_exceeds_the_budget():
