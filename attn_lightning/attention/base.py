@@ -85,6 +85,10 @@ class Attention(nn.Module, abc.ABC):
     # index, so a single query sliced out of a sequence is a different query (contract tests
     # then compare whole prefixes, and drop trailing keys only).
     positional: bool = False
+    # False when Dv must equal D (optimization's values dictionary reconstructs q from v).
+    supports_any_value_dim: bool = True
+    # False for self-attention-only mixers (local pooling on the token grid): no L != S form.
+    supports_cross_attention: bool = True
 
     def __init__(self, *, head_dim: int) -> None:
         super().__init__()

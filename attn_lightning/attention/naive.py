@@ -261,31 +261,34 @@ def naive_optimization(
     v: Tensor,
     *,
     key_padding_mask: Tensor | None = None,
+    dictionary: str = "values",
     iterations: int = 10,
     lam: float = 0.1,
     rho: float = 1.0,
     power: float = 5.0,
     signed: bool = False,
     exclude_self: bool = False,
-    normalize: bool = True,
+    normalize: bool = False,
 ) -> Tensor:
     """Per batch, head and query: K steps of scaled ADMM on ``½‖q − Dm c‖² + λ‖c‖₁`` with
     ``M = inv(DmᵀDm + ρI)`` formed explicitly (S×S), then ``w_j = |z_j|^p / Σ_l |z_l|^p``
-    (times sign(z_j) if signed) and ``out = Σ_j w_j v_j``. Padded keys are zero columns with
-    z_j pinned to 0; ``exclude_self`` pins z_ii too."""
+    (times sign(z_j) if signed) and ``out = Σ_j w_j v_j``. ``Dm`` holds the values (``dictionary=
+    "values"``, needs Dv = D) or the keys as columns; padded tokens are zero columns with z_j
+    pinned to 0; ``exclude_self`` pins z_ii too. No random tokens: the eval-mode output."""
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
+    tokens = {"values": v, "keys": k}[dictionary]  # (B, H, S, D)
     s = k.shape[2]
     outs = []
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
-            qq, kk = q[b, h], k[b, h]
+            qq, kk = q[b, h], tokens[b, h]
             if normalize:
                 qq = qq / qq.norm(dim=-1, keepdim=True)
                 kk = kk / kk.norm(dim=-1, keepdim=True)
             real = (
                 torch.ones(s, dtype=torch.bool) if key_padding_mask is None else key_padding_mask[b]
             )
-            dm = torch.where(real[:, None], kk, 0.0).T  # (D, S): keys as columns
+            dm = torch.where(real[:, None], kk, 0.0).T  # (D, S): the tokens as columns
             m = torch.linalg.inv(dm.T @ dm + rho * torch.eye(s, dtype=dm.dtype))
             for i in range(q.shape[2]):
                 keep = real.clone()

@@ -22,6 +22,7 @@ from attn_lightning.attention.optimization import OptimizationAttention
 from attn_lightning.attention.performer import PerformerAttention
 from attn_lightning.attention.polynomial import PolynomialAttention
 from attn_lightning.attention.polysketch import PolySketchAttention
+from attn_lightning.attention.pooling import PoolAttention
 from attn_lightning.attention.softmax import SoftmaxAttention
 
 # The table: every backend a config can name. ``register_attention`` adds user backends to it.
@@ -32,6 +33,7 @@ ATTENTIONS: dict[str, type[Attention]] = {
     "performer": PerformerAttention,
     "polynomial": PolynomialAttention,
     "polysketch": PolySketchAttention,
+    "pool": PoolAttention,
     "softmax": SoftmaxAttention,
 }
 

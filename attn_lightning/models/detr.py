@@ -6,12 +6,16 @@ Three sites, each configured on its own with ``{name, projections, **options}``:
 * ``decoder_self``: object queries attend to each other (q = k = t + query_pos, v = t);
 * ``decoder_cross``: object queries attend to the memory (q = t + query_pos, k = m + pos, v = m).
 
-``projections: false`` drops that site's Q/K/V/out matrices (the parameter-free setting of
-optimization-based attention). Positional encodings are added to q and k at every layer, never to
-v. The layers are the shared pre-norm ``EncoderBlock`` / ``DecoderBlock`` of
-``models/transformer.py`` (LayerNorm before each sub-layer, one final norm per stack), which train
-more reliably than DETR's post-norm default on short budgets; the decoder's final norm is applied
-to every layer's output for the auxiliary losses, as in DETR.
+``projections`` per site: ``true`` (Q, K, V and out matrices), ``no_qk`` (V and out only: q and k
+are the position-added inputs, the form of optimization-based attention) or ``false`` (none).
+Positional encodings are added to q and k at every layer, never to v. The ``pool`` backend
+(PoolFormer's local average) gets the feature map's h×w grid before every forward and is allowed
+at ``encoder_self`` only: object queries have no spatial order to pool over.
+
+The layers are the shared pre-norm ``EncoderBlock`` / ``DecoderBlock`` of ``models/transformer.py``
+(LayerNorm before each sub-layer, one final norm per stack), which train more reliably than DETR's
+post-norm default on short budgets; the decoder's final norm is applied to every layer's output
+for the auxiliary losses, as in DETR.
 
 Shape notation: ``B`` batch, ``S = h·w`` memory tokens, ``N`` object queries, ``E`` d_model,
 ``C`` classes (the class head has C + 1 outputs, the last one "no object").
@@ -26,24 +30,34 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from attn_lightning.attention.pooling import PoolAttention
 from attn_lightning.models.backbone import build_backbone, sine_position_encoding
-from attn_lightning.models.transformer import DecoderBlock, EncoderBlock, MultiHeadAttention
+from attn_lightning.models.transformer import (
+    DecoderBlock,
+    EncoderBlock,
+    MultiHeadAttention,
+    Projections,
+    check_projections,
+)
 
 SITES = ("encoder_self", "decoder_self", "decoder_cross")
 DEFAULT_SITE: dict[str, Any] = {"name": "softmax", "projections": True}
+# Backends that need the image grid, hence only make sense over the encoder's image tokens.
+SPATIAL_BACKENDS = ("pool",)
 
 
-def split_site(spec: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+def split_site(spec: Mapping[str, Any]) -> tuple[dict[str, Any], Projections]:
     """``{name, projections, **options}`` -> (backend dict ``{name, **options}``, projections).
 
     Raises:
-        ValueError: no ``name`` or a non-bool ``projections``.
+        ValueError: no ``name``, or ``projections`` not true, false or ``no_qk``.
     """
     if not isinstance(spec, Mapping) or "name" not in spec:
         raise ValueError(f"an attention site needs a dict with a 'name' key, got {spec!r}")
-    projections = spec.get("projections", True)
-    if not isinstance(projections, bool):
-        raise ValueError(f"site 'projections' must be true or false, got {projections!r}")
+    try:
+        projections = check_projections(spec.get("projections", True))
+    except ValueError as err:
+        raise ValueError(f"site {err}") from None
     return {k: v for k, v in spec.items() if k != "projections"}, projections
 
 
@@ -84,7 +98,12 @@ class DETR(nn.Module):
         backbone: ``small_cnn`` or ``resnet18`` (random init); ``backbone_width`` and
             ``backbone_stages`` size it (see ``models.backbone``).
         sites: ``{encoder_self|decoder_self|decoder_cross: {name, projections, **options}}``;
-            a site left out is softmax with projections.
+            a site left out is softmax with projections; ``projections`` is true, false or
+            ``no_qk``.
+
+    Raises:
+        ValueError: bad sizes, an unknown site, backend or option, or a spatial backend
+            (``pool``) at a decoder site.
     """
 
     def __init__(
@@ -118,6 +137,13 @@ class DETR(nn.Module):
         if unknown:
             raise ValueError(f"unknown attention site(s) {unknown}; allowed: {', '.join(SITES)}")
         self.sites = {site: dict(sites.get(site) or DEFAULT_SITE) for site in SITES}
+        for site in ("decoder_self", "decoder_cross"):
+            if self.sites[site].get("name") in SPATIAL_BACKENDS:
+                raise ValueError(
+                    f"attention {self.sites[site]['name']!r} at site {site!r}: it pools over the "
+                    f"image grid, which only encoder_self has (object queries have no spatial "
+                    f"order, and cross-attention has L != S); use it at encoder_self only"
+                )
         self.num_classes = num_classes
         self.d_model = d_model
         self.backbone = build_backbone(backbone, width=backbone_width, num_stages=backbone_stages)
@@ -169,6 +195,9 @@ class DETR(nn.Module):
         memory = feats.flatten(2).transpose(1, 2)  # (B, S, E)
         pos = sine_position_encoding(h, w, self.d_model, device=images.device)
         pos = pos.to(memory.dtype)[None]  # (1, S, E)
+        for module in self.encoder.modules():
+            if isinstance(module, PoolAttention):
+                module.spatial_shape = (h, w)  # this batch's grid: image sizes may vary
         for layer in self.encoder:
             memory = layer(memory, pos=pos)  # (B, S, E)
         memory = self.encoder_norm(memory)

@@ -14,6 +14,10 @@ sequence and pixel models; DETR stacks ``EncoderBlock``s and ``DecoderBlock``s i
 positional encodings (``pos``, ``query_pos``) that are added to queries and keys at every layer,
 and one backend dict and projections choice per attention site.
 
+Projections (``projections``): ``True`` all four (Q, K, V, out); ``"no_qk"`` only V and out, q and
+k being the inputs split into heads (the form of optimization-based attention, "without the need
+for explicit Q and K projection matrices"); ``False`` none (q, k, v are all the inputs).
+
 Incremental decoding: every ``step`` takes one position ``(B, 1, E)`` and the state the previous
 call returned (None at the first position) and returns ``(output, state)``; nothing is cached on
 the module, so one model can decode several batches at once.
@@ -22,13 +26,26 @@ the module, so one model can decode several batches at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from torch import Tensor, nn
 
 from attn_lightning.attention import State, build_attention
 
 LayerState = tuple[State | None, ...]
+# Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
+Projections = bool | Literal["no_qk"]
+PROJECTIONS: tuple[Projections, ...] = (True, False, "no_qk")
+
+
+def check_projections(projections: object) -> Projections:
+    """``projections`` itself if allowed (see the module docstring), else a ValueError naming it."""
+    if isinstance(projections, bool) or projections == "no_qk":
+        return projections
+    raise ValueError(
+        f"projections must be true or false (all or none of Q, K, V, out) or 'no_qk' (V and out "
+        f"only, no Q and K), got {projections!r}"
+    )
 
 
 class MultiHeadAttention(nn.Module):
@@ -40,13 +57,15 @@ class MultiHeadAttention(nn.Module):
         d_model: E.
         num_heads: H; E must be a positive multiple of H.
         attention: backend dict, ``{"name": "performer", "num_features": 128}``.
-        projections: with False there are no q/k/v/out projections: q, k, v are the inputs split
-            into heads (the "no trainable Q/K/V" setting of optimization-based attention).
+        projections: ``True`` (q/k/v/out projections), ``"no_qk"`` (v and out only: q and k are
+            the inputs split into heads, as in optimization-based attention) or ``False`` (none:
+            q, k, v are the inputs split into heads).
         bias: bias in the projections.
 
     Raises:
         ValueError: ``d_model`` or ``num_heads`` not positive, or ``d_model % num_heads != 0``;
-            an unknown backend name or option (from ``build_attention``).
+            ``projections`` not one of the three; an unknown backend name or option (from
+            ``build_attention``).
     """
 
     def __init__(
@@ -55,7 +74,7 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         num_heads: int,
         attention: Mapping[str, Any],
-        projections: bool = True,
+        projections: Projections = True,
         bias: bool = True,
     ) -> None:
         super().__init__()
@@ -66,12 +85,18 @@ class MultiHeadAttention(nn.Module):
         self.d_model = d_model
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
-        self.projections = projections
+        self.projections = check_projections(projections)
         self.backend = build_attention(attention, head_dim=self.head_dim)
-        if projections:
-            # Separate Linear layers (not one fused qkv) so LoRA can target q_proj / v_proj.
+        # Separate Linear layers (not one fused qkv) so LoRA can target q_proj / v_proj; created
+        # in this order (q, k, v, out) so True keeps its parameter init and state-dict keys.
+        self.q_proj: nn.Linear | None = None
+        self.k_proj: nn.Linear | None = None
+        self.v_proj: nn.Linear | None = None
+        self.out_proj: nn.Linear | None = None
+        if self.projections is True:
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)
             self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        if self.projections is not False:
             self.v_proj = nn.Linear(d_model, d_model, bias=bias)
             self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
@@ -88,13 +113,15 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(b, n, self.d_model)  # (B, N, E)
 
     def _qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        if self.projections:
-            query, key, value = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        if self.q_proj is not None and self.k_proj is not None:
+            query, key = self.q_proj(query), self.k_proj(key)
+        if self.v_proj is not None:
+            value = self.v_proj(value)
         return self._split(query), self._split(key), self._split(value)
 
     def _out(self, mixed: Tensor) -> Tensor:
         out = self._merge(mixed)  # (B, L, E)
-        return self.out_proj(out) if self.projections else out
+        return out if self.out_proj is None else self.out_proj(out)
 
     def forward(
         self,
@@ -158,7 +185,7 @@ class EncoderBlock(nn.Module):
         attention: Mapping[str, Any],
         d_ff: int,
         dropout: float = 0.0,
-        projections: bool = True,
+        projections: Projections = True,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
@@ -213,8 +240,8 @@ class DecoderBlock(nn.Module):
         cross_attention: Mapping[str, Any],
         d_ff: int,
         dropout: float = 0.0,
-        projections: bool = True,
-        cross_projections: bool = True,
+        projections: Projections = True,
+        cross_projections: Projections = True,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
@@ -272,7 +299,7 @@ class TransformerEncoder(nn.Module):
         d_ff: int,
         attention: Mapping[str, Any],
         dropout: float = 0.0,
-        projections: bool = True,
+        projections: Projections = True,
     ) -> None:
         super().__init__()
         if num_layers < 0:

@@ -27,11 +27,11 @@ def make(name: str, options: dict) -> Attention:
     return build_attention(name, head_dim=D, **options).eval()
 
 
-def qkv(n: int = N):
+def qkv(n: int = N, dv: int = DV):
     g = torch.Generator().manual_seed(0)
     q = torch.randn(B, H, n, D, generator=g)
     k = torch.randn(B, H, n, D, generator=g)
-    v = torch.randn(B, H, n, DV, generator=g)
+    v = torch.randn(B, H, n, dv, generator=g)
     return {"q": q, "k": k, "v": v}
 
 
@@ -77,7 +77,8 @@ class TestCheckFinite:
         attn = make(name, options)
         if causal and not attn.supports_causal:
             pytest.skip(f"{name} has no causal form")
-        inputs = qkv()
+        # optimization's values dictionary needs Dv == D
+        inputs = qkv(dv=DV if attn.supports_any_value_dim else D)
         mask = padding_mask()
         padded = ~mask[:, None, :, None]
         inputs["k"] = inputs["k"].masked_fill(padded, math.nan)
@@ -125,7 +126,7 @@ def test_context_manager_and_setter_restore_the_switch():
 @pytest.mark.parametrize("solver", ["woodbury", "svd"])
 def test_optimization_solve_failure_says_the_input_is_not_finite(solver):
     # Check off: a NaN key breaks the D×D factorisation; the error must say why.
-    attn = make("optimization", {"solver": solver})
+    attn = make("optimization", {"solver": solver, "dictionary": "keys"})
     inputs = qkv()
     inputs["k"][WHERE] = math.nan
     with check_finite(False), pytest.raises(ValueError, match="NaN or inf") as info:

@@ -18,17 +18,32 @@ def make(name: str, options: dict) -> Attention:
     return build_attention(name, head_dim=D, **options).eval()
 
 
-def qkv(l_q: int, s: int, seed: int = 1, dtype: torch.dtype = torch.float32):
+def qkv(l_q: int, s: int, seed: int = 1, dtype: torch.dtype = torch.float32, dv: int = DV):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, l_q, D, generator=g, dtype=dtype)
     k = torch.randn(B, H, s, D, generator=g, dtype=dtype)
-    v = torch.randn(B, H, s, DV, generator=g, dtype=dtype)
+    v = torch.randn(B, H, s, dv, generator=g, dtype=dtype)
     return q, k, v
+
+
+def value_dim(attn: Attention) -> int:
+    """Dv != D unless the backend needs them equal (optimization's values dictionary)."""
+    return DV if attn.supports_any_value_dim else D
+
+
+def self_only(attn: Attention) -> bool:
+    """A backend that mixes a sequence with itself (pool) has no L != S form."""
+    return not attn.supports_cross_attention
 
 
 def causal_or_skip(attn: Attention) -> None:
     if not attn.supports_causal:
         pytest.skip(f"{attn.name} has no causal form")
+
+
+def cross_or_skip(attn: Attention) -> None:
+    if self_only(attn):
+        pytest.skip(f"{attn.name} is self-attention only (L == S)")
 
 
 # (k, v) planted at masked positions: each non-finite kind in k and in v.
@@ -68,9 +83,10 @@ def assert_same_where(got, want, keep):
 class TestContract:
     def test_shapes_cross_attention(self, name, options):
         attn = make(name, options)
-        q, k, v = qkv(7, 11)
+        cross_or_skip(attn)
+        q, k, v = qkv(7, 11, dv=value_dim(attn))
         out = attn(q, k, v)
-        assert out.shape == (B, H, 7, DV)
+        assert out.shape == (B, H, 7, value_dim(attn))
         assert out.dtype == q.dtype
         assert torch.isfinite(out).all()
 
@@ -78,7 +94,7 @@ class TestContract:
         attn = make(name, options)
         causal_or_skip(attn)
         n, t = 10, 6
-        q, k, v = qkv(n, n)
+        q, k, v = qkv(n, n, dv=value_dim(attn))
         out = attn(q, k, v, causal=True)
         k2, v2 = k.clone(), v.clone()
         k2[:, :, t:] = torch.randn_like(k2[:, :, t:]) * 3
@@ -93,7 +109,7 @@ class TestContract:
         attn = make(name, options)
         causal_or_skip(attn)
         n = 9
-        q, k, v = qkv(n, n, seed=2)
+        q, k, v = qkv(n, n, seed=2, dv=value_dim(attn))
         out = attn(q, k, v, causal=True)
         for t in (0, 4, n - 1):
             if attn.positional:  # query t keeps its index: the last row of the causal prefix
@@ -109,7 +125,7 @@ class TestContract:
         if causal:
             causal_or_skip(attn)
         n = 8
-        q, k, v = qkv(n, n, seed=3)
+        q, k, v = qkv(n, n, seed=3, dv=value_dim(attn))
         mask = torch.ones(B, n, dtype=torch.bool)
         mask[0, 5:] = False
         mask[1, 2] = False
@@ -129,7 +145,7 @@ class TestContract:
         if causal:
             causal_or_skip(attn)
         n = 8
-        q, k, v = qkv(n, n, seed=3)
+        q, k, v = qkv(n, n, seed=3, dv=value_dim(attn))
         mask = torch.ones(B, n, dtype=torch.bool)
         mask[0, 5:] = False
         mask[1, 2] = False
@@ -148,7 +164,7 @@ class TestContract:
         attn = make(name, options)
         causal_or_skip(attn)
         n, t = 10, 5  # t is not a multiple of the chunk: the bad values share a chunk with t - 1
-        q, k, v = qkv(n, n)
+        q, k, v = qkv(n, n, dv=value_dim(attn))
         past = (torch.arange(n) < t)[:, None]  # (N, 1)
         want = outputs_and_grads(attn, q, *plant(k, v, past, None, None), slice(0, t), causal=True)
         got = outputs_and_grads(attn, q, *plant(k, v, past, k_bad, v_bad), slice(0, t), causal=True)
@@ -160,18 +176,21 @@ class TestContract:
 
     def test_padding_equals_dropping_the_keys(self, name, options):
         attn = make(name, options)
-        q, k, v = qkv(4, 9, seed=4)
+        # A self-attention-only backend gets a query per token; the kept ones are compared.
+        q, k, v = qkv(9 if self_only(attn) else 4, 9, seed=4, dv=value_dim(attn))
         # A positional backend sees token indices: only trailing keys drop without a shift.
         keep = torch.arange(5) if attn.positional else torch.tensor([0, 1, 3, 4, 8])
         mask = torch.zeros(B, 9, dtype=torch.bool)
         mask[:, keep] = True
         out = attn(q, k, v, key_padding_mask=mask)
+        if self_only(attn):
+            out, q = out[:, :, keep], q[:, :, keep]
         ref = attn(q, k[:, :, keep], v[:, :, keep])
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
 
     def test_fully_masked_query_gives_zeros_not_nan(self, name, options):
         attn = make(name, options)
-        q, k, v = qkv(3, 5, seed=5)
+        q, k, v = qkv(5 if self_only(attn) else 3, 5, seed=5, dv=value_dim(attn))
         mask = torch.ones(B, 5, dtype=torch.bool)
         mask[1] = False
         for t in (q, k, v):
@@ -187,10 +206,10 @@ class TestContract:
         attn = make(name, options)
         if not attn.supports_recurrence:
             with pytest.raises(NotImplementedError, match=name):
-                attn.step(*qkv(1, 1))
+                attn.step(*qkv(1, 1, dv=value_dim(attn)))
             return
         n = 7
-        q, k, v = qkv(n, n, seed=6)
+        q, k, v = qkv(n, n, seed=6, dv=value_dim(attn))
         full = attn(q, k, v, causal=True)
         state = None
         for t in range(n):
@@ -203,7 +222,7 @@ class TestContract:
         attn = make(name, options).train()
         if causal:
             causal_or_skip(attn)
-        q, k, v = qkv(6, 6, seed=7)
+        q, k, v = qkv(6, 6, seed=7, dv=value_dim(attn))
         for t in (q, k, v):
             t.requires_grad_(True)
         attn(q, k, v, causal=causal).square().sum().backward()
@@ -216,12 +235,12 @@ class TestContract:
 
     def test_float64_in_float64_out(self, name, options):
         attn = make(name, options).double()
-        q, k, v = qkv(4, 4, dtype=torch.float64)
+        q, k, v = qkv(4, 4, dtype=torch.float64, dv=value_dim(attn))
         assert attn(q, k, v).dtype == torch.float64
 
     def test_bad_shapes_raise_clear_errors(self, name, options):
         attn = make(name, options)
-        q, k, v = qkv(4, 6)
+        q, k, v = qkv(4, 6, dv=value_dim(attn))
         with pytest.raises(ValueError, match="4-D"):
             attn(q[0], k, v)
         with pytest.raises(ValueError, match="L == S"):

@@ -12,6 +12,8 @@ from attn_lightning.models.detr import DETR, SITES, attention_parameters, split_
 
 E, H = 32, 4
 OPT = {"name": "optimization", "projections": False, "iterations": 3}
+PAPER = {"name": "optimization", "projections": "no_qk", "iterations": 3}
+POOL = {"name": "pool", "projections": "no_qk"}
 
 
 def tiny(**kwargs) -> DETR:
@@ -47,8 +49,20 @@ def test_outputs_shapes_ranges_and_aux_layers():
         {"encoder_self": {**OPT, "exclude_self": True}},
         {"decoder_cross": OPT},
         {"encoder_self": {"name": "mean", "projections": False}},
+        {site: PAPER for site in SITES},
+        {"encoder_self": {**PAPER, "dictionary": "keys", "exclude_self": True}},
+        {"encoder_self": POOL},
     ],
-    ids=["softmax", "optimization_all", "opt_encoder", "opt_cross", "mean_encoder"],
+    ids=[
+        "softmax",
+        "optimization_all",
+        "opt_encoder",
+        "opt_cross",
+        "mean_encoder",
+        "paper_all",
+        "paper_keys_encoder",
+        "pool_encoder",
+    ],
 )
 def test_every_site_configuration_trains(sites):
     model = tiny(sites=sites)
@@ -67,10 +81,14 @@ def test_site_backends_and_attention_parameter_count():
     assert attention_parameters(model) == 5 * per_mha
     for layer in model.decoder:
         assert layer.cross_attn.backend.name == "optimization"
-        assert not hasattr(layer.cross_attn, "q_proj")
-        assert layer.self_attn.backend.name == "softmax" and hasattr(layer.self_attn, "q_proj")
+        assert layer.cross_attn.q_proj is None
+        assert layer.self_attn.backend.name == "softmax" and layer.self_attn.q_proj is not None
     free = tiny(sites={site: OPT for site in SITES})
     assert attention_parameters(free) == 0
+    # The paper's form keeps V and out: half the projection parameters at every site.
+    paper = tiny(sites={site: PAPER for site in SITES})
+    assert attention_parameters(paper) == 8 * 2 * (E * E + E)
+    assert paper.decoder[0].cross_attn.k_proj is None
 
 
 def test_positions_are_added_to_queries_and_keys_not_values():
@@ -115,6 +133,12 @@ def test_resnet18_backbone_is_random_init_and_runs():
         ({"sites": {"encoder": OPT}}, r"unknown attention site\(s\) \['encoder'\]; allowed"),
         ({"sites": {"encoder_self": {"projections": False}}}, "needs a dict with a 'name'"),
         ({"sites": {"encoder_self": {"name": "softmax", "projections": "no"}}}, "true or false"),
+        (
+            {"sites": {"encoder_self": {"name": "softmax", "projections": "no"}}},
+            r"or 'no_qk' \(V and out only, no Q and K\), got 'no'",
+        ),
+        ({"sites": {"decoder_cross": POOL}}, "'pool' at site 'decoder_cross'.*encoder_self only"),
+        ({"sites": {"decoder_self": POOL}}, "'pool' at site 'decoder_self'"),
         ({"sites": {"decoder_self": {"name": "softmx"}}}, "unknown attention 'softmx'"),
         ({"backbone": "vgg"}, "unknown backbone 'vgg'; allowed: small_cnn, resnet18"),
         ({"num_decoder_layers": 0}, "num_decoder_layers >= 1"),
@@ -129,6 +153,17 @@ def test_bad_configuration_fails_clearly(kwargs, message):
 def test_split_site_defaults_to_projections():
     assert split_site({"name": "softmax"}) == ({"name": "softmax"}, True)
     assert split_site(OPT) == ({"name": "optimization", "iterations": 3}, False)
+    assert split_site(PAPER) == ({"name": "optimization", "iterations": 3}, "no_qk")
+
+
+def test_pool_gets_the_feature_map_grid_of_each_batch():
+    model = tiny(sites={"encoder_self": POOL})
+    backends = [layer.attn.backend for layer in model.encoder]
+    assert all(b.name == "pool" and b.spatial_shape is None for b in backends)
+    model(torch.rand(1, 3, 32, 32))
+    assert all(b.spatial_shape == (4, 4) for b in backends)  # stride 8
+    model(torch.rand(1, 3, 48, 32))
+    assert all(b.spatial_shape == (6, 4) for b in backends)
 
 
 def test_mean_pooling_everywhere_makes_all_queries_equal():

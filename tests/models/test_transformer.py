@@ -90,6 +90,48 @@ def test_projections_false_has_no_linear_layers_and_splits_input():
     torch.testing.assert_close(mha(x), x)
 
 
+def test_projections_no_qk_keeps_only_v_and_out_and_matches_hand_computation():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(
+        d_model=E, num_heads=H, attention={"name": "softmax"}, projections="no_qk"
+    ).double()
+    names = {n for n, m in mha.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert names == {"v_proj", "out_proj"} and mha.q_proj is None and mha.k_proj is None
+    assert {n for n, _ in mha.named_parameters()} == {
+        "v_proj.weight",
+        "v_proj.bias",
+        "out_proj.weight",
+        "out_proj.bias",
+    }
+    x = torch.randn(B, L, E, dtype=torch.float64)
+    ctx = torch.randn(B, S, E, dtype=torch.float64)
+    v = ctx @ mha.v_proj.weight.T + mha.v_proj.bias  # (B, S, E); q = x and k = ctx as given
+    heads = []
+    for h in range(H):
+        sl = slice(h * D, (h + 1) * D)
+        weights = (x[..., sl] @ ctx[..., sl].transpose(-1, -2) / math.sqrt(D)).softmax(-1)
+        heads.append(weights @ v[..., sl])
+    want = torch.cat(heads, dim=-1) @ mha.out_proj.weight.T + mha.out_proj.bias
+    torch.testing.assert_close(mha(x, ctx), want)
+
+
+def test_projections_true_and_false_keep_their_state_dict_keys():
+    full = MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax"})
+    assert set(full.state_dict()) == {
+        f"{p}_proj.{t}" for p in ("q", "k", "v", "out") for t in ("weight", "bias")
+    }
+    none = MultiHeadAttention(
+        d_model=E, num_heads=H, attention={"name": "softmax"}, projections=False
+    )
+    assert set(none.state_dict()) == set()
+
+
+@pytest.mark.parametrize("bad", ["none", "no_q", 1, None])
+def test_bad_projections_name_the_allowed_values(bad):
+    with pytest.raises(ValueError, match=rf"true or false .* or 'no_qk' .*got {bad!r}"):
+        MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax"}, projections=bad)
+
+
 def test_projection_names_for_lora():
     mha = MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax"})
     names = {n for n, m in mha.named_modules() if isinstance(m, torch.nn.Linear)}
@@ -161,10 +203,25 @@ def test_decoder_block_sites_have_their_own_backend_and_projections():
         projections=False,
         cross_attention={"name": "linear"},
     )
-    assert block.self_attn.backend.name == "softmax" and not hasattr(block.self_attn, "q_proj")
-    assert block.cross_attn.backend.name == "linear" and hasattr(block.cross_attn, "q_proj")
+    assert block.self_attn.backend.name == "softmax" and block.self_attn.q_proj is None
+    assert block.cross_attn.backend.name == "linear" and block.cross_attn.q_proj is not None
     out = block(torch.randn(B, L, E), torch.randn(B, S, E))
     assert out.shape == (B, L, E)
+    paper = DecoderBlock(
+        d_model=E,
+        num_heads=H,
+        d_ff=24,
+        attention={"name": "softmax"},
+        projections="no_qk",
+        cross_attention={"name": "softmax"},
+        cross_projections="no_qk",
+    )
+    for mha in (paper.self_attn, paper.cross_attn):
+        assert mha.projections == "no_qk" and mha.q_proj is None and mha.v_proj is not None
+    encoder = EncoderBlock(
+        d_model=E, num_heads=H, d_ff=24, attention={"name": "softmax"}, projections="no_qk"
+    )
+    assert encoder.attn.k_proj is None and encoder.attn.out_proj is not None
 
 
 def test_decoder_block_adds_positions_to_queries_and_keys_not_values():
