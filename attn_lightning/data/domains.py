@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
-from attn_lightning.data.images import SOURCES, load_images
+from attn_lightning.data.images import SOURCES, check_download, load_images, prepare_mnist
 
 DOMAINS = ("original", "quantized", "rotated", "inverted")
 
@@ -61,7 +61,9 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
 
     Args:
         source: ``digits`` (embedded scikit-learn digits) or ``mnist`` (IDX files under ``root``).
-        root: data folder for ``mnist``.
+        root: data folder for ``mnist`` (IDX files under ``<root>/MNIST/raw/``).
+        download: ``mnist`` only, opt-in (needs internet): fetch missing IDX files into
+            ``root`` with torchvision's downloader in ``prepare_data``. Off by default.
         image_size: side of the (resized) images; 28 gives 784 inputs.
         domain: ``original``, ``quantized``, ``rotated`` or ``inverted``.
         levels: grey levels of ``quantized``.
@@ -77,6 +79,7 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
         *,
         source: str = "digits",
         root: str = "data",
+        download: bool = False,
         image_size: int = 28,
         domain: str = "original",
         levels: int = 2,
@@ -94,8 +97,10 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
         for label, value in (("image_size", image_size), ("batch_size", batch_size)):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_download(source, download)
         self.save_hyperparameters()
         self.source, self.root, self.image_size = source, root, image_size
+        self.download = download
         self.domain, self.levels, self.angle = domain, levels, angle
         self.batch_size, self.num_workers = batch_size, num_workers
         self.num_classes = 10
@@ -106,12 +111,22 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
         """Features per flattened image (what the classifier's first layer must take)."""
         return self.image_size * self.image_size
 
+    def prepare_data(self) -> None:
+        # Lightning runs this on one process per node while the others wait, before any setup:
+        # DDP ranks never download into the same files at once, and setup then finds them.
+        if self.source == "mnist" and self.download:
+            prepare_mnist(self.root, download=True)
+
     def setup(self, stage: str | None = None) -> None:
         # Small in-memory tensors: every stage builds every split once.
         for split in SPLITS:
             if split not in self.datasets:
                 images, labels = load_images(
-                    self.source, split=split, root=self.root, image_size=self.image_size
+                    self.source,
+                    split=split,
+                    root=self.root,
+                    image_size=self.image_size,
+                    download=self.download,  # a no-op once prepare_data has fetched the files
                 )
                 shifted = apply_domain(images, self.domain, levels=self.levels, angle=self.angle)
                 self.datasets[split] = TensorDataset(shifted, labels)

@@ -2,7 +2,9 @@
 
 Images come from ``attn_lightning.data.images.load_images`` (``digits``: scikit-learn's bundled
 8×8 handwritten digits, offline, 17 native grey levels; ``image_size=28`` upsamples them
-bilinearly to MNIST's 784 tokens; ``mnist``: the IDX files under ``<root>/MNIST/raw/``). A pixel
+bilinearly to MNIST's 784 tokens, a length test, not MNIST; ``mnist``: the IDX files under
+``<root>/MNIST/raw/``, fetched only with the opt-in ``download=True``; see ``data/README.md``,
+"Training on real MNIST"). A pixel
 ``x ∈ [0, 1]`` becomes the token ``round(x · (levels − 1)) ∈ {0, …, levels − 1}``, so with
 ``levels=256`` an 8-bit pixel ``p / 255`` maps back to ``p`` exactly. Each example is
 ``{"pixels": (H·W,) int64 in raster order (row by row, left to right), "label": int64}``.
@@ -15,7 +17,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
-from attn_lightning.data.images import SOURCES, load_images
+from attn_lightning.data.images import SOURCES, check_download, load_images, prepare_mnist
 
 
 def quantize(images: Tensor, levels: int) -> Tensor:
@@ -52,6 +54,8 @@ class PixelDataModule(SplitDataModule[PixelDataset]):
             digits, 28 for MNIST). ``digits`` with 28 gives 784-token sequences.
         levels: quantisation levels (256 for 8-bit-like pixels); the model's vocabulary.
         root: folder holding ``MNIST/raw/`` for ``source="mnist"``.
+        download: ``mnist`` only, opt-in (needs internet): fetch missing IDX files into
+            ``root`` with torchvision's downloader in ``prepare_data``. Off by default.
         batch_size: per device.
         num_workers: DataLoader workers (0 is fastest for these in-memory tensors).
     """
@@ -63,6 +67,7 @@ class PixelDataModule(SplitDataModule[PixelDataset]):
         image_size: int | None = None,
         levels: int = 256,
         root: str = "data",
+        download: bool = False,
         batch_size: int = 64,
         num_workers: int = 0,
     ) -> None:
@@ -75,10 +80,12 @@ class PixelDataModule(SplitDataModule[PixelDataset]):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if image_size is not None and (not isinstance(image_size, int) or image_size <= 0):
             raise ValueError(f"image_size must be a positive int or None, got {image_size!r}")
+        check_download(source, download)
         self.save_hyperparameters()
         self.source = source
         self.levels = levels
         self.root = root
+        self.download = download
         self.batch_size = batch_size
         self.num_workers = num_workers
         native = 8 if source == "digits" else 28
@@ -91,12 +98,22 @@ class PixelDataModule(SplitDataModule[PixelDataset]):
         """Tokens per image, H·W."""
         return self.height * self.width
 
+    def prepare_data(self) -> None:
+        # Lightning runs this on one process per node while the others wait, before any setup:
+        # DDP ranks never download into the same files at once, and setup then finds them.
+        if self.source == "mnist" and self.download:
+            prepare_mnist(self.root, download=True)
+
     def setup(self, stage: str | None = None) -> None:
         # Every stage builds every split: cheap, and validate/test after fit reuse them.
         for split in SPLITS:
             if split not in self.datasets:
                 images, labels = load_images(
-                    self.source, split=split, root=self.root, image_size=self.image_size
+                    self.source,
+                    split=split,
+                    root=self.root,
+                    image_size=self.image_size,
+                    download=self.download,  # a no-op once prepare_data has fetched the files
                 )
                 if images.shape[1:] != (self.height, self.width):
                     raise ValueError(

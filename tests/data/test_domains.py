@@ -58,6 +58,8 @@ def test_bad_domain_and_levels_are_rejected(images):
         DomainImageDataModule(domain="blurred")
     with pytest.raises(ValueError, match="unknown image source"):
         DomainImageDataModule(source="cifar")
+    with pytest.raises(ValueError, match="download=True only applies to source 'mnist'"):
+        DomainImageDataModule(source="digits", download=True)
 
 
 def test_datamodule_batches_are_shifted_digits():

@@ -1,11 +1,7 @@
-"""The shared image loader: embedded digits, resizing, MNIST IDX files and their absence."""
+"""The shared image loader: embedded digits, resizing, absent MNIST files and bad arguments."""
 
 from __future__ import annotations
 
-import gzip
-import struct
-
-import numpy as np
 import pytest
 import torch
 
@@ -31,28 +27,14 @@ def test_resize_to_mnist_size():
     assert x.min() >= 0.0 and x.max() <= 1.0
 
 
-def _write_idx(path, array: np.ndarray) -> None:
-    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    with gzip.open(f"{path}.gz", "wb") as fh:
-        fh.write(header + array.astype(np.uint8).tobytes())
-
-
-def test_mnist_from_idx_files(tmp_path):
-    raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for prefix, n in (("train", 5010), ("t10k", 7)):
-        _write_idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28)))
-        _write_idx(raw / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, (n,)))
-    train, _ = load_images("mnist", split="train", root=tmp_path)
-    val, _ = load_images("mnist", split="val", root=tmp_path)
-    test, labels = load_images("mnist", split="test", root=tmp_path)
-    assert (len(train), len(val), len(test)) == (10, 5000, 7)
-    assert test.shape[1:] == (28, 28) and labels.dtype == torch.int64
+# Reading real-format IDX files (plain, .gz), the val rule, the DataModules on them and the
+# opt-in download: tests/data/test_mnist_idx.py.
 
 
 def test_missing_mnist_says_where_to_put_the_files(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"MNIST/raw.*train-images-idx3-ubyte"):
+    with pytest.raises(
+        FileNotFoundError, match=r"MNIST/raw.*train-images-idx3-ubyte.*download: true"
+    ):
         load_images("mnist", root=tmp_path)
 
 
@@ -62,6 +44,7 @@ def test_missing_mnist_says_where_to_put_the_files(tmp_path):
         ({"source": "cifar"}, "allowed: digits, mnist"),
         ({"split": "dev"}, "allowed: train"),
         ({"image_size": 0}, "image_size"),
+        ({"download": True}, "download=True only applies to source 'mnist'"),
     ],
 )
 def test_bad_arguments(kwargs, match):

@@ -50,6 +50,8 @@ def test_clear_errors(tmp_path):
         PixelDataModule(levels=1)
     with pytest.raises(ValueError, match="batch_size"):
         PixelDataModule(batch_size=0)
+    with pytest.raises(ValueError, match="download=True only applies to source 'mnist'"):
+        PixelDataModule(source="digits", download=True)
     data = PixelDataModule(source="mnist", root=str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="MNIST"):
+    with pytest.raises(FileNotFoundError, match=r"MNIST.*download: true"):
         data.setup("fit")
