@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from attn_lightning.models.generation import categorical, generate
 from attn_lightning.models.logistic_mixture import build_output
 from attn_lightning.models.sequence import DecodeState, SequenceTransformer
+from attn_lightning.models.transformer import Projections
 
 
 class PixelTransformer(nn.Module):
@@ -52,7 +53,7 @@ class PixelTransformer(nn.Module):
         attention: Mapping[str, Any],
         dropout: float = 0.0,
         positional: str = "learned",
-        projections: bool = True,
+        projections: Projections = True,
         output: str = "categorical",
         num_mixtures: int = 10,
     ) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from attn_lightning.models.positional import build_positional_encoding
-from attn_lightning.models.transformer import LayerState, TransformerEncoder
+from attn_lightning.models.transformer import LayerState, Projections, TransformerEncoder
 
 # (number of positions already consumed, one backend state per layer)
 DecodeState = tuple[int, LayerState | None]
@@ -43,7 +43,7 @@ class SequenceTransformer(nn.Module):
         attention: Mapping[str, Any],
         dropout: float = 0.0,
         positional: str = "sinusoidal",
-        projections: bool = True,
+        projections: Projections = True,
         num_outputs: int | None = None,
     ) -> None:
         super().__init__()

@@ -25,6 +25,7 @@ from torchvision.ops import box_convert
 
 from attn_lightning.models.detr import DETR, SITES, attention_parameters
 from attn_lightning.models.matcher import HungarianMatcher, SetCriterion
+from attn_lightning.models.transformer import Projections
 from attn_lightning.tasks.base import AttentionTask, resolve_attention
 
 Batch = tuple[Tensor, list[dict[str, Any]]]
@@ -34,7 +35,7 @@ MAP_KEYS = {"mAP": "map", "AP50": "map_50", "AP75": "map_75"}
 def site_specs(
     *,
     attention: Mapping[str, Any],
-    projections: bool,
+    projections: Projections,
     sites: Mapping[str, Mapping[str, Any] | None],
     override: Mapping[str, Any] | None,
 ) -> dict[str, dict[str, Any]]:
@@ -78,7 +79,7 @@ class DetectionTask(AttentionTask):
         *,
         attention: dict[str, Any] | None = None,
         attention_override: dict[str, Any] | None = None,
-        projections: bool = True,
+        projections: Projections = True,
         encoder_self: dict[str, Any] | None = None,
         decoder_self: dict[str, Any] | None = None,
         decoder_cross: dict[str, Any] | None = None,

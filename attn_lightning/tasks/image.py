@@ -25,6 +25,7 @@ from torchvision.utils import save_image
 
 from attn_lightning.callbacks.images import draw_completions, draw_samples, grid_generator
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim, sample_pixels
+from attn_lightning.models.transformer import Projections
 from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
@@ -67,7 +68,7 @@ class ImageGenerationTask(AttentionTask):
         d_ff: int = 256,
         dropout: float = 0.0,
         positional: str = "learned",
-        projections: bool = True,
+        projections: Projections = True,
         output: str = "categorical",
         num_mixtures: int = 10,
         observed_pixels: int | None = None,

@@ -31,6 +31,7 @@ from torchmetrics import MeanMetric
 
 from attn_lightning.models.generation import METHODS, generate
 from attn_lightning.models.sequence import SequenceTransformer
+from attn_lightning.models.transformer import Projections
 from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
@@ -75,7 +76,7 @@ class SequenceReversalTask(AttentionTask):
         d_ff: int = 256,
         dropout: float = 0.0,
         positional: str = "sinusoidal",
-        projections: bool = True,
+        projections: Projections = True,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
