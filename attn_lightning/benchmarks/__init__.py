@@ -7,6 +7,10 @@ One module per concern:
 * ``measure``: timers (perf_counter / CUDA events), peak-memory probes, matmul roofline,
   forcing an SDPA kernel.
 * ``protocols`` and ``scaling``: latency and peak memory against N (``latency``).
+* ``flops``: the forward FLOPs of one attention call, counted per backend from its algorithm
+  (a column and a table of ``latency``).
+* ``sites``: per DETR attention site, parameters and counted FLOPs (the detection study's
+  ``--sites`` table).
 * ``decode``: per-token ``step`` latency against context length (``decode``).
 * ``approximation`` and ``approximation_report``: relative error of approximate backends
   against exact softmax (``approx``).

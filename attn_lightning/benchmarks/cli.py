@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     lat = sub.add_parser(
         "latency",
         parents=[common, timed],
-        help="forward / forward+backward time and peak memory vs N",
+        help="forward / forward+backward time, peak memory and counted FLOPs vs N",
     )
     lat.add_argument("--protocol", choices=sorted(PROTOCOLS), default="small-batch")
     lat.add_argument("--lengths", nargs="+", type=int, help="N values (default: the protocol's)")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from attn_lightning.attention import attention_class
 from attn_lightning.benchmarks import approximation as approx
 from attn_lightning.benchmarks import (
     approximation_report,
@@ -26,6 +27,7 @@ from attn_lightning.benchmarks import (
 from attn_lightning.benchmarks.decode import run_decode
 from attn_lightning.benchmarks.measure import available_memory_bytes, matmul_gflops
 from attn_lightning.benchmarks.protocols import PROTOCOLS, Protocol
+from attn_lightning.benchmarks.specs import BackendSpec
 
 log = logging.getLogger("attn_lightning.benchmark")
 
@@ -109,7 +111,12 @@ def cmd_latency(args: argparse.Namespace) -> str:
                 f"## {title}: peak memory (MiB)\n\n"
                 + report.scaling_table(rows, mode=mode, value="peak_mb")
             )
-    text = "\n\n".join(tables)
+    tables.append(
+        "## forward FLOPs per call (counted, see docs/benchmarks.md, FLOPs per call; "
+        "[rate achieved in the forward timing])\n\n" + report.flops_table(rows)
+    )
+    notes = latency_notes(args.backends, causal_flags)
+    text = "\n\n".join(tables) + "".join(f"\n\n{note}" for note in notes)
     tag = args.tag or f"scaling_{protocol.name}_{device.type}_{args.dtype}"
     if args.csv:
         report.write_csv(args.csv, rows, meta)
@@ -134,7 +141,47 @@ def cmd_latency(args: argparse.Namespace) -> str:
                 caption=caption,
                 per_sample=per_sample,
             )
+        # One panel column: the forward count is the same on fwd and fwdbwd rows.
+        counted = {(r.backend, r.causal, r.n): replace(r, mode="fwd") for r in rows}
+        plots.scaling_figure(
+            list(counted.values()),
+            args.out / f"{tag}_flops.png",
+            value="fwd_flops",
+            ylabel="forward FLOPs per call",
+            title=f"{protocol.name}: counted forward FLOPs vs N",
+            caption=caption,
+        )
     return f"# {meta['device']}, fp32 matmul {gemm:.1f} GFLOP/s\n\n{text}\n"
+
+
+def latency_notes(specs: Sequence[BackendSpec], causal_flags: Sequence[bool]) -> list[str]:
+    """The lines printed under the latency tables: what was left out and why, and how the
+    backends whose benchmark form differs from their use in a model were run."""
+    notes = []
+    names = {spec.name for spec in specs}
+    if True in causal_flags:
+        no_causal = [s.label for s in specs if not attention_class(s.name).supports_causal]
+        if no_causal:
+            notes.append(
+                f"No causal form, so no causal rows (left out, not failed): {', '.join(no_causal)}."
+            )
+    if "pool" in names:
+        notes.append(
+            "`pool`: self-attention only (L = S); no spatial grid is given here, so its window is "
+            "`pool_size` consecutive tokens of the sequence (1-D), where DETR's encoder pools "
+            "k×k on its h×w feature map. Its FLOPs are the window sums: it has no product."
+        )
+    if "optimization" in names:
+        notes.append(
+            "`optimization`: eval mode, so no random tokens join the dictionary (R = 0; they "
+            "are a training-time regulariser); the values dictionary needs Dv = D, which every "
+            "protocol has."
+        )
+    notes.append(
+        "FLOPs: forward only (the same figure on forward + backward rows), counted from each "
+        "backend's algorithm: matmuls as 2·m·n·k plus factorisations; element-wise work ignored."
+    )
+    return notes
 
 
 def cmd_decode(args: argparse.Namespace) -> str:

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from attn_lightning.benchmarks import flops
+
 
 def _cpu_model() -> str:
     try:
@@ -162,6 +164,35 @@ def scaling_table(
                 cell += f" ({base.ms / r.ms:.2g}×)"
             if value != "peak_mb" and r.gflops is not None:
                 cell += f" [{r.gflops:.0f} GF/s]"
+            cells.append(cell)
+        body.append([backend, "causal" if causal else "full", *cells])
+    return markdown_table(["backend", "mask", *(f"N={n}" for n in lengths)], body)
+
+
+def flops_table(rows: Sequence[Any]) -> str:
+    """Forward FLOPs per call (``Row.fwd_flops``): one row per (backend, mask), one column per N.
+
+    Cells read ``1.2 GFLOP [35 GF/s]``: the counted forward FLOPs of one call (whole batch) and,
+    where the forward point was measured, the rate they were done at (FLOPs / forward time).
+    ``n/a``: no formula for that backend. The count is the same on fwd and fwdbwd rows.
+    """
+    lengths = sorted({r.n for r in rows})
+    by_point: dict[tuple[str, bool, int], Any] = {}
+    for r in rows:  # the forward row when there is one: it carries the forward time
+        key = (r.backend, r.causal, r.n)
+        if key not in by_point or r.mode == "fwd":
+            by_point[key] = r
+    body = []
+    for backend, causal in dict.fromkeys((r.backend, r.causal) for r in rows):
+        cells = []
+        for n in lengths:
+            r = by_point.get((backend, causal, n))
+            if r is None:
+                cells.append("")
+                continue
+            cell = flops.format_flops(r.fwd_flops)
+            if r.fwd_flops and r.mode == "fwd" and r.ms:
+                cell += f" [{r.fwd_flops / (r.ms * 1e-3) / 1e9:.3g} GF/s]"
             cells.append(cell)
         body.append([backend, "causal" if causal else "full", *cells])
     return markdown_table(["backend", "mask", *(f"N={n}" for n in lengths)], body)

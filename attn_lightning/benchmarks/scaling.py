@@ -10,6 +10,11 @@ point of the same series as ``value · (N/N₀)^α · (B/B₀)``: α for time fr
 A point whose estimated call time exceeds the budget, or whose estimated memory exceeds the
 limit, is skipped and recorded with the estimate ("too slow" / "OOM (est.)") instead of hanging
 the machine.
+
+Every row, measured or skipped, carries ``fwd_flops``: the forward FLOPs of the call counted by
+``flops.attention_flops`` (eval mode, so optimization draws no random tokens), None for a
+backend without a formula. Backends without a causal form (optimization, pool) have no causal
+rows.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from attn_lightning.attention import Attention
+from attn_lightning.benchmarks.flops import CallShape, attention_flops
 from attn_lightning.benchmarks.measure import (
     feature_dim,
     is_out_of_memory,
@@ -54,6 +60,7 @@ class Row:
     ms_per_sample: float | None = None
     repeats: int = 0
     gflops: float | None = None
+    fwd_flops: int | None = None  # forward FLOPs of the call (``flops``), also on fwdbwd rows
     peak_mb: float | None = None
     est_ms: float | None = None
     note: str = ""
@@ -200,6 +207,11 @@ def run_series(
             protocol.head_dim,
             dtype_name,
         )
+        # Counted, not measured: known for skipped points too. Eval mode, as ``run_scaling``
+        # builds the backends (optimization's random tokens are a training-time regulariser).
+        shape = CallShape.self_attention(batch=b, heads=protocol.heads, n=n, head_dim=row.head_dim)
+        count = attention_flops(spec.name, shape, spec.options, causal=causal, training=False)
+        row.fwd_flops = None if count is None else count.total
         rows.append(row)
         if dead:
             row.note = dead

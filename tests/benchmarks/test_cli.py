@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from attn_lightning.benchmark import main
+from attn_lightning.benchmarks.flops import CallShape, attention_flops
 from attn_lightning.benchmarks.report import read_csv
+from attn_lightning.studies import detection
 
 TINY = ["--repeats", "1", "--warmup", "1", "--matmul-size", "64", "--device", "cpu"]
 
@@ -46,7 +48,14 @@ def test_latency_fixed_batch_writes_csv_markdown_and_plots(tmp_path, capsys):
     )
     assert "| softmax | full |" in out and "peak memory" in out
     names = {p.name for p in tmp_path.iterdir()}
-    assert names == {"fb.csv", "fb.md", "fb_time.png", "fb_memory.png", "fb_speedup.png"}
+    assert names == {
+        "fb.csv",
+        "fb.md",
+        "fb_time.png",
+        "fb_memory.png",
+        "fb_speedup.png",
+        "fb_flops.png",
+    }
     meta, rows = read_csv(tmp_path / "fb.csv")
     assert meta["protocol"].startswith("fixed-batch: B=2, H=1, D=8")
     assert "profiler" in meta["memory_measure"] and "torch" in meta["versions"]
@@ -55,6 +64,123 @@ def test_latency_fixed_batch_writes_csv_markdown_and_plots(tmp_path, capsys):
     assert all(r["ms"] and r["peak_mb"] for r in rows)
     assert {r["causal"] for r in rows if r["backend"] == "optimization"} == {"False"}
     assert "fixed-batch" in (tmp_path / "fb.md").read_text()
+
+
+def test_latency_runs_optimization_and_pool_non_causal_with_counted_flops(tmp_path, capsys):
+    out = _run(
+        [
+            "latency",
+            "--batch",
+            "1",
+            "--heads",
+            "2",
+            "--head-dim",
+            "8",
+            "--lengths",
+            "16",
+            "32",
+            "--backends",
+            "softmax",
+            "optimization",
+            "pool",
+            "mean",
+            "--causal",
+            "both",
+            "--modes",
+            "fwd",
+            "--no-plots",
+            "--out",
+            str(tmp_path),
+            "--tag",
+            "opt",
+            *TINY,
+        ],
+        capsys,
+    )
+    assert "No causal form, so no causal rows (left out, not failed): optimization, pool." in out
+    assert "`pool`: self-attention only (L = S)" in out and "(R = 0" in out
+    assert "## forward FLOPs per call" in out
+    _, rows = read_csv(tmp_path / "opt.csv")
+    causal = {(r["backend"], r["causal"]) for r in rows}
+    assert causal == {
+        ("softmax", "False"),
+        ("softmax", "True"),
+        ("optimization", "False"),
+        ("pool", "False"),
+        ("mean", "False"),
+        ("mean", "True"),
+    }
+    assert all(r["ms"] and r["peak_mb"] and int(r["fwd_flops"]) > 0 for r in rows)
+    for r in rows:
+        shape = CallShape.self_attention(batch=1, heads=2, n=int(r["n"]), head_dim=8)
+        count = attention_flops(r["backend"], shape, causal=r["causal"] == "True")
+        assert count is not None and int(r["fwd_flops"]) == count.total
+    # Markdown: the counted FLOPs with the rate achieved in the forward timing.
+    flops_md = out.split("## forward FLOPs per call")[1]
+    assert "| optimization | full |" in flops_md and "GF/s]" in flops_md
+
+
+def test_latency_causal_only_skips_backends_without_a_causal_form(tmp_path, capsys):
+    out = _run(
+        [
+            "latency",
+            "--batch",
+            "1",
+            "--heads",
+            "1",
+            "--head-dim",
+            "8",
+            "--lengths",
+            "16",
+            "--backends",
+            "optimization",
+            "pool",
+            "--causal",
+            "causal",
+            "--out",
+            str(tmp_path),
+            *TINY,
+        ],
+        capsys,
+    )
+    assert "no causal rows (left out, not failed): optimization, pool" in out
+    _, rows = read_csv(tmp_path / "scaling_small-batch_cpu_float32.csv")
+    assert rows == []
+    assert not any(p.suffix == ".png" for p in tmp_path.iterdir())  # nothing to draw
+
+
+def test_sites_table_of_the_detection_variants(tmp_path, monkeypatch):
+    """``--sites``: each variant built by train.py's parser, no training, no timing."""
+    monkeypatch.chdir(tmp_path)
+    names = ["softmax_no_qk_encoder_self", "optimization_encoder_self", "pool_encoder_self"]
+    assert detection.main(["--sites", "--variants", *names, "--out", str(tmp_path / "d")]) == []
+    meta, rows = read_csv(tmp_path / "d_sites.csv")
+    assert "--sites" in meta["command"] and "eval mode" in meta["flops"]
+    assert [(r["variant"], r["site"]) for r in rows] == [
+        (v, s) for v in names for s in ("encoder_self", "decoder_self", "decoder_cross")
+    ]
+    # The token counts come from the model: the backbone's grid for a 48×48 image.
+    model, size = detection.build_model(detection.variants(["softmax"])[0])
+    grid = model.backbone(torch.zeros(1, 3, size, size)).shape[-2:]
+    tokens, queries = grid[0] * grid[1], model.query_embed.num_embeddings
+    encoder = {r["variant"]: r for r in rows if r["site"] == "encoder_self"}
+    cross = [r for r in rows if r["site"] == "decoder_cross"]
+    assert all(int(r["queries"]) == int(r["keys"]) == tokens for r in encoder.values())
+    assert all((int(r["queries"]), int(r["keys"])) == (queries, tokens) for r in cross)
+    e = model.d_model
+    assert all(int(r["params_per_layer"]) == 2 * (e * e + e) for r in encoder.values())  # V, out
+    assert {r["projections"] for r in encoder.values()} == {"no_qk"}
+    heads = model.encoder[0].attn.num_heads
+    shape = CallShape.self_attention(batch=1, heads=heads, n=tokens, head_dim=e // heads)
+    opt = encoder["optimization_encoder_self"]
+    assert opt["backend"].startswith("optimization:dictionary=values")
+    want = attention_flops("optimization", shape, {"iterations": 10})
+    assert want is not None and int(opt["attention_flops"]) == want.total
+    pool = encoder["pool_encoder_self"]  # a k×k window on the feature map, not a 1-D one
+    assert int(pool["attention_flops"]) == heads * tokens * (e // heads) * 9
+    md = (tmp_path / "d_sites.md").read_text()
+    assert "## Per site" in md and "## Per variant" in md
+    assert "| `optimization_encoder_self` | encoder_self |" in md
 
 
 def test_latency_constant_tokens_per_sample_and_skips(tmp_path, capsys):

@@ -7,7 +7,16 @@ import json
 
 import pytest
 
-from attn_lightning.studies.detection import main, measure, variants, write
+from attn_lightning.studies.detection import (
+    CONFIGS,
+    CONTROLS,
+    STUDY_VARIANTS,
+    comparisons,
+    main,
+    measure,
+    variants,
+    write,
+)
 from attn_lightning.studies.tables import RunResult
 
 
@@ -95,3 +104,56 @@ def test_measure_builds_each_variant_through_the_train_cli(tmp_path, monkeypatch
     assert bare["attention params"] == 0
     assert cost["total params"] - bare["total params"] == cost["attention params"]
     assert cost["forward ms / image"] > 0
+
+
+def test_the_study_pairs_each_optimization_variant_with_its_no_qk_control():
+    assert [v.name for v in variants(["all"])] == list(STUDY_VARIANTS)
+    for name, control in CONTROLS.items():
+        assert (CONFIGS / f"{name}.yaml").is_file() and (CONFIGS / f"{control}.yaml").is_file()
+    # Every optimization variant and the pooling baseline are in the study, right after (or
+    # with the pool, near) the softmax no_qk control of the same site(s), which is in it too.
+    for site in ("encoder_self", "decoder_self", "decoder_cross", "all"):
+        control = f"softmax_no_qk_{site}"
+        assert CONTROLS[f"optimization_{site}"] == control
+        order = STUDY_VARIANTS.index(f"optimization_{site}")
+        assert STUDY_VARIANTS[order - 1] == control
+    assert CONTROLS["pool_encoder_self"] == "softmax_no_qk_encoder_self"
+    assert "pool_encoder_self" in STUDY_VARIANTS
+    # Every config under configs/detection/ (but the base) is in the study.
+    configs = {p.stem for p in CONFIGS.glob("*.yaml")} - {"base"}
+    assert configs == set(STUDY_VARIANTS)
+    # "all" expands in place; a name given twice is run once.
+    assert [v.name for v in variants(["softmax", "all"])] == list(STUDY_VARIANTS)
+
+
+def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "sweeps" / "detection_report"
+    _fake_metrics(runs, "softmax_no_qk_encoder_self", 0, 0.20)
+    _fake_metrics(runs, "optimization_encoder_self", 0, 0.15)
+    _fake_metrics(runs, "pool_encoder_self", 0, 0.25)
+    names = ["softmax_no_qk_encoder_self", "optimization_encoder_self", "pool_encoder_self"]
+    argv = ["--variants", *names, "--seeds", "0", "--out", str(tmp_path / "t")]
+    results = main([*argv, "--skip-runs", "--no-costs"])
+    md = (tmp_path / "t.md").read_text()
+    assert "| control | Δ test mAP vs control |" in md
+    assert "| `optimization_encoder_self` | 1 | 0 | 0.150 ± 0.000 |" in md
+    assert "| `softmax_no_qk_encoder_self` | -0.050 |" in md
+    assert "| `softmax_no_qk_encoder_self` | +0.050 |" in md
+    assert "Δ vs control: the variant's mean test mAP minus its control's" in md
+    # The control itself has no control among these runs (softmax did not run): cells "–".
+    with (tmp_path / "t.csv").open() as f:
+        rows = {r["variant"]: r for r in csv.DictReader(f)}
+    assert rows["softmax_no_qk_encoder_self"]["control"] == ""
+    assert rows["pool_encoder_self"]["Δ test mAP vs control"] == "+0.050"
+    # A control whose runs all crashed gives no difference, not a wrong one.
+    crashed = [r for r in results if r.variant != "softmax_no_qk_encoder_self"]
+    crashed.append(RunResult("softmax_no_qk_encoder_self", 0, None, "crashed"))
+    got = comparisons(crashed)["optimization_encoder_self"]
+    assert got == {"control": "`softmax_no_qk_encoder_self`", "Δ test mAP vs control": None}
+
+
+def test_variants_are_required_unless_only_the_sites_table_is_written(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--out", str(tmp_path / "t")])
+    assert exc.value.code == 2 and "--variants is required" in capsys.readouterr().err
