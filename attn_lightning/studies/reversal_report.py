@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.studies.paired import paired_delta
 from attn_lightning.studies.tables import column, format_median_iqr, median_iqr
 
 log = logging.getLogger("attn_lightning.studies.reversal_report")
@@ -463,6 +464,66 @@ def _markdown(
     return "\n".join(lines) + "\n"
 
 
+# Paired Δ columns: (title, value of a run, scale, digits).
+PAIRED = (
+    ("Δ test loss", lambda r: r.test.get("test/loss"), 1.0, 5),
+    ("Δ token acc (pp)", lambda r: r.test.get("test/token_acc"), 100.0, 2),
+    ("Δ exact-seq acc (pp)", lambda r: r.test.get("test/exact_acc"), 100.0, 2),
+    ("Δ steps to threshold", lambda r: r.steps_to_threshold, 1.0, 0),
+)
+
+
+def paired_rows(runs: Sequence[Run], names: Sequence[str], control: str) -> list[dict[str, Any]]:
+    """Per variant, the paired ``variant − control`` of each ``PAIRED`` value over shared seeds.
+
+    Steps-to pairs only the seeds where both runs reached the threshold. A cell is None when no
+    seed is shared.
+    """
+
+    def values(name: str, value: Any) -> dict[int, float]:
+        picked = {}
+        for run in runs:
+            if run.variant == name and run.finished and (v := value(run)) is not None:
+                picked[run.seed] = float(v)
+        return picked
+
+    rows = []
+    for name in names:
+        if name == control:
+            continue
+        row: dict[str, Any] = {"variant": name, "control": control}
+        for title, value, _, _ in PAIRED:
+            row[title] = paired_delta(values(name, value), values(control, value))
+        rows.append(row)
+    return rows
+
+
+def _paired_csv_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Numbers, scaled as shown: ``<title> mean|low|high|n`` per ``PAIRED`` column."""
+    flat = []
+    for row in rows:
+        out: dict[str, Any] = {"variant": row["variant"], "control": row["control"]}
+        for title, _, scale, _ in PAIRED:
+            delta = row[title]
+            for part in ("mean", "low", "high"):
+                out[f"{title} {part}"] = None if delta is None else getattr(delta, part) * scale
+            out[f"{title} n"] = None if delta is None else delta.n
+        flat.append(out)
+    return flat
+
+
+def _paired_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    titles = ["variant", "control", *(title for title, *_ in PAIRED)]
+    body = []
+    for row in rows:
+        cells = [f"`{row['variant']}`", f"`{row['control']}`"]
+        for title, _, scale, digits in PAIRED:
+            delta = row[title]
+            cells.append("–" if delta is None else delta.format(scale=scale, digits=digits))
+        body.append(_row(cells))
+    return [*_head(titles), *body]
+
+
 def _labels(variants: Sequence[str]) -> list[str]:
     # Imported here: ``runner`` loads torch and every attention backend, which reading files
     # does not need (the report starts in a second without them).
@@ -488,6 +549,7 @@ def report(
     threshold: float = 0.99,
     root: Path = Path(),
     command: str | None = None,
+    control: str | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv``; returns the summary.
 
@@ -499,6 +561,8 @@ def report(
         threshold: test token accuracy of a converged run; ``val/token_acc`` of steps-to.
         root: the folder holding ``sweeps/`` and ``logs/`` (the sweep's working directory).
         command: the command line shown in ``<out>.md`` (default: the equivalent CLI call).
+        control: a label (or spec): adds paired ``variant − control`` differences over the
+            seeds both ran, mean [95 % t-interval], to ``<out>.md`` and ``<out>_paired.csv``.
 
     Raises:
         FileNotFoundError: ``sweeps/<experiment>`` holds no metrics file.
@@ -520,7 +584,17 @@ def report(
     fields = list(_run_row(Run("", 0, ""), metrics))
     runs_csv = path.with_name(path.name + "_runs.csv")
     _write_csv(runs_csv, [_run_row(r, metrics) for r in runs], fields)
-    path.with_name(path.name + ".md").write_text(_markdown(summary, runs, threshold, command))
+    text = _markdown(summary, runs, threshold, command)
+    if control is not None:
+        (control_name,) = _labels([control])
+        paired = paired_rows(runs, names, control_name)
+        _write_csv(path.with_name(path.name + "_paired.csv"), _paired_csv_rows(paired))
+        text += (
+            f"\nPaired differences, variant − `{control_name}`, over the seeds both ran: mean "
+            "[95 % Student-t interval] (n seeds); steps to threshold over the seeds where both "
+            "reached it.\n\n" + "\n".join(_paired_table(paired)) + "\n"
+        )
+    path.with_name(path.name + ".md").write_text(text)
     return summary
 
 
@@ -535,6 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--variants", nargs="+", default=None, help="labels in table order (default: all)")
     add("--threshold", type=float, default=0.99, help="converged / steps-to token accuracy")
     add("--root", type=Path, default=Path(), help="folder holding sweeps/ and logs/")
+    add("--control", default=None, help="label or spec: paired differences vs this variant")
     return parser
 
 
@@ -554,6 +629,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             threshold=args.threshold,
             root=args.root,
             command=f"{PROG} {shlex.join(argv)}",
+            control=args.control,
         )
     except FileNotFoundError as error:
         parser.error(str(error))

@@ -259,3 +259,16 @@ def test_cli_error_names_the_missing_folder(tmp_path, capsys):
     assert exit_info.value.code == 2
     assert str(tmp_path / "sweeps" / "nope") in capsys.readouterr().err
     assert not (tmp_path / "x.md").exists()
+
+
+def test_control_adds_paired_differences_over_shared_seeds(study, tmp_path):
+    out = tmp_path / "paired"
+    argv = ["--experiment", EXPERIMENT, "--out", str(out), "--root", str(study)]
+    main([*argv, "--variants", "softmax", POLY, "--control", "softmax"])
+    (row,) = _read_csv(out.with_name("paired_paired.csv"))
+    # Only seed 0 finished in both (softmax seed 1 is unfinished): one pair, no interval.
+    assert (row["variant"], row["control"], row["Δ test loss n"]) == (POLY, "softmax", "1")
+    assert float(row["Δ test loss mean"]) == pytest.approx(0.01 - 0.001)
+    assert float(row["Δ token acc (pp) mean"]) == pytest.approx((0.999 - 1.0) * 100)
+    text = out.with_name("paired.md").read_text()
+    assert f"| `{POLY}` | `softmax` | +0.00900 (n=1) |" in text
