@@ -37,6 +37,9 @@ E = Dv + 1 when a normaliser column rides along, P = visible (query, key) pairs)
   performer 2·n·D·m per input (the projection Wx); polysketch random degree 4: 4·n·D·r (the
   two Gaussian sketches) + 4·n·r·F (symmetric square), degree 2: 4·n·D·F with F = D(D+1)/2,
   learned: per branch and level 2·n·d_in·8r + 2·n·8r·r, two branches, + 4·n·r·F.
+  Where ``evaluation`` takes the score-matrix form (short sequences; ``polysketch.
+  uses_kernel_form``): the sketch without its square, ``+ 2·L·S·w`` per squared term of width w
+  (r, or D for degree 2 and the learned polynomial's a_2 term) ``+ 2·L·S·Dv`` (weights·V).
 * polysketch ``local_block=b`` (nb blocks, E = Dv + 1): non-causal ``2·S·F·E`` (all-key state)
   ``+ 2·m·b·F·E`` (own-block states, m = min(⌈L/b⌉, ⌈S/b⌉)) ``+ 2·m·b²·(D + E)`` (exact in-block
   scores and weights·[V,1]) ``+ 2·⌈L/b⌉·b·F·E`` (far readout); causal ``2·N_b·(2·F·E + b·(D+E))``
@@ -63,6 +66,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from attn_lightning.attention.polysketch import uses_kernel_form
 
 # A term's name -> its FLOPs (whole call: B·H included).
 Terms = Mapping[str, int]
@@ -273,6 +278,15 @@ def polysketch_features(
     raise ValueError(f"polysketch has no sketch={sketch!r} of degree {degree!r}")
 
 
+def _score_widths(
+    head_dim: int, degree: int, sketch_size: int, learned_coefficients: bool
+) -> tuple[int, ...]:
+    """As ``PolySketchAttention.score_widths``: the widths of the squared inner products."""
+    if learned_coefficients:
+        return (head_dim, sketch_size) if degree == 4 else (head_dim,)
+    return (head_dim,) if degree == 2 else (sketch_size,)
+
+
 def polysketch_flops(
     shape: CallShape,
     *,
@@ -283,10 +297,12 @@ def polysketch_flops(
     learned_coefficients: bool = False,
     local_block: int = 0,
     sketch_levels: int = 2,
+    evaluation: str = "auto",
     chunk_size: int = 64,
 ) -> FlopCount:
     """PolySketchFormer: φ = symmetric square of a sketch, then the feature-map kernel, or with
-    ``local_block`` the exact power kernel inside blocks (see the module docstring)."""
+    ``local_block`` the exact power kernel inside blocks (see the module docstring); the
+    score-matrix form where ``evaluation`` picks it (``polysketch.uses_kernel_form``)."""
     features, per_token = polysketch_features(
         shape.head_dim,
         sketch=sketch,
@@ -297,7 +313,31 @@ def polysketch_flops(
     )
     phi = {"φ(q)": per_token * shape.queries, "φ(k)": per_token * shape.keys}
     if not local_block:
-        return _feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
+        widths = _score_widths(shape.head_dim, degree, sketch_size, learned_coefficients)
+        kernel = uses_kernel_form(
+            evaluation,
+            heads=shape.groups,
+            queries=shape.queries,
+            keys=shape.keys,
+            value_dim=shape.value_dim,
+            widths=widths,
+            causal=causal,
+            chunk_size=chunk_size,
+        )
+        if not kernel:
+            return _feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
+        # The (L, S) form: the sketch s(x) without its symmetric square, then one score product
+        # per squared term and the weights times V (the mask and normaliser are not matmuls).
+        squares = 4 * sum(w * _symmetric(w) for w in widths)
+        sketch_cost = per_token - squares
+        pairs = shape.queries * shape.keys
+        terms = {
+            "s(q)": sketch_cost * shape.queries,
+            "s(k)": sketch_cost * shape.keys,
+            **{f"scores ⟨·,·⟩ (width {w})": 2 * pairs * w for w in widths},
+            "weights·V": 2 * pairs * shape.value_dim,
+        }
+        return _count(shape, terms)
     f, d, e, b = features, shape.head_dim, shape.value_dim + 1, local_block
     if causal:
         if shape.queries != shape.keys:

@@ -19,6 +19,9 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "polynomial": [{"learned_coefficients": True}, {"degree": 2}, {"norm": "fixed"}],
     "polysketch": [
         {"sketch_size": 8, "chunk_size": 3},
+        # auto takes the (L, S) score form at these short lengths; the feature form explicitly:
+        {"sketch_size": 8, "chunk_size": 3, "evaluation": "features"},
+        {"learned_coefficients": True, "sketch_size": 8, "evaluation": "features"},
         {"sketch": "learned", "sketch_size": 8},
         {"degree": 2},
         {"learned_coefficients": True, "sketch_size": 8},

@@ -8,7 +8,12 @@ import torch
 
 from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_bounded, naive_polysketch, naive_random_sketch
-from attn_lightning.attention.polysketch import PolySketchAttention
+from attn_lightning.attention.polysketch import (
+    EVALUATIONS,
+    KERNEL_MAX_ELEMENTS,
+    PolySketchAttention,
+    uses_kernel_form,
+)
 from attn_lightning.attention.sketches import LearnedPolySketch, symmetric_square
 from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
 
@@ -61,11 +66,12 @@ def randomize(attn: PolySketchAttention) -> None:
     ],
     ids=str,
 )
-def test_matches_naive_float64(case, options):
+@pytest.mark.parametrize("evaluation", ["features", "kernel"])
+def test_matches_naive_float64(case, options, evaluation):
     l_q, s, causal, padded = CASES[case]
     torch.manual_seed(0)
     attn = build_attention(
-        "polysketch", head_dim=D, sketch_size=4, chunk_size=3, **options
+        "polysketch", head_dim=D, sketch_size=4, chunk_size=3, evaluation=evaluation, **options
     ).double()
     randomize(attn)
     mask = padding_mask(s) if padded else None
@@ -286,3 +292,40 @@ def test_is_a_feature_map_backend():
 def test_bad_options_raise_with_the_allowed_values(options, match):
     with pytest.raises(ValueError, match=match):
         build_attention("polysketch", head_dim=D, **options)
+
+
+def test_auto_evaluation_takes_the_cheaper_form_and_bounds_the_score_matrix():
+    # r = 64 (2,080 features) at the reversal's 100 tokens: the score form is far cheaper.
+    common = {"value_dim": 16, "widths": (64,), "causal": True, "chunk_size": 64}
+    assert uses_kernel_form("auto", heads=256, queries=100, keys=100, **common)
+    # r = 16 (136 features): the feature form wins once N is long.
+    small = {**common, "widths": (16,)}
+    assert not uses_kernel_form("auto", heads=1, queries=4096, keys=4096, **small)
+    # Never past KERNEL_MAX_ELEMENTS score entries, however cheap.
+    n = 2048
+    assert 16 * n * n > KERNEL_MAX_ELEMENTS
+    assert not uses_kernel_form("auto", heads=16, queries=n, keys=n, **common)
+    assert uses_kernel_form("kernel", heads=16, queries=n, keys=n, **common)
+    assert not uses_kernel_form("features", heads=1, queries=8, keys=8, **common)
+
+
+def test_auto_matches_both_forms_and_step_uses_the_features():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 7, D, dtype=torch.float64) for _ in range(3))
+    outs = {}
+    for evaluation in EVALUATIONS:
+        torch.manual_seed(1)
+        attn = build_attention("polysketch", head_dim=D, sketch_size=4, evaluation=evaluation)
+        outs[evaluation] = attn.double()(q, k, v, causal=True)
+    torch.testing.assert_close(outs["features"], outs["kernel"])
+    torch.testing.assert_close(outs["auto"], outs["kernel"])
+    state, steps = None, []
+    for i in range(7):  # decoding: the O(r²·Dv) state, equal to the score form's rows
+        out, state = attn.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1], state)
+        steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, dim=2), outs["kernel"])
+
+
+def test_unknown_evaluation_is_named():
+    with pytest.raises(ValueError, match=r"unknown evaluation 'dense'.*auto, features, kernel"):
+        build_attention("polysketch", head_dim=D, evaluation="dense")
