@@ -58,6 +58,7 @@ from attn_lightning.callbacks import (
     PredictionWriter,
     RunCheckpoint,
     SamplePredictions,
+    collect_diagnostics,
 )
 from attn_lightning.cli.checkpoints import check_classes, load_checkpoint
 from attn_lightning.cli.config_checks import check_command_line, rename_moved
@@ -266,7 +267,12 @@ class AttnLightningCLI(LightningCLI):
         return {
             "global_step": self.trainer.global_step,
             "epoch": self.trainer.current_epoch,
-            "metrics": _scalars(self.trainer.callback_metrics),
+            # + the backends' diagnostics after the last step (e.g. optimization's keys90), so
+            # studies can tabulate them without reading TensorBoard.
+            "metrics": {
+                **_scalars(self.trainer.callback_metrics),
+                **collect_diagnostics(self.model),
+            },
             "best_model_score": None if best is None else float(best),
             "best_model_path": getattr(ckpt, "best_model_path", None),
             "last_model_path": getattr(ckpt, "last_model_path", None),

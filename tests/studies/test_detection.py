@@ -10,6 +10,7 @@ import pytest
 from attn_lightning.studies.detection import (
     CONFIGS,
     CONTROLS,
+    DELTA_VS_CONTROL,
     STUDY_VARIANTS,
     comparisons,
     main,
@@ -129,28 +130,31 @@ def test_the_study_pairs_each_optimization_variant_with_its_no_qk_control():
 def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "sweeps" / "detection_report"
-    _fake_metrics(runs, "softmax_no_qk_encoder_self", 0, 0.20)
-    _fake_metrics(runs, "optimization_encoder_self", 0, 0.15)
-    _fake_metrics(runs, "pool_encoder_self", 0, 0.25)
+    for seed, m_ap in enumerate((0.20, 0.30)):
+        _fake_metrics(runs, "softmax_no_qk_encoder_self", seed, m_ap)
+    for seed, m_ap in enumerate((0.15, 0.21)):  # per-seed Δ -0.05, -0.09
+        _fake_metrics(runs, "optimization_encoder_self", seed, m_ap)
+    _fake_metrics(runs, "pool_encoder_self", 0, 0.25)  # seed 1 never finished
     names = ["softmax_no_qk_encoder_self", "optimization_encoder_self", "pool_encoder_self"]
-    argv = ["--variants", *names, "--seeds", "0", "--out", str(tmp_path / "t")]
+    argv = ["--variants", *names, "--seeds", "0", "1", "--out", str(tmp_path / "t")]
     results = main([*argv, "--skip-runs", "--no-costs"])
     md = (tmp_path / "t.md").read_text()
-    assert "| control | Δ test mAP vs control |" in md
-    assert "| `optimization_encoder_self` | 1 | 0 | 0.150 ± 0.000 |" in md
-    assert "| `softmax_no_qk_encoder_self` | -0.050 |" in md
-    assert "| `softmax_no_qk_encoder_self` | +0.050 |" in md
-    assert "Δ vs control: the variant's mean test mAP minus its control's" in md
+    assert "| control | Δ test mAP vs control [95 % CI] |" in md
+    assert "| `optimization_encoder_self` | 2 | 0 | 0.180 ± 0.042 |" in md
+    # Paired by seed: mean -0.07, half-width t(0.975, 1) · sd(Δ) / √2 = 12.706 · 0.0283 / 1.414.
+    assert "| `softmax_no_qk_encoder_self` | -0.070 [-0.324, +0.184] (n=2) |" in md
+    assert "| `softmax_no_qk_encoder_self` | +0.050 (n=1) |" in md  # one shared seed: no interval
+    assert "Δ vs control: the variant's test mAP minus its control's, paired by seed" in md
     # The control itself has no control among these runs (softmax did not run): cells "–".
     with (tmp_path / "t.csv").open() as f:
         rows = {r["variant"]: r for r in csv.DictReader(f)}
     assert rows["softmax_no_qk_encoder_self"]["control"] == ""
-    assert rows["pool_encoder_self"]["Δ test mAP vs control"] == "+0.050"
+    assert rows["pool_encoder_self"]["Δ test mAP vs control [95 % CI]"] == "+0.050 (n=1)"
     # A control whose runs all crashed gives no difference, not a wrong one.
     crashed = [r for r in results if r.variant != "softmax_no_qk_encoder_self"]
     crashed.append(RunResult("softmax_no_qk_encoder_self", 0, None, "crashed"))
     got = comparisons(crashed)["optimization_encoder_self"]
-    assert got == {"control": "`softmax_no_qk_encoder_self`", "Δ test mAP vs control": None}
+    assert got == {"control": "`softmax_no_qk_encoder_self`", DELTA_VS_CONTROL: None}
 
 
 def test_variants_are_required_unless_only_the_sites_table_is_written(tmp_path, capsys):
