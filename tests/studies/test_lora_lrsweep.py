@@ -1,0 +1,221 @@
+"""The LoRA study's ``lrsweep`` part (issue 15): jobs, selection on validation, student table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from attn_lightning.studies import lora
+from attn_lightning.studies.lora_report import (
+    HEAD_LABELS,
+    STUDENT,
+    SWEEP_FIELDS,
+    SWEEP_METHODS,
+    choose_lr,
+    write_report,
+)
+
+PROTOCOL = {"source": "digits", "levels": 2, "angle": 90.0, "max_epochs": 60, "patience": 10}
+
+
+def _args(tmp_path: Path, *extra: str):
+    base = ["--part", "lrsweep", "--out", str(tmp_path / "lora"), "--work", str(tmp_path / "w")]
+    return lora.build_parser().parse_args([*base, *extra])
+
+
+def _row(method: str, lr: str, seed: int, val: float | str, test: float | str, **extra) -> dict:
+    row = {"part": "lrsweep", **PROTOCOL, "domain": "inverted", "method": method, "rank": 0}
+    row.update(head="", base_lr="0.003", lr=lr, seed=seed, status="ok", val_acc=val, acc=test)
+    row.update(trainable_params=55050, epochs=20, seconds=10)
+    return {**row, **extra}
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SWEEP_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_choose_lr_follows_validation_where_test_disagrees(tmp_path):
+    # 0.001 is best on validation, 0.01 on test: the choice is 0.001 and its test mean.
+    rows = [
+        _row("full", "0.001", s, val, test)
+        for s, val, test in ((0, 0.90, 0.50), (1, 0.80, 0.60), (2, 0.85, 0.55))
+    ]
+    rows += [_row("full", "0.01", s, 0.70, 0.99) for s in (0, 1, 2)]
+    rows += [_row("full", "0.1", 0, 0.99, 0.99, status="crashed")]  # crashed: never chosen
+    _write(tmp_path / "runs.csv", rows)
+    choice = choose_lr(_read(tmp_path / "runs.csv"))[("inverted", "full", "0", "", "0.003")]
+    assert choice.lr == "0.001"
+    assert choice.val_by_lr == {"0.001": pytest.approx(0.85), "0.01": pytest.approx(0.70)}
+    assert sorted(r["acc"] for r in choice.runs) == ["0.5", "0.55", "0.6"]
+    # Test accuracy plays no part: without it, or with it reversed, the choice is the same.
+    blind = [{**r, "acc": ""} for r in _read(tmp_path / "runs.csv")]
+    assert choose_lr(blind)[("inverted", "full", "0", "", "0.003")].lr == "0.001"
+    # A tie on validation goes to the smaller learning rate.
+    tie = [_row("full", lr, 0, 0.5, 0.5) for lr in ("0.01", "0.001")]
+    assert choose_lr([{k: str(v) for k, v in r.items()} for r in tie])[
+        ("inverted", "full", "0", "", "0.003")
+    ].lr == ("0.001")
+
+
+def test_student_table_holds_the_known_numbers_only():
+    assert STUDENT == {
+        ("original", "base", 0, ""): 93.2,
+        ("quantized", "full", 0, ""): 93.57,
+        ("rotated", "full", 0, ""): 91.97,
+        ("inverted", "full", 0, ""): 76.41,
+        ("inverted", "lora", 16, "lora"): 62.3,
+        ("inverted", "lora", 64, "lora"): 71.9,
+    }
+    for _, method, rank, head in STUDENT:  # keyed as the sweep's rows are
+        assert method in SWEEP_METHODS and (head in HEAD_LABELS) == (rank > 0)
+
+
+def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
+    base = [
+        _row("base", lr, 0, val, test, domain="original", base_lr="")
+        for lr, val, test in (("0.003", 0.95, 0.90), ("0.01", 0.90, 0.97))
+    ]
+    full = [
+        _row("full", lr, 0, val, test)
+        for lr, val, test in (("0.001", 0.7, 0.6), ("0.003", 0.8, 0.5))
+    ]
+    stale = [_row("full", "0.001", 0, 0.99, 0.99, base_lr="0.01")]  # adapted another base
+    lora_r2 = [_row("lora", "0.01", 0, 0.4, 0.3, rank=2, head="frozen", trainable_params=1952)]
+    _write(tmp_path / "lora_lrsweep_runs.csv", [*base, *full, *stale, *lora_r2])
+    write_report(tmp_path / "lora")
+    md = (tmp_path / "lora.md").read_text()
+    assert (
+        "| original | base, trained on the original task | – | every weight | 55,050 | 93.2 "
+        "| 90.0 ± 0.0 (1) | 95.0 | 0.003 | **0.003: 95.0** · 0.01: 90.0 | 20 |"
+    ) in md
+    assert (
+        "| inverted | full fine-tune | – | every weight | 55,050 | 76.41 | 50.0 ± 0.0 (1) | 80.0 "
+        "| 0.003 | 0.001: 70.0 · **0.003: 80.0** | 20 |"
+    ) in md
+    assert "| inverted | LoRA | 2 | frozen (LoRA on fc1, fc2) | 1,952 |  | 30.0 ± 0.0 (1) |" in md
+    assert "| inverted | LoRA | 64 | LoRA (fc1-fc3) | – | 71.9 | – | – | – | – | – |" in md
+    assert "| quantized | full fine-tune | – | every weight | – | 93.57 | – |" in md
+    assert "99.0" not in md  # the run from the base not chosen is left out
+    summary = {
+        (r["method"], r["lr"], r["base_lr"]): r
+        for r in _read(tmp_path / "lora_lrsweep_summary.csv")
+    }
+    assert summary[("full", "0.003", "0.003")]["chosen"] == "True"
+    assert summary[("full", "0.001", "0.003")]["chosen"] == "False"
+
+
+def test_plan_counts_every_run(tmp_path, caplog):
+    args = _args(tmp_path)
+    jobs = lora.lrsweep_all_jobs(args)
+    # (3 base lrs + 3 domains × (before + 3 full lrs + 2 methods × 2 heads × 7 ranks × 3 lrs))
+    # × 3 seeds
+    assert len(jobs) == 3 * (3 + 3 * (1 + 3 + 2 * 2 * 7 * 3)) == 801
+    small = _args(
+        tmp_path, "--seeds", "0", "--ranks", "4", "--domains", "rotated", "--heads", "lora"
+    )
+    assert len(lora.lrsweep_all_jobs(small)) == 3 + 1 + 3 + 2 * 3
+    with caplog.at_level(logging.INFO, logger="attn_lightning.studies.lora"):
+        lora.main(
+            [
+                "--part",
+                "lrsweep",
+                "--plan",
+                "--out",
+                str(tmp_path / "lora"),
+                "--work",
+                str(tmp_path / "w"),
+            ]
+        )
+    assert "801 runs planned (9 base, 9 before, 27 full, 378 lora, 378 lora_scratch)" in caplog.text
+    assert "0 done, 801 to run; ~20 s per run (--seconds-per-run): ~4.5 h" in caplog.text
+    assert not (tmp_path / "lora.md").exists()  # --plan runs and writes nothing
+
+
+def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
+    args = _args(
+        tmp_path, "--seeds", "1", "--ranks", "4", "--domains", "inverted", "--patience", "5"
+    )
+    jobs = {(v.name, seed): (v, row) for v, seed, row in lora.lrsweep_jobs(args, "0.01")}
+    ckpt = tmp_path / "w" / "checkpoints" / "lora-study" / "lrs-base-lr0.01-s1" / "best.ckpt"
+    before, row = jobs[("lrs-inverted-before", 1)]
+    assert before.subcommand == "test" and row["base_lr"] == "0.01" and row["lr"] == ""
+    assert f"model.init_args.base_checkpoint={ckpt}" in before.overrides
+    frozen, row = jobs[("lrs-inverted-lora-r4-hfrozen-lr0.003", 1)]
+    assert "model.init_args.target_modules=[fc1, fc2]" in frozen.overrides
+    assert f"model.init_args.base_checkpoint={ckpt}" in frozen.overrides
+    assert (row["rank"], row["head"], row["lr"], row["base_lr"]) == (4, "frozen", "0.003", "0.01")
+    scratch, row = jobs[("lrs-inverted-lora_scratch-r4-hlora-lr0.01", 1)]
+    assert not any("base_checkpoint" in o for o in scratch.overrides) and row["base_lr"] == ""
+    assert "model.init_args.target_modules=[fc1, fc2, fc3]" in scratch.overrides
+    (stop,) = [o for o in scratch.overrides if o.startswith("trainer.callbacks=")]
+    assert json.loads(stop.split("=", 1)[1])[0]["init_args"] == {
+        "monitor": "val/loss",
+        "mode": "min",
+        "patience": 5,
+    }
+    assert {"trainer.max_epochs=60", "checkpoint.filename=best"} <= set(scratch.overrides)
+    no_stop = lora.lrsweep_jobs(_args(tmp_path, "--patience", "0"), "0.01")
+    assert not any("callbacks" in o for v, _, _ in no_stop for o in v.overrides)
+
+
+def test_lrsweep_refuses_a_csv_of_another_protocol(tmp_path):
+    _write(tmp_path / "lora_lrsweep_runs.csv", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
+    with pytest.raises(ValueError, match=r"'max_epochs': '20'.*another --out"):
+        lora.check_protocol(_args(tmp_path))
+    lora.check_protocol(_args(tmp_path, "--max-epochs", "20"))
+
+
+def test_best_validation_reads_the_lowest_val_loss_epoch(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    for step, (loss, acc) in enumerate(((1.0, 0.6), (0.5, 0.8), (0.5, 0.85), (0.7, 0.9)), 1):
+        writer.add_scalar("val/loss", loss, 20 * step)
+        writer.add_scalar("val/acc", acc, 20 * step)
+    writer.close()
+    best = lora.best_validation(tmp_path)
+    # The first minimum: ModelCheckpoint keeps a checkpoint only on a strictly lower val/loss.
+    assert best == {"val_loss": 0.5, "val_acc": pytest.approx(0.8), "best_epoch": 2}
+    assert lora.best_validation(tmp_path / "none") == {}
+
+
+def test_lrsweep_end_to_end_tiny(tmp_path):
+    out, work = tmp_path / "lora", tmp_path / "w"
+    argv = ["--part", "lrsweep", "--out", str(out), "--work", str(work), "--seeds", "0"]
+    argv += ["--ranks", "1", "--domains", "inverted", "--heads", "frozen", "--max-epochs", "1"]
+    argv += ["--lrs-base", "0.003", "0.01", "--lrs-full", "0.001", "--lrs-lora", "0.003"]
+    argv += ["--lrs-scratch", "0.003"]
+    lora.main(argv)
+    rows = _read(tmp_path / "lora_lrsweep_runs.csv")
+    assert [(r["method"], r["status"]) for r in rows] == [
+        ("base", "ok"),
+        ("base", "ok"),
+        ("before", "ok"),
+        ("full", "ok"),
+        ("lora", "ok"),
+        ("lora_scratch", "ok"),
+    ]
+    fits = [r for r in rows if r["method"] != "before"]
+    assert all(r["epochs"] == "1" and r["best_epoch"] == "1" and r["val_acc"] for r in fits)
+    assert rows[4]["trainable_params"] == str(976 * 1)  # LoRA on fc1, fc2 at r = 1
+    chosen = max(rows[:2], key=lambda r: float(r["val_acc"]))["lr"]
+    assert {r["base_lr"] for r in rows[2:5]} == {chosen}
+    assert "## Against the student's table" in (tmp_path / "lora.md").read_text()
+    # Resume: nothing left; a base whose checkpoint is gone is run again (later runs load it).
+    args = lora.build_parser().parse_args(argv)
+    assert lora.pending(args, "lrsweep", lora.lrsweep_all_jobs(args)) == []
+    (work / "checkpoints" / "lora-study" / f"lrs-base-lr{chosen}-s0" / "best.ckpt").unlink()
+    todo = lora.pending(args, "lrsweep", lora.lrsweep_all_jobs(args))
+    assert [v.name for v, _, _ in todo] == [f"lrs-base-lr{chosen}"]
