@@ -24,11 +24,11 @@ Evaluation (``evaluation``): the same function two ways. ``features`` is the lin
 above. ``kernel`` forms the (L, S) score matrix directly, ``sim = ⟨s(q'), s(k')⟩²`` (plus the
 learned polynomial's other terms), in O(L·S·(r + Dv)) — far cheaper while the sequence is short
 next to the feature count r(r+1)/2: at r = 64 (2,080 features) and 100 tokens a training step of
-the length-50 reversal model took 25.8 s in the feature form. ``auto`` (default) takes the form
-with fewer matmul FLOPs (``uses_kernel_form``), and the feature form whenever the score matrix
-would exceed ``KERNEL_MAX_ELEMENTS``. Both give the same outputs up to rounding (tested in
-float64); ``step()`` always uses the features (the O(r²·Dv) decode state). Not used with
-``local_block``.
+the length-50 reversal model took 25.8 s in the feature form and 1.0 s in this one. ``auto``
+(default) takes the form with the lower estimated cost (``uses_kernel_form``), and the feature
+form whenever the score matrix would exceed ``KERNEL_MAX_ELEMENTS``. Both give the same outputs
+up to rounding (tested in float64); ``step()`` always uses the features (the O(r²·Dv) decode
+state). Not used with ``local_block``.
 
 Shapes (see ``base.py``)::
 
@@ -77,6 +77,11 @@ EVALUATIONS = ("auto", "features", "kernel")
 # The kernel form holds a few (B·H, L, S) float32 tensors for backward; above this many score
 # entries (128 MiB each) ``auto`` keeps the feature form, whose memory is linear in N.
 KERNEL_MAX_ELEMENTS = 2**25
+# The score form's element-wise passes over (L, S) (square, mask, row sum, divide and their
+# backward), in matmul-FLOP equivalents per score entry. Measured on the 2-core CPU (B = 4, H = 4,
+# D = 64, fwd + bwd): at N = 1,024 and r = 32 the feature form was faster non-causal (289 vs
+# 340 ms) and slower causal (374 vs 340 ms); any value in (73, 148) reproduces both choices.
+SCORE_ENTRY_COST = 100
 
 
 def uses_kernel_form(
@@ -93,9 +98,10 @@ def uses_kernel_form(
     """Whether ``evaluation`` means the (L, S) score-matrix form for this call.
 
     ``widths`` are the inner-product widths of the score's squared terms (r for the sketch, D for
-    the exact degree-2 term). ``auto``: the kernel form when its matmul FLOPs are fewer and its
-    score matrix (``heads`` = B·H of them) stays within ``KERNEL_MAX_ELEMENTS``. Both counts
-    leave out the sketch s(x) itself, which both forms compute.
+    the exact degree-2 term). ``auto``: the kernel form when its cost is lower — matmul FLOPs,
+    plus ``SCORE_ENTRY_COST`` per score entry for its element-wise passes — and its score matrix
+    (``heads`` = B·H of them) stays within ``KERNEL_MAX_ELEMENTS``. Both costs leave out the
+    sketch s(x) itself, which both forms compute.
     """
     if evaluation != "auto":
         return evaluation == "kernel"
@@ -109,7 +115,7 @@ def uses_kernel_form(
         product = 2 * queries * (c * (f + e) + 2 * f * e)
     else:
         product = 2 * (queries + keys) * f * e
-    kernel = 2 * queries * keys * (sum(widths) + e)
+    kernel = queries * keys * (2 * (sum(widths) + e) + SCORE_ENTRY_COST)
     return kernel < squares + product
 
 
