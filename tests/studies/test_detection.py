@@ -7,16 +7,14 @@ import json
 
 import pytest
 
-from attn_lightning.studies.detection import (
+from attn_lightning.studies.detection import main, measure, write
+from attn_lightning.studies.detection_variants import (
     CONFIGS,
     CONTROLS,
     DELTA_VS_CONTROL,
     STUDY_VARIANTS,
     comparisons,
-    main,
-    measure,
     variants,
-    write,
 )
 from attn_lightning.studies.tables import RunResult
 

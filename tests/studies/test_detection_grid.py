@@ -11,17 +11,16 @@ import pytest
 import yaml
 
 from attn_lightning.attention.optimization import OptimizationAttention
-from attn_lightning.studies import detection
-from attn_lightning.studies.detection import (
-    CONFIGS,
+from attn_lightning.studies import detection_sensitivity
+from attn_lightning.studies.detection import build_model, main
+from attn_lightning.studies.detection_sensitivity import (
     DELTA_VS_REFERENCE,
     GRID,
     SENSITIVITY_DEFAULT,
-    build_model,
-    main,
     sensitivity_grid,
     sensitivity_sites,
 )
+from attn_lightning.studies.detection_variants import CONFIGS
 from attn_lightning.studies.runner import Runner, Variant, run_name
 
 ONE_AT_A_TIME = [
@@ -131,7 +130,7 @@ def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch, capsys)
         main(["--sensitivity", "--variants", "softmax", "--out", str(tmp_path / "t")])
     assert "leave out --variants" in capsys.readouterr().err
     # Sites that disagree on an option of the grid have no one point to vary around.
-    monkeypatch.setattr(detection, "CONFIGS", tmp_path)
+    monkeypatch.setattr(detection_sensitivity, "CONFIGS", tmp_path)
     sites = {"decoder_self": {**SPEC, "lam": 0.1}, "decoder_cross": {**SPEC, "lam": 0.3}}
     (tmp_path / "mixed.yaml").write_text(yaml.safe_dump({"model": {"init_args": sites}}))
     with pytest.raises(ValueError, match=r"'mixed' sets lam differently per site"):

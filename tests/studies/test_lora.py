@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.studies import lora
-from attn_lightning.studies.lora_report import FIELDS, write_report
+from attn_lightning.studies import lora, lora_runs
+from attn_lightning.studies.lora_report import write_report
+from attn_lightning.studies.lora_runs import FIELDS
 from attn_lightning.studies.runner import Runner, Variant
 from attn_lightning.studies.tables import RunResult
 
@@ -77,7 +78,7 @@ def test_run_part_appends_rows_and_skips_done_runs(tmp_path, monkeypatch):
         (Variant("rotated-crash-r1"), 0, {**row, "method": "crash"}),
     ]
     (tmp_path / "work" / "checkpoints" / "lora-study" / "rotated-lora-r1-s0").mkdir(parents=True)
-    lora.run_part(args, "mlp", jobs)
+    lora_runs.run_part(args, "mlp", jobs)
     path = tmp_path / "lora_mlp_runs.csv"
     with path.open() as f:
         rows = list(csv.DictReader(f))
@@ -98,7 +99,7 @@ def test_run_part_appends_rows_and_skips_done_runs(tmp_path, monkeypatch):
     # Adapted runs' checkpoints are removed unless --keep-checkpoints.
     assert not (tmp_path / "work" / "checkpoints" / "lora-study" / "rotated-lora-r1-s0").exists()
     # A re-run skips the ok row and retries the crashed one.
-    lora.run_part(args, "mlp", jobs)
+    lora_runs.run_part(args, "mlp", jobs)
     with path.open() as f:
         assert [r["method"] for r in csv.DictReader(f)] == ["lora", "crash", "crash"]
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.studies import lora
-from attn_lightning.studies.lora_report import (
+from attn_lightning.studies import lora, lora_lrsweep, lora_runs
+from attn_lightning.studies.lora_lrsweep_report import (
     HEAD_LABELS,
     STUDENT,
-    SWEEP_FIELDS,
     SWEEP_METHODS,
     choose_lr,
-    write_report,
 )
+from attn_lightning.studies.lora_report import write_report
+from attn_lightning.studies.lora_runs import SWEEP_FIELDS
 
 PROTOCOL = {"source": "digits", "levels": 2, "angle": 90.0, "max_epochs": 60, "patience": 10}
 
@@ -118,14 +118,14 @@ def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
 
 def test_plan_counts_every_run(tmp_path, caplog):
     args = _args(tmp_path)
-    jobs = lora.lrsweep_all_jobs(args)
+    jobs = lora_lrsweep.lrsweep_all_jobs(args)
     # (3 base lrs + 3 domains × (before + 3 full lrs + 2 methods × 2 heads × 7 ranks × 3 lrs))
     # × 3 seeds
     assert len(jobs) == 3 * (3 + 3 * (1 + 3 + 2 * 2 * 7 * 3)) == 801
     small = _args(
         tmp_path, "--seeds", "0", "--ranks", "4", "--domains", "rotated", "--heads", "lora"
     )
-    assert len(lora.lrsweep_all_jobs(small)) == 3 + 1 + 3 + 2 * 3
+    assert len(lora_lrsweep.lrsweep_all_jobs(small)) == 3 + 1 + 3 + 2 * 3
     with caplog.at_level(logging.INFO, logger="attn_lightning.studies.lora"):
         lora.main(
             [
@@ -147,7 +147,7 @@ def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
     args = _args(
         tmp_path, "--seeds", "1", "--ranks", "4", "--domains", "inverted", "--patience", "5"
     )
-    jobs = {(v.name, seed): (v, row) for v, seed, row in lora.lrsweep_jobs(args, "0.01")}
+    jobs = {(v.name, seed): (v, row) for v, seed, row in lora_lrsweep.lrsweep_jobs(args, "0.01")}
     ckpt = tmp_path / "w" / "checkpoints" / "lora-study" / "lrs-base-lr0.01-s1" / "best.ckpt"
     before, row = jobs[("lrs-inverted-before", 1)]
     assert before.subcommand == "test" and row["base_lr"] == "0.01" and row["lr"] == ""
@@ -166,15 +166,15 @@ def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
         "patience": 5,
     }
     assert {"trainer.max_epochs=60", "checkpoint.filename=best"} <= set(scratch.overrides)
-    no_stop = lora.lrsweep_jobs(_args(tmp_path, "--patience", "0"), "0.01")
+    no_stop = lora_lrsweep.lrsweep_jobs(_args(tmp_path, "--patience", "0"), "0.01")
     assert not any("callbacks" in o for v, _, _ in no_stop for o in v.overrides)
 
 
 def test_lrsweep_refuses_a_csv_of_another_protocol(tmp_path):
     _write(tmp_path / "lora_lrsweep_runs.csv", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
     with pytest.raises(ValueError, match=r"'max_epochs': '20'.*another --out"):
-        lora.check_protocol(_args(tmp_path))
-    lora.check_protocol(_args(tmp_path, "--max-epochs", "20"))
+        lora_lrsweep.check_protocol(_args(tmp_path))
+    lora_lrsweep.check_protocol(_args(tmp_path, "--max-epochs", "20"))
 
 
 def test_best_validation_reads_the_lowest_val_loss_epoch(tmp_path):
@@ -185,10 +185,10 @@ def test_best_validation_reads_the_lowest_val_loss_epoch(tmp_path):
         writer.add_scalar("val/loss", loss, 20 * step)
         writer.add_scalar("val/acc", acc, 20 * step)
     writer.close()
-    best = lora.best_validation(tmp_path)
+    best = lora_runs.best_validation(tmp_path)
     # The first minimum: ModelCheckpoint keeps a checkpoint only on a strictly lower val/loss.
     assert best == {"val_loss": 0.5, "val_acc": pytest.approx(0.8), "best_epoch": 2}
-    assert lora.best_validation(tmp_path / "none") == {}
+    assert lora_runs.best_validation(tmp_path / "none") == {}
 
 
 def test_lrsweep_end_to_end_tiny(tmp_path):
@@ -215,7 +215,7 @@ def test_lrsweep_end_to_end_tiny(tmp_path):
     assert "## Against the student's table" in (tmp_path / "lora.md").read_text()
     # Resume: nothing left; a base whose checkpoint is gone is run again (later runs load it).
     args = lora.build_parser().parse_args(argv)
-    assert lora.pending(args, "lrsweep", lora.lrsweep_all_jobs(args)) == []
+    assert lora_runs.pending(args, "lrsweep", lora_lrsweep.lrsweep_all_jobs(args)) == []
     (work / "checkpoints" / "lora-study" / f"lrs-base-lr{chosen}-s0" / "best.ckpt").unlink()
-    todo = lora.pending(args, "lrsweep", lora.lrsweep_all_jobs(args))
+    todo = lora_runs.pending(args, "lrsweep", lora_lrsweep.lrsweep_all_jobs(args))
     assert [v.name for v, _, _ in todo] == [f"lrs-base-lr{chosen}"]

@@ -1,0 +1,201 @@
+"""The sensitivity grid of the detection study (issue 13, part 4) and its table cells.
+
+A grid centres on an optimization variant's own point (default ``SENSITIVITY_DEFAULT``) and
+varies λ, K and the random tokens (``GRID``): one option at a time, or every combination. A
+point is the variant's overlay plus an override that replaces the spec of every optimization
+site, named ``<variant>@<option>=<value>,...`` after the options that differ from the own point
+(which keeps the plain name). Its cells are the point's options, the paired Δ of the compared
+metric vs the own point and, where the metrics files hold it, the mean keys90 over the layers.
+``studies.detection`` runs the grid (``--sensitivity``) and writes the tables.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from attn_lightning.attention.optimization import OptimizationAttention
+from attn_lightning.studies.detection_variants import COMPARED, CONFIGS, format_delta, per_seed
+from attn_lightning.studies.paired import paired_delta
+from attn_lightning.studies.runner import Variant
+from attn_lightning.studies.tables import RunResult, column, format_mean_std, mean_std
+
+# Sensitivity (issue 13, part 4). The paper puts optimization attention's best site in the
+# decoder cross-attention, so its grid centres there unless told otherwise.
+SENSITIVITY_DEFAULT = "optimization_decoder_cross"
+SITES = ("encoder_self", "decoder_self", "decoder_cross")  # DetectionTask's per-site specs
+# The values each option takes in the grid (the issue's), in table order; the paper's point
+# (λ 0.1, K 10, R 8: the optimization_* overlays) is in it.
+GRID: dict[str, tuple[float | int, ...]] = {
+    "lam": (0.03, 0.1, 0.3),
+    "iterations": (5, 10, 20),
+    "random_tokens": (0, 8),
+}
+GRID_TITLES = {"lam": "λ", "iterations": "K", "random_tokens": "random tokens"}
+DELTA_VS_REFERENCE = f"Δ {column(COMPARED).title} vs default [95 % CI]"
+KEYS90 = "keys90"  # AttentionDiagnostics' attention/<layer>/keys90, if a metrics file holds it
+
+
+@dataclass
+class GridPoint:
+    """One point of a sensitivity grid: its variant (a ``train.py fit`` run) and option values.
+
+    Attributes:
+        variant: the site variant's overlay plus an override per optimization site.
+        options: ``GRID``'s options (``lam``, ``iterations``, ``random_tokens``) at this point.
+    """
+
+    variant: Variant
+    options: dict[str, float | int]
+
+
+def optimization_sites(name: str) -> dict[str, dict[str, Any]]:
+    """The optimization attention specs of ``configs/detection/<name>.yaml``, per site.
+
+    Read from the overlay itself (the sites it sets; the base sets none), so the grid keeps every
+    other option of the spec (projections, dictionary, ...). Empty when there is no such file or
+    it puts optimization attention at no site.
+    """
+    path = CONFIGS / f"{name}.yaml"
+    if not path.is_file():
+        return {}
+    init_args = ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("init_args")
+    specs = {site: (init_args or {}).get(site) for site in SITES}
+    return {
+        site: dict(spec)
+        for site, spec in specs.items()
+        if isinstance(spec, dict) and spec.get("name") == "optimization"
+    }
+
+
+def sensitivity_sites() -> list[str]:
+    """The variants a sensitivity grid can centre on: overlays with optimization at a site."""
+    return sorted(p.stem for p in CONFIGS.glob("*.yaml") if optimization_sites(p.stem))
+
+
+def _own_point(name: str, specs: Mapping[str, Mapping[str, Any]]) -> dict[str, float | int]:
+    # An option a spec leaves out takes the backend's default: that is what the run would use.
+    defaults = inspect.signature(OptimizationAttention.__init__).parameters
+    point: dict[str, float | int] = {}
+    for option in GRID:
+        values = {site: spec.get(option, defaults[option].default) for site, spec in specs.items()}
+        if len(set(values.values())) > 1:
+            raise ValueError(
+                f"variant {name!r} sets {option} differently per site ({values}); a sensitivity "
+                "grid needs one value of it to vary around"
+            )
+        point[option] = next(iter(values.values()))
+    return point
+
+
+def grid_name(site_variant: str, own: Mapping[str, Any], options: Mapping[str, Any]) -> str:
+    """``<variant>@<option>=<value>,...`` over the options that differ from the variant's own
+    point, in ``GRID`` order; the own point keeps the plain variant name."""
+    changed = [f"{o}={options[o]}" for o in GRID if options[o] != own[o]]
+    return f"{site_variant}@{','.join(changed)}" if changed else site_variant
+
+
+def sensitivity_grid(
+    site_variant: str = SENSITIVITY_DEFAULT, *, full: bool = False
+) -> list[GridPoint]:
+    """The sensitivity grid around ``site_variant``'s own point, that point first.
+
+    One option of ``GRID`` changed at a time (every other value of it: 1 + 2 + 2 + 1 = 6 points
+    around the paper's point), or with ``full`` every combination (3 × 3 × 2 = 18; one more when
+    the own point is off the grid). Each point is ``configs/detection/<site_variant>.yaml`` plus,
+    for every optimization site of it, ``model.init_args.<site>=<its spec with the point's
+    options>`` (the whole spec: a dict argument given again replaces, it does not merge).
+
+    Raises:
+        ValueError: ``site_variant`` has no overlay with optimization attention at a site (the
+            message lists those that do), or its sites disagree on an option of ``GRID``.
+    """
+    specs = optimization_sites(site_variant)
+    if not specs:
+        raise ValueError(
+            f"no optimization attention site in a configs/detection overlay named "
+            f"{site_variant!r}; allowed: {', '.join(sensitivity_sites())}"
+        )
+    own = _own_point(site_variant, specs)
+    if full:
+        points = [
+            dict(zip(GRID, values, strict=True)) for values in itertools.product(*GRID.values())
+        ]
+    else:
+        points = [
+            {**own, option: value}
+            for option, values in GRID.items()
+            for value in values
+            if value != own[option]
+        ]
+    grid = []
+    for options in [own, *(p for p in points if p != own)]:
+        overrides = tuple(
+            f"model.init_args.{site}={json.dumps({**spec, **options})}"
+            for site, spec in specs.items()
+        )
+        name = grid_name(site_variant, own, options)
+        config = str(CONFIGS / f"{site_variant}.yaml")
+        grid.append(GridPoint(Variant(name, configs=(config,), overrides=overrides), options))
+    return grid
+
+
+def _keys90(run: RunResult) -> float | None:
+    # The mean over the layers that report it (only optimization layers have it).
+    values = [
+        v for k, v in run.metrics.items() if k.startswith("attention/") and k.endswith(f"/{KEYS90}")
+    ]
+    return statistics.fmean(values) if values else None
+
+
+def sensitivity_cells(
+    results: Sequence[RunResult], grid: Sequence[GridPoint]
+) -> dict[str, dict[str, Any]]:
+    """Per grid point: its λ, K, random tokens, the paired Δ test mAP vs the first point (the
+    variant's own; ``reference`` there) and, if any run reports it, the mean keys90."""
+    reference = grid[0].variant.name
+    has_keys90 = any(_keys90(r) is not None for r in results)
+    cells: dict[str, dict[str, Any]] = {}
+    for point in grid:
+        name = point.variant.name
+        row: dict[str, Any] = {GRID_TITLES[o]: point.options[o] for o in GRID}
+        if name == reference:
+            row[DELTA_VS_REFERENCE] = "reference"
+        else:
+            delta = paired_delta(per_seed(results, name), per_seed(results, reference))
+            row[DELTA_VS_REFERENCE] = format_delta(delta)
+        if has_keys90:
+            ok = [r for r in results if r.variant == name and r.status == "ok"]
+            mean, std = mean_std([v for r in ok if (v := _keys90(r)) is not None])
+            row[KEYS90] = None if mean is None else format_mean_std(mean, std, digits=2)
+        cells[name] = row
+    return cells
+
+
+def grid_table(
+    results: Sequence[RunResult], grid: Sequence[GridPoint], cells: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """The grid's markdown lines, a row per point: its ``cells`` and test mAP, AP50 and AP75
+    mean ± std (n seeds) over its finished runs."""
+    metrics = [column(k) for k in ("test/mAP", "test/AP50", "test/AP75")]
+    titles = [*GRID_TITLES.values(), *(c.title for c in metrics), DELTA_VS_REFERENCE]
+    titles += [KEYS90] if any(KEYS90 in row for row in cells.values()) else []
+    lines = ["| " + " | ".join([*titles, "variant"]) + " |", "|" + "---|" * (len(titles) + 1)]
+    for point in grid:
+        name = point.variant.name
+        values = {c.title: list(per_seed(results, name, c.key).values()) for c in metrics}
+        row = dict(cells[name])
+        for c in metrics:
+            mean, std = mean_std(values[c.title])
+            shown = format_mean_std(mean, std, scale=c.scale, digits=c.digits)
+            row[c.title] = shown if mean is None else f"{shown} ({len(values[c.title])})"
+        row = {t: ("–" if row.get(t) is None else str(row[t])) for t in titles}
+        lines.append("| " + " | ".join([*row.values(), f"`{name}`"]) + " |")
+    return lines
