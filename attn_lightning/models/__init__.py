@@ -14,6 +14,7 @@ from attn_lightning.models.transformer import (
     MultiHeadAttention,
     TransformerEncoder,
 )
+from attn_lightning.models.vit import VisionTransformer
 
 __all__ = [
     "DecoderBlock",
@@ -24,6 +25,7 @@ __all__ = [
     "SequenceTransformer",
     "SinusoidalPositionalEncoding",
     "TransformerEncoder",
+    "VisionTransformer",
     "build_positional_encoding",
     "categorical",
     "generate",

@@ -2,6 +2,7 @@
 
 from attn_lightning.tasks.adaptation import AdaptedTask
 from attn_lightning.tasks.base import AttentionTask, resolve_attention
+from attn_lightning.tasks.classification import ImageClassificationTask
 from attn_lightning.tasks.detection import DetectionTask
 from attn_lightning.tasks.image import ImageGenerationTask
 from attn_lightning.tasks.lora_mlp import LoRAClassifierTask
@@ -12,6 +13,7 @@ __all__ = [
     "AdaptedTask",
     "AttentionTask",
     "DetectionTask",
+    "ImageClassificationTask",
     "ImageGenerationTask",
     "LoRAClassifierTask",
     "LoRAReversalTask",

@@ -15,23 +15,16 @@ Logged per split: ``loss``, ``acc`` (torchmetrics) and ``trainable_params``.
 
 from __future__ import annotations
 
-import csv
 import warnings
-from pathlib import Path
-from typing import cast
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torchmetrics.classification import MulticlassAccuracy
+from torch import Tensor
 
 from attn_lightning.models.mlp import MLP
 from attn_lightning.tasks.adaptation import AdaptedTask
+from attn_lightning.tasks.classifier_steps import ClassifierSteps, accuracy_metrics
 
-SPLITS = ("train", "val", "test")
 
-
-class LoRAClassifierTask(AdaptedTask):
+class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
     """MLP digit classifier: base training, full fine-tuning or LoRA adaptation.
 
     LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"): each adapted
@@ -57,7 +50,6 @@ class LoRAClassifierTask(AdaptedTask):
             written before the rename) with a ``FutureWarning``; not saved.
     """
 
-    hp_metrics = ("hp/val_loss", "hp/val_acc")
     base_hint = "the checkpoint of an adaptation=base run (e.g. checkpoints/lora/base/last.ckpt)"
 
     def __init__(
@@ -108,10 +100,7 @@ class LoRAClassifierTask(AdaptedTask):
             modules_to_save=modules_to_save,
             bias=lora_bias,
         )
-        # Lightning reserves "train" as a Module attribute: key the metrics by "<split>_".
-        self.metrics = nn.ModuleDict(
-            {f"{s}_acc": MulticlassAccuracy(num_classes, average="micro") for s in SPLITS}
-        )
+        self.metrics = accuracy_metrics(num_classes)
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
@@ -138,69 +127,15 @@ class LoRAClassifierTask(AdaptedTask):
         return self.net(image)
 
     # ------------------------------------------------------------------ steps
-    def _accuracy(self, split: str) -> MulticlassAccuracy:
-        return cast(MulticlassAccuracy, self.metrics[f"{split}_acc"])
-
-    def _shared_step(self, batch: dict[str, Tensor], split: str) -> Tensor:
-        image, label = batch["image"], batch["label"]
-        logits = self(image)  # (B, C)
-        loss = F.cross_entropy(logits.float(), label)
-        accuracy = self._accuracy(split)
-        accuracy(logits, label)
-        on_step, size = split == "train", label.shape[0]
-        self.log_mean(f"{split}/loss", loss, batch_size=size, prog_bar=True)
-        self.log(f"{split}/acc", accuracy, prog_bar=True, on_step=on_step, on_epoch=True)
+    def extra_logs(self, split: str, batch_size: int) -> None:
         self.log(
             f"{split}/trainable_params",
             float(self.num_trainable),
             on_step=False,
             on_epoch=True,
-            batch_size=size,
+            batch_size=batch_size,
             sync_dist=True,  # the same on every rank; synced so Lightning does not warn under DDP
         )
-        return loss
-
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "train")
-
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        loss = self._shared_step(batch, "val")
-        size = batch["label"].shape[0]
-        self.log_mean("hp/val_loss", loss, batch_size=size)
-        self.log("hp/val_acc", self._accuracy("val"), on_epoch=True)
-
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._shared_step(batch, "test")
-
-    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        """``{"label", "prediction"}`` ``(B,)`` and ``"probabilities"`` ``(B, C)`` (softmax)."""
-        with torch.no_grad():
-            probabilities = self(batch["image"]).float().softmax(dim=-1)
-        return {
-            "label": batch["label"],
-            "prediction": probabilities.argmax(dim=-1),
-            "probabilities": probabilities,
-        }
-
-    def save_predictions(
-        self, predictions: list[dict[str, Tensor]], indices: list[int], folder: Path
-    ) -> list[Path]:
-        """Write ``predictions.csv``: ``index, label, prediction, p_0 .. p_{C-1}``."""
-        classes = int(self.hparams["num_classes"])
-        path = Path(folder) / "predictions.csv"
-        with path.open("w", newline="") as file:
-            writer = csv.writer(file)
-            writer.writerow(["index", "label", "prediction", *(f"p_{c}" for c in range(classes))])
-            for index, row in zip(indices, predictions, strict=True):
-                writer.writerow(
-                    [
-                        index,
-                        int(row["label"]),
-                        int(row["prediction"]),
-                        *row["probabilities"].tolist(),
-                    ]
-                )
-        return [path]
 
 
 def _renamed_mode(mode: str, adaptation: str) -> str:
