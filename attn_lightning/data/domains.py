@@ -21,6 +21,12 @@ from attn_lightning.data.base import SPLITS, SplitDataModule
 from attn_lightning.data.images import SOURCES, check_download, load_images, prepare_mnist
 
 DOMAINS = ("original", "quantized", "rotated", "inverted")
+# Input normalisation after the shift. ``mnist``: torchvision's customary MNIST transform
+# (x − 0.1307) / 0.3081, as reproductions of the student's setup commonly use; ``domain``: the
+# shifted training split's own pixel mean and std, which removes the constant offset 1 − x gives
+# inverted digits (a frozen base's W·1 term). ``none`` keeps pixels in [0, 1].
+NORMALIZATIONS = ("none", "mnist", "domain")
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 
 def apply_domain(images: Tensor, domain: str, *, levels: int = 2, angle: float = 90.0) -> Tensor:
@@ -68,6 +74,8 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
         domain: ``original``, ``quantized``, ``rotated`` or ``inverted``.
         levels: grey levels of ``quantized``.
         angle: rotation of ``rotated`` in degrees.
+        normalize: ``none`` (pixels in [0, 1]), ``mnist`` ((x − 0.1307)/0.3081) or ``domain``
+            (the shifted train split's mean and std), applied after the shift to every split.
         batch_size: per device.
         num_workers: DataLoader workers (0 is fastest for in-memory tensors).
     """
@@ -84,10 +92,15 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
         domain: str = "original",
         levels: int = 2,
         angle: float = 90.0,
+        normalize: str = "none",
         batch_size: int = 64,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
+        if normalize not in NORMALIZATIONS:
+            raise ValueError(
+                f"unknown normalize {normalize!r}; allowed: {', '.join(NORMALIZATIONS)}"
+            )
         if source not in SOURCES:
             raise ValueError(f"unknown image source {source!r}; allowed: {', '.join(SOURCES)}")
         if domain not in DOMAINS:
@@ -102,6 +115,7 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
         self.source, self.root, self.image_size = source, root, image_size
         self.download = download
         self.domain, self.levels, self.angle = domain, levels, angle
+        self.normalize = normalize
         self.batch_size, self.num_workers = batch_size, num_workers
         self.num_classes = 10
         self.datasets = {}
@@ -119,21 +133,36 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
 
     def setup(self, stage: str | None = None) -> None:
         # Small in-memory tensors: every stage builds every split once.
+        if self.datasets:
+            return
+        shifted = {}
         for split in SPLITS:
-            if split not in self.datasets:
-                images, labels = load_images(
-                    self.source,
-                    split=split,
-                    root=self.root,
-                    image_size=self.image_size,
-                    download=self.download,  # a no-op once prepare_data has fetched the files
-                )
-                shifted = apply_domain(images, self.domain, levels=self.levels, angle=self.angle)
-                self.datasets[split] = TensorDataset(shifted, labels)
+            images, labels = load_images(
+                self.source,
+                split=split,
+                root=self.root,
+                image_size=self.image_size,
+                download=self.download,  # a no-op once prepare_data has fetched the files
+            )
+            images = apply_domain(images, self.domain, levels=self.levels, angle=self.angle)
+            shifted[split] = (images, labels)
+        mean, std = self.normalization(shifted["train"][0])
+        for split, (images, labels) in shifted.items():
+            self.datasets[split] = TensorDataset((images - mean) / std, labels)
+
+    def normalization(self, train_images: Tensor) -> tuple[float, float]:
+        """(mean, std) that ``normalize`` subtracts and divides by (``domain``: the train
+        split's)."""
+        if self.normalize == "mnist":
+            return MNIST_MEAN, MNIST_STD
+        if self.normalize == "domain":
+            return float(train_images.mean()), float(train_images.std())
+        return 0.0, 1.0
 
 
 __all__ = [
     "DOMAINS",
+    "NORMALIZATIONS",
     "DomainImageDataModule",
     "apply_domain",
 ]

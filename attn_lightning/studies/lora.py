@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from attn_lightning.data.domains import NORMALIZATIONS
 from attn_lightning.studies.lora_lrsweep import (
     HEADS,
     SWEEP_LRS,
@@ -258,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--patience", type=int, default=10, help="val/loss epochs; 0: no stop")
     sweep.add_argument("--source", choices=("digits", "mnist"), default="digits")
     sweep.add_argument("--data-root", default="data", help="MNIST IDX files (source mnist)")
+    sweep.add_argument(
+        "--normalize",
+        choices=NORMALIZATIONS,
+        default="none",
+        help="input normalisation after the shift (DomainImageDataModule's normalize)",
+    )
     parser.add_argument("--plan", action="store_true", help="log the runs planned; run nothing")
     parser.add_argument(
         "--seconds-per-run", type=float, default=SECONDS_PER_RUN, help="--plan's estimate"

@@ -41,7 +41,8 @@ HEADS = {  # the head (fc3) in a LoRA run; the student's "LoRA on all three laye
         "model.init_args.modules_to_save=[fc3]",
     ),
 }
-PROTOCOL = ("source", "levels", "angle", "max_epochs", "patience")  # one per lrsweep CSV
+# One per lrsweep CSV (a CSV from before ``normalize`` existed reads as "none").
+PROTOCOL = ("source", "levels", "angle", "normalize", "max_epochs", "patience")
 
 
 def _lr(value: float) -> str:
@@ -54,6 +55,7 @@ def _sweep_common(args: argparse.Namespace) -> tuple[str, ...]:
         f"data.init_args.root={args.data_root}",
         f"data.init_args.levels={args.levels}",
         f"data.init_args.angle={args.angle}",
+        f"data.init_args.normalize={args.normalize}",
         f"trainer.max_epochs={args.max_epochs}",
         "checkpoint.filename=best",  # the best val/loss checkpoint: tested, and adapted from
         "checkpoint.save_last=false",
@@ -150,7 +152,7 @@ def check_protocol(args: argparse.Namespace) -> None:
     path = runs_csv(args, "lrsweep")
     ours = tuple(str(getattr(args, k)) for k in PROTOCOL)
     for row in read_rows(path):
-        theirs = tuple(row[k] for k in PROTOCOL)
+        theirs = tuple(row.get(k) or ("none" if k == "normalize" else "") for k in PROTOCOL)
         if theirs != ours:
             raise ValueError(
                 f"{path} holds runs with {dict(zip(PROTOCOL, theirs, strict=True))}, not "

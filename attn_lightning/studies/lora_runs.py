@@ -45,6 +45,7 @@ SWEEP_FIELDS = [
     "source",
     "levels",
     "angle",
+    "normalize",
     "max_epochs",
     "patience",
     "domain",

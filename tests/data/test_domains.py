@@ -74,3 +74,27 @@ def test_datamodule_batches_are_shifted_digits():
     torch.testing.assert_close(b["image"], 1.0 - a["image"])
     sizes = [len(original.datasets[s]) for s in ("train", "val", "test")]
     assert sum(sizes) == 1797 and sizes[0] > sizes[1]
+
+
+def test_normalize_mnist_constants_and_the_domain_s_own_train_statistics():
+    plain = DomainImageDataModule(image_size=8, domain="inverted")
+    mnist = DomainImageDataModule(image_size=8, domain="inverted", normalize="mnist")
+    own = DomainImageDataModule(image_size=8, domain="inverted", normalize="domain")
+    for data in (plain, mnist, own):
+        data.setup("fit")
+    x = {s: plain.datasets[s].tensors[0] for s in ("train", "val", "test")}
+    for split, images in x.items():
+        torch.testing.assert_close(mnist.datasets[split].tensors[0], (images - 0.1307) / 0.3081)
+    # domain: the train split's statistics, applied unchanged to val and test (never their own).
+    mean, std = float(x["train"].mean()), float(x["train"].std())
+    train = own.datasets["train"].tensors[0]
+    assert abs(float(train.mean())) < 1e-5 and abs(float(train.std()) - 1.0) < 1e-5
+    torch.testing.assert_close(own.datasets["test"].tensors[0], (x["test"] - mean) / std)
+    assert torch.equal(own.datasets["test"].tensors[1], plain.datasets["test"].tensors[1])
+
+
+def test_unknown_normalize_is_named():
+    with pytest.raises(
+        ValueError, match=r"unknown normalize 'zscore'; allowed: none, mnist, domain"
+    ):
+        DomainImageDataModule(normalize="zscore")
