@@ -16,6 +16,7 @@ import logging
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -178,16 +179,26 @@ class Runner:
 
     def _spawn(self, variant: Variant, seed: int) -> str:
         label = run_name(variant, seed)
-        try:
-            proc = subprocess.run(
-                self.command(variant, seed), capture_output=True, text=True, timeout=self.timeout
-            )
-        except subprocess.TimeoutExpired:
-            log.warning("run %s timed out after %s s", label, self.timeout)
-            return "timeout"
-        if proc.returncode:
-            log.warning("run %s failed (exit %d):\n%s", label, proc.returncode, proc.stderr[-3000:])
-            return "crashed"
+        # The run's output goes to an unlinked temporary file, not a pipe: if this process dies
+        # (a stopped study), a pipe would kill the run at its next print (SIGPIPE / broken pipe)
+        # after training but before its metrics file; a file lets it finish and be resumed.
+        with tempfile.TemporaryFile("w+") as output:
+            try:
+                proc = subprocess.run(
+                    self.command(variant, seed),
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    timeout=self.timeout,
+                )
+            except subprocess.TimeoutExpired:
+                log.warning("run %s timed out after %s s", label, self.timeout)
+                return "timeout"
+            if proc.returncode:
+                output.seek(0)
+                tail = output.read()[-3000:]
+                log.warning("run %s failed (exit %d):\n%s", label, proc.returncode, tail)
+                return "crashed"
         return "ok"
 
     def _in_process(self, variant: Variant, seed: int) -> str:

@@ -38,14 +38,14 @@ import json, sys
 args = dict(a[2:].split("=", 1) for a in sys.argv[2:] if a.startswith("--") and "=" in a)
 name = json.loads(args["model.init_args.attention"])["name"]
 if name == "crash":
-    sys.exit(1)
+    sys.exit("crash: bad option")
 acc = {"good": 1.0, "flaky": 0.9 + 0.1 * (args["seed_everything"] == "0")}[name]
 record = {"global_step": 7, "metrics": {}, "test": {"test/token_acc": acc, "test/exact_acc": acc}}
 open(args["metrics_file"], "w").write(json.dumps(record))
 """
 
 
-def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch):
+def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch, caplog):
     # A stand-in train.py (no torch import) keeps this fast; the real one runs below.
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "fake_train.py"
@@ -80,6 +80,9 @@ def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch):
     assert float(rows["flaky"]["test/token_acc_mean"]) == pytest.approx(0.95)
     assert rows["crash"]["crashed"] == "2"
     assert "| `crash` | 2 | 0 | 2 |" in (tmp_path / "fake.md").read_text()
+    # The run's output (a file, not a pipe, so a stopped study cannot kill a finishing run)
+    # still reaches the log of a failed run.
+    assert "crash: bad option" in caplog.text
 
 
 def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
