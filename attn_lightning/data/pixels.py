@@ -8,6 +8,8 @@ bilinearly to MNIST's 784 tokens, a length test, not MNIST; ``mnist``: the IDX f
 ``x ∈ [0, 1]`` becomes the token ``round(x · (levels − 1)) ∈ {0, …, levels − 1}``, so with
 ``levels=256`` an 8-bit pixel ``p / 255`` maps back to ``p`` exactly. Each example is
 ``{"pixels": (H·W,) int64 in raster order (row by row, left to right), "label": int64}``.
+``histogram_bits_per_dim`` is the context-free baseline of these tokens: an independent
+per-pixel histogram (``python -m attn_lightning.benchmarks.generation --histogram`` prints it).
 """
 
 from __future__ import annotations
@@ -121,3 +123,51 @@ class PixelDataModule(SplitDataModule[PixelDataset]):
                         f"{(self.height, self.width)}; set image_size"
                     )
                 self.datasets[split] = PixelDataset(quantize(images, self.levels), labels)
+
+
+def histogram_bits_per_dim(
+    train_tokens: Tensor,
+    eval_tokens: Tensor,
+    levels: int,
+    *,
+    smoothing: float = 0.5,
+    held_out_from: int = 0,
+) -> float:
+    """Bits/dim of an independent per-pixel histogram: the context-free floor a model must beat.
+
+    ``p_i(v) ∝ count_i(v) + smoothing`` for the values v that occur anywhere in
+    ``train_tokens: (N, L)`` (other values get probability 0), fitted per position i and scored
+    as ``−mean log₂ p_i(x_i)`` over ``eval_tokens: (M, L)`` at positions ``i ≥ held_out_from``
+    (``held_out_from = k`` gives the held-out completion pixels).
+
+    Raises:
+        ValueError: mismatched shapes, tokens outside ``[0, levels)``, ``smoothing <= 0``,
+            ``held_out_from`` outside ``[0, L)``, or an evaluated value never seen in training
+            (its probability would be 0, its bits infinite).
+    """
+    if train_tokens.dim() != 2 or eval_tokens.dim() != 2:
+        raise ValueError("train_tokens and eval_tokens must be (N, L) and (M, L)")
+    length = train_tokens.shape[1]
+    if eval_tokens.shape[1] != length:
+        raise ValueError(f"{length} training pixels per image, {eval_tokens.shape[1]} evaluated")
+    if not smoothing > 0:
+        raise ValueError(f"smoothing must be > 0, got {smoothing!r}")
+    if not 0 <= held_out_from < length:
+        raise ValueError(f"held_out_from must be in [0, {length}), got {held_out_from!r}")
+    for tokens in (train_tokens, eval_tokens):
+        if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < levels:
+            raise ValueError(f"tokens must lie in [0, {levels})")
+    evaluated = eval_tokens[:, held_out_from:].long()
+    used = train_tokens.long().unique()
+    unseen = evaluated[~torch.isin(evaluated, used)].unique()
+    if unseen.numel():
+        raise ValueError(
+            f"evaluated values never seen in training: {unseen[:8].tolist()}; add-smoothing over "
+            "the training levels gives them probability 0"
+        )
+    counts = torch.zeros(length, levels, dtype=torch.float64)  # (L, levels)
+    counts[:, used] = smoothing
+    counts.scatter_add_(1, train_tokens.long().T, torch.ones(length, len(train_tokens)).double())
+    probs = counts / counts.sum(1, keepdim=True)
+    chosen = probs[held_out_from:].gather(1, evaluated.T)  # (L − k, M)
+    return float(-torch.log2(chosen).mean())

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from attn_lightning.data.pixels import PixelDataModule, dequantize, quantize
+from attn_lightning.data.pixels import (
+    PixelDataModule,
+    dequantize,
+    histogram_bits_per_dim,
+    quantize,
+)
 
 
 def test_quantize_maps_8bit_pixels_back_to_their_values_in_raster_order():
@@ -55,3 +62,33 @@ def test_clear_errors(tmp_path):
     data = PixelDataModule(source="mnist", root=str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"MNIST.*download: true"):
         data.setup("fit")
+
+
+# ---------------------------------------------------------------------------- histogram baseline
+def test_histogram_bits_per_dim_by_hand():
+    # Levels used in training: {0, 1} of 4. Position 0: counts 2, 1 -> (2.5, 1.5) / 4;
+    # position 1: counts 0, 3 -> (0.5, 3.5) / 4. Eval [1, 0]: −(log₂ 0.375 + log₂ 0.125) / 2.
+    train = torch.tensor([[0, 1], [0, 1], [1, 1]])
+    evaluated = torch.tensor([[1, 0]])
+    want = (
+        -(math.log2(1.5 / 4) + math.log2(0.5 / 4)) / 2
+    )  # 2.2075 (all 4 levels: 2.5295, nats: 1.53)
+    assert histogram_bits_per_dim(train, evaluated, 4) == pytest.approx(want, abs=1e-12)
+    assert histogram_bits_per_dim(train, evaluated, 4, held_out_from=1) == pytest.approx(3.0)
+    # add-1: position 0 (3, 2) / 5, position 1 (1, 4) / 5
+    add_one = -(math.log2(2 / 5) + math.log2(1 / 5)) / 2
+    assert histogram_bits_per_dim(train, evaluated, 4, smoothing=1.0) == pytest.approx(add_one)
+
+
+def test_histogram_bits_per_dim_errors():
+    train = torch.tensor([[0, 1], [1, 1]])
+    with pytest.raises(ValueError, match=r"never seen in training: \[2\]"):
+        histogram_bits_per_dim(train, torch.tensor([[2, 1]]), 4)
+    with pytest.raises(ValueError, match="smoothing"):
+        histogram_bits_per_dim(train, train, 4, smoothing=0.0)
+    with pytest.raises(ValueError, match="held_out_from"):
+        histogram_bits_per_dim(train, train, 4, held_out_from=2)
+    with pytest.raises(ValueError, match=r"tokens must lie in \[0, 1\)"):
+        histogram_bits_per_dim(train, train, 1)
+    with pytest.raises(ValueError, match="2 training pixels per image, 3 evaluated"):
+        histogram_bits_per_dim(train, torch.zeros(1, 3, dtype=torch.long), 4)

@@ -1,0 +1,166 @@
+"""Generation throughput of random models and trained checkpoints, its ratio columns, checkpoint
+errors, and the histogram baseline command."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from attn_lightning.benchmarks import generation
+from attn_lightning.cli.checkpoints import CheckpointError
+from attn_lightning.data.pixels import PixelDataModule
+from attn_lightning.tasks.image import ImageGenerationTask
+
+TINY = {"image_size": 4, "levels": 16, "d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32}
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    with out.with_suffix(".csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """Two trained (2 steps) 4×4 checkpoints, softmax and linear, saved by Lightning."""
+    root = tmp_path_factory.mktemp("ckpt")
+    paths = {}
+    for name in ("softmax", "linear"):
+        pl.seed_everything(0)
+        task = ImageGenerationTask(attention={"name": name}, warmup_steps=0, **TINY)
+        data = PixelDataModule(image_size=4, levels=16, batch_size=8)
+        trainer = pl.Trainer(
+            max_steps=2,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+        )
+        trainer.fit(task, data)
+        paths[name] = root / f"{name}-s0" / "last.ckpt"
+        trainer.save_checkpoint(paths[name])
+    return paths
+
+
+def test_checkpoint_mode_times_trained_weights_with_ratios(checkpoints, tmp_path):
+    out = tmp_path / "trained"
+    generation.main(
+        [
+            "--checkpoints",
+            str(checkpoints["softmax"]),
+            str(checkpoints["linear"]),
+            "--batches",
+            "1",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
+    rows = _rows(out)
+    got = [(r["backend"], r["run"], r["method"], r["batch"]) for r in rows]
+    assert got == [
+        ("softmax", "softmax-s0", "step", "1"),
+        ("softmax", "softmax-s0", "recompute", "1"),
+        ("softmax", "softmax-s0", "step", "2"),
+        ("softmax", "softmax-s0", "recompute", "2"),
+        ("linear", "linear-s0", "step", "1"),
+        ("linear", "linear-s0", "step", "2"),
+    ]
+    assert {r["train_step"] for r in rows} == {"2"}
+    assert all(r["tokens"] == "16" and float(r["images_per_s"]) > 0 for r in rows)
+    by = {(r["backend"], r["method"], r["batch"]): float(r["images_per_s"]) for r in rows}
+    for row in rows:  # each against softmax at the same batch
+        speed, batch = float(row["images_per_s"]), row["batch"]
+        cached = by[("softmax", "step", batch)]
+        uncached = by[("softmax", "recompute", batch)]
+        assert float(row["vs_softmax_kv_cache"]) == pytest.approx(speed / cached, abs=0.006)
+        assert float(row["vs_softmax_recompute"]) == pytest.approx(speed / uncached, abs=0.006)
+    assert rows[0]["vs_softmax_kv_cache"] == "1.0" and rows[1]["vs_softmax_recompute"] == "1.0"
+    md = out.with_suffix(".md").read_text()
+    assert "317×" in md and "19×" in md and "| `linear` | linear-s0 | 2 | step" in md
+    assert "image_size=4 levels=16 d_model=16" in md
+
+
+def test_checkpoint_mode_recompute_by_run_and_max_batch(checkpoints, tmp_path):
+    out = tmp_path / "max"
+    args = ["--checkpoints", str(checkpoints["linear"]), "--recompute", "linear-s0"]
+    generation.main([*args, "--batches", "max", "--max-batch-limit", "64", "--out", str(out)])
+    rows = _rows(out)
+    assert [(r["method"], r["requested_batch"], r["batch"]) for r in rows] == [
+        ("step", "max", "64"),  # a 4×4 image needs far less than 8 GB: the limit binds
+        ("recompute", "max", "64"),
+    ]
+    assert rows[0]["vs_softmax_kv_cache"] == ""  # no softmax checkpoint given
+    assert "max → 64" in out.with_suffix(".md").read_text()
+    model, _ = generation.load_pixel_model(checkpoints["linear"])
+    tiny = generation.largest_batch(
+        model, method="step", device=torch.device("cpu"), budget_bytes=1.0, limit=64
+    )
+    assert tiny == 1
+
+
+def test_random_models_keep_their_columns(tmp_path):
+    out = tmp_path / "random"
+    sizes = ["--image-size", "3", "--levels", "8", "--d-model", "8", "--num-heads", "2"]
+    sizes += ["--num-layers", "1", "--d-ff", "16", "--batch", "2"]
+    generation.main(["--backends", "softmax", "linear", "--recompute", "softmax", *sizes,
+                     "--out", str(out)])  # fmt: skip
+    rows = _rows(out)
+    assert [(r["backend"], r["method"]) for r in rows] == [
+        ("softmax", "step"),
+        ("linear", "step"),
+        ("softmax", "recompute"),
+    ]
+    assert rows[0]["vs_softmax_kv_cache"] == "1.0" and rows[2]["vs_softmax_recompute"] == "1.0"
+    assert (
+        "| `linear` | step (recurrent / KV cache) | 2 | 9 |" in out.with_suffix(".md").read_text()
+    )
+
+
+def test_missing_corrupt_and_foreign_checkpoints_name_the_path(checkpoints, tmp_path, capsys):
+    missing = tmp_path / "nope" / "last.ckpt"
+    with pytest.raises(CheckpointError, match=rf"--checkpoints '{missing}': no such file"):
+        generation.load_pixel_model(missing)
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes(b"\x00not a checkpoint" * 10)
+    with pytest.raises(SystemExit) as exit_info:  # one line on the command line, no traceback
+        out = tmp_path / "out"
+        generation.main(
+            ["--checkpoints", str(checkpoints["linear"]), str(corrupt), "--out", str(out)]
+        )
+    assert exit_info.value.code == 2
+    assert f"error: --checkpoints '{corrupt}' is corrupt" in capsys.readouterr().err
+    assert not out.with_suffix(".csv").exists()  # nothing timed before the bad path was seen
+    state = torch.load(checkpoints["linear"], weights_only=True)
+    foreign = tmp_path / "reversal.ckpt"
+    saved = {"_class_path": "attn_lightning.tasks.SequenceReversalTask", "num_symbols": 10}
+    torch.save({**state, "hyper_parameters": saved}, foreign)
+    with pytest.raises(
+        CheckpointError,
+        match=r"not an image-generation checkpoint \(its task is .*SequenceReversalTask\)",
+    ):
+        generation.load_pixel_model(foreign)
+    unnamed = tmp_path / "unnamed.ckpt"  # no class path saved (plain Trainer): checked by build
+    torch.save({"state_dict": {}, "hyper_parameters": {"num_symbols": 10}}, unnamed)
+    with pytest.raises(CheckpointError, match=rf"'{unnamed}' is not an image-generation"):
+        generation.load_pixel_model(unnamed)
+
+
+def test_format_attention_spec_inverts_the_parser():
+    spec = {"name": "performer", "num_features": 64, "redraw": True, "eps": None}
+    assert (
+        generation.format_attention_spec(spec) == "performer:num_features=64,redraw=true,eps=none"
+    )
+    assert generation.format_attention_spec({"name": "linear"}) == "linear"
+
+
+def test_histogram_command_reproduces_the_8x8_baseline(capsys):
+    generation.main(["--histogram", "--image-size", "8", "--levels", "256"])
+    printed = capsys.readouterr().out
+    assert "2.4377 bits/dim on all 64 pixels" in printed  # docs/results/image_completion.md
+    assert "held-out pixels i >= 24" in printed
