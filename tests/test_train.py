@@ -336,3 +336,22 @@ def test_typo_in_yaml_names_the_key(tmp_path, capsys):
 def test_data_and_model_mismatch_is_reported(tmp_path):
     with pytest.raises(ValueError, match=r"raise model\.init_args\.max_len"):
         run("fit", tmp_path, DEBUG, extra=("--model.init_args.max_len=16",))
+
+
+def test_enable_checkpointing_false_writes_no_checkpoint(tmp_path):
+    # The always-added RunCheckpoint used to make Lightning refuse this flag outright.
+    cli = run(
+        "fit",
+        tmp_path,
+        DEBUG,
+        extra=(
+            "--trainer.max_steps=2",
+            "--trainer.enable_checkpointing=false",
+            "--test_after_fit=true",
+            f"--metrics_file={tmp_path / 'metrics.json'}",
+        ),
+    )
+    assert cli.trainer.checkpoint_callback is None
+    assert not (tmp_path / "checkpoints").exists()
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert record["global_step"] == 2 and "test/loss" in record["test"]

@@ -42,8 +42,8 @@ from typing import Any
 
 import torch
 from jsonargparse import Namespace
-from lightning.pytorch import LightningDataModule, LightningModule
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from attn_lightning.attention import set_check_finite
@@ -193,6 +193,19 @@ class AttnLightningCLI(LightningCLI):
         if self.subcommand == "fit":
             refuse_existing_run(config)
         self._started = time.perf_counter()
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        # ``checkpoint`` (RunCheckpoint) is always added; with
+        # ``--trainer.enable_checkpointing=false`` Lightning would refuse it with a
+        # MisconfigurationException, so the flag drops it instead and the run writes no
+        # checkpoint (``test_after_fit`` then tests the final weights).
+        trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        callbacks = [
+            self._get(self.config_init, key) for key in self._parser(self.subcommand).callback_keys
+        ]
+        if trainer_config.get("enable_checkpointing") is False:
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        return self._instantiate_trainer(trainer_config, callbacks)
 
     def instantiate_classes(self) -> None:
         try:
