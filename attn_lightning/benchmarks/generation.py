@@ -57,7 +57,7 @@ log = logging.getLogger("attn_lightning.benchmarks.generation")
 Row = dict[str, Any]
 IMAGE_TASK = "attn_lightning.tasks.ImageGenerationTask"
 PAPER = (
-    "Katharopoulos et al. 2020 (arXiv 2006.16236; /work/shared/REFERENCES.md §1), MNIST "
+    "Katharopoulos et al. 2020 (arXiv 2006.16236), MNIST "
     "generation with 8 layers, 8 heads × 32, FFN 1024, 10 logistics: images/s on a GPU "
     "softmax 0.45, softmax with KV cache 7.56, linear 142.8, i.e. linear **317×** uncached and "
     "**≈19×** cached softmax; batch-1 seconds/image on CPU softmax 72.6, cached softmax 7.4, "
