@@ -1,8 +1,11 @@
 """Output distributions over quantised pixel levels: categorical, or a discretised logistic mixture.
 
 Both turn a network's raw outputs ``(..., num_params)`` into normalised log-probabilities over the
-``levels`` pixel values ``(..., levels)``; the loss gathers the target's entry and a sampler draws
-from them (so ``generation.categorical`` samples either distribution, temperature included).
+``levels`` pixel values ``(..., levels)``, from which a sampler draws (so
+``generation.categorical`` samples either distribution, temperature included). ``log_prob`` gives
+the target's entry alone: the same number, but the mixture evaluates K logistics at one bin instead
+of all ``levels`` — at 784 pixels × 256 levels that output was 3–4× the cost of a 4-layer
+width-128 transformer's training step.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class CategoricalOutput(nn.Module):
     def forward(self, params: Tensor) -> Tensor:
         """``params: (..., levels)`` -> log-probabilities ``(..., levels)``."""
         return _at_least_float32(params).log_softmax(dim=-1)
+
+    def log_prob(self, params: Tensor, values: Tensor) -> Tensor:
+        """``log p(values)`` ``(...)`` for ``params: (..., levels)``, integer ``values: (...)``."""
+        return self(params).gather(-1, values[..., None])[..., 0]
 
 
 class DiscretizedLogisticMixture(nn.Module):
@@ -60,27 +67,46 @@ class DiscretizedLogisticMixture(nn.Module):
 
     def forward(self, params: Tensor) -> Tensor:
         """``params: (..., 3K)`` -> log-probabilities ``(..., levels)``."""
-        logits, means, log_scales = _at_least_float32(params).chunk(3, dim=-1)  # each (..., K)
-        log_scales = log_scales.clamp(min=_MIN_LOG_SCALE)
-        inv_scale = torch.exp(-log_scales)[..., None]  # (..., K, 1)
-        centred = self.centres.to(means.dtype) - means[..., None]  # (..., K, levels)
-        upper = (centred + self.half_width) * inv_scale
-        lower = (centred - self.half_width) * inv_scale
-        log_cdf_upper = -F.softplus(-upper)  # log σ(upper): mass of (−∞, c + δ]
-        log_survival_lower = -F.softplus(lower)  # log(1 − σ(lower)): mass of (c − δ, ∞)
-        mass = torch.sigmoid(upper) - torch.sigmoid(lower)
-        mid = centred * inv_scale
-        # log density at the centre times the bin width: the limit of a tiny bin's mass.
-        log_density = (
-            mid - log_scales[..., None] - 2.0 * F.softplus(mid) + math.log(2 * self.half_width)
-        )
-        inner = torch.where(
-            mass > _TINY_BIN, torch.log(mass.clamp(min=1e-12)), log_density
-        )  # (..., K, levels)
+        logits, means, log_scales = _split(params)  # each (..., K)
+        centres = self.centres.to(means.dtype)  # (levels,)
+        log_cdf_upper, log_survival_lower, inner = self._log_mass(
+            centres - means[..., None], log_scales[..., None]
+        )  # each (..., K, levels)
         log_bins = torch.cat(
             [log_cdf_upper[..., :1], inner[..., 1:-1], log_survival_lower[..., -1:]], dim=-1
         )
         return torch.logsumexp(log_bins + logits.log_softmax(dim=-1)[..., None], dim=-2)
+
+    def log_prob(self, params: Tensor, values: Tensor) -> Tensor:
+        """``log p(values)`` ``(...)`` for ``params: (..., 3K)`` and integer ``values: (...)``:
+        ``forward(params)`` gathered at ``values``, in O(K) per position instead of O(K·levels)."""
+        logits, means, log_scales = _split(params)  # each (..., K)
+        centre = self.centres.to(means.dtype)[values][..., None]  # (..., 1)
+        log_cdf_upper, log_survival_lower, inner = self._log_mass(centre - means, log_scales)
+        first, last = (values == 0)[..., None], (values == self.levels - 1)[..., None]
+        log_bin = torch.where(first, log_cdf_upper, torch.where(last, log_survival_lower, inner))
+        return torch.logsumexp(log_bin + logits.log_softmax(dim=-1), dim=-1)
+
+    def _log_mass(self, centred: Tensor, log_scales: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Per component, the log mass of the bin whose centre is ``centred`` from the mean:
+        ``(−∞, c + δ]`` (the first bin), ``(c − δ, ∞)`` (the last) and ``(c − δ, c + δ]``."""
+        inv_scale = torch.exp(-log_scales)
+        upper = (centred + self.half_width) * inv_scale
+        lower = (centred - self.half_width) * inv_scale
+        log_cdf_upper = -F.softplus(-upper)  # log σ(upper)
+        log_survival_lower = -F.softplus(lower)  # log(1 − σ(lower))
+        mass = torch.sigmoid(upper) - torch.sigmoid(lower)
+        mid = centred * inv_scale
+        # log density at the centre times the bin width: the limit of a tiny bin's mass.
+        log_density = mid - log_scales - 2.0 * F.softplus(mid) + math.log(2 * self.half_width)
+        inner = torch.where(mass > _TINY_BIN, torch.log(mass.clamp(min=1e-12)), log_density)
+        return log_cdf_upper, log_survival_lower, inner
+
+
+def _split(params: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(..., 3K)`` -> mixture logits, means, log-scales (floored), each ``(..., K)``."""
+    logits, means, log_scales = _at_least_float32(params).chunk(3, dim=-1)
+    return logits, means, log_scales.clamp(min=_MIN_LOG_SCALE)
 
 
 def _at_least_float32(x: Tensor) -> Tensor:

@@ -100,8 +100,9 @@ class PixelTransformer(nn.Module):
 
     def log_likelihood(self, pixels: Tensor) -> Tensor:
         """``log p(x_i | x_<i)`` in nats, ``(B, N)``."""
-        log_probs = self(self.inputs(pixels))  # (B, N, levels)
-        return log_probs.gather(-1, pixels[..., None])[..., 0]
+        # The target's entry alone (``output.log_prob``), not all ``levels`` then a gather.
+        params = self.net(self.inputs(pixels), causal=True)  # (B, N, num_params)
+        return self.output.log_prob(params, pixels)
 
 
 def bits_per_dim(log_likelihood: Tensor) -> Tensor:

@@ -76,6 +76,36 @@ def test_logistic_mixture_matches_naive_reference_outputs_and_grads():
     torch.testing.assert_close(g_mine, g_ref)
 
 
+@pytest.mark.parametrize("output", ["categorical", "logistic_mixture"])
+def test_log_prob_equals_the_gathered_distribution_values_and_grads(output):
+    # log_prob evaluates the target bin alone; it must be forward() gathered at the target, in
+    # every regime: first/last bins, tiny-scale components (the density fallback), wide ones.
+    out = build_output(output, levels=LEVELS, num_mixtures=3).double()
+    g = torch.Generator().manual_seed(1)
+    params = torch.randn(6, 7, out.num_params, generator=g, dtype=torch.float64) * 3
+    if output == "logistic_mixture":
+        params[..., 6:] = torch.linspace(-9.0, 1.0, 3, dtype=torch.float64)  # log-scales
+    params.requires_grad_(True)
+    values = torch.randint(LEVELS, (6, 7), generator=g)
+    values[0] = 0
+    values[1] = LEVELS - 1
+    full = out(params).gather(-1, values[..., None])[..., 0]
+    target = out.log_prob(params, values)
+    torch.testing.assert_close(target, full)
+    weights = torch.rand(6, 7, generator=g, dtype=torch.float64)
+    (g_full,) = torch.autograd.grad((full * weights).sum(), params)
+    (g_target,) = torch.autograd.grad((target * weights).sum(), params)
+    torch.testing.assert_close(g_target, g_full)
+
+
+@pytest.mark.parametrize("output", ["categorical", "logistic_mixture"])
+def test_log_likelihood_is_the_forward_distribution_at_the_pixels(output):
+    model = make_model(output=output).double()
+    pixels = torch.randint(LEVELS, (3, N), generator=torch.Generator().manual_seed(2))
+    full = model(model.inputs(pixels)).gather(-1, pixels[..., None])[..., 0]
+    torch.testing.assert_close(model.log_likelihood(pixels), full)
+
+
 def test_logistic_mixture_density_fallback_is_close_for_peaked_components():
     out = DiscretizedLogisticMixture(levels=LEVELS, num_mixtures=2).double()
     # scale e^-3 ≈ 0.05 at -0.9: far bins hold < 1e-5 and use density × bin width instead
