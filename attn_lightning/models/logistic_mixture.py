@@ -114,7 +114,9 @@ def _at_least_float32(x: Tensor) -> Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def build_output(kind: str, *, levels: int, num_mixtures: int = 10) -> nn.Module:
+def build_output(
+    kind: str, *, levels: int, num_mixtures: int = 10
+) -> CategoricalOutput | DiscretizedLogisticMixture:
     """``kind`` in ``OUTPUTS``; raises ValueError naming the allowed ones."""
     if kind == "categorical":
         return CategoricalOutput(levels=levels)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -66,7 +66,7 @@ class PixelTransformer(nn.Module):
         self.output = build_output(output, levels=levels, num_mixtures=num_mixtures)
         self.net = SequenceTransformer(
             vocab_size=levels + 1,
-            num_outputs=cast(int, self.output.num_params),  # set by every output head
+            num_outputs=self.output.num_params,
             max_len=seq_len,
             d_model=d_model,
             num_heads=num_heads,
