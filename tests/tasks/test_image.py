@@ -22,7 +22,14 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 BASE = CONFIGS / "image" / "base.yaml"
 DEBUG = CONFIGS / "presets" / "debug.yaml"
-BACKENDS = sorted(p for p in (CONFIGS / "image").glob("*.yaml") if p.name != "base.yaml")
+# Backend overlays set the attention; the other overlays (size28.yaml) change sizes only.
+BACKENDS = sorted(
+    p
+    for p in (CONFIGS / "image").glob("*.yaml")
+    if p.name != "base.yaml"
+    if "attention" in ((yaml.safe_load(p.read_text()).get("model") or {}).get("init_args") or {})
+)
+SIZE28 = CONFIGS / "image" / "size28.yaml"
 TINY = ["--data.init_args.batch_size=8", "--trainer.enable_progress_bar=false"]
 SMALL = {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32, "levels": 16}
 
@@ -69,6 +76,20 @@ def test_fast_dev_run_per_backend(config, tmp_path):
     bpd = float(metrics["test/bits_per_dim"])
     assert 0 < bpd < 9 and math.isfinite(float(metrics["test/completion_bpd"]))
     assert float(metrics["test/loss"]) == bpd
+
+
+def test_size28_overlay_trains_at_784_tokens_with_the_mixture(tmp_path):
+    cli = run(
+        "fit",
+        tmp_path,
+        SIZE28,
+        CONFIGS / "image" / "linear.yaml",
+        DEBUG,
+        extra=("--trainer.fast_dev_run=true", "--test_after_fit=true"),
+    )
+    assert cli.model.hparams.image_size == 28 and cli.model.hparams.output == "logistic_mixture"
+    assert cli.datamodule.image_size == 28
+    assert math.isfinite(float(cli.trainer.callback_metrics["test/bits_per_dim"]))
 
 
 def test_short_run_logs_image_grids_and_sample_images_writes_pngs(tmp_path):
