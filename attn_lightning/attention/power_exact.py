@@ -1,12 +1,13 @@
 """Exact normalised power attention ``Σ_j d_ij^p v_j / (c + Σ_j d_ij^p)``, ``d = q'k'ᵀ``, by tiles.
 
-The quadratic reference form of ``polynomial`` (form ``exact``) written as one autograd Function
-that works on a few heads at a time and recomputes the scores in backward, as flash attention
-does. Plain autograd over the formula keeps four (B, H, L, S) tensors for backward and makes
-about fifteen more in the two passes; at B·H = 64, L = S = 512 each is 67 MB, a fresh
-page-faulted allocation and a pass over memory, which made the exact form 3–8× slower than
-SDPA in training. Here the (L, S) temporaries exist for one tile of about ``TILE_ELEMENTS``
-scores at a time and stay in cache; nothing quadratic is saved.
+Also the learned polynomial ``sim = max(0, Σ_i a_i d^i)`` in place of ``d^p`` (with the gradient
+of the coefficients a). The quadratic reference form of ``polynomial`` (form ``exact``) written
+as one autograd Function that works on a few heads at a time and recomputes the scores in
+backward, as flash attention does. Plain autograd over the formula keeps four (B, H, L, S)
+tensors for backward and makes about fifteen more in the two passes; at B·H = 64, L = S = 512
+each is 67 MB, a fresh page-faulted allocation and a pass over memory, which made the exact form
+3–8× slower than SDPA in training. Here the (L, S) temporaries exist for one tile of about
+``TILE_ELEMENTS`` scores at a time and stay in cache; nothing quadratic is saved.
 
 Shapes (heads flattened): ``q, k: (B·H, L|S, D)``, ``v: (B·H, S, E)``, ``blocked``: None,
 ``(L, S)`` or ``(B·H, L, S)`` bool, True where a key must not be seen (future or padding).
@@ -33,14 +34,58 @@ def _blocked_tile(blocked: Tensor | None, t: slice) -> Tensor | None:
     return blocked[t]
 
 
-class _ExactPower(torch.autograd.Function):
+def _horner(coefficients: Tensor, x: Tensor) -> Tensor:
+    """``Σ_i a_i x^i`` for ``a = coefficients`` (1-D, lowest degree first), elementwise."""
+    out = torch.full_like(x, 0.0).add_(coefficients[-1])
+    for a in coefficients[:-1].flip(0):
+        out.mul_(x).add_(a)
+    return out
+
+
+def _similarity(
+    dot: Tensor, p: int, coefficients: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``(sim, slope, active)`` of the scores ``dot`` (not modified), for backward.
+
+    Power kernel: ``sim = d^p``, ``slope = d^{p-1}`` (d sim/dd is ``p·slope``: the caller
+    multiplies by p last, the order of operations of the power kernel's earlier code, so its
+    gradients are bit-identical to it), ``active = None``. Learned
+    polynomial: ``sim = max(0, Σ a_i d^i)``; ``active`` is where the polynomial is ≥ 0 (where
+    ``clamp_min`` passes gradients, at exactly 0 too, as autograd's does) and ``slope`` is
+    ``Σ i·a_i d^{i-1}`` there, 0 elsewhere.
+    """
+    if coefficients is None:
+        slope = dot.pow(p - 1)
+        sim = slope * dot
+        return sim, slope, None
+    poly = _horner(coefficients, dot)
+    active = poly >= 0
+    degrees = torch.arange(1, coefficients.numel(), dtype=coefficients.dtype, device=dot.device)
+    slope = _horner(coefficients[1:] * degrees, dot).mul_(active)
+    return poly.clamp_min_(0.0), slope, active
+
+
+class _ExactPolynomial(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, p: int, c: float):
+    def forward(
+        ctx,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        blocked: Tensor | None,
+        p: int,
+        c: float,
+        coefficients: Tensor | None,
+    ):
         bh, length, _ = q.shape
         out = v.new_empty(bh, length, v.shape[-1])
         den = v.new_empty(bh, length, 1)
         for t in _tile_ranges(bh, length * k.shape[1], q.device):
-            sim = torch.bmm(q[t], k[t].transpose(1, 2)).pow_(p)  # (g, L, S)
+            dot = torch.bmm(q[t], k[t].transpose(1, 2))  # (g, L, S)
+            if coefficients is None:
+                sim = dot.pow_(p)
+            else:
+                sim = _horner(coefficients, dot).clamp_min_(0.0)
             mask = _blocked_tile(blocked, t)
             if mask is not None:
                 sim.masked_fill_(mask, 0.0)  # neither numerator nor normaliser
@@ -49,19 +94,21 @@ class _ExactPower(torch.autograd.Function):
             den[t].masked_fill_(den[t] == 0, 1.0)
             torch.bmm(sim, v[t], out=out[t]).div_(den[t])
         ctx.p = p
-        ctx.save_for_backward(q, k, v, blocked, out, den)
+        ctx.save_for_backward(q, k, v, blocked, out, den, coefficients)
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        q, k, v, blocked, out, den = ctx.saved_tensors
+        q, k, v, blocked, out, den, coefficients = ctx.saved_tensors
         p = ctx.p
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        d_coefficients = None
+        if coefficients is not None and ctx.needs_input_grad[6]:
+            d_coefficients = torch.zeros_like(coefficients)
         for t in _tile_ranges(q.shape[0], q.shape[1] * k.shape[1], q.device):
             qt, kt, vt = q[t], k[t], v[t]
             dot = torch.bmm(qt, kt.transpose(1, 2))  # recomputed: (g, L, S)
-            slope = dot.pow(p - 1)  # d^{p-1}
-            sim = slope * dot  # d^p
+            sim, slope, active = _similarity(dot, p, coefficients)
             mask = _blocked_tile(blocked, t)
             if mask is not None:
                 sim.masked_fill_(mask, 0.0)
@@ -72,29 +119,48 @@ class _ExactPower(torch.autograd.Function):
             d_sim = torch.bmm(g_num, vt.transpose(1, 2)).add_(g_den)  # (g, L, S)
             if mask is not None:
                 d_sim.masked_fill_(mask, 0.0)
-            d_dot = d_sim.mul_(slope).mul_(p)  # d(d^p)/dd = p·d^{p-1}
+            if d_coefficients is not None and active is not None:
+                # d sim/d a_i = d^i where the polynomial is ≥ 0, else 0.
+                d_poly = d_sim * active
+                power = torch.ones_like(dot)
+                for i in range(coefficients.numel()):
+                    d_coefficients[i] += (d_poly * power).sum()
+                    power.mul_(dot)
+            d_dot = d_sim.mul_(slope)
+            if coefficients is None:
+                d_dot.mul_(p)  # d(d^p)/dd = p·d^{p-1}
             torch.bmm(d_dot, kt, out=dq[t])
             torch.bmm(d_dot.transpose(1, 2), qt, out=dk[t])
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, d_coefficients
 
 
 def exact_power_attention(
-    q: Tensor, k: Tensor, v: Tensor, *, blocked: Tensor | None, degree: int, offset: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    blocked: Tensor | None,
+    degree: int,
+    offset: float,
+    coefficients: Tensor | None = None,
 ) -> Tensor:
     """``(B, H, L, D), (B, H, S, D), (B, H, S, E) -> (B, H, L, E)``; see the module docstring.
 
     ``blocked``: None, ``(L, S)`` or ``(B, 1|H, L, S)`` bool, True = key not allowed.
+    ``coefficients``: None for the power kernel ``d^degree``; else ``a_0..a_p`` (1-D, q's dtype,
+    may require grad) of the learned polynomial ``max(0, Σ_i a_i d^i)``.
     """
     b, h, length, d = q.shape
     s, e = k.shape[2], v.shape[-1]
     if blocked is not None and blocked.dim() == 4:
         blocked = blocked.expand(b, h, length, s).reshape(b * h, length, s)
-    out = _ExactPower.apply(
+    out = _ExactPolynomial.apply(
         q.reshape(b * h, length, d),
         k.reshape(b * h, s, d),
         v.reshape(b * h, s, e),
         blocked,
         int(degree),
         float(offset),
+        coefficients,
     )
     return out.view(b, h, length, e)
