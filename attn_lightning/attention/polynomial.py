@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from attn_lightning.attention import kv_cache
 from attn_lightning.attention.base import Attention, State, accumulation_dtype
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.power_exact import exact_power_attention
+from attn_lightning.attention.power_exact import blocked_keys, exact_power_attention
 from attn_lightning.attention.qk_norm import QKNorm, check_norm
 
 
@@ -180,13 +180,13 @@ class PolynomialAttention(Attention):
         allocated whole (plain autograd over the formula made the learned polynomial 4× slower
         than the power kernel in training at 513 tokens)."""
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
-        length, s = q.shape[2], k.shape[2]
-        blocked = None
-        if causal:  # (L, S), shared by every head
-            blocked = torch.ones(length, s, dtype=torch.bool, device=q.device).triu_(1)
-        if key_padding_mask is not None:
-            pad = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
-            blocked = pad if blocked is None else pad | blocked
+        blocked = blocked_keys(
+            q.shape[2],
+            k.shape[2],
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            device=q.device,
+        )
         with torch.autocast(device_type=q.device.type, enabled=False):
             qn = self.normalize_inputs(q.to(acc))
             kn = k.to(acc) if keys_normalized else self.normalize_inputs(k.to(acc))

@@ -48,6 +48,7 @@ from attn_lightning.attention.block_local import block_mixed_attention, block_mi
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.polynomial import taylor_logits
+from attn_lightning.attention.power_exact import blocked_keys, exact_power_attention
 from attn_lightning.attention.qk_norm import QKNorm, check_norm
 from attn_lightning.attention.sketches import LearnedPolySketch, RandomPolySketch, symmetric_square
 
@@ -307,6 +308,10 @@ class PolySketchAttention(FeatureMapAttention):
         """The feature form's output from the (L, S) scores: ``Σ_j sim_ij v_j / (c + ε + Σ_j
         sim_ij)`` over the visible keys, in the accumulation dtype with autocast off."""
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
+        if self.even_coefficient_logits is None:
+            return self._attend_sketch_scores(
+                q, k, v, causal=causal, key_padding_mask=key_padding_mask
+            )
         with torch.autocast(device_type=q.device.type, enabled=False):
             sim = self.kernel_scores(q.to(acc), k.to(acc))
             if causal:
@@ -318,6 +323,28 @@ class PolySketchAttention(FeatureMapAttention):
             # A query that sees no key (all masked, offset = eps = 0): output 0, never 0/0.
             den = den.masked_fill(den == 0, 1.0)
             return ((sim @ v.to(acc)) / den).to(v.dtype)
+
+    def _attend_sketch_scores(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        """``_attend_kernel`` for the plain sketch, whose scores ``⟨s_q, s_k⟩²`` are the degree-2
+        power kernel on the sketches: the tiled ``power_exact`` Function (same values, gradients
+        by hand, no (B, H, L, S) tensor kept; 2-4× faster in training than autograd over the
+        formula at 513 tokens)."""
+        acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
+        blocked = blocked_keys(
+            q.shape[2],
+            k.shape[2],
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            device=q.device,
+        )
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            sq = self.sketch(self.normalize_inputs(q.to(acc)))
+            sk = self.sketch(self.normalize_inputs(k.to(acc)))
+            offset = self.normalizer_offset + self.eps
+            out = exact_power_attention(sq, sk, v.to(acc), blocked=blocked, degree=2, offset=offset)
+        return out.to(v.dtype)
 
     # ------------------------------------------------------------------ local blocks
     def _local_inputs(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:

@@ -134,6 +134,20 @@ class _ExactPolynomial(torch.autograd.Function):
         return dq, dk, dv, None, None, None, d_coefficients
 
 
+def blocked_keys(
+    queries: int, keys: int, *, causal: bool, key_padding_mask: Tensor | None, device: torch.device
+) -> Tensor | None:
+    """``blocked`` for ``exact_power_attention``: None, the ``(L, S)`` future (shared by every
+    head) or ``(B, 1, 1|L, S)`` with the padding (``key_padding_mask``: (B, S), True = real)."""
+    blocked = None
+    if causal:
+        blocked = torch.ones(queries, keys, dtype=torch.bool, device=device).triu_(1)
+    if key_padding_mask is not None:
+        pad = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+        blocked = pad if blocked is None else pad | blocked
+    return blocked
+
+
 def exact_power_attention(
     q: Tensor,
     k: Tensor,
