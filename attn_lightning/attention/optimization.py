@@ -267,13 +267,15 @@ class OptimizationAttention(Attention):
             atoms = torch.cat([atoms, self._random_atoms(atoms, key_padding_mask)], dim=2)
         # atoms: (B, H, S', D), the dictionary's columns as rows, S' = S (+ R in training)
 
-        # Which coefficients may be nonzero: the prox step projects the rest onto 0.
-        keep = torch.ones(1, 1, l_q, atoms.shape[2], dtype=torch.bool, device=q.device)
-        if key_padding_mask is not None:
-            keep = keep.repeat(b, 1, 1, 1)
-            keep[..., :s] &= key_padding_mask[:, None, None, :]
-        if self.exclude_self:
-            keep[..., :s] &= ~torch.eye(l_q, s, dtype=torch.bool, device=q.device)
+        # Which coefficients may be nonzero: the prox step projects the rest onto 0 (None: all).
+        keep: Tensor | None = None
+        if key_padding_mask is not None or self.exclude_self:
+            keep = torch.ones(1, 1, l_q, atoms.shape[2], dtype=torch.bool, device=q.device)
+            if key_padding_mask is not None:
+                keep = keep.repeat(b, 1, 1, 1)
+                keep[..., :s] &= key_padding_mask[:, None, None, :]
+            if self.exclude_self:
+                keep[..., :s] &= ~torch.eye(l_q, s, dtype=torch.bool, device=q.device)
 
         try:
             pt = self._ridge_factor(atoms)  # (B, H, D, S') = (ρI + DmDmᵀ)⁻¹ Dm
@@ -287,17 +289,25 @@ class OptimizationAttention(Attention):
                 f"attn_lightning.attention.set_check_finite(True) to find the first one"
             ) from err
 
-        def apply_m(x: Tensor) -> Tensor:  # x: (B, H, L, S') rows -> rows of M applied to each
-            return (x - (x @ atoms) @ pt) / self.rho
-
+        # Scaled ADMM, rows of M = (I − Dmᵀ(ρI + DmDmᵀ)⁻¹Dm)/ρ applied to x = DmᵀQ + ρ(z − u):
+        #   c = M x,  z' = prox(c + u),  u' = u + c − z'.
+        # M is linear, so with w = z − u and the constant c0 = M·DmᵀQ, y = c + u is
+        #   y = c0 + z − ((w Dmᵀ) pt)   (rows; pt = (ρI + DmDmᵀ)⁻¹Dm)
+        # and u' = y − z': the same iterates with 2 matmuls and 4 element-wise passes per step
+        # instead of 2 and 9 (the element-wise passes and their backward dominated on a CPU).
         dtq = q @ atoms.transpose(-1, -2)  # (B, H, L, S') = (DmᵀQ)ᵀ
-        zero = torch.zeros((), dtype=q.dtype, device=q.device)
-        z = torch.zeros_like(dtq)
-        u = torch.zeros_like(dtq)
-        for _ in range(self.iterations):
-            c = apply_m(dtq + self.rho * (z - u))
-            z = torch.where(keep, F.softshrink(c + u, self.lam / self.rho), zero)
-            u = u + c - z
+        c0 = (dtq - (dtq @ atoms) @ pt) / self.rho
+        threshold = self.lam / self.rho
+        z = F.softshrink(c0, threshold)  # the first step from z = u = 0: y = c0
+        if keep is not None:
+            z = torch.where(keep, z, torch.zeros((), dtype=q.dtype, device=q.device))
+        u = c0 - z
+        for _ in range(self.iterations - 1):
+            y = (c0 + z) - ((z - u) @ atoms) @ pt
+            z = F.softshrink(y, threshold)
+            if keep is not None:
+                z = torch.where(keep, z, torch.zeros((), dtype=q.dtype, device=q.device))
+            u = y - z
         return z[..., :s]  # random-token coefficients carry no value
 
     def _ridge_factor(self, atoms: Tensor) -> Tensor:
