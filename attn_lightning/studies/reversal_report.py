@@ -5,8 +5,9 @@
 
 Reads the metrics files ``sweeps/<experiment>/<label>-s<seed>.json`` that ``studies.sweep``
 wrote and each run's TensorBoard folder (the file's ``log_dir``), and writes ``<out>.md``
-(summary, per-run table, the command, the machine), ``<out>.csv`` (summary) and
-``<out>_runs.csv`` (one row per run). Outcomes over seeds are bimodal (a run converges or
+(summary, per-run table, validation curves, the command, the machine), ``<out>.csv`` (summary),
+``<out>_runs.csv`` (one row per run) and ``<out>_curves.csv`` (validation token accuracy per run
+and validation). Outcomes over seeds are bimodal (a run converges or
 not), so the summary gives converged k/n and ``median [25th, 75th percentile]``
 (``tables.median_iqr``) rather than mean ± std. Per variant:
 
@@ -208,6 +209,7 @@ class Run:
     spikes: int | None = None
     spike_gradients: list[SpikeGradient] = field(default_factory=list)
     max_grad_norm: float | None = None
+    val_curve: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -251,6 +253,7 @@ def load_run(path: Path, root: Path, experiment: str, threshold: float) -> Run |
     run.spikes = None if spikes is None else len(spikes)
     run.spike_gradients = spike_gradients(scalars)
     run.max_grad_norm = max_grad_norm(scalars)
+    run.val_curve = series(scalars, VAL_TAG)
     return run
 
 
@@ -419,6 +422,30 @@ def _runs_table(runs: Sequence[Run], threshold: float) -> list[str]:
     return lines
 
 
+def _curve_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Long format: one row per run and validation, ``optimizer_steps`` = logged step + 1."""
+    return [
+        {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, VAL_TAG: value}
+        for r in runs
+        for step, value in r.val_curve
+    ]
+
+
+def _curves_table(runs: Sequence[Run]) -> list[str]:
+    """Validation token accuracy (%) per run after each validation's optimiser steps."""
+    steps = sorted({step for r in runs for step, _ in r.val_curve})
+    if not steps:
+        return []
+    lines = _head(["variant", "seed", *(f"{step + 1}" for step in steps)])
+    for r in runs:
+        if not r.val_curve:
+            continue
+        values = dict(r.val_curve)
+        cells = [f"{values[s] * 100:.1f}" if s in values else "–" for s in steps]
+        lines.append(_row([f"`{r.variant}`", str(r.seed), *cells]))
+    return lines
+
+
 def _write_csv(
     path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None
 ) -> None:
@@ -461,6 +488,15 @@ def _markdown(
         "",
         *_runs_table(runs, threshold),
     ]
+    curves = _curves_table(runs)
+    if curves:
+        lines += [
+            "",
+            "Validation token accuracy (%) per run after n optimiser steps (column n; "
+            "`<out>_curves.csv`):",
+            "",
+            *curves,
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -551,7 +587,8 @@ def report(
     command: str | None = None,
     control: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Write ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv``; returns the summary.
+    """Write ``<out>.md``, ``<out>.csv`` (summary), ``<out>_runs.csv`` and ``<out>_curves.csv``
+    (``val/token_acc`` at every validation of every run); returns the summary.
 
     Args:
         experiment: the sweep's experiment (``sweeps/<experiment>``, ``logs/<experiment>``).
@@ -584,6 +621,8 @@ def report(
     fields = list(_run_row(Run("", 0, ""), metrics))
     runs_csv = path.with_name(path.name + "_runs.csv")
     _write_csv(runs_csv, [_run_row(r, metrics) for r in runs], fields)
+    curve_fields = ["variant", "seed", "optimizer_steps", VAL_TAG]
+    _write_csv(path.with_name(path.name + "_curves.csv"), _curve_rows(runs), curve_fields)
     text = _markdown(summary, runs, threshold, command)
     if control is not None:
         (control_name,) = _labels([control])

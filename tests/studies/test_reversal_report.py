@@ -230,6 +230,12 @@ def test_report_files(study, tmp_path):
         "0.9",
     )
     assert runs[2]["steps_to_threshold"] == ""  # never reached
+    curves = _read_csv(out.with_name("rep_curves.csv"))
+    assert [r["optimizer_steps"] for r in curves[:4]] == ["50", "100", "150", "200"]
+    seed0 = [float(r["val/token_acc"]) for r in curves[:4]]  # float32 in TensorBoard
+    assert seed0 == pytest.approx([0.5, 0.98, 0.995, 0.999])
+    assert len(curves) == 4 * 4  # 4 validations of each finished run (unfinished: not read)
+    assert "| `softmax` | 0 | 70.0 | 99.1 | 99.9 | 99.9 |" in md  # SEED1's curve, in percent
 
 
 def test_cli_variants_order_and_filter(study, tmp_path, capsys):
