@@ -180,13 +180,7 @@ class PolynomialAttention(Attention):
         allocated whole (plain autograd over the formula made the learned polynomial 4× slower
         than the power kernel in training at 513 tokens)."""
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
-        blocked = blocked_keys(
-            q.shape[2],
-            k.shape[2],
-            causal=causal,
-            key_padding_mask=key_padding_mask,
-            device=q.device,
-        )
+        blocked = blocked_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
         with torch.autocast(device_type=q.device.type, enabled=False):
             qn = self.normalize_inputs(q.to(acc))
             kn = k.to(acc) if keys_normalized else self.normalize_inputs(k.to(acc))

@@ -332,13 +332,7 @@ class PolySketchAttention(FeatureMapAttention):
         by hand, no (B, H, L, S) tensor kept; 2-4× faster in training than autograd over the
         formula at 513 tokens)."""
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
-        blocked = blocked_keys(
-            q.shape[2],
-            k.shape[2],
-            causal=causal,
-            key_padding_mask=key_padding_mask,
-            device=q.device,
-        )
+        blocked = blocked_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
         with torch.autocast(device_type=q.device.type, enabled=False):
             sq = self.sketch(self.normalize_inputs(q.to(acc)))
             sk = self.sketch(self.normalize_inputs(k.to(acc)))

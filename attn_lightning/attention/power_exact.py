@@ -135,13 +135,14 @@ class _ExactPolynomial(torch.autograd.Function):
 
 
 def blocked_keys(
-    queries: int, keys: int, *, causal: bool, key_padding_mask: Tensor | None, device: torch.device
+    q: Tensor, k: Tensor, *, causal: bool, key_padding_mask: Tensor | None
 ) -> Tensor | None:
-    """``blocked`` for ``exact_power_attention``: None, the ``(L, S)`` future (shared by every
-    head) or ``(B, 1, 1|L, S)`` with the padding (``key_padding_mask``: (B, S), True = real)."""
+    """``blocked`` for ``exact_power_attention`` with ``q: (B, H, L, D)``, ``k: (B, H, S, D)``:
+    None, the ``(L, S)`` future (shared by every head) or ``(B, 1, 1|L, S)`` with the padding
+    (``key_padding_mask``: (B, S), True = real)."""
     blocked = None
     if causal:
-        blocked = torch.ones(queries, keys, dtype=torch.bool, device=device).triu_(1)
+        blocked = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu_(1)
     if key_padding_mask is not None:
         pad = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
         blocked = pad if blocked is None else pad | blocked
