@@ -65,3 +65,21 @@ def test_config_parses_and_builds(files, tmp_path, monkeypatch):
     if not any(f.name in NEEDS_GPU for f in files):
         trainer = AttnLightningCLI.instantiate_trainer(cli)
         assert trainer.max_steps != 0
+
+
+def _model_args(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())["model"]["init_args"]
+
+
+@pytest.mark.parametrize(
+    "folder", sorted({p.parent.name for p in CONFIGS.glob("*/softmax_no_qk.yaml")})
+)
+def test_optimization_differs_from_its_control_in_the_mixing_only(folder):
+    """``optimization.yaml`` and its ``softmax_no_qk.yaml`` control set the same model options
+    (mode, projections, ...) except the attention backend, so a paired delta measures the mixing."""
+    paper = _model_args(CONFIGS / folder / "optimization.yaml")
+    control = _model_args(CONFIGS / folder / "softmax_no_qk.yaml")
+    assert paper.pop("attention")["name"] == "optimization"
+    assert control.pop("attention") == {"name": "softmax"}
+    assert paper == control
+    assert paper["projections"] == "no_qk"  # the paper removes Q and K only
