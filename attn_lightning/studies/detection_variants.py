@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from attn_lightning.studies.paired import PairedDelta, paired_delta
+from attn_lightning.studies import paired
+from attn_lightning.studies.paired import PairedDelta
 from attn_lightning.studies.runner import ROOT, Variant
-from attn_lightning.studies.tables import RunResult, column
+from attn_lightning.studies.tables import RunResult
 
 CONFIGS = ROOT / "configs" / "detection"
 # The study, in table order: each optimization row right after the control it is compared with.
@@ -50,7 +51,7 @@ CONTROLS = {
     "mean": "softmax_no_projections",
 }
 COMPARED = "test/mAP"  # the metric of the "Δ vs control" column
-DELTA_VS_CONTROL = f"Δ {column(COMPARED).title} vs control [95 % CI]"
+DELTA_VS_CONTROL = paired.delta_title(COMPARED)
 
 
 def variants(names: Sequence[str]) -> list[Variant]:
@@ -65,29 +66,15 @@ def variants(names: Sequence[str]) -> list[Variant]:
 
 def per_seed(results: Sequence[RunResult], name: str, key: str = COMPARED) -> dict[int, float]:
     """``{seed: value of key}`` over the finished runs of variant ``name`` that report it."""
-    return {
-        r.seed: v
-        for r in results
-        if r.variant == name and r.status == "ok" and (v := r.value(key)) is not None
-    }
+    return paired.per_seed(results, name, key)
 
 
 def format_delta(delta: PairedDelta | None) -> str | None:
     """A paired Δ of ``COMPARED`` in its column's digits: ``+0.012 [-0.004, +0.028] (n=3)``."""
-    shown = column(COMPARED)
-    return None if delta is None else delta.format(scale=shown.scale, digits=shown.digits)
+    return paired.format_delta(delta, COMPARED)
 
 
 def comparisons(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
-    """Per variant whose control also ran: ``{control, Δ test mAP vs control [95 % CI]}``.
-
-    The Δ is paired by seed (``studies.paired``) over the finished runs of both; None (``–``)
-    when they share no seed.
-    """
-    ran = {r.variant for r in results}
-    out: dict[str, dict[str, Any]] = {}
-    for name, control in CONTROLS.items():
-        if name in ran and control in ran:
-            delta = paired_delta(per_seed(results, name), per_seed(results, control))
-            out[name] = {"control": f"`{control}`", DELTA_VS_CONTROL: format_delta(delta)}
-    return out
+    """Per variant whose control also ran: ``{control, Δ test mAP vs control [95 % CI]}``,
+    paired by seed (``studies.paired.comparisons`` with ``CONTROLS``)."""
+    return paired.comparisons(results, CONTROLS, COMPARED)

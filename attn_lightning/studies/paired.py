@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scipy import stats
+
+from attn_lightning.studies.tables import RunResult, column
 
 
 @dataclass(frozen=True)
@@ -52,3 +55,41 @@ def paired_delta(
     half = float(stats.t.ppf((1 + level) / 2, len(deltas) - 1)) * statistics.stdev(deltas)
     half /= math.sqrt(len(deltas))
     return PairedDelta(len(deltas), mean, mean - half, mean + half, level)
+
+
+def per_seed(results: Sequence[RunResult], name: str, key: str) -> dict[int, float]:
+    """``{seed: value of key}`` over the finished runs of variant ``name`` that report it."""
+    return {
+        r.seed: v
+        for r in results
+        if r.variant == name and r.status == "ok" and (v := r.value(key)) is not None
+    }
+
+
+def format_delta(delta: PairedDelta | None, key: str) -> str | None:
+    """A paired Δ of metric ``key`` in its table column's scale and digits:
+    ``+0.012 [-0.004, +0.028] (n=3)``; None without one."""
+    shown = column(key)
+    return None if delta is None else delta.format(scale=shown.scale, digits=shown.digits)
+
+
+def delta_title(key: str) -> str:
+    """The title of the "Δ vs control" column of metric ``key``."""
+    return f"Δ {column(key).title} vs control [95 % CI]"
+
+
+def comparisons(
+    results: Sequence[RunResult], controls: Mapping[str, str], key: str
+) -> dict[str, dict[str, Any]]:
+    """Per variant whose control (``controls[variant]``) also ran: ``{control, Δ vs control}``.
+
+    The Δ of metric ``key`` is paired by seed over the finished runs of both; None (``–``) when
+    they share no seed.
+    """
+    ran = {r.variant for r in results}
+    out: dict[str, dict[str, Any]] = {}
+    for name, control in controls.items():
+        if name in ran and control in ran:
+            delta = paired_delta(per_seed(results, name, key), per_seed(results, control, key))
+            out[name] = {"control": f"`{control}`", delta_title(key): format_delta(delta, key)}
+    return out

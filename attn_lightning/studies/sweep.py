@@ -16,8 +16,10 @@ Writes ``<out>.md`` (summary + per-run tables + the command), ``<out>.csv`` (sum
 ``<out>_runs.csv`` (one row per run), rewritten after every run. The columns are ``--metrics``
 (default: every ``test/`` metric the runs report). With ``--metric`` and ``--threshold`` a run
 "fails to converge" when the metric is below the threshold (above it with ``--direction min``);
-a run that crashes or times out is counted apart. Studies (``detection``, ``lora``) use
-``studies.runner.Runner`` and ``studies.tables.write_tables`` from Python.
+a run that crashes or times out is counted apart. ``--pair VARIANT CONTROL`` (repeatable) adds the
+columns "control" and the paired-by-seed Δ of the variant vs that control on ``--metric`` (else
+the first ``--metrics``) with its 95 % interval (``studies.paired``). Studies (``detection``,
+``lora``) use ``studies.runner.Runner`` and ``studies.tables.write_tables`` from Python.
 """
 
 from __future__ import annotations
@@ -28,12 +30,18 @@ import shlex
 import sys
 from pathlib import Path
 
+from attn_lightning.studies.paired import comparisons
 from attn_lightning.studies.runner import ROOT, Runner, Variant, run_label
 from attn_lightning.studies.tables import Convergence, RunResult, summarize, write_tables
 
 __all__ = ["RunResult", "Runner", "Variant", "main", "run_label", "summarize"]
 
 log = logging.getLogger("attn_lightning.studies.sweep")
+PAIRED_NOTE = (
+    "Δ vs control: per seed, the variant's value minus its control's (same seed: same "
+    "initialisation stream, batch order and data), mean [95 % Student-t interval] over the n "
+    "seeds both finished; one seed has no interval."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--resume", action="store_true", help="reuse existing metrics files, run the rest")
     add("--skip-runs", "--skip_runs", action="store_true", help="tables from metrics files only")
     add("--dry-run", "--dry_run", action="store_true", help="print the commands only")
+    add(
+        "--pair",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("VARIANT", "CONTROL"),
+        help="add the paired-by-seed Δ of VARIANT vs CONTROL on --metric (else the first of "
+        "--metrics) with its 95%% interval (repeatable)",
+    )
     return parser
 
 
@@ -89,6 +106,14 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     except ValueError as error:
         parser.error(str(error))
     variants += [Variant.from_config(p) for p in args.variants]
+    names = [v.name for v in variants]
+    unknown = [n for pair in args.pair for n in pair if n not in names]
+    if unknown:
+        parser.error(f"--pair names {unknown}, not variants of this sweep; they are {names}")
+    compared = args.metric or (args.metrics[0] if args.metrics else None)
+    if args.pair and compared is None:
+        parser.error("--pair needs the metric to compare: give --metric or --metrics")
+    controls = dict(map(tuple, args.pair))
     experiment = args.experiment or f"sweep-{args.out.name}"
     runner = Runner(
         configs=tuple(args.config),
@@ -111,6 +136,8 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     )
 
     def tables(_: RunResult, finished: list[RunResult]) -> None:
+        extra = comparisons(finished, controls, compared) if compared else {}
+        titles = list(dict.fromkeys(t for row in extra.values() for t in row))
         write_tables(
             args.out,
             finished,
@@ -119,6 +146,9 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             convergence=convergence,
             label="variant" if args.variants else "backend",
             jobs=args.jobs,
+            # Every variant gets every column ("–" where it has no control): one CSV header.
+            extra={n: {t: extra.get(n, {}).get(t) for t in titles} for n in names},
+            notes=[PAIRED_NOTE] if extra else [],
         )
 
     results = runner.run_all(jobs, parallel=args.jobs, on_result=tables)

@@ -131,7 +131,7 @@ argv = sys.argv[2:]
 args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
 configs = [argv[i + 1] for i, a in enumerate(argv) if a == "--config"]
 loss = {"small.yaml": 1.0, "large.yaml": 3.0}[configs[-1].rsplit("/", 1)[-1]]
-loss += 0.1 * int(args["seed_everything"])
+loss += 0.1 * int(args["seed_everything"]) * (2 if loss > 2 else 1)
 record = {"global_step": 5, "metrics": {"val/loss": loss},
           "test": {"test/loss": loss, "test/bits_per_dim": loss / 2}}
 open(args["metrics_file"], "w").write(json.dumps(record))
@@ -174,6 +174,19 @@ def test_sweep_variants_metrics_direction_and_jobs(tmp_path, monkeypatch):
     assert "| variant | runs | crashed | test bits/dim | test loss |" in md
     # --resume reuses the existing files and runs only what is missing (here: nothing).
     assert [r.status for r in main([*common, "--resume"])] == ["ok"] * 4
+
+    # --pair: the paired Δ by seed (2.0 and 2.1: mean 2.05, t(0.975, 1) · 0.0707 / √2 = 0.635).
+    main([*common, "--skip-runs", "--metrics", "test/loss", "--pair", "large", "small"])
+    with (tmp_path / "img.csv").open() as f:
+        rows = {row["variant"]: row for row in csv.DictReader(f)}
+    assert rows["large"]["control"] == "`small`" and rows["small"]["control"] == ""
+    delta = rows["large"]["Δ test loss vs control [95 % CI]"]
+    assert delta == "+2.0500 [+1.4147, +2.6853] (n=2)"
+    assert "Δ vs control: per seed" in (tmp_path / "img.md").read_text()
+    for bad in (["--pair", "large", "nope"], ["--pair", "large", "small"]):
+        metrics = ["--metrics", "test/loss"] if "nope" in bad else []
+        with pytest.raises(SystemExit):  # an unknown name; no metric to compare
+            main([*common, "--skip-runs", *metrics, *bad])
 
 
 def test_sweep_rejects_metric_without_threshold(tmp_path):
