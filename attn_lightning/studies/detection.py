@@ -3,7 +3,8 @@
     python -m attn_lightning.studies.detection --variants all --seeds 0 1 2 --jobs 2 \\
         --out docs/results/detection_runs
 
-``all`` is ``STUDY_VARIANTS``: softmax, softmax_no_projections, mean, and for each site
+``all`` is ``STUDY_VARIANTS``: softmax, softmax_no_projections, mean with its control
+(softmax without projections at the encoder only), and for each site
 (encoder self, decoder self, decoder cross, all three) the optimization variant next to its
 softmax ``no_qk`` control (same projections, softmax mixing), plus pool_encoder_self. Each
 variant with a control (``CONTROLS``) gets the columns "control" and "Δ test mAP vs control".

@@ -22,6 +22,7 @@ CONFIGS = ROOT / "configs" / "detection"
 STUDY_VARIANTS = (
     "softmax",
     "softmax_no_projections",
+    "softmax_no_projections_encoder_self",
     "mean",
     "softmax_no_qk_encoder_self",
     "optimization_encoder_self",
@@ -36,7 +37,7 @@ STUDY_VARIANTS = (
 # Variant -> the variant it differs from in one thing only (the comment of each config says so):
 # optimization and pool -> softmax with the same projections at the same site(s) (the mixing);
 # the no_qk controls -> softmax (the missing Q/K matrices); mean (projections: false at the
-# encoder) -> softmax without projections.
+# encoder) -> softmax without projections at the encoder, which -> softmax (the missing matrices).
 CONTROLS = {
     "optimization_encoder_self": "softmax_no_qk_encoder_self",
     "optimization_decoder_self": "softmax_no_qk_decoder_self",
@@ -48,7 +49,8 @@ CONTROLS = {
     "softmax_no_qk_decoder_cross": "softmax",
     "softmax_no_qk_all": "softmax",
     "softmax_no_projections": "softmax",
-    "mean": "softmax_no_projections",
+    "softmax_no_projections_encoder_self": "softmax",
+    "mean": "softmax_no_projections_encoder_self",
 }
 COMPARED = "test/mAP"  # the metric of the "Δ vs control" column
 DELTA_VS_CONTROL = paired.delta_title(COMPARED)

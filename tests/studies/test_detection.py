@@ -6,7 +6,9 @@ import csv
 import json
 
 import pytest
+import yaml
 
+from attn_lightning.models.detr import SITES
 from attn_lightning.studies.detection import main, measure, write
 from attn_lightning.studies.detection_variants import (
     CONFIGS,
@@ -17,6 +19,7 @@ from attn_lightning.studies.detection_variants import (
     variants,
 )
 from attn_lightning.studies.tables import RunResult
+from attn_lightning.tasks.detection import site_specs
 
 
 def _fake_metrics(folder, variant: str, seed: int, m_ap: float) -> None:
@@ -123,6 +126,34 @@ def test_the_study_pairs_each_optimization_variant_with_its_no_qk_control():
     assert configs == set(STUDY_VARIANTS)
     # "all" expands in place; a name given twice is run once.
     assert [v.name for v in variants(["softmax", "all"])] == list(STUDY_VARIANTS)
+
+
+def _sites(variant: str) -> dict[str, dict]:
+    """A variant's resolved per-site specs, from its YAML stacked on base.yaml (no model built)."""
+    args: dict = {}
+    for name in ("base", variant):
+        path = CONFIGS / f"{name}.yaml"
+        args.update(yaml.safe_load(path.read_text())["model"].get("init_args") or {})
+    sites = {site: args.get(site) for site in SITES}
+    return site_specs(
+        attention=args["attention"], projections=args["projections"], sites=sites, override=None
+    )
+
+
+@pytest.mark.parametrize("variant", sorted(CONTROLS))
+def test_each_variant_differs_from_its_control_in_one_thing(variant):
+    """Per site: either the mixing differs (backend or its options, same projections) or the
+    projections do (same backend), never both, and the same kind of change at every site."""
+    mine, theirs = _sites(variant), _sites(CONTROLS[variant])
+    kinds = set()
+    for site in SITES:
+        if mine[site] == theirs[site]:
+            continue
+        a, b = dict(mine[site]), dict(theirs[site])
+        same_projections = a.pop("projections") == b.pop("projections")
+        kinds.add("mixing" if same_projections else "projections")
+        assert same_projections or a == b, f"{site}: both the mixing and the projections differ"
+    assert len(kinds) == 1, f"{variant} vs {CONTROLS[variant]}: {kinds or 'identical'}"
 
 
 def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
