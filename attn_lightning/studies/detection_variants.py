@@ -12,10 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
+from attn_lightning.models.detr import SITES
 from attn_lightning.studies import paired
 from attn_lightning.studies.paired import PairedDelta
 from attn_lightning.studies.runner import ROOT, Variant
 from attn_lightning.studies.tables import RunResult
+from attn_lightning.tasks.detection import site_specs
 
 CONFIGS = ROOT / "configs" / "detection"
 # The study, in table order: each optimization row right after the control it is compared with.
@@ -54,6 +58,8 @@ CONTROLS = {
 }
 COMPARED = "test/mAP"  # the metric of the "Δ vs control" column
 DELTA_VS_CONTROL = paired.delta_title(COMPARED)
+WHAT_DIFFERS = "what differs from the control"
+PROJECTIONS = {True: "all", "no_qk": "no_qk", False: "none"}  # as detection_sites.md names them
 
 
 def variants(names: Sequence[str]) -> list[Variant]:
@@ -76,7 +82,47 @@ def format_delta(delta: PairedDelta | None) -> str | None:
     return paired.format_delta(delta, COMPARED)
 
 
+def site_specs_of(name: str) -> dict[str, dict[str, Any]]:
+    """Variant ``name``'s ``{site: {name, projections, **options}}`` as ``DetectionTask``
+    resolves them, read from its YAML stacked on ``base.yaml`` (no model is built)."""
+    args: dict[str, Any] = {}
+    for stem in ("base", name):
+        text = (CONFIGS / f"{stem}.yaml").read_text()
+        args.update((yaml.safe_load(text).get("model") or {}).get("init_args") or {})
+    return site_specs(
+        attention=args["attention"],
+        projections=args["projections"],
+        sites={site: args.get(site) for site in SITES},
+        override=None,
+    )
+
+
+def difference(name: str, control: str) -> str:
+    """What variant ``name`` changes from ``control``, site by site, e.g.
+    ``decoder_cross: softmax → optimization`` or ``every site: projections all → no_qk``."""
+    mine, theirs = site_specs_of(name), site_specs_of(control)
+    changes: dict[str, list[str]] = {}
+    for site in SITES:
+        a, b = dict(mine[site]), dict(theirs[site])
+        new, old = a.pop("projections"), b.pop("projections")
+        what = []
+        if a != b:
+            what.append(f"{b['name']} → {a['name']}" if a["name"] != b["name"] else "options")
+        if new != old:
+            what.append(f"projections {PROJECTIONS[old]} → {PROJECTIONS[new]}")
+        if what:
+            changes.setdefault(", ".join(what), []).append(site)
+    return "; ".join(
+        f"{'every site' if len(sites) == len(SITES) else ' + '.join(sites)}: {what}"
+        for what, sites in changes.items()
+    )
+
+
 def comparisons(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
-    """Per variant whose control also ran: ``{control, Δ test mAP vs control [95 % CI]}``,
-    paired by seed (``studies.paired.comparisons`` with ``CONTROLS``)."""
-    return paired.comparisons(results, CONTROLS, COMPARED)
+    """Per variant whose control also ran: ``{control, what differs, Δ test mAP vs control
+    [95 % CI]}``, paired by seed (``studies.paired.comparisons`` with ``CONTROLS``)."""
+    rows = paired.comparisons(results, CONTROLS, COMPARED)
+    for name, row in rows.items():
+        row[WHAT_DIFFERS] = difference(name, CONTROLS[name])
+        row[DELTA_VS_CONTROL] = row.pop(DELTA_VS_CONTROL)  # the Δ after what it measures
+    return rows

@@ -6,7 +6,6 @@ import csv
 import json
 
 import pytest
-import yaml
 
 from attn_lightning.models.detr import SITES
 from attn_lightning.studies.detection import main, measure, write
@@ -15,11 +14,13 @@ from attn_lightning.studies.detection_variants import (
     CONTROLS,
     DELTA_VS_CONTROL,
     STUDY_VARIANTS,
+    WHAT_DIFFERS,
     comparisons,
+    difference,
+    site_specs_of,
     variants,
 )
 from attn_lightning.studies.tables import RunResult
-from attn_lightning.tasks.detection import site_specs
 
 
 def _fake_metrics(folder, variant: str, seed: int, m_ap: float) -> None:
@@ -128,23 +129,11 @@ def test_the_study_pairs_each_optimization_variant_with_its_no_qk_control():
     assert [v.name for v in variants(["softmax", "all"])] == list(STUDY_VARIANTS)
 
 
-def _sites(variant: str) -> dict[str, dict]:
-    """A variant's resolved per-site specs, from its YAML stacked on base.yaml (no model built)."""
-    args: dict = {}
-    for name in ("base", variant):
-        path = CONFIGS / f"{name}.yaml"
-        args.update(yaml.safe_load(path.read_text())["model"].get("init_args") or {})
-    sites = {site: args.get(site) for site in SITES}
-    return site_specs(
-        attention=args["attention"], projections=args["projections"], sites=sites, override=None
-    )
-
-
 @pytest.mark.parametrize("variant", sorted(CONTROLS))
 def test_each_variant_differs_from_its_control_in_one_thing(variant):
     """Per site: either the mixing differs (backend or its options, same projections) or the
     projections do (same backend), never both, and the same kind of change at every site."""
-    mine, theirs = _sites(variant), _sites(CONTROLS[variant])
+    mine, theirs = site_specs_of(variant), site_specs_of(CONTROLS[variant])
     kinds = set()
     for site in SITES:
         if mine[site] == theirs[site]:
@@ -154,6 +143,15 @@ def test_each_variant_differs_from_its_control_in_one_thing(variant):
         kinds.add("mixing" if same_projections else "projections")
         assert same_projections or a == b, f"{site}: both the mixing and the projections differ"
     assert len(kinds) == 1, f"{variant} vs {CONTROLS[variant]}: {kinds or 'identical'}"
+    assert difference(variant, CONTROLS[variant]).count(":") == 1  # the table's column says so
+
+
+def test_the_difference_column_names_sites_and_change():
+    assert difference("optimization_decoder_cross", "softmax_no_qk_decoder_cross") == (
+        "decoder_cross: softmax → optimization"
+    )
+    assert difference("softmax_no_qk_all", "softmax") == "every site: projections all → no_qk"
+    assert difference("mean", "softmax") == "encoder_self: softmax → mean, projections all → none"
 
 
 def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
@@ -168,11 +166,13 @@ def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
     argv = ["--variants", *names, "--seeds", "0", "1", "--out", str(tmp_path / "t")]
     results = main([*argv, "--skip-runs", "--no-costs"])
     md = (tmp_path / "t.md").read_text()
-    assert "| control | Δ test mAP vs control [95 % CI] |" in md
+    assert "| control | what differs from the control | Δ test mAP vs control [95 % CI] |" in md
     assert "| `optimization_encoder_self` | 2 | 0 | 0.180 ± 0.042 |" in md
     # Paired by seed: mean -0.07, half-width t(0.975, 1) · sd(Δ) / √2 = 12.706 · 0.0283 / 1.414.
-    assert "| `softmax_no_qk_encoder_self` | -0.070 [-0.324, +0.184] (n=2) |" in md
-    assert "| `softmax_no_qk_encoder_self` | +0.050 (n=1) |" in md  # one shared seed: no interval
+    change = "encoder_self: softmax → optimization"
+    assert f"| `softmax_no_qk_encoder_self` | {change} | -0.070 [-0.324, +0.184] (n=2) |" in md
+    change = "encoder_self: softmax → pool"  # one shared seed: no interval
+    assert f"| `softmax_no_qk_encoder_self` | {change} | +0.050 (n=1) |" in md
     assert "Δ vs control: the variant's test mAP minus its control's, paired by seed" in md
     # The control itself has no control among these runs (softmax did not run): cells "–".
     with (tmp_path / "t.csv").open() as f:
@@ -183,7 +183,11 @@ def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
     crashed = [r for r in results if r.variant != "softmax_no_qk_encoder_self"]
     crashed.append(RunResult("softmax_no_qk_encoder_self", 0, None, "crashed"))
     got = comparisons(crashed)["optimization_encoder_self"]
-    assert got == {"control": "`softmax_no_qk_encoder_self`", DELTA_VS_CONTROL: None}
+    assert got == {
+        "control": "`softmax_no_qk_encoder_self`",
+        WHAT_DIFFERS: "encoder_self: softmax → optimization",
+        DELTA_VS_CONTROL: None,
+    }
 
 
 def test_variants_are_required_unless_only_the_sites_table_is_written(tmp_path, capsys):
