@@ -19,7 +19,8 @@ tensors) and all parameters, median forward latency per image, and peak forward 
 of an earlier run.
 
 Writes ``<out>.md`` (summary with the cost columns + per-run table + the command),
-``<out>.csv`` (summary) and ``<out>_runs.csv`` (one row per run); with the cost measurement
+``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run) and ``<out>_curves.csv`` (val mAP
+at every validation of every run, ``studies.curves``); with the cost measurement
 also ``<out>_sites.{md,csv}``, each site's backend, projections, attention parameters and
 counted forward FLOPs (``benchmarks.sites``). ``--sites`` writes only that table: no training,
 no timing (``--variants`` defaults to ``all`` there)::
@@ -67,6 +68,7 @@ import torch
 from torch import nn
 
 from attn_lightning.benchmarks import report, sites
+from attn_lightning.studies.curves import append_curves
 from attn_lightning.studies.detection_sensitivity import (
     GRID_TITLES,
     KEYS90,
@@ -83,6 +85,7 @@ from attn_lightning.studies.tables import RunResult, column, write_tables
 
 log = logging.getLogger("attn_lightning.studies.detection")
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
+CURVE = "val/mAP"  # <out>_curves.csv: every validation of every run
 
 
 def build_model(variant: Variant, *, overrides: Sequence[str] = ()) -> tuple[nn.Module, int]:
@@ -360,6 +363,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             costs[v.name] = measure(v, overrides=args.set, batch=args.batch, repeats=args.repeats)
         write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
     tables(results, costs)
+    append_curves(args.out, results, CURVE)  # once, at the end: it reads every run's log folder
     log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results
 

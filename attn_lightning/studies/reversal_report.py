@@ -46,12 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.studies.curves import Scalars, read_scalars, series
 from attn_lightning.studies.paired import paired_delta
 from attn_lightning.studies.tables import column, format_median_iqr, median_iqr
 
 log = logging.getLogger("attn_lightning.studies.reversal_report")
-
-Scalars = dict[str, list[tuple[int, float]]]
 
 VAL_TAG = "val/token_acc"
 SPIKE_TAG = "train/loss_spike"
@@ -71,32 +70,6 @@ PROG = "python -m attn_lightning.studies.reversal_report"
 
 
 # --- TensorBoard scalars -> numbers (pure functions) -------------------------------------------
-
-
-def read_scalars(log_dir: Path) -> Scalars:
-    """Every scalar of a run's TensorBoard folder: ``{tag: [(step, value), ...]}`` by step.
-
-    ``size_guidance={"scalars": 0}`` keeps every event (the default keeps a sample of 10,000,
-    which would drop spike flags). A step logged twice (a resumed run's event files overlap)
-    keeps its last value.
-    """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    scalars: Scalars = {}
-    for tag in accumulator.Tags()["scalars"]:
-        by_step = {event.step: float(event.value) for event in accumulator.Scalars(tag)}
-        scalars[tag] = sorted(by_step.items())
-    return scalars
-
-
-def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
-    """The values of ``tag``, or of ``tag_step`` (Lightning's name for a per-step log), or []."""
-    for name in (tag, f"{tag}_step"):
-        if name in scalars:
-            return scalars[name]
-    return []
 
 
 def steps_to_threshold(scalars: Scalars, threshold: float, tag: str = VAL_TAG) -> int | None:

@@ -170,6 +170,7 @@ class Runner:
                 **record.get("test", {}),
             }
             result.global_step = record.get("global_step")
+            result.log_dir = record.get("log_dir")
             if result.seconds is None:
                 result.seconds = record.get("fit_seconds")
         elif status == "ok":

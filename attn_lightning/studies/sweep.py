@@ -18,8 +18,10 @@ Writes ``<out>.md`` (summary + per-run tables + the command), ``<out>.csv`` (sum
 "fails to converge" when the metric is below the threshold (above it with ``--direction min``);
 a run that crashes or times out is counted apart. ``--pair VARIANT CONTROL`` (repeatable) adds the
 columns "control" and the paired-by-seed Δ of the variant vs that control on ``--metric`` (else
-the first ``--metrics``) with its 95 % interval (``studies.paired``). Studies (``detection``,
-``lora``) use ``studies.runner.Runner`` and ``studies.tables.write_tables`` from Python.
+the first ``--metrics``) with its 95 % interval (``studies.paired``); ``--curve TAG`` writes
+``<out>_curves.csv`` with every logged value of TAG per run and a table of it
+(``studies.curves``). Studies (``detection``, ``lora``) use ``studies.runner.Runner`` and
+``studies.tables.write_tables`` from Python.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from attn_lightning.studies.curves import append_curves
 from attn_lightning.studies.paired import comparisons
 from attn_lightning.studies.runner import ROOT, Runner, Variant, run_label
 from attn_lightning.studies.tables import Convergence, RunResult, summarize, write_tables
@@ -76,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--resume", action="store_true", help="reuse existing metrics files, run the rest")
     add("--skip-runs", "--skip_runs", action="store_true", help="tables from metrics files only")
     add("--dry-run", "--dry_run", action="store_true", help="print the commands only")
+    add(
+        "--curve",
+        default=None,
+        metavar="TAG",
+        help="also write <out>_curves.csv and a table of this logged scalar per run (e.g. val/acc)",
+    )
     add(
         "--pair",
         nargs=2,
@@ -150,6 +159,8 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             extra={n: {t: extra.get(n, {}).get(t) for t in titles} for n in names},
             notes=[PAIRED_NOTE] if extra else [],
         )
+        if args.curve:
+            append_curves(args.out, finished, args.curve)
 
     results = runner.run_all(jobs, parallel=args.jobs, on_result=tables)
     log.info("wrote %s.md, %s.csv, %s_runs.csv", args.out, args.out, args.out)

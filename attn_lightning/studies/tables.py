@@ -30,6 +30,7 @@ class RunResult:
     status: str
     metrics: dict[str, float] = field(default_factory=dict)
     global_step: int | None = None
+    log_dir: str | None = None  # the run's TensorBoard folder (its metrics file says which)
 
     def value(self, key: str) -> float | None:
         """The run's final value of ``key`` (fit, validate and test metrics), or None."""

@@ -108,11 +108,15 @@ def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
             "data.init_args.batch_size=16",
             "--set",
             "trainer.max_steps=2",
+            "--curve",
+            "train/loss",
             "--out",
             str(out),
         ]
     )
     assert [(r.status, r.global_step) for r in results] == [("ok", 2)]
+    with (out.parent / "tiny_curves.csv").open() as f:  # read back from the run's TensorBoard
+        assert {r["variant"] for r in csv.DictReader(f)} == {"linear:feature_map=relu"}
     md = (out.parent / "tiny.md").read_text()
     assert "python -m attn_lightning.studies.sweep --config" in md
     assert "| `linear:feature_map=relu` | 1 |" in md

@@ -1,0 +1,115 @@
+"""Training curves of a study's runs, read back from their TensorBoard folders.
+
+A run's metrics file names its ``log_dir``; ``read_scalars`` loads every scalar of that folder
+and ``curve_rows`` turns one tag (e.g. ``val/mAP``) of every finished run into long-format rows
+``{variant, seed, optimizer_steps, <tag>}`` for ``<out>_curves.csv``; ``curves_table`` shows them
+per run in a markdown table of at most ``max_columns`` validation points (the CSV keeps all).
+Validation scalars are logged at the index of the step just taken, so ``optimizer_steps`` is
+that index + 1.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.studies.tables import RunResult, column
+
+Scalars = dict[str, list[tuple[int, float]]]
+
+
+def read_scalars(log_dir: Path) -> Scalars:
+    """Every scalar of a run's TensorBoard folder: ``{tag: [(step, value), ...]}`` by step.
+
+    ``size_guidance={"scalars": 0}`` keeps every event (the default keeps a sample of 10,000,
+    which would drop spike flags). A step logged twice (a resumed run's event files overlap)
+    keeps its last value.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    scalars: Scalars = {}
+    for tag in accumulator.Tags()["scalars"]:
+        by_step = {event.step: float(event.value) for event in accumulator.Scalars(tag)}
+        scalars[tag] = sorted(by_step.items())
+    return scalars
+
+
+def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
+    """The values of ``tag``, or of ``tag_step`` (Lightning's name for a per-step log), or []."""
+    for name in (tag, f"{tag}_step"):
+        if name in scalars:
+            return scalars[name]
+    return []
+
+
+def curve_rows(results: Sequence[RunResult], tag: str) -> list[dict[str, Any]]:
+    """One row per finished run and logged value of ``tag``, in the runs' order; runs without
+    a log folder (or without the tag) give none."""
+    rows = []
+    for r in results:
+        if r.status != "ok" or r.log_dir is None or not Path(r.log_dir).is_dir():
+            continue
+        for step, value in series(read_scalars(Path(r.log_dir)), tag):
+            rows.append(
+                {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, tag: value}
+            )
+    return rows
+
+
+def _shown_steps(steps: Sequence[int], max_columns: int) -> list[int]:
+    """At most ``max_columns`` of ``steps``, evenly spaced, the last always among them."""
+    stride = -(-len(steps) // max_columns)  # ceil
+    return sorted({*steps[len(steps) - 1 :: -stride][:max_columns]})
+
+
+def curves_table(rows: Sequence[dict[str, Any]], tag: str, *, max_columns: int = 8) -> list[str]:
+    """Markdown lines: ``tag`` (in its table column's scale) per run after each shown number of
+    optimiser steps; [] without rows."""
+    if not rows:
+        return []
+    shown = column(tag.replace("val/", "test/")) if tag.startswith("val/") else column(tag)
+    steps = _shown_steps(sorted({row["optimizer_steps"] for row in rows}), max_columns)
+    runs: dict[tuple[str, int], dict[int, float]] = {}
+    for row in rows:
+        runs.setdefault((row["variant"], row["seed"]), {})[row["optimizer_steps"]] = row[tag]
+    lines = [
+        "| variant | seed | " + " | ".join(str(s) for s in steps) + " |",
+        "|" + "---|" * (len(steps) + 2),
+    ]
+    for (variant, seed), values in runs.items():
+        cells = [
+            f"{values[s] * shown.scale:.{shown.digits}f}" if s in values else "–" for s in steps
+        ]
+        lines.append(f"| `{variant}` | {seed} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_curves(out: Path, results: Sequence[RunResult], tag: str) -> list[str]:
+    """Write ``<out>_curves.csv`` (every logged value of ``tag`` of every finished run) and
+    return the markdown section that shows it; [] (and no file) when no run logged ``tag``."""
+    rows = curve_rows(results, tag)
+    if not rows:
+        return []
+    path = out.with_name(out.name + "_curves.csv")
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return [
+        f"`{tag}` per run after the number of optimiser steps in each column "
+        f"(every logged value: `{path.name}`):\n",
+        *curves_table(rows, tag),
+        "",
+    ]
+
+
+def append_curves(out: Path, results: Sequence[RunResult], tag: str) -> None:
+    """``write_curves`` and its section appended to ``<out>.md`` (written by ``write_tables``)."""
+    lines = write_curves(out, results, tag)
+    if lines:
+        md = out.with_name(out.name + ".md")
+        md.write_text(md.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
