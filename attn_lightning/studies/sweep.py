@@ -159,10 +159,10 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             extra={n: {t: extra.get(n, {}).get(t) for t in titles} for n in names},
             notes=[PAIRED_NOTE] if extra else [],
         )
-        if args.curve:
-            append_curves(args.out, finished, args.curve)
 
     results = runner.run_all(jobs, parallel=args.jobs, on_result=tables)
+    if args.curve:  # once, at the end: it reads every run's TensorBoard folder
+        append_curves(args.out, results, args.curve)
     log.info("wrote %s.md, %s.csv, %s_runs.csv", args.out, args.out, args.out)
     return results
 
