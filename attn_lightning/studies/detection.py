@@ -70,7 +70,8 @@ from torch import nn
 from attn_lightning.benchmarks import report, sites
 from attn_lightning.studies.curves import append_curves
 from attn_lightning.studies.detection_sensitivity import (
-    GRID_TITLES,
+    ABLATIONS,
+    GRID,
     KEYS90,
     SENSITIVITY_DEFAULT,
     GridPoint,
@@ -78,8 +79,15 @@ from attn_lightning.studies.detection_sensitivity import (
     optimization_sites,
     sensitivity_cells,
     sensitivity_grid,
+    title,
 )
-from attn_lightning.studies.detection_variants import COMPARED, CONFIGS, comparisons, variants
+from attn_lightning.studies.detection_variants import (
+    COMPARED,
+    CONFIGS,
+    CONTROLS,
+    comparisons,
+    variants,
+)
 from attn_lightning.studies.runner import Runner, Variant, build_cli
 from attn_lightning.studies.tables import RunResult, column, write_tables
 
@@ -213,14 +221,15 @@ def write_sensitivity(
     *,
     command: str,
     jobs: int = 1,
+    heading: str = "Sensitivity of optimization attention",
 ) -> None:
-    """The sensitivity tables: ``<out>.md`` opens with the grid (λ, K, random tokens, test mAP
+    """The sensitivity tables: ``<out>.md`` opens with the grid (its options, test mAP
     mean ± std (n), AP50, AP75, the paired Δ vs the variant's own point, keys90 where reported),
     then ``write``'s summary (with the same cells and the costs) and per-run tables; ``<out>.csv``
     is that summary, ``<out>_runs.csv`` one row per run."""
     cells = sensitivity_cells(results, grid)
     own = grid[0]
-    point = ", ".join(f"{GRID_TITLES[o]} = {v}" for o, v in own.options.items())
+    point = ", ".join(f"{title(o)} = {v}" for o, v in own.options.items())
     notes = [
         f"Δ vs default: per seed, the point's {column(COMPARED).title} minus that of "
         f"`{own.variant.name}` ({point}) with the same seed; mean [95 % Student-t interval] "
@@ -235,7 +244,7 @@ def write_sensitivity(
     md = out.with_name(out.name + ".md")
     where = ", ".join(f"`{site}`" for site in optimization_sites(own.variant.name))
     head = [
-        f"# Sensitivity of optimization attention: `{own.variant.name}` ({where})",
+        f"# {heading}: `{own.variant.name}` ({where})",
         "",
         *grid_table(results, grid, cells),
         *(f"\n{note}" for note in notes),
@@ -279,6 +288,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"variant (default {SENSITIVITY_DEFAULT}), one option changed at a time",
     )
     add(
+        "--ablation",
+        nargs="?",
+        const=SENSITIVITY_DEFAULT,
+        metavar="VARIANT",
+        help="instead of --variants: the paper's form at this variant's site(s) with one "
+        "ingredient swapped at a time (dictionary, power, sign, normalize, random tokens, "
+        f"λ = 0), plus the variant's control (default {SENSITIVITY_DEFAULT})",
+    )
+    add(
         "--full-grid",
         "--full_grid",
         action="store_true",
@@ -314,27 +332,48 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.sensitivity is not None and args.variants is not None:
-        parser.error("--sensitivity makes its own variants; leave out --variants")
+    grid_flag = "--sensitivity" if args.sensitivity is not None else "--ablation"
+    centre = args.sensitivity if args.sensitivity is not None else args.ablation
+    if args.sensitivity is not None and args.ablation is not None:
+        parser.error("give --sensitivity or --ablation, not both")
+    if centre is not None and args.variants is not None:
+        parser.error(f"{grid_flag} makes its own variants; leave out --variants")
     if args.full_grid and args.sensitivity is None:
         parser.error("--full-grid needs --sensitivity")
-    if args.variants is None and args.sensitivity is None and not args.sites:
-        parser.error("--variants is required (names, or all for the whole study), or --sensitivity")
+    if args.variants is None and centre is None and not args.sites:
+        parser.error(
+            "--variants is required (names, or all for the whole study), or --sensitivity "
+            "or --ablation"
+        )
     grid: list[GridPoint] = []
-    if args.sensitivity is not None:
+    chosen: list[Variant] = []
+    if centre is not None:
+        options = GRID if args.sensitivity is not None else ABLATIONS
         try:
-            grid = sensitivity_grid(args.sensitivity, full=args.full_grid)
+            grid = sensitivity_grid(centre, full=args.full_grid, grid=options)
         except ValueError as error:
-            parser.error(f"--sensitivity: {error}")
+            parser.error(f"{grid_flag}: {error}")
         chosen = [point.variant for point in grid]
+        if args.ablation is not None and centre in CONTROLS:
+            # The ladder's floor and ceiling: its control at the same budget, in the same table.
+            chosen += variants([CONTROLS[centre]])
     else:
         chosen = variants(args.variants or ["all"])
-    experiment = args.experiment or ("detection_sensitivity" if grid else "detection_report")
+    kind = "detection_sensitivity" if args.sensitivity is not None else "detection_ablation"
+    experiment = args.experiment or (kind if grid else "detection_report")
     command = "python -m attn_lightning.studies.detection " + shlex.join(argv)
 
     def tables(done: list[RunResult], costs: dict[str, dict[str, Any]]) -> None:
         if grid:
-            write_sensitivity(args.out, done, grid, costs, command=command, jobs=args.jobs)
+            heading = (
+                "Sensitivity of optimization attention"
+                if args.sensitivity is not None
+                else "Ablation of optimization attention: one ingredient of the paper's form "
+                "swapped at a time"
+            )
+            write_sensitivity(
+                args.out, done, grid, costs, command=command, jobs=args.jobs, heading=heading
+            )
         else:
             write(args.out, done, costs, command=command, jobs=args.jobs)
 

@@ -38,7 +38,21 @@ GRID: dict[str, tuple[float | int, ...]] = {
     "iterations": (5, 10, 20),
     "random_tokens": (0, 8),
 }
-GRID_TITLES = {"lam": "λ", "iterations": "K", "random_tokens": "random tokens"}
+# The ablation ladder (``--ablation``): the paper's form with one of its ingredients swapped at a
+# time, first value the paper's. It asks which ingredient decides whether a site learns at all
+# (the decoder cross-attention does not in the paper's form): the dictionary (values or keys),
+# the power of the weights, their sign, normalised atoms, the random tokens, and sparsity itself
+# (λ = 0 makes every code the ridge solution (DmᵀDm + ρI)⁻¹Dmᵀq).
+ABLATIONS: dict[str, tuple[Any, ...]] = {
+    "dictionary": ("values", "keys"),
+    "power": (5.0, 1.0),
+    "signed": (False, True),
+    "normalize": (False, True),
+    "random_tokens": (8, 0),
+    "lam": (0.1, 0.0),
+}
+Options = Mapping[str, tuple[Any, ...]]  # option -> the values a grid gives it
+GRID_TITLES = {"lam": "λ", "iterations": "K", "random_tokens": "random tokens", "power": "p"}
 DELTA_VS_REFERENCE = f"Δ {column(COMPARED).title} vs default [95 % CI]"
 KEYS90 = "keys90"  # AttentionDiagnostics' attention/<layer>/keys90, if a metrics file holds it
 
@@ -53,7 +67,7 @@ class GridPoint:
     """
 
     variant: Variant
-    options: dict[str, float | int]
+    options: dict[str, Any]
 
 
 def optimization_sites(name: str) -> dict[str, dict[str, Any]]:
@@ -80,11 +94,16 @@ def sensitivity_sites() -> list[str]:
     return sorted(p.stem for p in CONFIGS.glob("*.yaml") if optimization_sites(p.stem))
 
 
-def _own_point(name: str, specs: Mapping[str, Mapping[str, Any]]) -> dict[str, float | int]:
+def title(option: str) -> str:
+    """An option's column title (``GRID_TITLES``, else the option's own name)."""
+    return GRID_TITLES.get(option, option)
+
+
+def _own_point(name: str, specs: Mapping[str, Mapping[str, Any]], grid: Options) -> dict[str, Any]:
     # An option a spec leaves out takes the backend's default: that is what the run would use.
     defaults = inspect.signature(OptimizationAttention.__init__).parameters
-    point: dict[str, float | int] = {}
-    for option in GRID:
+    point: dict[str, Any] = {}
+    for option in grid:
         values = {site: spec.get(option, defaults[option].default) for site, spec in specs.items()}
         if len(set(values.values())) > 1:
             raise ValueError(
@@ -97,15 +116,18 @@ def _own_point(name: str, specs: Mapping[str, Mapping[str, Any]]) -> dict[str, f
 
 def grid_name(site_variant: str, own: Mapping[str, Any], options: Mapping[str, Any]) -> str:
     """``<variant>@<option>=<value>,...`` over the options that differ from the variant's own
-    point, in ``GRID`` order; the own point keeps the plain variant name."""
-    changed = [f"{o}={options[o]}" for o in GRID if options[o] != own[o]]
+    point, in the grid's order; the own point keeps the plain variant name."""
+    changed = [f"{o}={options[o]}" for o in options if options[o] != own[o]]
     return f"{site_variant}@{','.join(changed)}" if changed else site_variant
 
 
 def sensitivity_grid(
-    site_variant: str = SENSITIVITY_DEFAULT, *, full: bool = False
+    site_variant: str = SENSITIVITY_DEFAULT, *, full: bool = False, grid: Options = GRID
 ) -> list[GridPoint]:
     """The sensitivity grid around ``site_variant``'s own point, that point first.
+
+    ``grid`` names the options and their values (``GRID``; ``ABLATIONS`` for the ablation ladder,
+    one ingredient of the paper's form swapped at a time).
 
     One option of ``GRID`` changed at a time (every other value of it: 1 + 2 + 2 + 1 = 6 points
     around the paper's point), or with ``full`` every combination (3 × 3 × 2 = 18; one more when
@@ -123,19 +145,19 @@ def sensitivity_grid(
             f"no optimization attention site in a configs/detection overlay named "
             f"{site_variant!r}; allowed: {', '.join(sensitivity_sites())}"
         )
-    own = _own_point(site_variant, specs)
+    own = _own_point(site_variant, specs, grid)
     if full:
         points = [
-            dict(zip(GRID, values, strict=True)) for values in itertools.product(*GRID.values())
+            dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())
         ]
     else:
         points = [
             {**own, option: value}
-            for option, values in GRID.items()
+            for option, values in grid.items()
             for value in values
             if value != own[option]
         ]
-    grid = []
+    chosen = []
     for options in [own, *(p for p in points if p != own)]:
         overrides = tuple(
             f"model.init_args.{site}={json.dumps({**spec, **options})}"
@@ -143,8 +165,8 @@ def sensitivity_grid(
         )
         name = grid_name(site_variant, own, options)
         config = str(CONFIGS / f"{site_variant}.yaml")
-        grid.append(GridPoint(Variant(name, configs=(config,), overrides=overrides), options))
-    return grid
+        chosen.append(GridPoint(Variant(name, configs=(config,), overrides=overrides), options))
+    return chosen
 
 
 def _keys90(run: RunResult) -> float | None:
@@ -165,7 +187,7 @@ def sensitivity_cells(
     cells: dict[str, dict[str, Any]] = {}
     for point in grid:
         name = point.variant.name
-        row: dict[str, Any] = {GRID_TITLES[o]: point.options[o] for o in GRID}
+        row: dict[str, Any] = {title(o): v for o, v in point.options.items()}
         if name == reference:
             row[DELTA_VS_REFERENCE] = "reference"
         else:
@@ -185,7 +207,7 @@ def grid_table(
     """The grid's markdown lines, a row per point: its ``cells`` and test mAP, AP50 and AP75
     mean ± std (n seeds) over its finished runs."""
     metrics = [column(k) for k in ("test/mAP", "test/AP50", "test/AP75")]
-    titles = [*GRID_TITLES.values(), *(c.title for c in metrics), DELTA_VS_REFERENCE]
+    titles = [*map(title, grid[0].options), *(c.title for c in metrics), DELTA_VS_REFERENCE]
     titles += [KEYS90] if any(KEYS90 in row for row in cells.values()) else []
     lines = ["| " + " | ".join([*titles, "variant"]) + " |", "|" + "---|" * (len(titles) + 1)]
     for point in grid:
