@@ -49,6 +49,16 @@ the study's run of the same name::
 Its tables add λ, K, random tokens, the paired Δ test mAP vs the variant's own point and, where
 the runs' metrics files hold ``attention/<layer>/keys90``, the mean keys90 over the layers.
 
+``--ablation [VARIANT]`` is the same machinery with ``ABLATIONS`` in place of the grid: the
+paper's form at the variant's site(s) with one ingredient swapped at a time (dictionary keys,
+power 1, signed weights, normalised atoms, no random tokens, λ = 0), plus the variant's control
+(``CONTROLS``) at the same budget, experiment ``detection_ablation``. It asks which ingredient
+decides whether a site learns::
+
+    python -m attn_lightning.studies.detection --ablation --seeds 0 1 \
+        --set trainer.max_steps=2000 --set trainer.val_check_interval=500 \
+        --out docs/results/detection_ablation
+
 The variants and their controls are in ``studies.detection_variants``, the grid and its cells in
 ``studies.detection_sensitivity``; this module measures the costs, writes the tables and is the
 CLI.

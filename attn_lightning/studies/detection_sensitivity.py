@@ -1,7 +1,8 @@
 """The sensitivity grid of the detection study (issue 13, part 4) and its table cells.
 
 A grid centres on an optimization variant's own point (default ``SENSITIVITY_DEFAULT``) and
-varies λ, K and the random tokens (``GRID``): one option at a time, or every combination. A
+varies λ, K and the random tokens (``GRID``): one option at a time, or every combination (the
+ablation ladder is the same with ``ABLATIONS``: one ingredient of the paper's form swapped). A
 point is the variant's overlay plus an override that replaces the spec of every optimization
 site, named ``<variant>@<option>=<value>,...`` after the options that differ from the own point
 (which keeps the plain name). Its cells are the point's options, the paired Δ of the compared
@@ -63,7 +64,8 @@ class GridPoint:
 
     Attributes:
         variant: the site variant's overlay plus an override per optimization site.
-        options: ``GRID``'s options (``lam``, ``iterations``, ``random_tokens``) at this point.
+        options: the grid's options (``GRID``'s ``lam``, ``iterations``, ``random_tokens``, or
+            ``ABLATIONS``') at this point.
     """
 
     variant: Variant

@@ -14,6 +14,7 @@ from attn_lightning.attention.optimization import OptimizationAttention
 from attn_lightning.studies import detection_sensitivity
 from attn_lightning.studies.detection import build_model, main
 from attn_lightning.studies.detection_sensitivity import (
+    ABLATIONS,
     DELTA_VS_REFERENCE,
     GRID,
     SENSITIVITY_DEFAULT,
@@ -114,6 +115,61 @@ def test_a_grid_on_all_sites_overrides_every_site():
         "optimization_decoder_self",
         "optimization_encoder_self",
     ]
+
+
+def test_ablation_ladder_swaps_one_ingredient_of_the_paper_form_at_a_time():
+    ladder = sensitivity_grid(grid=ABLATIONS)
+    paper = {
+        "dictionary": "values",
+        "power": 5.0,
+        "signed": False,
+        "normalize": False,
+        "random_tokens": 8,
+        "lam": 0.1,
+    }
+    assert ladder[0].variant.name == "optimization_decoder_cross"
+    assert ladder[0].options == paper  # the backend's defaults where the overlay sets none
+    assert [p.variant.name for p in ladder[1:]] == [
+        "optimization_decoder_cross@dictionary=keys",
+        "optimization_decoder_cross@power=1.0",
+        "optimization_decoder_cross@signed=True",
+        "optimization_decoder_cross@normalize=True",
+        "optimization_decoder_cross@random_tokens=0",
+        "optimization_decoder_cross@lam=0.0",
+    ]
+    for point in ladder[1:]:
+        changed = {o for o in paper if point.options[o] != paper[o]}
+        assert len(changed) == 1, point.variant.name
+        # Everything else of the site's spec (iterations, projections) as the overlay has it.
+        spec = _site_specs(point.variant)["decoder_cross"]
+        assert spec == {**SPEC, "iterations": 10, **point.options}
+
+
+def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "sweeps" / "detection_ablation"
+    _fake_metrics(runs, "optimization_decoder_cross", 0, 0.01, keys90=None)
+    _fake_metrics(runs, "optimization_decoder_cross@power=1.0", 0, 0.41, keys90=None)
+    _fake_metrics(runs, "softmax_no_qk_decoder_cross", 0, 0.58, keys90=None)
+    out = tmp_path / "abl"
+    results = main(["--ablation", "--seeds", "0", "--out", str(out), "--skip-runs", "--no-costs"])
+    assert [r.variant for r in results][-1] == "softmax_no_qk_decoder_cross"
+    assert len(results) == 7 + 1
+    md = out.with_name("abl.md").read_text()
+    assert md.startswith("# Ablation of optimization attention: one ingredient")
+    assert "| dictionary | p | signed | normalize | random tokens | λ | test mAP |" in md
+    assert "| values | 1.0 | False | False | 8 | 0.1 | 0.410 ± 0.000 (1) |" in md
+    assert "| +0.400 (n=1) | `optimization_decoder_cross@power=1.0` |" in md
+    # The paper's point against its control, in the summary below the ladder.
+    assert "| -0.570 (n=1) |" in md
+    with pytest.raises(SystemExit):
+        main(["--ablation", "--sensitivity", "--out", str(out)])
+    assert "give --sensitivity or --ablation, not both" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--ablation", "--variants", "softmax", "--out", str(out)])
+    assert "--ablation makes its own variants; leave out --variants" in capsys.readouterr().err
 
 
 def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch, capsys):
