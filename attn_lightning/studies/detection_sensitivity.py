@@ -42,9 +42,11 @@ GRID: dict[str, tuple[float | int, ...]] = {
 # The ablation ladder (``--ablation``): the paper's form with one of its ingredients swapped at a
 # time, first value the paper's. It asks which ingredient decides whether a site learns at all
 # (the decoder cross-attention does not in the paper's form): the dictionary (values or keys),
-# the power of the weights, their sign, normalised atoms, the random tokens, and sparsity itself
-# (λ = 0 makes every code the ridge solution (DmᵀDm + ρI)⁻¹Dmᵀq).
+# the power of the weights, their sign, normalised atoms, the random tokens, sparsity itself
+# (λ = 0 makes every code the ridge solution (DmᵀDm + ρI)⁻¹Dmᵀq), and the Q/K projections the
+# paper removes (a site-spec key: ``projections: true`` keeps all four).
 ABLATIONS: dict[str, tuple[Any, ...]] = {
+    "projections": ("no_qk", True),
     "dictionary": ("values", "keys"),
     "power": (5.0, 1.0),
     "signed": (False, True),
@@ -102,11 +104,16 @@ def title(option: str) -> str:
 
 
 def _own_point(name: str, specs: Mapping[str, Mapping[str, Any]], grid: Options) -> dict[str, Any]:
-    # An option a spec leaves out takes the backend's default: that is what the run would use.
-    defaults = inspect.signature(OptimizationAttention.__init__).parameters
+    # An option a spec leaves out takes the backend's default (a site's projections: DETR's,
+    # all four): that is what the run would use.
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(OptimizationAttention.__init__).parameters.items()
+    }
+    defaults["projections"] = True
     point: dict[str, Any] = {}
     for option in grid:
-        values = {site: spec.get(option, defaults[option].default) for site, spec in specs.items()}
+        values = {site: spec.get(option, defaults[option]) for site, spec in specs.items()}
         if len(set(values.values())) > 1:
             raise ValueError(
                 f"variant {name!r} sets {option} differently per site ({values}); a sensitivity "

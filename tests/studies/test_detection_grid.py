@@ -120,6 +120,7 @@ def test_a_grid_on_all_sites_overrides_every_site():
 def test_ablation_ladder_swaps_one_ingredient_of_the_paper_form_at_a_time():
     ladder = sensitivity_grid(grid=ABLATIONS)
     paper = {
+        "projections": "no_qk",
         "dictionary": "values",
         "power": 5.0,
         "signed": False,
@@ -130,6 +131,7 @@ def test_ablation_ladder_swaps_one_ingredient_of_the_paper_form_at_a_time():
     assert ladder[0].variant.name == "optimization_decoder_cross"
     assert ladder[0].options == paper  # the backend's defaults where the overlay sets none
     assert [p.variant.name for p in ladder[1:]] == [
+        "optimization_decoder_cross@projections=True",
         "optimization_decoder_cross@dictionary=keys",
         "optimization_decoder_cross@power=1.0",
         "optimization_decoder_cross@signed=True",
@@ -143,6 +145,11 @@ def test_ablation_ladder_swaps_one_ingredient_of_the_paper_form_at_a_time():
         # Everything else of the site's spec (iterations, projections) as the overlay has it.
         spec = _site_specs(point.variant)["decoder_cross"]
         assert spec == {**SPEC, "iterations": 10, **point.options}
+    # The projections rung is a site-spec key, not a backend option: train.py's parser builds it.
+    model, _ = build_model(ladder[1].variant, overrides=SMALL)
+    cross = model.decoder[0].cross_attn
+    assert cross.q_proj is not None and cross.k_proj is not None
+    assert isinstance(cross.backend, OptimizationAttention)
 
 
 def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
@@ -156,11 +163,13 @@ def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
     out = tmp_path / "abl"
     results = main(["--ablation", "--seeds", "0", "--out", str(out), "--skip-runs", "--no-costs"])
     assert [r.variant for r in results][-1] == "softmax_no_qk_decoder_cross"
-    assert len(results) == 7 + 1
+    assert len(results) == 8 + 1
     md = out.with_name("abl.md").read_text()
     assert md.startswith("# Ablation of optimization attention: one ingredient")
-    assert "| dictionary | p | signed | normalize | random tokens | λ | test mAP |" in md
-    assert "| values | 1.0 | False | False | 8 | 0.1 | 0.410 ± 0.000 (1) |" in md
+    assert (
+        "| projections | dictionary | p | signed | normalize | random tokens | λ | test mAP |" in md
+    )
+    assert "| no_qk | values | 1.0 | False | False | 8 | 0.1 | 0.410 ± 0.000 (1) |" in md
     assert "| +0.400 (n=1) | `optimization_decoder_cross@power=1.0` |" in md
     # The paper's point against its control, in the summary below the ladder.
     assert "| -0.570 (n=1) |" in md
