@@ -213,6 +213,16 @@ class OptimizationAttention(Attention):
         with torch.autocast(device_type=q.device.type, enabled=False):
             return self._codes(q.to(dtype), atoms.to(dtype), key_padding_mask, draw=False)
 
+    def attention_weights(
+        self, q: Tensor, k: Tensor, v: Tensor, *, key_padding_mask: Tensor | None = None
+    ) -> Tensor:
+        """The weights ``w`` of ``out = w @ v``, ``(B, H, L, S)``, as in eval (no random tokens).
+
+        The values dictionary ties the value dim to the head dim, so the weights cannot be read
+        off by attending over identity values as for other backends; this computes them.
+        """
+        return self._weights(self.sparse_codes(q, k, v, key_padding_mask=key_padding_mask))
+
     def diagnostics(self) -> dict[str, float]:
         """``keys90`` and ``keys90_fraction`` of the last training forward (see the class doc)."""
         if self._sparsity is None:
