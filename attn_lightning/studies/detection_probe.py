@@ -15,9 +15,11 @@ decoder layer, on validation images:
   (1: the same weights, 0: disjoint cells), averaged over the pairs — whether the object
   queries look at different places, which a set prediction needs.
 
-A run is found by its metrics file ``sweeps/<experiment>/<variant>-s<seed>.json`` (the study
-runner's), which names its best checkpoint and log folder; the model is rebuilt from the run's
-own resolved ``config.yaml`` by ``train.py``'s parser, so any overlay or override is honoured.
+A run is found by its metrics file ``sweeps/<experiment>/<run name>.json`` (the study runner's
+``run_name``: ``<variant>-s<seed>``, made file-safe), which names its best checkpoint and log
+folder; the model is rebuilt from the run's own resolved ``config.yaml`` by ``train.py``'s
+parser, so any overlay or override is honoured.
+
 Weights: ``OptimizationAttention.attention_weights``; any other backend attends over identity
 values (``out = w @ I`` is ``w``; needs ``supports_any_value_dim``)::
 
@@ -47,7 +49,7 @@ from attn_lightning.attention.optimization import OptimizationAttention
 from attn_lightning.benchmarks import report
 from attn_lightning.cli.checkpoints import load_checkpoint
 from attn_lightning.models.transformer import MultiHeadAttention
-from attn_lightning.studies.runner import build_cli
+from attn_lightning.studies.runner import Variant, build_cli, run_name
 
 STATS: tuple[str, ...] = ("mass on objects", "cells in objects", "argmax spread")
 STATS += ("std across images", "std across queries", "query overlap")
@@ -79,7 +81,12 @@ def object_cells(boxes: Tensor, side: int) -> Tensor:
 
 
 def layer_stats(weights: Tensor, targets: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """``STATS`` of one layer's weights ``(B, H, N, S)`` on a batch with its ``targets``."""
+    """``STATS`` of one layer's weights ``(B, H, N, S)`` on a batch with its ``targets``.
+
+    Signed weights (optimization's ``signed``) are read as magnitudes: a cell with weight −0.5
+    is looked at as much as one with +0.5, only its value enters with the opposite sign.
+    """
+    weights = weights.abs()
     b, _, _, s = weights.shape
     side = round(s**0.5)
     if side * side != s:
@@ -105,7 +112,7 @@ def layer_stats(weights: Tensor, targets: Sequence[dict[str, Any]]) -> dict[str,
 
 def run_record(experiment: str, variant: str, seed: int) -> dict[str, Any]:
     """The metrics file of a study run; FileNotFoundError naming it and what to run."""
-    path = Path("sweeps") / experiment / f"{variant}-s{seed}.json"
+    path = Path("sweeps") / experiment / f"{run_name(Variant(variant), seed)}.json"
     if not path.is_file():
         raise FileNotFoundError(
             f"no metrics file {path}: run the study first (python -m "

@@ -58,6 +58,7 @@ def test_object_cells_and_statistics_on_hand_made_weights():
             apart[b, 0, n, (n + b) % 4] = 1.0
     stats = layer_stats(apart, targets)
     assert stats["query overlap"] == 0.0 and stats["argmax spread"] == 1.0
+    assert layer_stats(-apart, targets) == stats  # signed weights: where, not which sign
     with pytest.raises(ValueError, match="5 keys are not a square"):
         layer_stats(torch.zeros(1, 1, 1, 5), targets[:1])
 
