@@ -22,7 +22,8 @@ from attn_lightning.studies.detection_sensitivity import (
     sensitivity_sites,
 )
 from attn_lightning.studies.detection_variants import CONFIGS
-from attn_lightning.studies.runner import Runner, Variant, run_name
+from attn_lightning.studies.runner import Variant, run_name
+from tests.studies.detection_runs import SMALL, tiny_runner
 
 ONE_AT_A_TIME = [
     "optimization_decoder_cross",
@@ -33,7 +34,6 @@ ONE_AT_A_TIME = [
     "optimization_decoder_cross@random_tokens=0",
 ]
 SPEC = {"name": "optimization", "projections": "no_qk", "dictionary": "values"}
-SMALL = ("model.init_args.d_model=32", "model.init_args.d_ff=32")
 
 
 def _site_specs(variant: Variant) -> dict[str, dict]:
@@ -271,21 +271,7 @@ def test_each_grid_point_builds_its_options_into_the_site_through_the_train_cli(
 def test_one_grid_point_trains_through_train_py(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     point = sensitivity_grid()[2]  # lam=0.3
-    tiny = (
-        "trainer.max_steps=2",
-        "trainer.val_check_interval=2",
-        "data.init_args.train_size=32",
-        "data.init_args.val_size=16",
-        "data.init_args.test_size=16",
-        *SMALL,
-    )
-    runner = Runner(
-        configs=(str(CONFIGS / "base.yaml"),),
-        overrides=tiny,
-        experiment="grid",
-        runs_dir=tmp_path / "runs",
-    )
-    result = runner.run(point.variant, 0)
+    result = tiny_runner("grid", tmp_path / "runs").run(point.variant, 0)
     assert (result.variant, result.status, result.global_step) == (point.variant.name, "ok", 2)
     assert 0.0 <= result.metrics["test/mAP"] <= 1.0
     assert (tmp_path / "runs" / "optimization_decoder_cross@lam-0.3-s0.json").is_file()

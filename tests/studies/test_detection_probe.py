@@ -16,7 +16,8 @@ from attn_lightning.studies.detection_probe import (
     object_cells,
 )
 from attn_lightning.studies.detection_variants import CONFIGS
-from attn_lightning.studies.runner import Runner, Variant
+from attn_lightning.studies.runner import Variant
+from tests.studies.detection_runs import tiny_runner
 
 
 def _qkv(l_q=3, s=4, d=4, seed=0):
@@ -73,21 +74,7 @@ def test_a_run_that_does_not_exist_is_named(tmp_path, monkeypatch, capsys):
 
 def test_probe_reads_a_trained_run_back(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    tiny = (
-        "trainer.max_steps=2",
-        "trainer.val_check_interval=2",
-        "data.init_args.train_size=32",
-        "data.init_args.val_size=16",
-        "data.init_args.test_size=16",
-        "model.init_args.d_model=32",
-        "model.init_args.d_ff=32",
-    )
-    runner = Runner(
-        configs=(str(CONFIGS / "base.yaml"),),
-        overrides=tiny,
-        experiment="probe",
-        runs_dir=tmp_path / "sweeps" / "probe",
-    )
+    runner = tiny_runner("probe", tmp_path / "sweeps" / "probe")
     variant = Variant.from_config(CONFIGS / "optimization_decoder_cross.yaml")
     assert runner.run(variant, 0).status == "ok"
     out = tmp_path / "probe"
