@@ -34,6 +34,7 @@ from pathlib import Path
 from attn_lightning.data.domains import NORMALIZATIONS
 from attn_lightning.studies.lora_lrsweep import (
     HEADS,
+    METHODS,
     SWEEP_LRS,
     lrsweep_all_jobs,
     run_lrsweep,
@@ -254,6 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(HEADS),
         default=["lora", "frozen"],
         help="the head in LoRA runs: adapted by LoRA (the student's), frozen, trained whole",
+    )
+    sweep.add_argument(
+        "--methods",
+        nargs="+",
+        choices=METHODS,
+        default=list(METHODS),
+        help="adaptation modes to run after the bases (a shard of the sweep)",
     )
     sweep.add_argument("--max-epochs", type=int, default=60)
     sweep.add_argument("--patience", type=int, default=10, help="val/loss epochs; 0: no stop")

@@ -41,6 +41,7 @@ HEADS = {  # the head (fc3) in a LoRA run; the student's "LoRA on all three laye
         "model.init_args.modules_to_save=[fc3]",
     ),
 }
+METHODS = ("before", "full", "lora", "lora_scratch")  # the adaptation modes, --methods
 # One per lrsweep CSV (a CSV from before ``normalize`` existed reads as "none").
 PROTOCOL = ("source", "levels", "angle", "normalize", "max_epochs", "patience")
 
@@ -100,16 +101,20 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
     layers", 1,050·r parameters) against ``frozen`` (LoRA on fc1, fc2 only); ``trained`` (fc3
     trained whole, best in the ``variants`` part) is opt-in through ``--heads``. Every run but
     LoRA from scratch starts from seed s's base at ``base_lr``, the base learning rate chosen on
-    validation (``None``: not known yet, for ``--plan``).
+    validation (``None``: not known yet, for ``--plan``). ``--methods`` keeps a subset of the
+    modes (``METHODS``), so that disjoint shards of the sweep can run side by side, each with its
+    own ``--out`` and one shared ``--work`` holding the bases.
     """
     base = f"lrs-base-lr{base_lr or '?'}"
+    methods = set(args.methods)
     specs: list[tuple[str, int, str, list[float]]] = [("full", 0, "", args.lrs_full)]
     for method, lrs in (("lora", args.lrs_lora), ("lora_scratch", args.lrs_scratch)):
         specs += [(method, r, head, lrs) for head in args.heads for r in args.ranks]
+    specs = [spec for spec in specs if spec[0] in methods]
     jobs: list[Job] = []
     for domain in args.domains:
         common = (*_sweep_common(args), f"data.init_args.domain={domain}")
-        for seed in args.seeds:
+        for seed in args.seeds if "before" in methods else ():
             ckpt = f"model.init_args.base_checkpoint={checkpoint_path(args, base, seed, 'best')}"
             before = (*common, ckpt, "model.init_args.adaptation=full")
             variant = Variant(f"lrs-{domain}-before", (MLP_CONFIG,), before, subcommand="test")

@@ -219,3 +219,24 @@ def test_lrsweep_end_to_end_tiny(tmp_path):
     (work / "checkpoints" / "lora-study" / f"lrs-base-lr{chosen}-s0" / "best.ckpt").unlink()
     todo = lora_runs.pending(args, "lrsweep", lora_lrsweep.lrsweep_all_jobs(args))
     assert [v.name for v, _, _ in todo] == [f"lrs-base-lr{chosen}"]
+
+
+def test_methods_split_the_sweep_into_disjoint_shards(tmp_path):
+    # Shards run side by side (one --out each, one --work): together they are the whole sweep,
+    # and no run is in two of them (two processes would train into the same run folder).
+    every = {(v.name, s) for v, s, _ in lora_lrsweep.lrsweep_jobs(_args(tmp_path), "0.003")}
+    shards = [
+        ("before", "full"),
+        ("lora", "--heads", "lora"),
+        ("lora", "--heads", "frozen"),
+        ("lora_scratch", "--heads", "lora", "frozen"),
+    ]
+    seen: list[tuple[str, int]] = []
+    for shard in shards:
+        args = _args(tmp_path, "--methods", *shard)
+        seen += [(v.name, s) for v, s, _ in lora_lrsweep.lrsweep_jobs(args, "0.003")]
+    assert len(seen) == len(set(seen)) and set(seen) == every
+    before_only = lora_lrsweep.lrsweep_jobs(_args(tmp_path, "--methods", "before"), "0.003")
+    assert {row["method"] for _, _, row in before_only} == {"before"} and len(before_only) == 9
+    with pytest.raises(SystemExit):
+        _args(tmp_path, "--methods", "lora_scrach")
