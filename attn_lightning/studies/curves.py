@@ -46,18 +46,39 @@ def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
     return []
 
 
-def curve_rows(results: Sequence[RunResult], tag: str) -> list[dict[str, Any]]:
-    """One row per finished run and logged value of ``tag``, in the runs' order; runs without
-    a log folder (or without the tag) give none."""
+def curve_rows(
+    results: Sequence[RunResult], tag: str, earlier: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """One row per finished run and logged value of ``tag``, in the runs' order. A run without
+    a log folder (read back from an earlier CSV) takes its rows from ``earlier`` (an earlier
+    ``<out>_curves.csv``, ``read_curve_rows``); one with neither gives none."""
     rows = []
     for r in results:
-        if r.status != "ok" or r.log_dir is None or not Path(r.log_dir).is_dir():
+        if r.status != "ok":
+            continue
+        if r.log_dir is None or not Path(r.log_dir).is_dir():
+            rows += [e for e in earlier if (e["variant"], int(e["seed"])) == (r.variant, r.seed)]
             continue
         for step, value in series(read_scalars(Path(r.log_dir)), tag):
             rows.append(
                 {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, tag: value}
             )
     return rows
+
+
+def read_curve_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier ``<out>_curves.csv`` (numbers as numbers); [] when it is absent."""
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [
+        {
+            k: (v if k == "variant" else int(v) if k in ("seed", "optimizer_steps") else float(v))
+            for k, v in row.items()
+        }
+        for row in rows
+    ]
 
 
 def _shown_steps(steps: Sequence[int], max_columns: int) -> list[int]:
@@ -88,10 +109,13 @@ def curves_table(rows: Sequence[dict[str, Any]], tag: str, *, max_columns: int =
     return lines
 
 
-def write_curves(out: Path, results: Sequence[RunResult], tag: str) -> list[str]:
-    """Write ``<out>_curves.csv`` (every logged value of ``tag`` of every finished run) and
-    return the markdown section that shows it; [] (and no file) when no run logged ``tag``."""
-    rows = curve_rows(results, tag)
+def write_curves(
+    out: Path, results: Sequence[RunResult], tag: str, earlier: Sequence[dict[str, Any]] = ()
+) -> list[str]:
+    """Write ``<out>_curves.csv`` (every logged value of ``tag`` of every finished run, runs
+    read back from a CSV taking theirs from ``earlier``) and return the markdown section that
+    shows it; [] (and no file) when no run logged ``tag``."""
+    rows = curve_rows(results, tag, earlier)
     if not rows:
         return []
     path = out.with_name(out.name + "_curves.csv")
@@ -107,9 +131,11 @@ def write_curves(out: Path, results: Sequence[RunResult], tag: str) -> list[str]
     ]
 
 
-def append_curves(out: Path, results: Sequence[RunResult], tag: str) -> None:
+def append_curves(
+    out: Path, results: Sequence[RunResult], tag: str, earlier: Sequence[dict[str, Any]] = ()
+) -> None:
     """``write_curves`` and its section appended to ``<out>.md`` (written by ``write_tables``)."""
-    lines = write_curves(out, results, tag)
+    lines = write_curves(out, results, tag, earlier)
     if lines:
         md = out.with_name(out.name + ".md")
         md.write_text(md.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))

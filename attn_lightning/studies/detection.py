@@ -78,7 +78,7 @@ import torch
 from torch import nn
 
 from attn_lightning.benchmarks import report, sites
-from attn_lightning.studies.curves import append_curves
+from attn_lightning.studies.curves import append_curves, read_curve_rows
 from attn_lightning.studies.detection_sensitivity import (
     ABLATIONS,
     GRID,
@@ -99,7 +99,7 @@ from attn_lightning.studies.detection_variants import (
     variants,
 )
 from attn_lightning.studies.runner import Runner, Variant, build_cli
-from attn_lightning.studies.tables import RunResult, column, write_tables
+from attn_lightning.studies.tables import RunResult, column, read_runs_csv, write_tables
 
 log = logging.getLogger("attn_lightning.studies.detection")
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
@@ -324,6 +324,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="reuse a run's metrics file where it exists, train the others",
     )
+    add(
+        "--earlier",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PREFIX",
+        help="committed tables of earlier runs (<PREFIX>_runs.csv, <PREFIX>_curves.csv): a "
+        "(variant, seed) with no metrics file of its own is read from the first that has it "
+        "instead of trained",
+    )
     add("--no-costs", "--no_costs", action="store_true", help="skip the cost measurement")
     add(
         "--sites",
@@ -391,7 +401,16 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
         log.info("wrote %s_sites.md and %s_sites.csv", args.out, args.out)
         return []
+    earlier: dict[tuple[str, int], RunResult] = {}
+    earlier_curves: list[dict[str, Any]] = []
+    for prefix in args.earlier:  # the first prefix holding a run gives the run and its curve
+        runs = read_runs_csv(prefix.with_name(prefix.name + "_runs.csv"))
+        new = {(r.variant, r.seed): r for r in runs if (r.variant, r.seed) not in earlier}
+        earlier.update(new)
+        curves = read_curve_rows(prefix.with_name(prefix.name + "_curves.csv"))
+        earlier_curves += [c for c in curves if (c["variant"], c["seed"]) in new]
     runner = Runner(
+        earlier=earlier,
         configs=(str(CONFIGS / "base.yaml"),),
         overrides=tuple(args.set),
         experiment=experiment,
@@ -412,7 +431,9 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             costs[v.name] = measure(v, overrides=args.set, batch=args.batch, repeats=args.repeats)
         write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
     tables(results, costs)
-    append_curves(args.out, results, CURVE)  # once, at the end: it reads every run's log folder
+    append_curves(
+        args.out, results, CURVE, earlier_curves
+    )  # once, at the end: it reads every run's log folder
     log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results
 

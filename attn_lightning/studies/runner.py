@@ -18,9 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,6 +104,9 @@ class Runner:
             at a time, no timeout).
         resume: reuse a run's metrics file when it exists instead of training again.
         skip_runs: never train; read whatever metrics files exist (tables from earlier runs).
+        earlier: runs of an earlier session by (variant, seed), e.g. read back from a committed
+            ``<out>_runs.csv`` (``tables.read_runs_csv``): a job with no metrics file of its own
+            is taken from here instead of trained.
     """
 
     configs: tuple[str, ...] = ()
@@ -116,6 +119,7 @@ class Runner:
     in_process: bool = False
     resume: bool = False
     skip_runs: bool = False
+    earlier: Mapping[tuple[str, int], RunResult] = field(default_factory=dict)
 
     def train_args(self, variant: Variant, seed: int) -> list[str]:
         """The ``train.py`` arguments of one run (subcommand first)."""
@@ -143,6 +147,8 @@ class Runner:
         """Train (or reuse) one run and read its metrics file."""
         label = run_name(variant, seed)
         metrics_file = self.runs_dir / f"{label}.json"
+        if not metrics_file.exists() and (variant.name, seed) in self.earlier:
+            return self.earlier[variant.name, seed]
         reuse = self.skip_runs or (self.resume and metrics_file.exists())
         seconds: float | None = None
         status = "ok"

@@ -193,6 +193,35 @@ def _cell(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,g}"
 
 
+def read_runs_csv(path: Path, *, label: str = "variant") -> list[RunResult]:
+    """The runs of a ``<out>_runs.csv`` that ``write_tables`` wrote, read back as ``RunResult``.
+
+    For a study continued over more seeds once the metrics files of its earlier runs are gone
+    (they live in the git-ignored ``sweeps/``; the CSV is committed). A run read back has the
+    CSV's columns as its metrics and no log folder. Raises ``FileNotFoundError`` naming the path.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"no per-run CSV {path} (a study's <out>_runs.csv)")
+    results = []
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            fixed = {label, "seed", "status", "seconds", "global_step"}
+            metrics = {
+                k: float(v) for k, v in row.items() if k not in fixed and v not in ("", None)
+            }
+            results.append(
+                RunResult(
+                    variant=row[label],
+                    seed=int(row["seed"]),
+                    seconds=float(row["seconds"]) if row["seconds"] else None,
+                    status=row["status"],
+                    metrics=metrics,
+                    global_step=int(row["global_step"]) if row["global_step"] else None,
+                )
+            )
+    return results
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -10,6 +10,7 @@ from attn_lightning.studies.curves import (
     append_curves,
     curve_rows,
     curves_table,
+    read_curve_rows,
     read_scalars,
     write_curves,
 )
@@ -63,3 +64,25 @@ def test_curves_of_finished_runs_only(tmp_path):
     assert md.startswith("# tables\n\n`val/acc` per run") and "| `v` | 0 | 50.00 | 80.00 |" in md
     assert write_curves(tmp_path / "none", runs, "val/nothing") == []
     assert not (tmp_path / "none_curves.csv").exists()
+
+
+def test_runs_read_back_from_a_csv_keep_their_earlier_curves(tmp_path):
+    log_dir = tmp_path / "v-s1"
+    _write_events(log_dir, {"val/acc": [(19, 0.7)]})
+    out = tmp_path / "before"
+    earlier = [RunResult("v", 0, 1.0, "ok", log_dir=str(tmp_path / "v-s0"))]
+    _write_events(tmp_path / "v-s0", {"val/acc": [(19, 0.5), (39, 0.6)]})
+    write_curves(out, earlier, "val/acc")
+    rows = read_curve_rows(out.with_name("before_curves.csv"))
+    assert rows[1] == {
+        "variant": "v",
+        "seed": 0,
+        "optimizer_steps": 40,
+        "val/acc": rows[1]["val/acc"],
+    }
+    # seed 0 now comes from a CSV (no log folder); seed 1 from its own folder
+    runs = [RunResult("v", 0, 1.0, "ok"), RunResult("v", 1, 1.0, "ok", log_dir=str(log_dir))]
+    merged = curve_rows(runs, "val/acc", rows)
+    assert [(r["seed"], r["optimizer_steps"]) for r in merged] == [(0, 20), (0, 40), (1, 20)]
+    assert curve_rows([RunResult("w", 0, 1.0, "ok")], "val/acc", rows) == []  # not w's rows
+    assert read_curve_rows(tmp_path / "absent_curves.csv") == []

@@ -224,3 +224,22 @@ def test_runner_in_process_runs_train_and_survives_a_crash(tmp_path, monkeypatch
     assert (ok.status, ok.global_step, crashed.status) == ("ok", 2, "crashed")
     assert 0.0 <= ok.value("test/token_acc") <= 1.0 and seen == [1, 2]
     assert (tmp_path / "metrics" / "softmax-s0.json").is_file()
+
+
+def test_runner_takes_an_earlier_run_instead_of_training_it(tmp_path, monkeypatch):
+    # A committed run (read back from a CSV) stands in for a job with no metrics file; a job
+    # whose metrics file exists reads the file, and the rest would train (here: fail fast).
+    monkeypatch.chdir(tmp_path)
+    earlier = RunResult("softmax", 0, 5.0, "ok", {"test/loss": 0.25}, global_step=7)
+    runner = Runner(
+        runs_dir=tmp_path / "m",
+        earlier={("softmax", 0): earlier},
+        train_script=tmp_path / "missing_train.py",
+        resume=True,
+    )
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "softmax-s1.json").write_text('{"test": {"test/loss": 0.5}}')
+    softmax = Variant.from_attention("softmax")
+    first, second, third = runner.run_all([(softmax, 0), (softmax, 1), (softmax, 2)])
+    assert first is earlier and second.value("test/loss") == 0.5
+    assert third.status == "crashed"  # no earlier run, no metrics file: trained (and failed)

@@ -15,6 +15,7 @@ from attn_lightning.studies.tables import (
     format_median_iqr,
     mean_std,
     median_iqr,
+    read_runs_csv,
     write_tables,
 )
 
@@ -138,3 +139,18 @@ def test_format_median_iqr_scales_and_rounds():
     assert format_median_iqr(0.99871, 0.991, 1.0, scale=100) == "99.87 [99.10, 100.00]"
     assert format_median_iqr(*median_iqr([100, 200, 400]), digits=0) == "200 [150, 300]"
     assert format_median_iqr(*median_iqr([])) == "–"
+
+
+def test_runs_csv_reads_back_as_the_runs_it_was_written_from(tmp_path):
+    runs = [
+        RunResult("a", 0, 12.34, "ok", {"test/mAP": 0.5, "test/AP50": 0.75}, global_step=60),
+        RunResult("a", 1, None, "crashed"),
+    ]
+    write_tables(
+        tmp_path / "t", runs, command="x", metrics=["test/mAP", "test/AP50"], label="variant"
+    )
+    back = read_runs_csv(tmp_path / "t_runs.csv")
+    assert back[0] == RunResult("a", 0, 12.3, "ok", {"test/mAP": 0.5, "test/AP50": 0.75}, 60)
+    assert (back[1].status, back[1].metrics, back[1].seconds) == ("crashed", {}, None)
+    with pytest.raises(FileNotFoundError, match=r"absent_runs\.csv"):
+        read_runs_csv(tmp_path / "absent_runs.csv")
