@@ -226,6 +226,14 @@ def measure_checkpoint(
                 if requested == "max"
                 else int(requested)
             )
+            if method == "recompute" and batch > args.recompute_max_batch:
+                log.info(
+                    "%s: prefix recompute at batch %d skipped (--recompute-max-batch %d)",
+                    path,
+                    batch,
+                    args.recompute_max_batch,
+                )
+                continue
             while True:
                 try:
                     seconds = time_generation(
@@ -398,6 +406,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="also timed uncached: backend specs (--backends); backend names, specs or run "
         "folders (--checkpoints, where softmax always is)",
+    )
+    parser.add_argument(
+        "--recompute-max-batch",
+        "--recompute_max_batch",
+        type=int,
+        default=2**31,
+        help="time prefix recompute (--checkpoints) only at batches up to this: on a CPU it "
+        "costs O(N²) per image (~100 s per 28×28 image at batch 1), hours at batch 32",
     )
     parser.add_argument("--out", type=Path, default=Path("out/image_throughput"))
     parser.add_argument("--image-size", "--image_size", type=int, default=28)

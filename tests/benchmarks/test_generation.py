@@ -164,3 +164,16 @@ def test_histogram_command_reproduces_the_8x8_baseline(capsys):
     printed = capsys.readouterr().out
     assert "2.4377 bits/dim on all 64 pixels" in printed  # docs/results/image_completion.md
     assert "held-out pixels i >= 24" in printed
+
+
+def test_recompute_max_batch_leaves_out_only_the_larger_recompute(checkpoints, tmp_path):
+    out = tmp_path / "capped"
+    args = ["--checkpoints", str(checkpoints["softmax"]), "--batches", "1", "2"]
+    generation.main([*args, "--recompute-max-batch", "1", "--out", str(out)])
+    rows = _rows(out)
+    assert [(r["method"], r["batch"]) for r in rows] == [
+        ("step", "1"),
+        ("recompute", "1"),
+        ("step", "2"),
+    ]
+    assert rows[2]["vs_softmax_recompute"] == ""  # nothing uncached to compare with at batch 2
