@@ -105,7 +105,21 @@ def _sweep_order(key: tuple[str, str, int, str], domains: list[str]) -> tuple[in
     )
 
 
-def _sweep_line(key: tuple[str, str, int, str], choice: LRChoice | None) -> str:
+def missing_runs(rows: list[dict[str, str]]) -> dict[tuple[str, str, int, str], int]:
+    """Per row of the table, the runs it still lacks: every learning rate tried for its method
+    anywhere in ``rows``, at every seed of the sweep. A row with some missing picked its
+    learning rate from a partial grid (a sweep stopped part-way)."""
+    lrs: dict[str, set[str]] = defaultdict(set)
+    seeds = {r["seed"] for r in rows}
+    done: dict[tuple[str, str, int, str], set[tuple[str, str]]] = defaultdict(set)
+    for r in rows:
+        if r["status"] == "ok":
+            lrs[r["method"]].add(r["lr"])
+            done[(r["domain"], r["method"], int(r["rank"]), r["head"])].add((r["lr"], r["seed"]))
+    return {key: len(lrs[key[1]]) * len(seeds) - len(runs) for key, runs in done.items()}
+
+
+def _sweep_line(key: tuple[str, str, int, str], choice: LRChoice | None, missing: int = 0) -> str:
     domain, method, rank, head = key
     student = f"{STUDENT[key]:.2f}".rstrip("0").rstrip(".") if key in STUDENT else ""
     head_label = HEAD_LABELS.get(head) or ("every weight" if method in ("base", "full") else "–")
@@ -127,7 +141,7 @@ def _sweep_line(key: tuple[str, str, int, str], choice: LRChoice | None) -> str:
         student,
         ours,
         "–" if val is None else f"{val * 100:.1f}",
-        choice.lr or "–",
+        (choice.lr or "–") + (f" (partial grid: {missing} runs missing)" if missing else ""),
         " · ".join(tried) or "–",
         "–" if epochs is None else f"{epochs:.0f}",
     ]
@@ -165,7 +179,15 @@ def sweep_section(rows: list[dict[str, str]]) -> list[str]:
         "| val (%) | lr | val (%) per lr | epochs |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    return [*lines, *(_sweep_line(key, choices.get(key)) for key in keys), ""]
+    missing = missing_runs(rows)
+    lines += [_sweep_line(key, choices.get(key), missing.get(key, 0)) for key in keys]
+    if any(missing.values()):
+        lines += [
+            "",
+            "Rows marked *partial grid* chose their learning rate among the runs that finished; "
+            "they are not comparable with the complete rows.",
+        ]
+    return [*lines, ""]
 
 
 def sweep_summary(rows: list[dict[str, str]]) -> list[dict[str, Any]]:

@@ -240,3 +240,17 @@ def test_methods_split_the_sweep_into_disjoint_shards(tmp_path):
     assert {row["method"] for _, _, row in before_only} == {"before"} and len(before_only) == 9
     with pytest.raises(SystemExit):
         _args(tmp_path, "--methods", "lora_scrach")
+
+
+def test_rows_of_a_partial_grid_are_marked_with_what_they_miss():
+    from attn_lightning.studies.lora_lrsweep_report import missing_runs, sweep_section
+
+    full = [_row("full", lr, s, 0.9, 0.9) for lr in ("0.001", "0.003") for s in (0, 1)]
+    partial = [_row("full", "0.001", s, 0.5, 0.5, domain="rotated") for s in (0, 1)]
+    partial.append(_row("full", "0.003", 0, 0.8, 0.8, domain="rotated"))
+    full, partial = ([{k: str(v) for k, v in r.items()} for r in rs] for rs in (full, partial))
+    missing = missing_runs(full + partial)  # the rows as the CSV reads them: strings
+    assert missing[("inverted", "full", 0, "")] == 0 and missing[("rotated", "full", 0, "")] == 1
+    text = "\n".join(sweep_section(full + partial))
+    assert "| 0.003 (partial grid: 1 runs missing) |" in text and "partial grid" in text
+    assert "partial grid" not in "\n".join(sweep_section(full))
