@@ -204,8 +204,12 @@ def sensitivity_cells(
             row[DELTA_VS_REFERENCE] = format_delta(delta)
         if has_keys90:
             ok = [r for r in results if r.variant == name and r.status == "ok"]
-            mean, std = mean_std([v for r in ok if (v := _keys90(r)) is not None])
-            row[KEYS90] = None if mean is None else format_mean_std(mean, std, digits=2)
+            values = [v for r in ok if (v := _keys90(r)) is not None]
+            mean, std = mean_std(values)
+            # (n): runs read back from a CSV carry no keys90, so n can be below the mAP's n.
+            row[KEYS90] = (
+                None if mean is None else f"{format_mean_std(mean, std, digits=2)} ({len(values)})"
+            )
         cells[name] = row
     return cells
 

@@ -251,7 +251,9 @@ def test_keys90_is_a_column_when_the_metrics_files_hold_it(tmp_path, monkeypatch
     main([*argv, "--out", str(tmp_path / "s"), "--skip-runs", "--no-costs"])
     md = (tmp_path / "s.md").read_text()
     assert f"| {DELTA_VS_REFERENCE} | keys90 | variant |" in md
-    assert "| reference | 4.00 ± 1.41 | `optimization_decoder_cross` |" in md  # layer means 3, 5
+    assert (
+        "| reference | 4.00 ± 1.41 (2) | `optimization_decoder_cross` |" in md
+    )  # layer means 3, 5
     assert "No keys90 column" not in md
 
 
