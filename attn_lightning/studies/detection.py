@@ -265,6 +265,23 @@ def write_sensitivity(
     md.write_text("\n".join(head) + "\n" + md.read_text())
 
 
+def read_earlier(
+    prefixes: Sequence[Path],
+) -> tuple[dict[tuple[str, int], RunResult], list[dict[str, Any]]]:
+    """Runs of earlier sessions from committed tables (``--earlier``): by (variant, seed), the
+    run of the first ``<prefix>_runs.csv`` that holds it, and its rows of that prefix's
+    ``<prefix>_curves.csv``."""
+    earlier: dict[tuple[str, int], RunResult] = {}
+    curves: list[dict[str, Any]] = []
+    for prefix in prefixes:
+        runs = read_runs_csv(prefix.with_name(prefix.name + "_runs.csv"))
+        new = {(r.variant, r.seed): r for r in runs if (r.variant, r.seed) not in earlier}
+        earlier.update(new)
+        rows = read_curve_rows(prefix.with_name(prefix.name + "_curves.csv"))
+        curves += [c for c in rows if (c["variant"], c["seed"]) in new]
+    return earlier, curves
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The detection study's CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(
@@ -401,14 +418,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
         log.info("wrote %s_sites.md and %s_sites.csv", args.out, args.out)
         return []
-    earlier: dict[tuple[str, int], RunResult] = {}
-    earlier_curves: list[dict[str, Any]] = []
-    for prefix in args.earlier:  # the first prefix holding a run gives the run and its curve
-        runs = read_runs_csv(prefix.with_name(prefix.name + "_runs.csv"))
-        new = {(r.variant, r.seed): r for r in runs if (r.variant, r.seed) not in earlier}
-        earlier.update(new)
-        curves = read_curve_rows(prefix.with_name(prefix.name + "_curves.csv"))
-        earlier_curves += [c for c in curves if (c["variant"], c["seed"]) in new]
+    earlier, earlier_curves = read_earlier(args.earlier)
     runner = Runner(
         earlier=earlier,
         configs=(str(CONFIGS / "base.yaml"),),
@@ -431,9 +441,8 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             costs[v.name] = measure(v, overrides=args.set, batch=args.batch, repeats=args.repeats)
         write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
     tables(results, costs)
-    append_curves(
-        args.out, results, CURVE, earlier_curves
-    )  # once, at the end: it reads every run's log folder
+    # Once, at the end: it reads every run's log folder.
+    append_curves(args.out, results, CURVE, earlier_curves)
     log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,38 @@ def test_variants_are_required_unless_only_the_sites_table_is_written(tmp_path, 
     with pytest.raises(SystemExit) as exc:
         main(["--out", str(tmp_path / "t")])
     assert exc.value.code == 2 and "--variants is required" in capsys.readouterr().err
+
+
+def test_earlier_runs_come_from_the_first_table_that_holds_them(tmp_path):
+    from attn_lightning.studies.detection import read_earlier
+    from attn_lightning.studies.tables import RunResult, write_tables
+
+    def table(name: str, runs: list[RunResult], curve_value: float) -> Path:
+        out = tmp_path / name
+        write_tables(out, runs, command="x", metrics=["test/mAP"], label="variant")
+        with out.with_name(name + "_curves.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["variant", "seed", "optimizer_steps", "val/mAP"])
+            w.writeheader()
+            w.writerows(
+                {
+                    "variant": r.variant,
+                    "seed": r.seed,
+                    "optimizer_steps": 500,
+                    "val/mAP": curve_value,
+                }
+                for r in runs
+            )
+        return out
+
+    first = table("grid", [RunResult("a", 0, 1.0, "ok", {"test/mAP": 0.1})], 0.1)
+    second = table(
+        "main",
+        [
+            RunResult("a", 0, 1.0, "ok", {"test/mAP": 0.9}),
+            RunResult("a", 1, 1.0, "ok", {"test/mAP": 0.8}),
+        ],
+        0.9,
+    )
+    earlier, curves = read_earlier([first, second])
+    assert earlier["a", 0].value("test/mAP") == 0.1 and earlier["a", 1].value("test/mAP") == 0.8
+    assert sorted((c["seed"], c["val/mAP"]) for c in curves) == [(0, 0.1), (1, 0.9)]
