@@ -203,9 +203,9 @@ def read_runs_csv(path: Path, *, label: str = "variant") -> list[RunResult]:
     if not path.is_file():
         raise FileNotFoundError(f"no per-run CSV {path} (a study's <out>_runs.csv)")
     results = []
+    fixed = {label, "seed", "status", "seconds", "global_step"}  # the rest are metrics
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
-            fixed = {label, "seed", "status", "seconds", "global_step"}
             metrics = {
                 k: float(v) for k, v in row.items() if k not in fixed and v not in ("", None)
             }
