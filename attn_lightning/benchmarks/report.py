@@ -1,121 +1,36 @@
-"""Tables and provenance: every result file records the machine, versions and settings.
+"""Benchmark tables: scaling, FLOPs, whole-step and crossover tables of measured rows.
 
-CSV files start with ``# key: value`` lines (read back with ``read_csv`` or
-``pandas.read_csv(path, comment="#")``); markdown files start with the same as a bullet list.
+The generic writers (CSV with a ``# key: value`` provenance header, markdown tables, the
+environment) are ``attn_lightning.results``'; this module only lays benchmark rows out.
 """
 
 from __future__ import annotations
 
-import csv
-import datetime
-import os
-import platform
-import subprocess
-import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attn_lightning.benchmarks import flops
+from attn_lightning.results import environment as _environment
+from attn_lightning.results import files
+from attn_lightning.results.environment import command_line
+from attn_lightning.results.files import markdown_meta, markdown_table, read_csv
 
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+__all__ = ["environment", "markdown_meta", "markdown_table", "read_csv", "write_csv"]
 
 
 def environment(device: torch.device, **settings: Any) -> dict[str, str]:
-    """Machine, versions, the command line and the run's settings, as strings."""
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        hardware = f"{props.name}, {props.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}"
-    else:
-        hardware = f"{_cpu_model()}, {os.cpu_count()} logical CPUs"
-    meta = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "command": "python -m attn_lightning.benchmark " + " ".join(sys.argv[1:]),
-        "device": f"{device.type}: {hardware}",
-        "torch_threads": str(torch.get_num_threads()),
-        "versions": f"python {platform.python_version()}, torch {torch.__version__}",
-        "platform": platform.platform(),
-        "git_commit": _git_commit(),
-    }
-    meta.update({k: str(v) for k, v in settings.items()})
-    return meta
-
-
-def _as_dict(row: Any) -> dict[str, Any]:
-    return asdict(row) if is_dataclass(row) and not isinstance(row, type) else dict(row)
+    """``results.environment`` with the benchmark CLI's command line."""
+    return _environment(
+        device, command=command_line("python -m attn_lightning.benchmark"), **settings
+    )
 
 
 def write_csv(path: Path, rows: Iterable[Any], meta: Mapping[str, str]) -> Path:
-    """Rows (dataclasses or dicts with the same keys) under a ``# key: value`` header."""
-    records = [_as_dict(r) for r in rows]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        for key, value in meta.items():
-            fh.write(f"# {key}: {value}\n")
-        if records:
-            writer = csv.DictWriter(fh, fieldnames=list(records[0]))
-            writer.writeheader()
-            writer.writerows(
-                {
-                    k: "" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
-                    for k, v in r.items()
-                }
-                for r in records
-            )
-    return path
-
-
-def read_csv(path: Path) -> tuple[dict[str, str], list[dict[str, str]]]:
-    """The ``# key: value`` header and the rows (as strings) of a file from ``write_csv``."""
-    meta: dict[str, str] = {}
-    with path.open() as fh:
-        lines = fh.read().splitlines()
-    body = []
-    for line in lines:
-        if line.startswith("# "):
-            key, _, value = line[2:].partition(": ")
-            meta[key] = value
-        else:
-            body.append(line)
-    return meta, list(csv.DictReader(body))
-
-
-def markdown_meta(meta: Mapping[str, str]) -> str:
-    return "\n".join(f"- **{key}**: `{value}`" for key, value in meta.items())
-
-
-def markdown_table(header: Sequence[str], body: Iterable[Sequence[Any]]) -> str:
-    """A GitHub markdown table; ``None`` cells print empty."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for cells in body:
-        lines.append("| " + " | ".join("" if c is None else str(c) for c in cells) + " |")
-    return "\n".join(lines)
+    """``results.files.write_csv`` with floats at 6 significant digits (timings)."""
+    return files.write_csv(path, rows, meta, float_digits=6)
 
 
 def _fmt(value: float) -> str:

@@ -21,7 +21,6 @@ from attn_lightning.callbacks.samples import (
     SamplePredictions,
     SampleRows,
     ValidationBatchLogger,
-    markdown_table,
 )
 from attn_lightning.callbacks.training import (
     FeatureRedraw,
@@ -49,7 +48,6 @@ __all__ = [
     "SampleRows",
     "ValidationBatchLogger",
     "collect_diagnostics",
-    "markdown_table",
     "redraw_all_features",
     "redraw_generator",
 ]

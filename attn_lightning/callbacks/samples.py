@@ -14,12 +14,13 @@ dataloader and, at the end of that validation run, hands it to ``log_batch`` whe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
+
+from attn_lightning.results import markdown_records
 
 
 @runtime_checkable
@@ -122,16 +123,9 @@ class SamplePredictions(ValidationBatchLogger):
         batch: Any,
         loggers: list[TensorBoardLogger],
     ) -> None:
-        table = markdown_table(task.sample_rows(batch, self.num_samples))
+        rows = task.sample_rows(batch, self.num_samples)
+        # Code spans keep digit strings from rendering as numbers in TensorBoard's text tab.
+        quoted = [{k: f"`{v}`" for k, v in row.items()} for row in rows]
+        table = markdown_records(quoted) or "(no samples)"
         for logger in loggers:
             logger.experiment.add_text("samples/val", table, trainer.global_step)
-
-
-def markdown_table(rows: Sequence[Mapping[str, str]]) -> str:
-    """Rows of equal keys -> a markdown table (TensorBoard's text tab renders it)."""
-    if not rows:
-        return "(no samples)"
-    keys = list(rows[0])
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(f"`{row[k]}`" for k in keys) + " |" for row in rows]
-    return "\n".join(lines)

@@ -20,14 +20,14 @@ of an earlier run.
 
 Writes ``<out>.md`` (summary with the cost columns + per-run table + the command),
 ``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run) and ``<out>_curves.csv`` (val mAP
-at every validation of every run, ``studies.curves``); with the cost measurement
+at every validation of every run, ``results.curves``); with the cost measurement
 also ``<out>_sites.{md,csv}``, each site's backend, projections, attention parameters and
 counted forward FLOPs (``benchmarks.sites``). ``--sites`` writes only that table: no training,
 no timing (``--variants`` defaults to ``all`` there)::
 
     python -m attn_lightning.studies.detection --sites --out docs/results/detection_sites
 
-Each "Δ vs control" is paired by seed (``studies.paired``): the mean over the seeds both ran of
+Each "Δ vs control" is paired by seed (``results.paired``): the mean over the seeds both ran of
 ``variant − control``, with its 95 % Student-t interval.
 
 ``--sensitivity [VARIANT]`` (issue 13, part 4) replaces ``--variants`` by a grid around an
@@ -78,7 +78,9 @@ import torch
 from torch import nn
 
 from attn_lightning.benchmarks import report, sites
-from attn_lightning.studies.curves import append_curves, read_curve_rows
+from attn_lightning.results.curves import append_curves, read_curve_rows
+from attn_lightning.results.records import RunResult, read_runs_csv
+from attn_lightning.results.tables import column, write_tables
 from attn_lightning.studies.detection_sensitivity import (
     ABLATIONS,
     GRID,
@@ -99,7 +101,6 @@ from attn_lightning.studies.detection_variants import (
     variants,
 )
 from attn_lightning.studies.runner import Runner, Variant, build_cli
-from attn_lightning.studies.tables import RunResult, column, read_runs_csv, write_tables
 
 log = logging.getLogger("attn_lightning.studies.detection")
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")

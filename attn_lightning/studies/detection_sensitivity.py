@@ -23,10 +23,11 @@ from typing import Any
 import yaml
 
 from attn_lightning.attention.optimization import OptimizationAttention
+from attn_lightning.results.paired import paired_delta
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.tables import column, format_mean_std, mean_std
 from attn_lightning.studies.detection_variants import COMPARED, CONFIGS, format_delta, per_seed
-from attn_lightning.studies.paired import paired_delta
 from attn_lightning.studies.runner import Variant
-from attn_lightning.studies.tables import RunResult, column, format_mean_std, mean_std
 
 # Sensitivity (issue 13, part 4). The paper puts optimization attention's best site in the
 # decoder cross-attention, so its grid centres there unless told otherwise.

@@ -2,7 +2,7 @@
 
 A variant is ``configs/detection/<name>.yaml`` (``CONFIGS``) stacked on its ``base.yaml``;
 ``STUDY_VARIANTS`` is the study in table order and ``CONTROLS`` names the variant each one
-differs from in one thing only. A comparison is paired by seed (``studies.paired``): per seed,
+differs from in one thing only. A comparison is paired by seed (``results.paired``): per seed,
 the variant's ``COMPARED`` metric minus its control's. Both the study (``studies.detection``)
 and its sensitivity grid (``studies.detection_sensitivity``) compare this way.
 """
@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 
 from attn_lightning.models.detr import SITES
-from attn_lightning.studies import paired
-from attn_lightning.studies.paired import PairedDelta
+from attn_lightning.results import paired
+from attn_lightning.results.paired import PairedDelta
+from attn_lightning.results.records import RunResult
 from attn_lightning.studies.runner import ROOT, Variant
-from attn_lightning.studies.tables import RunResult
 from attn_lightning.tasks.detection import site_specs
 
 CONFIGS = ROOT / "configs" / "detection"
@@ -120,7 +120,7 @@ def difference(name: str, control: str) -> str:
 
 def comparisons(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
     """Per variant whose control also ran: ``{control, what differs, Δ test mAP vs control
-    [95 % CI]}``, paired by seed (``studies.paired.comparisons`` with ``CONTROLS``)."""
+    [95 % CI]}``, paired by seed (``results.paired.comparisons`` with ``CONTROLS``)."""
     rows = paired.comparisons(results, CONTROLS, COMPARED)
     for name, row in rows.items():
         row[WHAT_DIFFERS] = difference(name, CONTROLS[name])

@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from attn_lightning.results.tables import format_mean_std, mean_std
 from attn_lightning.studies.lora_runs import LABELS, SWEEP_GROUP
-from attn_lightning.studies.tables import format_mean_std, mean_std
 
 # The student's reproduction (MLP 784-64-64-10, 55,050 parameters, trained and adapted on MNIST),
 # test accuracy in %, keyed (domain, method, rank, head) as the lrsweep rows are. Base and full

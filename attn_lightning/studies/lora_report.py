@@ -1,7 +1,7 @@
 """Tables of the LoRA study (``studies.lora``) from its per-run CSVs: mean ± std over seeds.
 
 Reads ``<out>_<part>_runs.csv`` of the parts ``mlp``, ``variants`` and ``transformer``
-(whichever exist; mean ± std by ``studies.tables``), writes ``<out>_summary.csv`` and
+(whichever exist; mean ± std by ``results.tables``), writes ``<out>_summary.csv`` and
 ``<out>.md``. Text between ``<!-- notes:begin -->`` and ``<!-- notes:end -->`` in an existing
 ``<out>.md`` (the hand-written discussion) is kept. The ``lrsweep`` part (issue 15) gets its own
 table beside the student's numbers and ``<out>_lrsweep_summary.csv``, both made by
@@ -16,9 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.results.tables import format_mean_std, mean_std
 from attn_lightning.studies.lora_lrsweep_report import sweep_section, sweep_summary
 from attn_lightning.studies.lora_runs import LABELS, read_rows
-from attn_lightning.studies.tables import format_mean_std, mean_std
 
 PARTS = ("mlp", "variants", "transformer")
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")

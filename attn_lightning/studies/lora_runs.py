@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.results.records import RunResult
 from attn_lightning.studies.runner import ROOT, Runner, Variant, run_label, run_name
-from attn_lightning.studies.tables import RunResult
 
 MLP_CONFIG = str(ROOT / "configs" / "lora" / "base.yaml")
 REV_CONFIG = str(ROOT / "configs" / "lora_reversal" / "base.yaml")

@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.studies.curves import Scalars, read_scalars, series
-from attn_lightning.studies.paired import paired_delta
-from attn_lightning.studies.tables import column, format_median_iqr, median_iqr
+from attn_lightning.results.curves import Scalars, read_scalars, series
+from attn_lightning.results.paired import paired_delta
+from attn_lightning.results.tables import column, format_median_iqr, median_iqr
 
 log = logging.getLogger("attn_lightning.studies.reversal_report")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attn_lightning.attention import parse_attention_spec
-from attn_lightning.studies.tables import RunResult
+from attn_lightning.results.records import RunResult
 
 if TYPE_CHECKING:
     from attn_lightning.cli import AttnLightningCLI

@@ -18,10 +18,10 @@ Writes ``<out>.md`` (summary + per-run tables + the command), ``<out>.csv`` (sum
 "fails to converge" when the metric is below the threshold (above it with ``--direction min``);
 a run that crashes or times out is counted apart. ``--pair VARIANT CONTROL`` (repeatable) adds the
 columns "control" and the paired-by-seed Δ of the variant vs that control on ``--metric`` (else
-the first ``--metrics``) with its 95 % interval (``studies.paired``); ``--curve TAG`` writes
+the first ``--metrics``) with its 95 % interval (``results.paired``); ``--curve TAG`` writes
 ``<out>_curves.csv`` with every logged value of TAG per run and a table of it
-(``studies.curves``). Studies (``detection``, ``lora``) use ``studies.runner.Runner`` and
-``studies.tables.write_tables`` from Python.
+(``results.curves``). Studies (``detection``, ``lora``) use ``studies.runner.Runner`` and
+``results.tables.write_tables`` from Python.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from attn_lightning.studies.curves import append_curves
-from attn_lightning.studies.paired import comparisons
+from attn_lightning.results.curves import append_curves
+from attn_lightning.results.paired import comparisons
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.tables import Convergence, summarize, write_tables
 from attn_lightning.studies.runner import ROOT, Runner, Variant, run_label
-from attn_lightning.studies.tables import Convergence, RunResult, summarize, write_tables
 
 __all__ = ["RunResult", "Runner", "Variant", "main", "run_label", "summarize"]
 

@@ -92,22 +92,6 @@ def test_scaling_table_speedup_gflops_and_skips():
     assert report.scaling_table(rows, mode="fwdbwd").count("\n") == 1  # header only
 
 
-def test_markdown_table_and_csv_roundtrip(tmp_path):
-    assert report.markdown_table(["a", "b"], [[1, None]]) == "| a | b |\n|---|---|\n| 1 |  |"
-    meta = {"device": "cpu: test", "command": "x --y"}
-    path = report.write_csv(tmp_path / "r.csv", [_row("linear", True, 64, 1.5)], meta)
-    got_meta, rows = report.read_csv(path)
-    assert got_meta == meta
-    assert rows[0]["backend"] == "linear" and float(rows[0]["ms"]) == 1.5
-    assert rows[0]["gflops"] == ""  # None is written empty
-
-
-def test_environment_records_versions():
-    meta = report.environment(torch.device("cpu"), budget_s=5)
-    assert torch.__version__ in meta["versions"] and meta["budget_s"] == "5"
-    assert meta["device"].startswith("cpu:")
-
-
 # ---------------------------------------------------------------------------- measures
 def test_cpu_peak_bytes_sees_a_transient_allocation():
     def fn():

@@ -17,7 +17,6 @@ from attn_lightning.callbacks import (
     ImageSampler,
     SamplePredictions,
     SampleRows,
-    markdown_table,
 )
 from attn_lightning.tasks import LoRAClassifierTask, SequenceReversalTask
 
@@ -90,9 +89,3 @@ def test_tasks_satisfy_the_protocols_of_their_callbacks():
     assert not isinstance(reversal, ImageSampler | Detector | AdapterExporter)
     lora = LoRAClassifierTask(adaptation="lora_scratch", lora_r=1)
     assert isinstance(lora, AdapterExporter) and not isinstance(lora, SampleRows)
-
-
-def test_markdown_table():
-    table = markdown_table([{"a": "1", "b": "2"}, {"a": "3", "b": "4"}])
-    assert table.splitlines() == ["| a | b |", "|---|---|", "| `1` | `2` |", "| `3` | `4` |"]
-    assert markdown_table([]) == "(no samples)"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from attn_lightning.models.detr import SITES
+from attn_lightning.results.records import RunResult
 from attn_lightning.studies.detection import main, measure, write
 from attn_lightning.studies.detection_variants import (
     CONFIGS,
@@ -21,7 +22,6 @@ from attn_lightning.studies.detection_variants import (
     site_specs_of,
     variants,
 )
-from attn_lightning.studies.tables import RunResult
 
 
 def _fake_metrics(folder, variant: str, seed: int, m_ap: float) -> None:
@@ -198,8 +198,9 @@ def test_variants_are_required_unless_only_the_sites_table_is_written(tmp_path, 
 
 
 def test_earlier_runs_come_from_the_first_table_that_holds_them(tmp_path):
+    from attn_lightning.results.records import RunResult
+    from attn_lightning.results.tables import write_tables
     from attn_lightning.studies.detection import read_earlier
-    from attn_lightning.studies.tables import RunResult, write_tables
 
     def table(name: str, runs: list[RunResult], curve_value: float) -> Path:
         out = tmp_path / name

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from attn_lightning.results.records import RunResult
 from attn_lightning.studies import lora, lora_runs
 from attn_lightning.studies.lora_report import write_report
 from attn_lightning.studies.lora_runs import FIELDS
 from attn_lightning.studies.runner import Runner, Variant
-from attn_lightning.studies.tables import RunResult
 
 
 def _args(tmp_path: Path, *extra: str):

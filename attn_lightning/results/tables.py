@@ -11,30 +11,15 @@ decimals in ``KNOWN``; any other key is shown as is.
 
 from __future__ import annotations
 
-import csv
-import platform
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-@dataclass
-class RunResult:
-    """One (variant, seed) run: ``status`` is ``ok``, ``crashed``, ``timeout`` or ``dry-run``."""
-
-    variant: str
-    seed: int
-    seconds: float | None
-    status: str
-    metrics: dict[str, float] = field(default_factory=dict)
-    global_step: int | None = None
-    log_dir: str | None = None  # the run's TensorBoard folder (its metrics file says which)
-
-    def value(self, key: str) -> float | None:
-        """The run's final value of ``key`` (fit, validate and test metrics), or None."""
-        return self.metrics.get(key)
+from attn_lightning.results.environment import machine_line
+from attn_lightning.results.files import markdown_table, write_csv
+from attn_lightning.results.records import RunResult
 
 
 @dataclass(frozen=True)
@@ -193,42 +178,6 @@ def _cell(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,g}"
 
 
-def read_runs_csv(path: Path, *, label: str = "variant") -> list[RunResult]:
-    """The runs of a ``<out>_runs.csv`` that ``write_tables`` wrote, read back as ``RunResult``.
-
-    For a study continued over more seeds once the metrics files of its earlier runs are gone
-    (they live in the git-ignored ``sweeps/``; the CSV is committed). A run read back has the
-    CSV's columns as its metrics and no log folder. Raises ``FileNotFoundError`` naming the path.
-    """
-    if not path.is_file():
-        raise FileNotFoundError(f"no per-run CSV {path} (a study's <out>_runs.csv)")
-    results = []
-    fixed = {label, "seed", "status", "seconds", "global_step"}  # the rest are metrics
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            metrics = {
-                k: float(v) for k, v in row.items() if k not in fixed and v not in ("", None)
-            }
-            results.append(
-                RunResult(
-                    variant=row[label],
-                    seed=int(row["seed"]),
-                    seconds=float(row["seconds"]) if row["seconds"] else None,
-                    status=row["status"],
-                    metrics=metrics,
-                    global_step=int(row["global_step"]) if row["global_step"] else None,
-                )
-            )
-    return results
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def write_tables(
     out: Path,
     results: Sequence[RunResult],
@@ -273,7 +222,7 @@ def write_tables(
     for row in summary:
         row.update(extra.get(row[label], {}))
     out.parent.mkdir(parents=True, exist_ok=True)
-    _write_csv(out.with_name(out.name + ".csv"), summary)
+    write_csv(out.with_name(out.name + ".csv"), summary)
     runs = [
         {
             label: r.variant,
@@ -285,21 +234,12 @@ def write_tables(
         }
         for r in results
     ]
-    _write_csv(out.with_name(out.name + "_runs.csv"), runs)
+    write_csv(out.with_name(out.name + "_runs.csv"), runs)
     extra_titles = list(dict.fromkeys(t for cells in extra.values() for t in cells))
     failed = "" if convergence is None else f'"not converged" = {convergence.describe()}; '
-    pace = "runs one after another" if jobs <= 1 else f"{jobs} runs at a time"
     head = [label, "runs", *(["not converged"] if convergence else []), "crashed"]
     head += [c.title for c in columns] + ["wall time / run (s)", *extra_titles]
-    lines = [
-        f"Regenerate with:\n\n```bash\n{command}\n```\n",
-        f"Machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}; {pace}.\n",
-        f"Test split, best-by-validation checkpoint. Mean ± std over seeds; {failed}"
-        "crashed runs are excluded from the means.\n",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
+    body = []
     for row in summary:
         cells = [f"`{row[label]}`", str(row["runs"])]
         cells += [str(row["not_converged"])] if convergence else []
@@ -312,16 +252,28 @@ def write_tables(
         ]
         cells.append(format_mean_std(row["seconds_mean"], row["seconds_std"], digits=0))
         cells += [_cell(row.get(t)) for t in extra_titles]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [*(f"\n{note}" for note in notes), "", "Per run:", ""]
-    head = [label, "seed", "status", "steps", *(c.title for c in columns), "seconds"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        body.append(cells)
+    per_run = []
     for r in results:
         cells = [f"`{r.variant}`", str(r.seed), r.status, str(r.global_step or "–")]
         for c in columns:
             v = r.value(c.key)
             cells.append("–" if v is None else f"{v * c.scale:.{c.digits}f}")
         cells.append("–" if r.seconds is None else f"{r.seconds:.0f}")
-        lines.append("| " + " | ".join(cells) + " |")
+        per_run.append(cells)
+    lines = [
+        f"Regenerate with:\n\n```bash\n{command}\n```\n",
+        machine_line(jobs=jobs) + "\n",
+        f"Test split, best-by-validation checkpoint. Mean ± std over seeds; {failed}"
+        "crashed runs are excluded from the means.\n",
+        markdown_table(head, body),
+        *(f"\n{note}" for note in notes),
+        "",
+        "Per run:",
+        "",
+        markdown_table(
+            [label, "seed", "status", "steps", *(c.title for c in columns), "seconds"], per_run
+        ),
+    ]
     out.with_name(out.name + ".md").write_text("\n".join(lines) + "\n")
     return summary

@@ -10,12 +10,13 @@ that index + 1.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.studies.tables import RunResult, column
+from attn_lightning.results.files import markdown_table, read_csv, write_csv
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.tables import column
 
 Scalars = dict[str, list[tuple[int, float]]]
 
@@ -70,8 +71,7 @@ def read_curve_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of an earlier ``<out>_curves.csv`` (numbers as numbers); [] when it is absent."""
     if not path.is_file():
         return []
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    _, rows = read_csv(path)
     return [
         {
             k: (v if k == "variant" else int(v) if k in ("seed", "optimizer_steps") else float(v))
@@ -97,16 +97,13 @@ def curves_table(rows: Sequence[dict[str, Any]], tag: str, *, max_columns: int =
     runs: dict[tuple[str, int], dict[int, float]] = {}
     for row in rows:
         runs.setdefault((row["variant"], row["seed"]), {})[row["optimizer_steps"]] = row[tag]
-    lines = [
-        "| variant | seed | " + " | ".join(str(s) for s in steps) + " |",
-        "|" + "---|" * (len(steps) + 2),
-    ]
+    body = []
     for (variant, seed), values in runs.items():
         cells = [
             f"{values[s] * shown.scale:.{shown.digits}f}" if s in values else "–" for s in steps
         ]
-        lines.append(f"| `{variant}` | {seed} | " + " | ".join(cells) + " |")
-    return lines
+        body.append([f"`{variant}`", seed, *cells])
+    return markdown_table(["variant", "seed", *(str(s) for s in steps)], body).splitlines()
 
 
 def write_curves(
@@ -119,10 +116,7 @@ def write_curves(
     if not rows:
         return []
     path = out.with_name(out.name + "_curves.csv")
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(path, rows)
     return [
         f"`{tag}` per run after the number of optimiser steps in each column "
         f"(every logged value: `{path.name}`):\n",

@@ -16,7 +16,8 @@ from typing import Any
 
 from scipy import stats
 
-from attn_lightning.studies.tables import RunResult, column
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.tables import column
 
 
 @dataclass(frozen=True)

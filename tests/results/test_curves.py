@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from attn_lightning.studies.curves import (
+from attn_lightning.results.curves import (
     _shown_steps,
     append_curves,
     curve_rows,
@@ -14,7 +14,7 @@ from attn_lightning.studies.curves import (
     read_scalars,
     write_curves,
 )
-from attn_lightning.studies.tables import RunResult
+from attn_lightning.results.records import RunResult
 
 
 def _write_events(log_dir: Path, scalars: dict[str, list[tuple[int, float]]]) -> None:

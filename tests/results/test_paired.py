@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from attn_lightning.studies.paired import paired_delta
+from attn_lightning.results.paired import paired_delta
 
 
 def test_interval_matches_a_hand_t_interval():

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.studies.tables import (
+from attn_lightning.results.records import RunResult, read_runs_csv
+from attn_lightning.results.tables import (
     Convergence,
-    RunResult,
     default_metrics,
     format_mean_std,
     format_median_iqr,
     mean_std,
     median_iqr,
-    read_runs_csv,
     write_tables,
 )
 

@@ -1,0 +1,30 @@
+"""The results room: the one place that writes and reads CSVs, markdown tables, curves, paired
+statistics and the environment line, and the one run record every study shares.
+
+Below studies and benchmarks (they import it; it imports neither): ``records`` (``RunResult``),
+``tables`` (mean ± std / median [IQR] summaries and the study tables), ``curves`` (TensorBoard
+scalars of runs), ``paired`` (per-seed Δ with an interval), ``files`` (CSV with a provenance
+header, markdown tables) and ``environment`` (machine, versions, command).
+"""
+
+from attn_lightning.results.environment import environment, machine_line
+from attn_lightning.results.files import (
+    markdown_meta,
+    markdown_records,
+    markdown_table,
+    read_csv,
+    write_csv,
+)
+from attn_lightning.results.records import RunResult, read_runs_csv
+
+__all__ = [
+    "RunResult",
+    "environment",
+    "machine_line",
+    "markdown_meta",
+    "markdown_records",
+    "markdown_table",
+    "read_csv",
+    "read_runs_csv",
+    "write_csv",
+]
