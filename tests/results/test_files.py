@@ -66,3 +66,14 @@ def test_environment_records_versions_and_settings():
 def test_machine_line_says_how_runs_shared_the_machine():
     assert machine_line().endswith("runs one after another.")
     assert machine_line(jobs=2).endswith("2 runs at a time.")
+
+
+def test_reference_reads_the_cited_csv_and_names_a_missing_one(tmp_path, monkeypatch):
+    from attn_lightning.results.references import ENV, reference
+
+    write_csv(tmp_path / "paper.csv", [{"model": "linear", "bpd": 0.644}], {"source": "a paper"})
+    monkeypatch.setenv(ENV, str(tmp_path))
+    meta, rows = reference("paper")
+    assert meta == {"source": "a paper"} and rows == [{"model": "linear", "bpd": "0.644"}]
+    with pytest.raises(FileNotFoundError, match=ENV):
+        reference("absent")
