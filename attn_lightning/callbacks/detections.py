@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
-from torchvision.ops import box_convert
 from torchvision.utils import draw_bounding_boxes
 
 from attn_lightning.callbacks.samples import ValidationBatchLogger
+from attn_lightning.models.box_ops import to_pixel_corners
 
 
 @runtime_checkable
@@ -47,8 +47,7 @@ def draw_detections(
     big = F.interpolate(image[None].float(), scale_factor=upscale, mode="nearest")[0]
     canvas = (big.clamp(0, 1) * 255).to(torch.uint8).cpu()
     name = (lambda i: categories[i]) if categories else str
-    scale = torch.tensor([w, h, w, h], dtype=torch.float32) * upscale
-    true_boxes = box_convert(truth["boxes"].float().cpu(), "cxcywh", "xyxy") * scale
+    true_boxes = to_pixel_corners(truth["boxes"].cpu(), h * upscale, w * upscale)
     if len(true_boxes):
         canvas = draw_bounding_boxes(
             canvas, true_boxes, [name(int(i)) for i in truth["labels"]], colors="lime"

@@ -37,6 +37,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ from attn_lightning.callbacks import (
     SamplePredictions,
     collect_diagnostics,
 )
-from attn_lightning.cli.checkpoints import check_classes, load_checkpoint
+from attn_lightning.cli.checkpoints import check_classes, load_checkpoint, resolve_class
 from attn_lightning.cli.config_checks import check_command_line, rename_moved
 from attn_lightning.cli.errors import (
     AppArgumentParser,
@@ -77,6 +78,7 @@ from attn_lightning.cli.run_folders import (
     purge_replayed_steps,
     refuse_existing_run,
 )
+from attn_lightning.cli.upgrades import LINKED_FROM_DATA, upgrade_args, upgraded_hparams
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 log = logging.getLogger("attn_lightning")
@@ -139,6 +141,15 @@ class AttnLightningCLI(LightningCLI):
         parser.add_lightning_class_args(AttentionDiagnostics, "attention_diagnostics")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})
+        # Sizes the data decides are stated once, by the DataModule, and linked into the task's
+        # argument of the same name when both are built (a task without it ignores the link).
+        for name in LINKED_FROM_DATA:
+            parser.link_arguments(
+                "data",
+                f"model.init_args.{name}",
+                compute_fn=partial(data_fact, name),
+                apply_on="instantiate",
+            )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         # Name the file and the fix for two mistakes jsonargparse reports as a long union error.
@@ -147,6 +158,7 @@ class AttnLightningCLI(LightningCLI):
             message = check_command_line([str(a) for a in raw])
             if message:
                 parser.error(message)
+            args = upgrade_args([str(a) for a in raw])  # configs and flags of older layouts
         super().parse_arguments(parser, args)
 
     def _parse_ckpt_path(self) -> None:
@@ -170,10 +182,11 @@ class AttnLightningCLI(LightningCLI):
         if not hparams:
             return
         if "_class_path" in hparams:
-            hparams = {
-                "class_path": rename_moved(hparams.pop("_class_path")),
-                "dict_kwargs": hparams,
-            }
+            class_path = rename_moved(hparams.pop("_class_path"))
+            task = resolve_class(class_path)
+            if isinstance(task, type):
+                hparams = upgraded_hparams(task, hparams)
+            hparams = {"class_path": class_path, "dict_kwargs": hparams}
         try:
             self.config = self.parser.parse_object(
                 {self.config.subcommand: {"model": hparams}}, self.config
@@ -303,6 +316,12 @@ class AttnLightningCLI(LightningCLI):
         record = {"subcommand": self.subcommand, **record}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def data_fact(name: str, data: Any) -> Any:
+    """The DataModule's ``name`` (e.g. ``num_symbols``), or None when it has none: a task that
+    needs it then says so (``tasks.base.require_from_data``)."""
+    return getattr(data, name, None)
 
 
 def _scalars(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:

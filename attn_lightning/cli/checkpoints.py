@@ -73,7 +73,7 @@ def check_classes(checkpoint: dict[str, Any], path: str | Path, config: Any) -> 
     ):
         saved = saved_class(checkpoint, key)
         configured = _configured_class(config, section)
-        if saved and configured and _resolve(saved) != _resolve(configured):
+        if saved and configured and resolve_class(saved) != resolve_class(configured):
             raise CheckpointError(
                 f"--ckpt_path {str(path)!r} holds a {saved.rpartition('.')[2]} {what} "
                 f"({saved}) but the config builds {configured.rpartition('.')[2]} "
@@ -82,7 +82,7 @@ def check_classes(checkpoint: dict[str, Any], path: str | Path, config: Any) -> 
             )
 
 
-def _resolve(class_path: str) -> object:
+def resolve_class(class_path: str) -> object:
     """The class a dotted path names (the path itself when it does not import), so that a
     module path and a package path of one class compare equal."""
     module, _, name = class_path.rpartition(".")

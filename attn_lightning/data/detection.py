@@ -11,6 +11,7 @@ Batches are ``(images (B, 3, H, W), [target, ...])`` with the targets of ``data/
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
-from attn_lightning.data.scenes import Example, SyntheticScenes
+from attn_lightning.data.scenes import Example, SyntheticScenes, synthetic_category_id
+from attn_lightning.models.box_ops import pixel_scale, xywh_to_cxcywh
 
 SOURCES = ("synthetic", "coco")
 
@@ -65,10 +67,26 @@ class CocoScenes(Dataset):
             a for a in anns if not a.get("iscrowd", 0) and a["bbox"][2] > 0 and a["bbox"][3] > 0
         ]
         xywh = torch.tensor([a["bbox"] for a in kept], dtype=torch.float32).view(-1, 4)
-        boxes = torch.cat([xywh[:, :2] + xywh[:, 2:] / 2, xywh[:, 2:]], dim=1)
-        boxes = boxes / torch.tensor([w, h, w, h], dtype=torch.float32)
+        boxes = xywh_to_cxcywh(xywh) / pixel_scale(h, w)
         labels = torch.tensor([self.label_of[a["category_id"]] for a in kept], dtype=torch.int64)
-        return x, {"boxes": boxes, "labels": labels, "image_id": self.coco.ids[index]}
+        # orig_size: predictions are written in pixels of the original image (COCO results).
+        target = {"boxes": boxes, "labels": labels, "image_id": self.coco.ids[index]}
+        return x, {**target, "orig_size": torch.tensor([h, w])}
+
+
+def coco_category_ids(root: str | Path, split: str) -> list[int]:
+    """The category ids of a COCO split's annotations, sorted: label i is the i-th id.
+
+    Raises:
+        FileNotFoundError: naming the annotation file when it is absent.
+    """
+    path = Path(root) / "annotations" / f"instances_{split}.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"COCO annotations {path.resolve()} not found (categories of split {split!r}); "
+            f"nothing is downloaded: put a COCO-format folder there or use source='synthetic'"
+        )
+    return sorted(int(c["id"]) for c in json.loads(path.read_text()).get("categories", []))
 
 
 def collate(batch: list[Example]) -> tuple[Tensor, list[dict[str, Any]]]:
@@ -85,7 +103,8 @@ class DetectionDataModule(SplitDataModule[Dataset]):
         coco_splits: folder/annotation name of each split, e.g. ``{val: val2017}``.
         image_size: square input size (synthetic canvas, or the resize of COCO images).
         num_classes, min_objects, max_objects, min_size, max_size: synthetic scenes (sizes in
-            pixels); ``num_classes`` is read from the annotations for COCO.
+            pixels); for COCO the classes are the annotations' categories and ``num_classes``
+            is not used.
         train_size, val_size, test_size: synthetic examples per split.
         batch_size, num_workers: DataLoader settings.
         seed: synthetic data seed (split i uses ``seed·3 + i``).
@@ -121,7 +140,8 @@ class DetectionDataModule(SplitDataModule[Dataset]):
         self.save_hyperparameters()
         self.source, self.root, self.splits = source, root, splits
         self.image_size = image_size
-        self.num_classes = num_classes
+        self._num_classes = num_classes
+        self._category_ids: list[int] | None = None
         self.scene_options = {
             "image_size": image_size,
             "num_classes": num_classes,
@@ -145,8 +165,22 @@ class DetectionDataModule(SplitDataModule[Dataset]):
                     **self.scene_options,
                 )
             else:
-                data = CocoScenes(
+                self.datasets[split] = CocoScenes(
                     root=self.root, split=self.splits[split], image_size=self.image_size
                 )
-                self.num_classes = len(data.categories)
-                self.datasets[split] = data
+
+    @property
+    def category_ids(self) -> list[int]:
+        """The dataset's category id of each label 0..C−1, the ids prediction files name:
+        label + 1 for synthetic scenes (as ``write_coco`` writes them), the annotations' sorted
+        ids for a COCO folder (read from the train split's annotations on first use)."""
+        if self.source == "synthetic":
+            return [synthetic_category_id(label) for label in range(self._num_classes)]
+        if self._category_ids is None:
+            self._category_ids = coco_category_ids(self.root, self.splits["train"])
+        return self._category_ids
+
+    @property
+    def num_classes(self) -> int:
+        """C: the configured count for synthetic scenes, the annotations' for a COCO folder."""
+        return self._num_classes if self.source == "synthetic" else len(self.category_ids)

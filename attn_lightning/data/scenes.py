@@ -24,6 +24,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from attn_lightning.data.base import SPLITS
+from attn_lightning.models.box_ops import cxcywh_to_xywh, pixel_scale, xyxy_to_cxcywh
 
 SHAPES = ("square", "disc", "triangle", "ring", "plus")
 Example = tuple[Tensor, dict[str, Any]]
@@ -88,8 +89,7 @@ def render_scene(
             labels.append(label)
             break
     xyxy = torch.stack(boxes) / s if boxes else torch.zeros(0, 4)
-    cxcywh = torch.cat([(xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]], dim=1)
-    return image, cxcywh, torch.tensor(labels, dtype=torch.int64)
+    return image, xyxy_to_cxcywh(xyxy), torch.tensor(labels, dtype=torch.int64)
 
 
 def _max_iou(box: Tensor, others: Tensor) -> float:
@@ -155,6 +155,11 @@ class SyntheticScenes(Dataset):
         return self.images[index], target
 
 
+def synthetic_category_id(label: int) -> int:
+    """The COCO category id of a synthetic label: label + 1 (COCO ids start at 1)."""
+    return label + 1
+
+
 def write_coco(dataset: SyntheticScenes, root: str | Path, split: str) -> Path:
     """Write ``<root>/<split>/<id>.png`` and ``<root>/annotations/instances_<split>.json``.
 
@@ -175,20 +180,22 @@ def write_coco(dataset: SyntheticScenes, root: str | Path, split: str) -> Path:
         pixels = (image * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
         Image.fromarray(pixels).save(root / split / name)
         images.append({"id": index, "file_name": name, "width": w, "height": h})
-        scale = torch.tensor([w, h, w, h], dtype=torch.float32)
-        for box, label in zip(target["boxes"] * scale, target["labels"].tolist(), strict=True):
-            cx, cy, bw, bh = box.tolist()
+        xywh = cxcywh_to_xywh(target["boxes"] * pixel_scale(h, w))
+        for box, label in zip(xywh, target["labels"].tolist(), strict=True):
+            x, y, bw, bh = box.tolist()
             annotations.append(
                 {
                     "id": len(annotations) + 1,
                     "image_id": index,
-                    "category_id": label + 1,
-                    "bbox": [cx - bw / 2, cy - bh / 2, bw, bh],
+                    "category_id": synthetic_category_id(label),
+                    "bbox": [x, y, bw, bh],
                     "area": bw * bh,
                     "iscrowd": 0,
                 }
             )
-    categories = [{"id": i + 1, "name": n} for i, n in enumerate(dataset.categories)]
+    categories = [
+        {"id": synthetic_category_id(i), "name": n} for i, n in enumerate(dataset.categories)
+    ]
     path = root / "annotations" / f"instances_{split}.json"
     path.write_text(
         json.dumps({"images": images, "annotations": annotations, "categories": categories})

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from attn_lightning.attention.pooling import PoolAttention
 from attn_lightning.models.backbone import build_backbone, sine_position_encoding
+from attn_lightning.models.specs import DetrSpec
 from attn_lightning.models.transformer import (
     DecoderBlock,
     EncoderBlock,
@@ -91,12 +92,8 @@ class DETR(nn.Module):
     Cost: backbone + O(L_enc·S²·E) encoder (for softmax) + O(L_dec·(N² + N·S)·E) decoder.
 
     Args:
+        spec: the sizes: queries, transformer, backbone (``models.specs.DetrSpec``).
         num_classes: C, real classes (the class head predicts C + 1).
-        num_queries: N object queries (the most objects an image can yield).
-        d_model, num_heads, d_ff, dropout: transformer sizes.
-        num_encoder_layers: 0 is allowed (DETR's "no encoder" ablation); num_decoder_layers >= 1.
-        backbone: ``small_cnn`` or ``resnet18`` (random init); ``backbone_width`` and
-            ``backbone_stages`` size it (see ``models.backbone``).
         sites: ``{encoder_self|decoder_self|decoder_cross: {name, projections, **options}}``;
             a site left out is softmax with projections; ``projections`` is true, false or
             ``no_qk``.
@@ -108,21 +105,15 @@ class DETR(nn.Module):
 
     def __init__(
         self,
+        spec: DetrSpec,
         *,
         num_classes: int,
-        num_queries: int = 20,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_encoder_layers: int = 2,
-        num_decoder_layers: int = 2,
-        d_ff: int = 256,
-        dropout: float = 0.0,
-        backbone: str = "small_cnn",
-        backbone_width: int = 32,
-        backbone_stages: int = 3,
         sites: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__()
+        num_queries, d_model, num_heads = spec.num_queries, spec.d_model, spec.num_heads
+        num_encoder_layers, num_decoder_layers = spec.num_encoder_layers, spec.num_decoder_layers
+        d_ff, dropout = spec.d_ff, spec.dropout
         if num_classes < 1 or num_queries < 1:
             raise ValueError(
                 f"num_classes and num_queries must be >= 1, got {num_classes}, {num_queries}"
@@ -146,7 +137,9 @@ class DETR(nn.Module):
                 )
         self.num_classes = num_classes
         self.d_model = d_model
-        self.backbone = build_backbone(backbone, width=backbone_width, num_stages=backbone_stages)
+        self.backbone = build_backbone(
+            spec.backbone, width=spec.backbone_width, num_stages=spec.backbone_stages
+        )
         channels = cast(int, self.backbone.num_channels)  # set by every backbone
         self.input_proj = nn.Conv2d(channels, d_model, kernel_size=1)
         encoder_self, encoder_projections = split_site(self.sites["encoder_self"])

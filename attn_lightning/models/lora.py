@@ -142,9 +142,9 @@ def load_base_state(
         ) from error
     saved = raw.get("hyper_parameters", {}) if isinstance(raw, Mapping) else {}
     differ = [
-        f"{k}={saved[k]!r} (expected {v!r})"
+        f"{k}={got!r} (expected {v!r})"
         for k, v in (hparams or {}).items()
-        if k in saved and saved[k] != v
+        if (got := _saved_value(saved, k)) is not _ABSENT and got != v
     ]
     if differ:
         raise ValueError(
@@ -175,6 +175,21 @@ def load_base_state(
             f"Expected the checkpoint of {what}, with {shapes}"
         )
     return {k: state[k] for k in expected}
+
+
+_ABSENT = object()
+
+
+def _saved_value(saved: Mapping[str, Any], key: str) -> Any:
+    """``saved[key]``; a dotted ``group.key`` is ``saved[group][key]`` or, in checkpoints saved
+    before the model sizes moved under ``net``, the flat ``saved[key]``; ``_ABSENT`` if neither."""
+    if key in saved:
+        return saved[key]
+    group, _, leaf = key.partition(".")
+    nested = saved.get(group)
+    if leaf and isinstance(nested, Mapping) and leaf in nested:
+        return nested[leaf]
+    return saved.get(leaf, _ABSENT) if leaf else _ABSENT
 
 
 # peft renames a wrapped layer's tensors: ``fc1.weight`` -> ``fc1.base_layer.weight`` (adapted),

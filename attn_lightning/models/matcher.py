@@ -14,14 +14,12 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
-from torchvision.ops import box_convert, generalized_box_iou
+from torchvision.ops import generalized_box_iou
+
+from attn_lightning.models.box_ops import cxcywh_to_xyxy
 
 Target = Mapping[str, Tensor]
 Indices = list[tuple[Tensor, Tensor]]
-
-
-def _xyxy(boxes: Tensor) -> Tensor:
-    return box_convert(boxes, in_fmt="cxcywh", out_fmt="xyxy")
 
 
 class HungarianMatcher(nn.Module):
@@ -57,7 +55,7 @@ class HungarianMatcher(nn.Module):
         cost = (
             -self.cost_class * prob[:, labels]
             + self.cost_bbox * torch.cdist(pred, boxes, p=1)
-            - self.cost_giou * generalized_box_iou(_xyxy(pred), _xyxy(boxes))
+            - self.cost_giou * generalized_box_iou(cxcywh_to_xyxy(pred), cxcywh_to_xyxy(boxes))
         )  # (B·N, ΣM)
         cost = cost.view(b, n, -1).cpu()
         indices = []
@@ -133,7 +131,7 @@ class SetCriterion(nn.Module):
         ).to(src)
         bbox = F.l1_loss(src, tgt, reduction="sum") / num_boxes
         # Diagonal of the pairwise GIoU: the K×K matrix is tiny next to the batch.
-        giou = generalized_box_iou(_xyxy(src), _xyxy(tgt)).diagonal()
+        giou = generalized_box_iou(cxcywh_to_xyxy(src), cxcywh_to_xyxy(tgt)).diagonal()
         return {"ce": ce, "bbox": bbox, "giou": (1 - giou).sum() / num_boxes}
 
     def forward(

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from attn_lightning.models.generation import categorical, generate
 from attn_lightning.models.logistic_mixture import build_output
 from attn_lightning.models.sequence import DecodeState, SequenceTransformer
-from attn_lightning.models.transformer import Projections
+from attn_lightning.models.specs import PixelSpec
 
 
 class PixelTransformer(nn.Module):
@@ -33,29 +33,19 @@ class PixelTransformer(nn.Module):
     O(layers · backend(N)), per ``step`` O(layers · state).
 
     Args:
+        spec: the model's sizes and output distribution (``models.specs.PixelSpec``).
         levels: pixel values 0..levels−1 (START is token ``levels``).
         seq_len: pixels per image (H·W); the positional table's size.
-        d_model, num_heads, num_layers, d_ff, dropout, positional, projections: model sizes.
         attention: backend dict, e.g. ``{"name": "linear"}``.
-        output: ``categorical`` or ``logistic_mixture``.
-        num_mixtures: K for the logistic mixture.
     """
 
     def __init__(
         self,
+        spec: PixelSpec,
         *,
         levels: int,
         seq_len: int,
-        d_model: int,
-        num_heads: int,
-        num_layers: int,
-        d_ff: int,
         attention: Mapping[str, Any],
-        dropout: float = 0.0,
-        positional: str = "learned",
-        projections: Projections = True,
-        output: str = "categorical",
-        num_mixtures: int = 10,
     ) -> None:
         super().__init__()
         if levels < 2 or seq_len < 1:
@@ -63,19 +53,13 @@ class PixelTransformer(nn.Module):
         self.levels = levels
         self.seq_len = seq_len
         self.start = levels  # START token id, after the pixel values
-        self.output = build_output(output, levels=levels, num_mixtures=num_mixtures)
+        self.output = build_output(spec.output, levels=levels, num_mixtures=spec.num_mixtures)
         self.net = SequenceTransformer(
+            spec,
             vocab_size=levels + 1,
             num_outputs=self.output.num_params,
             max_len=seq_len,
-            d_model=d_model,
-            num_heads=num_heads,
-            num_layers=num_layers,
-            d_ff=d_ff,
             attention=attention,
-            dropout=dropout,
-            positional=positional,
-            projections=projections,
         )
 
     @property

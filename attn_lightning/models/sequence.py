@@ -13,7 +13,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from attn_lightning.models.positional import build_positional_encoding
-from attn_lightning.models.transformer import LayerState, Projections, TransformerEncoder
+from attn_lightning.models.specs import TransformerSpec
+from attn_lightning.models.transformer import LayerState, TransformerEncoder
 
 # (number of positions already consumed, one backend state per layer)
 DecodeState = tuple[int, LayerState | None]
@@ -23,44 +24,29 @@ class SequenceTransformer(nn.Module):
     """``logits = W_head · LN(blocks(embed(tokens) + P))``; cost O(layers · backend(N)).
 
     Args:
+        spec: the transformer's sizes (``models.specs.TransformerSpec``).
         vocab_size: number of input token ids.
         max_len: longest sequence (size of the positional table).
-        d_model, num_heads, num_layers, d_ff, dropout, projections: transformer sizes.
         attention: backend dict, e.g. ``{"name": "linear"}``.
-        positional: ``sinusoidal`` or ``learned``.
         num_outputs: size of the output head (default ``vocab_size``).
     """
 
     def __init__(
         self,
+        spec: TransformerSpec,
         *,
         vocab_size: int,
         max_len: int,
-        d_model: int,
-        num_heads: int,
-        num_layers: int,
-        d_ff: int,
         attention: Mapping[str, Any],
-        dropout: float = 0.0,
-        positional: str = "sinusoidal",
-        projections: Projections = True,
         num_outputs: int | None = None,
     ) -> None:
         super().__init__()
         self.max_len = max_len
-        self.embed = nn.Embedding(vocab_size, d_model)
-        self.positional = build_positional_encoding(positional, d_model, max_len=max_len)
-        self.dropout = nn.Dropout(dropout)
-        self.encoder = TransformerEncoder(
-            num_layers=num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            d_ff=d_ff,
-            attention=attention,
-            dropout=dropout,
-            projections=projections,
-        )
-        self.head = nn.Linear(d_model, num_outputs or vocab_size)
+        self.embed = nn.Embedding(vocab_size, spec.d_model)
+        self.positional = build_positional_encoding(spec.positional, spec.d_model, max_len=max_len)
+        self.dropout = nn.Dropout(spec.dropout)
+        self.encoder = TransformerEncoder(**spec.encoder_sizes(), attention=attention)
+        self.head = nn.Linear(spec.d_model, num_outputs or vocab_size)
 
     @property
     def supports_recurrence(self) -> bool:

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 from attn_lightning.attention.pooling import PoolAttention
 from attn_lightning.models.positional import build_positional_encoding
-from attn_lightning.models.transformer import Projections, TransformerEncoder
+from attn_lightning.models.specs import VitSpec
+from attn_lightning.models.transformer import TransformerEncoder
 
 
 class VisionTransformer(nn.Module):
@@ -32,17 +33,16 @@ class VisionTransformer(nn.Module):
     Cost: O(N·p²·C·E) embedding + O(layers · (backend(N) + N·E²)) encoder + O(E·K) head.
 
     Args:
-        image_size: side H = W of the (square) input images.
-        patch_size: side p of the patches; must divide ``image_size``.
-        in_channels: C (1 for grey images, which may also come as ``(B, H, W)``).
+        spec: the transformer's sizes and ``patch_size`` (``models.specs.VitSpec``); its
+            ``positional`` is ``sinusoidal`` (1-D, over the patches in raster order) or
+            ``learned``. Sinusoidal by default: with small patches a token says little by itself
+            (p = 1: one grey value times a vector), so attention needs positions that tell tokens
+            apart from the first step, which a learned table initialised at 0.02 takes hundreds
+            of steps to learn.
+        image_size: side H = W of the (square) input images; ``patch_size`` must divide it.
         num_classes: K.
-        d_model, num_heads, num_layers, d_ff, dropout, projections: transformer sizes (see
-            ``TransformerEncoder``); ``projections`` is true, false or ``no_qk``.
         attention: backend dict, e.g. ``{"name": "optimization", "iterations": 10}``.
-        positional: ``sinusoidal`` (1-D, over the patches in raster order) or ``learned``.
-            Sinusoidal by default: with small patches a token says little by itself (p = 1: one
-            grey value times a vector), so attention needs positions that tell tokens apart from
-            the first step, which a learned table initialised at 0.02 takes hundreds to learn.
+        in_channels: C (1 for grey images, which may also come as ``(B, H, W)``).
 
     Raises:
         ValueError: a size that is not positive, ``patch_size`` not dividing ``image_size``, an
@@ -51,21 +51,15 @@ class VisionTransformer(nn.Module):
 
     def __init__(
         self,
+        spec: VitSpec,
         *,
         image_size: int,
-        patch_size: int = 1,
-        in_channels: int = 1,
-        num_classes: int = 10,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int = 128,
+        num_classes: int,
         attention: Mapping[str, Any],
-        dropout: float = 0.0,
-        positional: str = "sinusoidal",
-        projections: Projections = True,
+        in_channels: int = 1,
     ) -> None:
         super().__init__()
+        patch_size = spec.patch_size
         sizes = {
             "image_size": image_size,
             "patch_size": patch_size,
@@ -91,20 +85,14 @@ class VisionTransformer(nn.Module):
         self.num_tokens = self.grid[0] * self.grid[1]
         # A stride-p convolution is the linear map of each flattened p×p×C patch to E (ViT).
         self.patch_embed = nn.Conv2d(
-            in_channels, d_model, kernel_size=patch_size, stride=patch_size
+            in_channels, spec.d_model, kernel_size=patch_size, stride=patch_size
         )
-        self.positional = build_positional_encoding(positional, d_model, max_len=self.num_tokens)
-        self.dropout = nn.Dropout(dropout)
-        self.encoder = TransformerEncoder(
-            num_layers=num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            d_ff=d_ff,
-            attention=attention,
-            dropout=dropout,
-            projections=projections,
+        self.positional = build_positional_encoding(
+            spec.positional, spec.d_model, max_len=self.num_tokens
         )
-        self.head = nn.Linear(d_model, num_classes)
+        self.dropout = nn.Dropout(spec.dropout)
+        self.encoder = TransformerEncoder(**spec.encoder_sizes(), attention=attention)
+        self.head = nn.Linear(spec.d_model, num_classes)
         # Positional backends see only (B, H, N, D): give them the patch grid. It is fixed by
         # image_size (forward refuses other sizes), so once here rather than per batch as DETR,
         # whose feature maps change size with the images.

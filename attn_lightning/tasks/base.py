@@ -23,7 +23,7 @@ import math
 import random
 import warnings
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import lightning.pytorch as pl
 import numpy as np
@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from attn_lightning.attention import Attention
+from attn_lightning.models.specs import as_spec, spec_dict, spec_fields
 
 DEFAULT_ATTENTION: dict[str, Any] = {"name": "softmax"}
 
@@ -49,6 +50,40 @@ def resolve_attention(
     if "name" in override and override["name"] != base.get("name"):
         return dict(override)
     return {**base, **override}
+
+
+def upgrade_hparams(
+    task_class: type, hparams: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Hyper-parameters saved before model sizes moved under ``net``, in today's layout.
+
+    A checkpoint or config of that time has the sizes (``d_model``, ``num_heads``, ...) beside the
+    task's own options; they now live in the task's ``net`` spec (``task_class.net_spec``).
+    Returns the upgraded copy and the keys moved (empty when nothing was old); keys already in
+    ``net`` win over flat ones.
+    """
+    spec_type = getattr(task_class, "net_spec", None)
+    upgraded = dict(hparams)
+    if spec_type is None:
+        return upgraded, []
+    moved = [key for key in spec_fields(spec_type) if key in upgraded]
+    if moved:
+        net = upgraded.get("net")
+        flat = {key: upgraded.pop(key) for key in moved}
+        upgraded["net"] = {**flat, **(dict(net) if isinstance(net, Mapping) else {})}
+    return upgraded, moved
+
+
+def require_from_data(task: object, **facts: object) -> None:
+    """ValueError naming the facts of the data (linked from the DataModule by the CLI) that
+    are None: the DataModule paired with ``task`` does not provide them."""
+    missing = [name for name, value in facts.items() if value is None]
+    if missing:
+        raise ValueError(
+            f"{type(task).__name__} needs {', '.join(missing)} from its DataModule, which "
+            f"provides none; pair it with its experiment's DataModule "
+            f"(configs/<experiment>/base.yaml) or pass {', '.join(missing)} explicitly"
+        )
 
 
 def require_causal(model: nn.Module, *, why: str) -> None:
@@ -95,6 +130,7 @@ class AttentionTask(pl.LightningModule):
     """
 
     hp_metrics: tuple[str, ...] = ()
+    net_spec: ClassVar[type | None] = None  # the spec type of ``net`` (models.specs)
 
     def __init__(
         self,
@@ -119,6 +155,16 @@ class AttentionTask(pl.LightningModule):
         self.attention_override = dict(attention_override) if attention_override else None
         self._rng_to_restore: dict[str, Any] | None = None
         self._log_means = nn.ModuleDict()  # filled by log_mean; metric states are not saved
+
+    def take_spec(self, net: Any) -> Any:
+        """``net`` (a spec, or its dict from a checkpoint) as ``net_spec``, saved as a plain dict
+        in the hyper-parameters (checkpoints load with ``weights_only=True``). Call after
+        ``save_hyperparameters``."""
+        if self.net_spec is None:
+            raise TypeError(f"{type(self).__name__} declares no net_spec")
+        spec = as_spec(self.net_spec, net)
+        self.hparams["net"] = spec_dict(spec)
+        return spec
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
@@ -190,7 +236,7 @@ class AttentionTask(pl.LightningModule):
             if isinstance(logger, TensorBoardLogger) and self.hp_metrics:
                 # Placeholders declare the metrics of the hparams tab; validation fills them in.
                 # One call with everything: TensorBoard shows the last session's hparams.
-                data = getattr(self.trainer, "datamodule", None)
+                data = getattr(self.trainer, "datamodule", None)  # logged beside the task's
                 merged = {**(data.hparams if data is not None else {}), **self.hparams}
                 hparams = {k: v for k, v in merged.items() if not k.startswith("_")}
                 logger.log_hyperparams(hparams, {name: float("nan") for name in self.hp_metrics})

@@ -16,9 +16,9 @@ from typing import Any
 
 from torch import Tensor
 
-from attn_lightning.models.transformer import Projections
+from attn_lightning.models.specs import VitSpec
 from attn_lightning.models.vit import VisionTransformer
-from attn_lightning.tasks.base import AttentionTask, resolve_attention
+from attn_lightning.tasks.base import AttentionTask, require_from_data, resolve_attention
 from attn_lightning.tasks.classifier_steps import ClassifierSteps, accuracy_metrics
 
 
@@ -26,35 +26,28 @@ class ImageClassificationTask(ClassifierSteps, AttentionTask):
     """Cross-entropy training of a ``VisionTransformer`` with any attention backend.
 
     Args:
+        net: the ViT's sizes (``models.specs.VitSpec``: d_model, num_heads, num_layers, d_ff,
+            dropout, positional, patch_size — 1: one token per pixel — and projections:
+            ``true`` (Q, K, V, out), ``no_qk`` (V and out: the paper's form) or ``false``).
         attention: backend dict, e.g. ``{name: optimization, iterations: 10}``; default softmax.
         attention_override: keys replacing ``attention``'s at build time, not saved as a
             hyper-parameter (evaluate a checkpoint with other backend options; see module
             ``attn_lightning.tasks.base``).
-        projections: ``true`` (Q, K, V, out), ``no_qk`` (V and out: the paper's form) or
-            ``false`` (none) in every layer.
-        image_size: side of the images; must equal the DataModule's.
-        patch_size: side of the patches (1: one token per pixel).
-        num_classes: classes of the head; must equal the DataModule's.
-        d_model, num_heads, num_layers, d_ff, dropout, positional: model sizes (see
-            ``attn_lightning.models.vit.VisionTransformer``).
+        image_size: side of the images; linked from the DataModule by the CLI.
+        num_classes: classes of the head; linked from the DataModule by the CLI.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its warm-up + cosine schedule.
     """
+
+    net_spec = VitSpec
 
     def __init__(
         self,
         *,
+        net: VitSpec = VitSpec(),
         attention: dict[str, Any] | None = None,
         attention_override: dict[str, Any] | None = None,
-        projections: Projections = True,
         image_size: int = 8,
-        patch_size: int = 1,
         num_classes: int = 10,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int = 128,
-        dropout: float = 0.0,
-        positional: str = "sinusoidal",
         lr: float = 2e-3,
         weight_decay: float = 0.05,
         warmup_steps: int = 50,
@@ -68,34 +61,14 @@ class ImageClassificationTask(ClassifierSteps, AttentionTask):
             attention_override=attention_override,
         )
         self.save_hyperparameters(ignore=["attention_override"])
+        require_from_data(self, image_size=image_size, num_classes=num_classes)
+        spec = self.take_spec(net)
         self.attention_config = resolve_attention(attention, attention_override)
         self.num_classes = num_classes
         self.net = VisionTransformer(
-            image_size=image_size,
-            patch_size=patch_size,
-            num_classes=num_classes,
-            d_model=d_model,
-            num_heads=num_heads,
-            num_layers=num_layers,
-            d_ff=d_ff,
-            attention=self.attention_config,
-            dropout=dropout,
-            positional=positional,
-            projections=projections,
+            spec, image_size=image_size, num_classes=num_classes, attention=self.attention_config
         )
         self.metrics = accuracy_metrics(num_classes)
-
-    def setup(self, stage: str) -> None:
-        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if data is None:
-            return
-        for name, ours in (("image_size", self.net.image_size), ("num_classes", self.num_classes)):
-            theirs = getattr(data, name, ours)
-            if theirs != ours:
-                raise ValueError(
-                    f"model {name}={ours} differs from the data's {name}={theirs}; "
-                    f"set model.init_args.{name}={theirs}"
-                )
 
     # ------------------------------------------------------------------ model
     def forward(self, image: Tensor) -> Tensor:

@@ -10,7 +10,6 @@ a task adds its own per-step values in ``extra_logs``.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
+
+from attn_lightning.results import write_csv
 
 SPLITS = ("train", "val", "test")
 
@@ -98,13 +99,17 @@ class ClassifierSteps(pl.LightningModule):
     ) -> list[Path]:
         """Write ``predictions.csv``: ``index, label, prediction, p_0 .. p_{K-1}``."""
         classes = int(self.hparams["num_classes"])
-        path = Path(folder) / "predictions.csv"
-        with path.open("w", newline="") as file:
-            writer = csv.writer(file)
-            writer.writerow(["index", "label", "prediction", *(f"p_{c}" for c in range(classes))])
-            for index, row in zip(indices, predictions, strict=True):
-                probabilities = row["probabilities"].tolist()
-                writer.writerow([index, int(row["label"]), int(row["prediction"]), *probabilities])
+        fields = ["index", "label", "prediction", *(f"p_{c}" for c in range(classes))]
+        rows = [
+            {
+                "index": index,
+                "label": int(row["label"]),
+                "prediction": int(row["prediction"]),
+                **{f"p_{c}": p for c, p in enumerate(row["probabilities"].tolist())},
+            }
+            for index, row in zip(indices, predictions, strict=True)
+        ]
+        path = write_csv(Path(folder) / "predictions.csv", rows, fields=fields)
         return [path]
 
 

@@ -21,12 +21,14 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 from torchmetrics.detection import MeanAveragePrecision
-from torchvision.ops import box_convert
 
+from attn_lightning.data.scenes import synthetic_category_id
+from attn_lightning.models.box_ops import to_coco_xywh, to_pixel_corners
 from attn_lightning.models.detr import DETR, SITES, attention_parameters
 from attn_lightning.models.matcher import HungarianMatcher, SetCriterion
+from attn_lightning.models.specs import DetrSpec
 from attn_lightning.models.transformer import Projections
-from attn_lightning.tasks.base import AttentionTask, resolve_attention
+from attn_lightning.tasks.base import AttentionTask, require_from_data, resolve_attention
 
 Batch = tuple[Tensor, list[dict[str, Any]]]
 MAP_KEYS = {"mAP": "map", "AP50": "map_50", "AP75": "map_75"}
@@ -59,24 +61,29 @@ class DetectionTask(AttentionTask):
     """DETR on boxes + labels with per-site attention backends.
 
     Args:
+        net: DETR's sizes (``models.specs.DetrSpec``: num_queries, d_model, num_heads,
+            num_encoder_layers, num_decoder_layers, d_ff, dropout, backbone, backbone_width,
+            backbone_stages).
         attention: default backend dict for sites without their own (default softmax).
         attention_override: options merged into the sites of one backend at build time, not
             saved as a hyper-parameter (see ``site_specs`` and ``attn_lightning.tasks.base``).
         projections: Q/K/V/out projections for sites without their own dict.
         encoder_self, decoder_self, decoder_cross: ``{name, projections, **options}`` or None.
-        num_classes: C; must match the DataModule's.
-        num_queries, d_model, num_heads, num_encoder_layers, num_decoder_layers, d_ff, dropout,
-            backbone, backbone_width, backbone_stages: see ``attn_lightning.models.detr.DETR``.
+        num_classes: C; linked from the DataModule by the CLI.
+        category_ids: the dataset's category id of each label (what prediction files name);
+            linked from the DataModule by the CLI; None: label + 1 (synthetic scenes).
         eos_coef: no-object CE weight; bbox_weight, giou_weight: L1 and GIoU weights, used both
             in the matching cost and in the loss (class cost/weight 1), as in DETR.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its schedule.
     """
 
     hp_metrics = ("hp/val_mAP", "hp/val_AP50", "hp/val_loss")
+    net_spec = DetrSpec
 
     def __init__(
         self,
         *,
+        net: DetrSpec = DetrSpec(),
         attention: dict[str, Any] | None = None,
         attention_override: dict[str, Any] | None = None,
         projections: Projections = True,
@@ -84,16 +91,7 @@ class DetectionTask(AttentionTask):
         decoder_self: dict[str, Any] | None = None,
         decoder_cross: dict[str, Any] | None = None,
         num_classes: int = 3,
-        num_queries: int = 10,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_encoder_layers: int = 2,
-        num_decoder_layers: int = 2,
-        d_ff: int = 256,
-        dropout: float = 0.0,
-        backbone: str = "small_cnn",
-        backbone_width: int = 32,
-        backbone_stages: int = 3,
+        category_ids: list[int] | None = None,
         eos_coef: float = 0.1,
         bbox_weight: float = 5.0,
         giou_weight: float = 2.0,
@@ -110,6 +108,18 @@ class DetectionTask(AttentionTask):
             attention_override=attention_override,
         )
         self.save_hyperparameters(ignore=["attention_override"])
+        require_from_data(self, num_classes=num_classes)
+        spec = self.take_spec(net)
+        if category_ids is not None and len(category_ids) != num_classes:
+            raise ValueError(
+                f"category_ids has {len(category_ids)} ids for num_classes={num_classes}; "
+                f"give one dataset category id per class"
+            )
+        self.category_ids = (
+            list(category_ids)
+            if category_ids
+            else [synthetic_category_id(label) for label in range(num_classes)]
+        )
         self.attention_config = resolve_attention(attention, None)
         self.site_configs = site_specs(
             attention=self.attention_config,
@@ -122,20 +132,7 @@ class DetectionTask(AttentionTask):
             override=attention_override,
         )
         self.num_classes = num_classes
-        self.net = DETR(
-            num_classes=num_classes,
-            num_queries=num_queries,
-            d_model=d_model,
-            num_heads=num_heads,
-            num_encoder_layers=num_encoder_layers,
-            num_decoder_layers=num_decoder_layers,
-            d_ff=d_ff,
-            dropout=dropout,
-            backbone=backbone,
-            backbone_width=backbone_width,
-            backbone_stages=backbone_stages,
-            sites=self.site_configs,
-        )
+        self.net = DETR(spec, num_classes=num_classes, sites=self.site_configs)
         matcher = HungarianMatcher(cost_class=1.0, cost_bbox=bbox_weight, cost_giou=giou_weight)
         self.criterion = SetCriterion(
             num_classes=num_classes,
@@ -159,15 +156,6 @@ class DetectionTask(AttentionTask):
     def attention_parameter_count(self) -> int:
         return attention_parameters(self.net)
 
-    def setup(self, stage: str) -> None:
-        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        classes = getattr(data, "num_classes", self.num_classes)
-        if classes != self.num_classes:
-            raise ValueError(
-                f"model num_classes={self.num_classes} differs from the data's "
-                f"num_classes={classes}; set model.init_args.num_classes={classes}"
-            )
-
     # ------------------------------------------------------------------ model
     def forward(self, images: Tensor) -> dict[str, Any]:
         """``images: (B, 3, H, W)`` -> the DETR output dict (see ``DETR.forward``)."""
@@ -181,9 +169,7 @@ class DetectionTask(AttentionTask):
         """
         prob = outputs["pred_logits"].float().softmax(-1)[..., :-1]  # (B, N, C)
         scores, labels = prob.max(-1)  # (B, N)
-        h, w = image_size
-        scale = torch.tensor([w, h, w, h], dtype=torch.float32, device=prob.device)
-        boxes = box_convert(outputs["pred_boxes"].float(), "cxcywh", "xyxy") * scale
+        boxes = to_pixel_corners(outputs["pred_boxes"], *image_size)  # (B, N, 4)
         return [
             {"boxes": b, "scores": s, "labels": lab}
             for b, s, lab in zip(boxes, scores, labels, strict=True)
@@ -208,13 +194,8 @@ class DetectionTask(AttentionTask):
     def _update_map(self, batch: Batch, outputs: Mapping[str, Any], split: str) -> None:
         images, targets = batch
         h, w = images.shape[-2:]
-        scale = torch.tensor([w, h, w, h], dtype=torch.float32, device=images.device)
         truth = [
-            {
-                "boxes": box_convert(t["boxes"].float(), "cxcywh", "xyxy") * scale,
-                "labels": t["labels"],
-            }
-            for t in targets
+            {"boxes": to_pixel_corners(t["boxes"], h, w), "labels": t["labels"]} for t in targets
         ]
         self._map(split).update(self.postprocess(outputs, (h, w)), truth)
 
@@ -249,11 +230,18 @@ class DetectionTask(AttentionTask):
         self._log_map("test")
 
     def predict_step(self, batch: Batch, batch_idx: int) -> list[dict[str, Tensor]]:
-        """Per image ``detect``'s dict plus ``image_id`` and ``input_size`` ``(H, W)``."""
+        """Per image ``detect``'s dict plus ``image_id``, ``input_size`` ``(H, W)`` and
+        ``orig_size`` (the original image's ``(H, W)`` when the target gives it, else the
+        input's)."""
         images, targets = batch
         size = torch.tensor(images.shape[-2:])
         return [
-            {**found, "image_id": torch.tensor(int(target["image_id"])), "input_size": size}
+            {
+                **found,
+                "image_id": torch.tensor(int(target["image_id"])),
+                "input_size": size,
+                "orig_size": torch.as_tensor(target.get("orig_size", size)),
+            }
             for found, target in zip(self.detect(images), targets, strict=True)
         ]
 
@@ -263,39 +251,27 @@ class DetectionTask(AttentionTask):
         """Write ``detections.json`` in the COCO results format, every query of every image:
         ``[{"image_id", "category_id", "bbox": [x, y, w, h], "score"}]``.
 
-        Boxes are in pixels of the original image when the dataset knows its size (a COCO
-        folder), else of the model input. Category ids are the dataset's: through ``label_of``
-        for a COCO folder, label + 1 for synthetic scenes (as ``data.scenes.write_coco`` writes).
+        Boxes are in pixels of the original image (``orig_size``: a COCO folder's targets give
+        it), category ids the dataset's (``category_ids``, linked from the DataModule).
         """
-        dataset = _predict_dataset(self)
-        label_of = getattr(dataset, "label_of", None)
-        category_of = {label: cat for cat, label in label_of.items()} if label_of else None
-        coco = getattr(getattr(dataset, "coco", None), "coco", None)  # CocoScenes' COCO index
         results = []
         for found in predictions:
             image_id = int(found["image_id"])
             in_h, in_w = (int(v) for v in found["input_size"])
-            info = coco.imgs.get(image_id, {}) if coco is not None else {}
-            out_w, out_h = info.get("width", in_w), info.get("height", in_h)
-            scale = torch.tensor([out_w / in_w, out_h / in_h] * 2)
-            boxes = box_convert(found["boxes"].float().cpu() * scale, "xyxy", "xywh")
+            out_h, out_w = (int(v) for v in found["orig_size"])
+            boxes = to_coco_xywh(found["boxes"].float().cpu(), out_w / in_w, out_h / in_h)
             for box, score, label in zip(
                 boxes.tolist(), found["scores"].tolist(), found["labels"].tolist(), strict=True
             ):
-                category = int(category_of[label] if category_of else label + 1)
                 bbox, score = [round(v, 2) for v in box], round(score, 5)
                 results.append(
-                    {"image_id": image_id, "category_id": category, "bbox": bbox, "score": score}
+                    {
+                        "image_id": image_id,
+                        "category_id": self.category_ids[label],
+                        "bbox": bbox,
+                        "score": score,
+                    }
                 )
         path = Path(folder) / "detections.json"
         path.write_text(json.dumps(results))
         return [path]
-
-
-def _predict_dataset(task: DetectionTask) -> Any:
-    """The dataset of the running predict loader (None outside ``trainer.predict``)."""
-    trainer = task._trainer
-    loaders = trainer.predict_dataloaders if trainer is not None else None
-    if isinstance(loaders, list | tuple):
-        loaders = loaders[0] if loaders else None
-    return getattr(loaders, "dataset", None)

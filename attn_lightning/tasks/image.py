@@ -25,10 +25,11 @@ from torchvision.utils import save_image
 
 from attn_lightning.callbacks.images import draw_completions, draw_samples, grid_generator
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim, sample_pixels
-from attn_lightning.models.transformer import Projections
+from attn_lightning.models.specs import PixelSpec
 from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
+    require_from_data,
     resolve_attention,
 )
 
@@ -40,13 +41,14 @@ class ImageGenerationTask(AttentionTask):
     """Pixel-by-pixel image model with any causal attention backend.
 
     Args:
+        net: the model's sizes and output distribution (``models.specs.PixelSpec``: d_model,
+            num_heads, num_layers, d_ff, dropout, positional, projections, output —
+            ``categorical`` or ``logistic_mixture`` of ``num_mixtures`` logistics).
         attention: backend dict, e.g. ``{name: linear}``; default softmax.
         attention_override: keys replacing ``attention``'s at build time, not saved as a
             hyper-parameter (see ``attn_lightning.tasks.base``).
-        image_size: H = W; must match the DataModule's.
-        levels: pixel values; must match the DataModule's.
-        d_model, num_heads, num_layers, d_ff, dropout, positional, projections: model sizes.
-        output: ``categorical`` or ``logistic_mixture`` (``num_mixtures`` logistics).
+        image_size: H = W; linked from the DataModule by the CLI.
+        levels: pixel values; linked from the DataModule by the CLI.
         observed_pixels: k, pixels given to completion; None = the top
             ``round(0.38 · H)`` rows (3 of 8, 11 of 28; the paper gives 300 of 784).
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its warm-up + cosine schedule.
@@ -54,23 +56,16 @@ class ImageGenerationTask(AttentionTask):
     """
 
     hp_metrics = ("hp/val_bits_per_dim", "hp/val_completion_bpd")
+    net_spec = PixelSpec
 
     def __init__(
         self,
         *,
+        net: PixelSpec = PixelSpec(),
         attention: dict[str, Any] | None = None,
         attention_override: dict[str, Any] | None = None,
         image_size: int = 8,
         levels: int = 256,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int = 256,
-        dropout: float = 0.0,
-        positional: str = "learned",
-        projections: Projections = True,
-        output: str = "categorical",
-        num_mixtures: int = 10,
         observed_pixels: int | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
@@ -96,38 +91,17 @@ class ImageGenerationTask(AttentionTask):
                 f"images, got {observed_pixels!r}"
             )
         self.save_hyperparameters(ignore=["attention_override"])
+        require_from_data(self, image_size=image_size, levels=levels)
+        spec = self.take_spec(net)
         self.image_size = image_size
         self.levels = levels
         self.observed_pixels = observed_pixels
         self.decode_method = decode_method
         self.attention_config = resolve_attention(attention, attention_override)
         self.net = PixelTransformer(
-            levels=levels,
-            seq_len=seq_len,
-            d_model=d_model,
-            num_heads=num_heads,
-            num_layers=num_layers,
-            d_ff=d_ff,
-            attention=self.attention_config,
-            dropout=dropout,
-            positional=positional,
-            projections=projections,
-            output=output,
-            num_mixtures=num_mixtures,
+            spec, levels=levels, seq_len=seq_len, attention=self.attention_config
         )
         require_causal(self.net, why="pixels need")
-
-    def setup(self, stage: str) -> None:
-        data = getattr(self.trainer, "datamodule", None)
-        if data is None:
-            return
-        for name, mine in (("levels", self.levels), ("seq_len", self.net.seq_len)):
-            theirs = getattr(data, name, mine)
-            if theirs != mine:
-                raise ValueError(
-                    f"model {name}={mine} differs from the data's {name}={theirs}; set "
-                    f"model.init_args.image_size / levels to match the DataModule"
-                )
 
     # ------------------------------------------------------------------ model
     def forward(self, pixels: Tensor) -> Tensor:

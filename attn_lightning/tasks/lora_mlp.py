@@ -20,7 +20,9 @@ import warnings
 from torch import Tensor
 
 from attn_lightning.models.mlp import MLP
+from attn_lightning.models.specs import MLPSpec
 from attn_lightning.tasks.adaptation import AdaptedTask
+from attn_lightning.tasks.base import require_from_data
 from attn_lightning.tasks.classifier_steps import ClassifierSteps, accuracy_metrics
 
 
@@ -36,9 +38,10 @@ class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
         adaptation: ``base``, ``full``, ``lora`` or ``lora_scratch`` (see the module docstring).
         base_checkpoint: checkpoint of an ``adaptation=base`` run (or a ``torch.save``'d MLP
             state dict); required by ``full`` and ``lora``, ignored otherwise.
-        input_size: flattened image size; must equal the DataModule's (28×28 -> 784).
-        hidden_sizes: hidden widths; the layers are ``fc1 .. fc{k+1}``.
-        num_classes: classes of the head.
+        net: the MLP's hidden widths (``models.specs.MLPSpec``); the layers are
+            ``fc1 .. fc{k+1}``.
+        input_size: flattened image size (28×28 -> 784); linked from the DataModule by the CLI.
+        num_classes: classes of the head; linked from the DataModule by the CLI.
         lora_r: adapter rank r.
         lora_alpha: α; ``None`` means α = r (scaling α/r = 1 at every rank).
         lora_dropout: dropout on the adapter input.
@@ -51,14 +54,15 @@ class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
     """
 
     base_hint = "the checkpoint of an adaptation=base run (e.g. checkpoints/lora/base/last.ckpt)"
+    net_spec = MLPSpec
 
     def __init__(
         self,
         *,
         adaptation: str = "base",
         base_checkpoint: str | None = None,
+        net: MLPSpec = MLPSpec(),
         input_size: int = 784,
-        hidden_sizes: list[int] | None = None,
         num_classes: int = 10,
         lora_r: int = 8,
         lora_alpha: float | None = None,
@@ -86,11 +90,9 @@ class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
         self.save_hyperparameters(ignore=["mode"])
         # Under LightningCLI the saved values are the config's: store mode's under its new name.
         self.hparams["adaptation"] = adaptation
-        mlp = MLP(
-            input_size=input_size,
-            hidden_sizes=[64, 64] if hidden_sizes is None else hidden_sizes,
-            num_classes=num_classes,
-        )
+        require_from_data(self, input_size=input_size, num_classes=num_classes)
+        spec = self.take_spec(net)
+        mlp = MLP(input_size=input_size, hidden_sizes=spec.hidden_sizes, num_classes=num_classes)
         self.net = mlp
         self.adapt(
             r=lora_r,
@@ -103,19 +105,9 @@ class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
         self.metrics = accuracy_metrics(num_classes)
 
     # ------------------------------------------------------------------ setup
-    def setup(self, stage: str) -> None:
-        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        size = getattr(data, "input_size", None)
-        expected = self.hparams["input_size"]
-        if size is not None and size != expected:
-            raise ValueError(
-                f"model input_size={expected} differs from the data's "
-                f"{size} (image_size²); set model.init_args.input_size={size}"
-            )
-
     def base_description(self) -> str:
         hp = self.hparams
-        hidden = "-".join(str(n) for n in hp["hidden_sizes"] or [64, 64])
+        hidden = "-".join(str(n) for n in hp["net"]["hidden_sizes"])
         return (
             f"an adaptation=base {type(self).__name__} run (an MLP {hp['input_size']}-{hidden}-"
             f"{hp['num_classes']}) or a saved MLP state dict"

@@ -79,14 +79,18 @@ class LoRAReversalTask(AdaptedTask, SequenceReversalTask):  # type: ignore[misc]
         hp = self.hparams
         return (
             f"a SequenceReversalTask run with mode={hp['mode']!r}, attention "
-            f"{self.attention_config}, d_model={hp['d_model']}, num_layers={hp['num_layers']}, "
-            f"num_symbols={hp['num_symbols']}"
+            f"{self.attention_config}, d_model={hp['net']['d_model']}, "
+            f"num_layers={hp['net']['num_layers']}, num_symbols={hp['num_symbols']}"
         )
 
     def base_hparams(self) -> dict[str, Any]:
         hp = self.hparams
         attention = resolve_attention(hp["attention"], None)  # as saved, without the override
-        return {"mode": hp["mode"], "attention": attention, "positional": hp["positional"]}
+        return {
+            "mode": hp["mode"],
+            "attention": attention,
+            "net.positional": hp["net"]["positional"],
+        }
 
     def on_train_epoch_start(self) -> None:
         # Logged once per epoch so every run's metrics file carries its trainable count.

@@ -19,7 +19,6 @@ whole test split.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -31,29 +30,35 @@ from torchmetrics import MeanMetric
 
 from attn_lightning.models.generation import METHODS, generate
 from attn_lightning.models.sequence import SequenceTransformer
-from attn_lightning.models.transformer import Projections
+from attn_lightning.models.specs import SequenceSpec
+from attn_lightning.results import write_csv
 from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
+    require_from_data,
     resolve_attention,
 )
 
 MODES = ("decoder", "encoder")
 SPLITS = ("train", "val", "test")
+PREDICTION_FIELDS = ("index", "source", "prediction", "target", "correct")
 
 
 class SequenceReversalTask(AttentionTask):
     """Sequence reversal with any attention backend.
 
     Args:
+        net: the transformer's sizes (``models.specs.SequenceSpec``: d_model, num_heads,
+            num_layers, d_ff, dropout, positional, projections, max_len — the longest model
+            input: 2n for the decoder, n for the encoder).
         attention: backend dict, e.g. ``{name: performer, num_features: 128}``; default softmax.
         attention_override: keys replacing ``attention``'s at build time, not saved as a
             hyper-parameter (evaluate a checkpoint with other backend options; see module
             ``attn_lightning.tasks.base``).
         mode: ``decoder`` (causal, ``x SEP y``) or ``encoder`` (bidirectional).
-        num_symbols: digits 0..num_symbols-1; must match the DataModule's.
-        max_len: the longest model input (2n for the decoder, n for the encoder).
-        d_model, num_heads, num_layers, d_ff, dropout, positional, projections: model sizes.
+        num_symbols: digits 0..num_symbols-1; linked from the DataModule by the CLI.
+        seq_len: n, the data's sequence length (linked from the DataModule by the CLI; None:
+            not known, not checked); the model inputs it makes must fit ``net.max_len``.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its warm-up + cosine schedule.
         generate_every_n_epochs: decode on validation every this many epochs (0 = never).
         generate_max_batches: validation batches decoded each time (the rest is teacher-forced).
@@ -61,22 +66,17 @@ class SequenceReversalTask(AttentionTask):
     """
 
     hp_metrics = ("hp/val_loss", "hp/val_token_acc", "hp/val_exact_acc")
+    net_spec = SequenceSpec
 
     def __init__(
         self,
         *,
+        net: SequenceSpec = SequenceSpec(),
         attention: dict[str, Any] | None = None,
         attention_override: dict[str, Any] | None = None,
         mode: str = "decoder",
         num_symbols: int = 10,
-        max_len: int = 1024,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int = 256,
-        dropout: float = 0.0,
-        positional: str = "sinusoidal",
-        projections: Projections = True,
+        seq_len: int | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
@@ -99,6 +99,14 @@ class SequenceReversalTask(AttentionTask):
                 f"unknown decode_method {decode_method!r}; allowed: {', '.join(METHODS)}"
             )
         self.save_hyperparameters(ignore=["attention_override"])
+        require_from_data(self, num_symbols=num_symbols)
+        spec = self.take_spec(net)
+        needed = None if seq_len is None else (seq_len if mode == "encoder" else 2 * seq_len)
+        if needed is not None and needed > spec.max_len:
+            raise ValueError(
+                f"seq_len={seq_len} needs model inputs of {needed} tokens in mode {mode!r} "
+                f"but net.max_len={spec.max_len}; raise model.init_args.net.max_len"
+            )
         self.mode = mode
         self.num_symbols = num_symbols
         self.sep = num_symbols  # the separator token id, after the digits
@@ -107,17 +115,11 @@ class SequenceReversalTask(AttentionTask):
         self.decode_method = decode_method
         self.attention_config = resolve_attention(attention, attention_override)
         self.net = SequenceTransformer(
+            spec,
             vocab_size=num_symbols + 1,
             num_outputs=num_symbols,  # SEP is never a target
-            max_len=max_len,
-            d_model=d_model,
-            num_heads=num_heads,
-            num_layers=num_layers,
-            d_ff=d_ff,
+            max_len=spec.max_len,
             attention=self.attention_config,
-            dropout=dropout,
-            positional=positional,
-            projections=projections,
         )
         if mode == "decoder":
             require_causal(
@@ -135,23 +137,6 @@ class SequenceReversalTask(AttentionTask):
 
     def _metric(self, key: str) -> MeanMetric:
         return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module
-
-    def setup(self, stage: str) -> None:
-        data = getattr(self.trainer, "datamodule", None)
-        if data is None:
-            return
-        if getattr(data, "num_symbols", self.num_symbols) != self.num_symbols:
-            raise ValueError(
-                f"model num_symbols={self.num_symbols} differs from the data's "
-                f"num_symbols={data.num_symbols}; set both to the same value"
-            )
-        seq_len = getattr(data, "seq_len", 0)
-        needed = seq_len if self.mode == "encoder" else 2 * seq_len
-        if needed > self.net.max_len:
-            raise ValueError(
-                f"seq_len={seq_len} needs model inputs of {needed} tokens in mode {self.mode!r} "
-                f"but max_len={self.net.max_len}; raise model.init_args.max_len"
-            )
 
     # ------------------------------------------------------------------ model
     def forward(self, source: Tensor, target: Tensor) -> Tensor:
@@ -248,22 +233,20 @@ class SequenceReversalTask(AttentionTask):
         ``correct`` is 1 when the whole prediction equals the target, 0 if not, empty (as is
         ``target``) when the data have no target. ``predictions`` are ``predict_step``'s rows.
         """
-        path = Path(folder) / "predictions.csv"
-        with path.open("w", newline="") as file:
-            writer = csv.writer(file)
-            writer.writerow(["index", "source", "prediction", "target", "correct"])
-            for index, row in zip(indices, predictions, strict=True):
-                target = row.get("target")
-                correct = "" if target is None else int(torch.equal(row["prediction"], target))
-                writer.writerow(
-                    [
-                        index,
-                        _tokens(row["source"]),
-                        _tokens(row["prediction"]),
-                        "" if target is None else _tokens(target),
-                        correct,
-                    ]
-                )
+        rows = []
+        for index, row in zip(indices, predictions, strict=True):
+            target = row.get("target")
+            correct = "" if target is None else int(torch.equal(row["prediction"], target))
+            rows.append(
+                {
+                    "index": index,
+                    "source": _tokens(row["source"]),
+                    "prediction": _tokens(row["prediction"]),
+                    "target": "" if target is None else _tokens(target),
+                    "correct": correct,
+                }
+            )
+        path = write_csv(Path(folder) / "predictions.csv", rows, fields=PREDICTION_FIELDS)
         return [path]
 
     # ------------------------------------------------------------------ samples for TensorBoard

@@ -1,0 +1,193 @@
+"""Model sizes stated once: the typed specs the models are built from and the tasks take.
+
+A task (``attn_lightning.tasks``) takes its model's sizes as one argument, ``net``, typed by the
+spec of its model; the model's constructor takes the same spec. Sizes that belong to the data
+(vocabulary, image side, classes) are not in a spec: the CLI links them from the DataModule.
+In YAML a spec is a mapping under ``model.init_args.net``::
+
+    model:
+      class_path: attn_lightning.tasks.SequenceReversalTask
+      init_args:
+        net: {d_model: 128, num_layers: 4}
+
+Checkpoints save a spec as a plain dict (``spec_dict``), so they load with ``weights_only=True``;
+``as_spec`` turns that dict (or a YAML mapping) back into the spec, naming any unknown key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from attn_lightning.models.transformer import Projections, check_projections
+
+POSITIONALS = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class TransformerSpec:
+    """A pre-norm transformer stack (``models.transformer.TransformerEncoder``).
+
+    Attributes:
+        d_model: E, the width of every token.
+        num_heads: H; E must be a multiple of H (head_dim = E / H).
+        num_layers: encoder blocks.
+        d_ff: hidden width of each block's feed-forward.
+        dropout: dropout after embeddings, attention and feed-forward.
+        positional: ``sinusoidal`` or ``learned`` position encodings.
+        projections: ``true`` (Q, K, V, out), ``no_qk`` (V, out) or ``false`` (none).
+    """
+
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 256
+    dropout: float = 0.0
+    positional: str = "sinusoidal"
+    projections: Projections = True
+
+    def __post_init__(self) -> None:
+        check_projections(self.projections)
+        if self.positional not in POSITIONALS:
+            raise ValueError(
+                f"unknown positional {self.positional!r}; allowed: {', '.join(POSITIONALS)}"
+            )
+
+    def encoder_sizes(self) -> dict[str, Any]:
+        """The ``TransformerEncoder`` keyword arguments of this spec."""
+        return {
+            "num_layers": self.num_layers,
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "d_ff": self.d_ff,
+            "dropout": self.dropout,
+            "projections": self.projections,
+        }
+
+
+@dataclass(frozen=True)
+class SequenceSpec(TransformerSpec):
+    """A token transformer (``models.sequence.SequenceTransformer``) for reversal.
+
+    Attributes:
+        max_len: the longest input it can take (its positional table); longer than the data's
+            sequences to evaluate on longer ones.
+    """
+
+    max_len: int = 1024
+
+
+@dataclass(frozen=True)
+class PixelSpec(TransformerSpec):
+    """The pixel model (``models.pixel.PixelTransformer``): learned positions by default.
+
+    Attributes:
+        output: ``categorical`` or ``logistic_mixture`` (of ``num_mixtures`` logistics).
+        num_mixtures: K of the logistic mixture.
+    """
+
+    positional: str = "learned"
+    output: str = "categorical"
+    num_mixtures: int = 10
+
+
+@dataclass(frozen=True)
+class VitSpec(TransformerSpec):
+    """A Vision Transformer (``models.vit.VisionTransformer``).
+
+    Attributes:
+        patch_size: side p of the patches (1: one token per pixel); must divide the image side.
+    """
+
+    d_ff: int = 128
+    patch_size: int = 1
+
+
+@dataclass(frozen=True)
+class DetrSpec:
+    """DETR (``models.detr.DETR``); the attention at each site is the task's, not a size.
+
+    Attributes:
+        num_queries: N object queries (the most objects an image can yield).
+        d_model, num_heads, d_ff, dropout: transformer sizes.
+        num_encoder_layers: 0 is allowed (DETR's "no encoder" ablation).
+        num_decoder_layers: at least 1.
+        backbone: ``small_cnn`` or ``resnet18`` (random init), sized by ``backbone_width`` and
+            ``backbone_stages`` (``models.backbone``).
+    """
+
+    num_queries: int = 10
+    d_model: int = 64
+    num_heads: int = 4
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    d_ff: int = 256
+    dropout: float = 0.0
+    backbone: str = "small_cnn"
+    backbone_width: int = 32
+    backbone_stages: int = 3
+
+
+@dataclass(frozen=True)
+class MLPSpec:
+    """The LoRA study's classifier (``models.mlp.MLP``).
+
+    Attributes:
+        hidden_sizes: widths of the hidden layers, in order (784-64-64-10 by default).
+    """
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+
+
+S = TypeVar("S")
+
+
+def as_spec(spec_type: type[S], value: S | Mapping[str, Any] | None) -> S:
+    """``value`` as a ``spec_type``: a spec as is, a mapping (YAML, a checkpoint's dict) by its
+    keys, None as the defaults.
+
+    Raises:
+        ValueError: a key the spec does not have (naming it and the allowed ones) or a bad value.
+    """
+    if value is None:
+        return spec_type()
+    if isinstance(value, spec_type):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"net must be a {spec_type.__name__} or a mapping of its sizes, got {value!r}"
+        )
+    allowed = [f.name for f in dataclasses.fields(spec_type)]  # type: ignore[arg-type]
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"unknown size(s) {', '.join(map(repr, unknown))} in net ({spec_type.__name__}); "
+            f"allowed: {', '.join(allowed)}"
+        )
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    return spec_type(**kwargs)
+
+
+def spec_dict(spec: Any) -> dict[str, Any]:
+    """A spec as a plain dict of primitives (tuples as lists), as checkpoints save it."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(spec).items()}
+
+
+def spec_fields(spec_type: type) -> tuple[str, ...]:
+    """The size names of a spec type (the keys that live under ``net``)."""
+    return tuple(f.name for f in dataclasses.fields(spec_type))
+
+
+__all__ = [
+    "DetrSpec",
+    "MLPSpec",
+    "PixelSpec",
+    "SequenceSpec",
+    "TransformerSpec",
+    "VitSpec",
+    "as_spec",
+    "spec_dict",
+    "spec_fields",
+]
