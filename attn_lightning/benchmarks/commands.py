@@ -26,7 +26,7 @@ from attn_lightning.benchmarks import (
 )
 from attn_lightning.benchmarks.decode import run_decode
 from attn_lightning.benchmarks.measure import available_memory_bytes, matmul_gflops
-from attn_lightning.benchmarks.protocols import PROTOCOLS, Protocol
+from attn_lightning.benchmarks.protocols import PROTOCOLS, TimingProtocol
 from attn_lightning.benchmarks.specs import BackendSpec
 
 log = logging.getLogger("attn_lightning.benchmark")
@@ -44,7 +44,7 @@ def _write(out: Path, tag: str, meta: dict, rows: Sequence, tables: str) -> None
 def cmd_latency(args: argparse.Namespace) -> str:
     device = torch.device(args.device)
     base = PROTOCOLS[args.protocol]
-    protocol = Protocol(
+    protocol = TimingProtocol(
         name=base.name,
         lengths=tuple(args.lengths or base.lengths),
         heads=args.heads or base.heads,

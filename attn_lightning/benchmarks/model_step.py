@@ -13,9 +13,9 @@ times one full step (forward, loss, backward, gradient clipping at 1.0, AdamW) o
 with d_model = width, d_ff = 4·width, H heads of width/H, dropout 0, on random inputs (speed does
 not depend on the values). Each point is the median of timed steps after warm-up, within a time
 budget per point as ``measure.timed_point``; a point whose step is estimated (from the fastest
-steps of the last two points of its series, ``t·(N/N₀)^α``, α clamped to [1, 2] as in
-``scaling``) above the budget is skipped with the estimate, and so are the larger N of that
-series.
+steps of the last two points of its series, ``t·(N/N₀)^α``, α clamped to [1, 2]: the loop of
+``budget.run_budgeted``, as ``scaling``'s) above the budget is skipped with the estimate, and so
+are the larger N of that series.
 
 Attention share: hooks on every ``MultiHeadAttention.backend`` time, in the same timed steps,
 each backend call's forward (pre-hook → hook) and backward (the gradient of its output arriving →
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -41,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.benchmarks.measure import is_out_of_memory, synchronize
+from attn_lightning.benchmarks.budget import extrapolate, growth_exponent, run_budgeted
+from attn_lightning.benchmarks.measure import synchronize
 from attn_lightning.benchmarks.specs import BackendSpec
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim
 from attn_lightning.models.sequence import SequenceTransformer
@@ -244,18 +244,19 @@ def _measure(row: Row, net: nn.Module, loss_fn: Callable[[], Tensor], settings: 
         row.note = "1 run (over budget)"
 
 
-def _estimate_ms(measured: Sequence[Row], n: int) -> float:
-    """``t·(N/N₀)^α`` from the last measured point's fastest step; α from the last two points
+def _skip(measured: Sequence[Row], row: Row, budget_s: float) -> str | None:
+    """ "too slow" (the estimate kept in ``est_ms``) when the step is estimated over the budget:
+    ``t·(N/N₀)^α`` from the last measured point's fastest step, α from the last two points
     clamped to [1, 2]."""
     # The fastest step, not the median: contention on a shared machine only adds time, and one
     # disturbed point must not cut its series short.
-    points = [(r.n, r.step_ms_min or 0.0) for r in measured[-2:]]  # measured rows have a time
+    points = [(r.n, r.step_ms_min) for r in measured[-2:]]
     n1, t1 = points[-1]
-    alpha = 2.0  # the safe bound with a single point
-    if len(points) == 2 and points[0][0] != n1:
-        n0, t0 = points[0]
-        alpha = min(2.0, max(1.0, math.log(t1 / t0) / math.log(n1 / n0)))
-    return t1 * (n / n1) ** alpha
+    est = extrapolate(t1 or 0.0, n1, row.n, growth_exponent(points))
+    if est / 1e3 <= budget_s:
+        return None
+    row.est_ms = est
+    return f"too slow (est. {est / 1e3:.3g} s/step)"
 
 
 def run_series(
@@ -266,40 +267,29 @@ def run_series(
     settings: Settings,
     dtype_name: str,
 ) -> list[Row]:
-    """All N of one (model, width, backend), skipping what would exceed the budget."""
-    rows: list[Row] = []
-    measured: list[Row] = []
-    dead = ""  # set after a real OOM: larger N cannot fit either
-    for n in sorted(lengths):
-        s = settings
-        row = Row(model, width, s.layers, s.heads, spec.label, n, s.batch, dtype_name)
-        rows.append(row)
-        if dead:
-            row.note = dead
-            continue
-        if measured:
-            est = _estimate_ms(measured, n)
-            if est / 1e3 > s.budget_s:
-                row.est_ms, row.note = est, f"too slow (est. {est / 1e3:.3g} s/step)"
-                continue
-        try:
-            net, loss_fn = build_model(model, n=n, width=width, spec=spec, settings=s)
-            row.params = sum(p.numel() for p in net.parameters())
-            _measure(row, net.train(), loss_fn, s)
-        except (RuntimeError, MemoryError) as err:
-            if not is_out_of_memory(err):
-                raise
-            row.note, dead = "OOM", f"OOM at N={n}"
-            if s.device.type == "cuda":
-                torch.cuda.empty_cache()
-            continue
-        measured.append(row)
-        share = 100 * (row.attn_share or 0.0)
-        log.info(
-            f"{model:8} w={width:<4} {spec.label:28} N={n:<6} {row.step_ms:9.1f} ms/step "
-            f"{row.tokens_per_s:10.0f} tok/s, attention {share:4.1f}%"
+    """All N of one (model, width, backend), skipping what would exceed the budget
+    (``budget.run_budgeted``)."""
+    s = settings
+
+    def measure(row: Row) -> None:
+        net, loss_fn = build_model(model, n=row.n, width=width, spec=spec, settings=s)
+        row.params = sum(p.numel() for p in net.parameters())  # a fact of the model, kept on OOM
+        _measure(row, net.train(), loss_fn, s)
+
+    def measured_line(row: Row) -> str:
+        return (
+            f"{model:8} w={width:<4} {spec.label:28} N={row.n:<6} {row.step_ms:9.1f} ms/step "
+            f"{row.tokens_per_s:10.0f} tok/s, attention {100 * (row.attn_share or 0.0):4.1f}%"
         )
-    return rows
+
+    return run_budgeted(
+        lengths,
+        new_row=lambda n: Row(model, width, s.layers, s.heads, spec.label, n, s.batch, dtype_name),
+        skip=lambda measured, row: _skip(measured, row, s.budget_s),
+        measure=measure,
+        device=s.device,
+        measured_line=measured_line,
+    )
 
 
 def run_model_steps(
