@@ -11,18 +11,8 @@
               reversal and pixel models vs N, the share of it spent inside attention, and the
               N from which each backend beats softmax end to end vs in attention alone
 
-Examples::
-
-    python -m attn_lightning.benchmark latency --backends softmax linear performer \\
-        --lengths 256 1024 4096 16384 --causal both
-    python -m attn_lightning.benchmark latency --protocol fixed-batch --out docs/figures
-    python -m attn_lightning.benchmark approx --out docs/figures
-    python -m attn_lightning.benchmark kernels --checkpoint checkpoints/last.ckpt
-    python -m attn_lightning.benchmark model --models reversal pixel \\
-        --backends softmax linear performer polysketch --lengths 256 1024 4096 16384 \\
-        --widths 64 256 --out docs/figures
-
-The implementation lives in ``attn_lightning.benchmarks`` (one module per concern).
+The commands are the rows of ``attn_lightning.benchmarks.cli.COMMANDS`` (one module each in
+``attn_lightning.benchmarks``); ``--help`` shows examples, ``<command> --help`` its flags.
 """
 
 from __future__ import annotations

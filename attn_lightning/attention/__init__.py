@@ -2,6 +2,7 @@
 
 from attn_lightning.attention.base import (
     Attention,
+    Grid,
     State,
     check_finite,
     check_finite_enabled,
@@ -23,6 +24,7 @@ __all__ = [
     "ATTENTIONS",
     "Attention",
     "FeatureMapAttention",
+    "Grid",
     "State",
     "attention_class",
     "attention_options",

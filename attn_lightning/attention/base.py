@@ -25,6 +25,11 @@ makes ``forward`` and ``step`` raise a ``ValueError`` naming the tensor (q, k or
 and the ``(b, h, n, d)`` position of the first non-finite value at an unmasked position (masked
 garbage is allowed). Off by default: it costs a pass over the inputs and a device sync.
 
+``grid``: ``forward(..., grid=(rows, cols))`` says how the S key tokens lie on a 2-D map, in raster
+order (self-attention: the queries too); ``rows · cols`` must equal S. It is per call, like the
+mask (an image batch may change size), never stored. Backends that do not use positions ignore
+it; ``pool`` windows over it. None: the tokens are a sequence.
+
 A backend only mixes values; projections, heads, norms and residuals live in
 ``attn_lightning.models.transformer.MultiHeadAttention``.
 """
@@ -33,14 +38,19 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import inspect
 import os
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 # A recurrent state is a tuple of tensors owned by the caller: ``step`` returns it, never stores it.
 State = tuple[Tensor, ...]
+# (rows, cols) of the token map, raster order: see ``grid`` in the module docstring.
+Grid = tuple[int, int]
 
 CHECK_FINITE_ENV = "ATTN_LIGHTNING_CHECK_FINITE"
 # The process-wide switch, in a dict so the setters need no ``global``.
@@ -90,6 +100,25 @@ class Attention(nn.Module, abc.ABC):
     # False for self-attention-only mixers (local pooling on the token grid): no L != S form.
     supports_cross_attention: bool = True
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # A backend written before ``grid`` joined the contract has ``_attend(q, k, v, *,
+        # causal, key_padding_mask)``: it keeps working (it never used positions), told once.
+        attend = cls.__dict__.get("_attend")
+        if attend is not None and "grid" not in inspect.signature(attend).parameters:
+            warnings.warn(
+                f"{cls.__qualname__}._attend has no 'grid' argument; write _attend(self, q, k, v, "
+                f"*, causal, key_padding_mask, grid) (grid: the (rows, cols) token map or None)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            cls._attend_takes_grid = False
+        elif attend is not None:
+            cls._attend_takes_grid = True
+
+    # Set per class by ``__init_subclass__``: whether ``_attend`` accepts ``grid``.
+    _attend_takes_grid: bool = True
+
     def __init__(self, *, head_dim: int) -> None:
         super().__init__()
         if not isinstance(head_dim, int) or head_dim <= 0:
@@ -113,9 +142,18 @@ class Attention(nn.Module, abc.ABC):
         *,
         causal: bool = False,
         key_padding_mask: Tensor | None = None,
+        grid: Sequence[int] | None = None,
     ) -> Tensor:
-        """Mix ``v`` by the similarity of ``q`` and ``k``; see the module docstring for shapes."""
+        """Mix ``v`` by the similarity of ``q`` and ``k``; see the module docstring for shapes.
+
+        ``grid``: ``(rows, cols)`` of the S key tokens on a 2-D map (raster order), or None.
+
+        Raises:
+            ValueError: bad shapes, mask or grid (``rows · cols != S``), naming the values.
+            NotImplementedError: ``causal=True`` for a backend with no causal form.
+        """
         self._check_inputs(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+        cells = self._check_grid(grid, k.shape[2])
         if causal and not self.supports_causal:
             raise NotImplementedError(
                 f"attention {self.name!r} does not support causal=True; "
@@ -128,8 +166,10 @@ class Attention(nn.Module, abc.ABC):
             padded = ~key_padding_mask[:, None, :, None]  # (B, 1, S, 1)
             k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
         if causal:
-            return self._attend_causal(q, k, v, key_padding_mask)
-        return self._attend(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+            return self._attend_causal(q, k, v, key_padding_mask, cells)
+        return self._call_attend(
+            q, k, v, causal=False, key_padding_mask=key_padding_mask, grid=cells
+        )
 
     def step(
         self, q: Tensor, k: Tensor, v: Tensor, state: State | None = None
@@ -168,14 +208,39 @@ class Attention(nn.Module, abc.ABC):
     # ------------------------------------------------------------------ for subclasses
     @abc.abstractmethod
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        grid: Grid | None,
     ) -> Tensor: ...
+
+    def _call_attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        grid: Grid | None,
+    ) -> Tensor:
+        """``_attend``, leaving ``grid`` out for a backend older than it (``__init_subclass__``)."""
+        if self._attend_takes_grid:
+            return self._attend(
+                q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid
+            )
+        old_attend: Any = self._attend  # typed as today's signature; it has no ``grid``
+        return cast(Tensor, old_attend(q, k, v, causal=causal, key_padding_mask=key_padding_mask))
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
         raise NotImplementedError  # pragma: no cover - guarded by supports_recurrence
 
     def _attend_causal(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, grid: Grid | None
     ) -> Tensor:
         """``_attend(causal=True)``, keeping a non-finite key or value from the earlier outputs.
 
@@ -190,10 +255,12 @@ class Attention(nn.Module, abc.ABC):
         with torch.no_grad():  # a probe: nothing to record for backward
             finite = bool(torch.isfinite(k.sum(dtype=acc) + v.sum(dtype=acc)))
         if finite:
-            return self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask)
+            return self._call_attend(
+                q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid
+            )
         bad = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, S)
         k, v = k.masked_fill(bad[..., None], 0.0), v.masked_fill(bad[..., None], 0.0)
-        out = self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask)
+        out = self._call_attend(q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid)
         sees_bad = bad.cummax(dim=-1).values[..., None]  # (B, H, L, 1): some j <= i is bad
         return out.masked_fill(sees_bad, float("nan"))
 
@@ -213,6 +280,26 @@ class Attention(nn.Module, abc.ABC):
                     f"(b, h, n, d) = {where}, the first at an unmasked position (check_finite "
                     f"is on; padded keys and values may hold anything)"
                 )
+
+    def _check_grid(self, grid: Sequence[int] | None, s: int) -> Grid | None:
+        """``grid`` as a ``(rows, cols)`` tuple of positive ints covering the S tokens, or None."""
+        if grid is None:
+            return None
+        cells = tuple(grid) if isinstance(grid, Sequence) else ()
+        if len(cells) != 2 or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in cells
+        ):
+            raise ValueError(
+                f"attention {self.name!r}: grid must be (rows, cols), two positive ints, "
+                f"got {grid!r}"
+            )
+        rows, cols = cells
+        if rows * cols != s:
+            raise ValueError(
+                f"attention {self.name!r}: grid {(rows, cols)} has {rows * cols} cells but the "
+                f"sequence has S={s} tokens"
+            )
+        return rows, cols
 
     def _check_inputs(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.base import Attention, accumulation_dtype
+from attn_lightning.attention.base import Attention, Grid, accumulation_dtype
 
 SOLVERS = ("woodbury", "svd")
 DICTIONARIES = ("values", "keys")
@@ -232,7 +232,14 @@ class OptimizationAttention(Attention):
 
     # ------------------------------------------------------------------ contract
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        grid: Grid | None,
     ) -> Tensor:
         atoms = self._dictionary(q, k, v)
         dtype = accumulation_dtype(torch.promote_types(torch.result_type(q, k), v.dtype))

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attn_lightning.attention import kv_cache
-from attn_lightning.attention.base import Attention, State, accumulation_dtype
+from attn_lightning.attention.base import Attention, Grid, State, accumulation_dtype
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.power_exact import blocked_keys, exact_power_attention
 from attn_lightning.attention.qk_norm import QKNorm, check_norm
@@ -148,7 +148,14 @@ class PolynomialAttention(Attention):
 
     # ------------------------------------------------------------------ contract
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        grid: Grid | None,
     ) -> Tensor:
         return self._exact(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
 

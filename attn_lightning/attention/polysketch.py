@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.base import State, accumulation_dtype
+from attn_lightning.attention.base import Grid, State, accumulation_dtype
 from attn_lightning.attention.block_local import block_mixed_attention, block_mixed_step
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.linear_kernels import DEFAULT_EPS
@@ -350,14 +350,23 @@ class PolySketchAttention(FeatureMapAttention):
         return phi_q, phi_k, v.to(acc), qn, kn
 
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        grid: Grid | None,
     ) -> Tensor:
         if not self.local_block:
             if self._kernel_form(q, k, v, causal=causal):
                 return self._attend_kernel(
                     q, k, v, causal=causal, key_padding_mask=key_padding_mask
                 )
-            return super()._attend(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+            return super()._attend(
+                q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid
+            )
         with torch.autocast(device_type=q.device.type, enabled=False):
             phi_q, phi_k, va, qn, kn = self._local_inputs(q, k, v)
             if key_padding_mask is not None:

@@ -17,19 +17,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.base import Attention, accumulation_dtype
+from attn_lightning.attention.base import Attention, Grid, accumulation_dtype
+
+_SPATIAL_SHAPE_REMOVED = (
+    "PoolAttention.spatial_shape was removed: pass the token grid per call, "
+    "attn(q, k, v, grid=(rows, cols))"
+)
 
 
 class PoolAttention(Attention):
     """Average of the values in a local window around each token, minus the token's own value.
 
-    Where the window lies: the backend sees only ``(B, H, L, D)``, so the grid is an attribute,
-    ``spatial_shape = (h, w)``, that the model owning the tokens sets before each forward (DETR
-    sets its encoder's feature-map size: images, hence grids, may change size between batches,
-    so a build-time option could not hold it). With a grid the window is k×k on the h×w map and
-    L must equal h·w; left ``None`` the window is k consecutive tokens of the sequence, which is
-    only meaningful where the sequence order is a 1-D neighbourhood (text, a row of pixels), not
-    for DETR's object queries (which DETR therefore refuses to pool).
+    Where the window lies: the backend sees only ``(B, H, L, D)``, so the model owning the
+    tokens passes their map per call, ``forward(..., grid=(h, w))`` (DETR passes this batch's
+    feature-map size: images, hence grids, may change size between batches, so a build-time
+    option could not hold it). With a grid the window is k×k on the h×w map and L must equal
+    h·w; with ``grid=None`` the window is k consecutive tokens of the sequence, which is only
+    meaningful where the sequence order is a 1-D neighbourhood (text, a row of pixels), not for
+    DETR's object queries (which DETR therefore refuses to pool).
 
     ``subtract_input`` (default True, as PoolFormer): PoolFormer's block is ``x + mixer(norm x)``,
     so subtracting the input leaves the residual path to carry x and the mixer to carry only how
@@ -63,10 +68,27 @@ class PoolAttention(Attention):
             )
         self.pool_size = pool_size
         self.subtract_input = bool(subtract_input)
-        self.spatial_shape: tuple[int, int] | None = None
+
+    # The grid was once an attribute the model set before each forward. Setting it now raises:
+    # it would otherwise add an attribute nobody reads, and pool over the 1-D sequence silently.
+    @property
+    def spatial_shape(self) -> None:
+        """Removed: pass ``grid=(rows, cols)`` to forward."""
+        raise AttributeError(_SPATIAL_SHAPE_REMOVED)
+
+    @spatial_shape.setter
+    def spatial_shape(self, value: object) -> None:
+        raise AttributeError(_SPATIAL_SHAPE_REMOVED)
 
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        grid: Grid | None,
     ) -> Tensor:
         b, h, l_q, _ = q.shape
         s, dv = v.shape[2], v.shape[3]
@@ -75,32 +97,21 @@ class PoolAttention(Attention):
                 f"attention {self.name!r} mixes each token with its neighbours (self-attention): "
                 f"needs L == S, got L={l_q}, S={s}"
             )
-        grid = self._grid(s)
+        shape = (s,) if grid is None else grid  # the forward checked rows·cols == S
         dtype = accumulation_dtype(v.dtype)
         # (B, H, S, Dv) -> (B, H·Dv, *grid): every head×channel is an image (or a 1-D signal).
-        x = v.to(dtype).permute(0, 1, 3, 2).reshape(b, h * dv, *grid)
+        x = v.to(dtype).permute(0, 1, 3, 2).reshape(b, h * dv, *shape)
         pooled = self._pool(x, include_pad=key_padding_mask is not None)
         if key_padding_mask is not None:
             # Padded values are zeroed by ``forward``, so the window sum counts real tokens only;
             # dividing by the pooled mask turns the k·k mean into the mean over real tokens.
-            real = key_padding_mask.to(dtype).view(b, 1, *grid)  # (B, 1, *grid)
+            real = key_padding_mask.to(dtype).view(b, 1, *shape)  # (B, 1, *shape)
             share = self._pool(real, include_pad=True)
             pooled = torch.where(share > 0, pooled / share.clamp_min(1e-12), 0.0)
         out = pooled.reshape(b, h, dv, s).transpose(-1, -2)  # (B, H, S, Dv)
         if self.subtract_input:
             out = out - v.to(dtype)
         return out.to(v.dtype)
-
-    def _grid(self, s: int) -> tuple[int, ...]:
-        if self.spatial_shape is None:
-            return (s,)
-        rows, cols = self.spatial_shape
-        if rows * cols != s:
-            raise ValueError(
-                f"attention {self.name!r}: spatial_shape {tuple(self.spatial_shape)} has "
-                f"{rows * cols} cells but the sequence has S={s} tokens"
-            )
-        return (rows, cols)
 
     def _pool(self, x: Tensor, *, include_pad: bool) -> Tensor:
         """Stride-1 average over the centred window; ``include_pad`` divides by k (k²) always."""
@@ -112,5 +123,5 @@ class PoolAttention(Attention):
     def extra_repr(self) -> str:
         return (
             f"head_dim={self.head_dim}, pool_size={self.pool_size}, "
-            f"subtract_input={self.subtract_input}, spatial_shape={self.spatial_shape}"
+            f"subtract_input={self.subtract_input}"
         )

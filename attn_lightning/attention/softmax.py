@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention import kv_cache
-from attn_lightning.attention.base import Attention, State, allowed_keys
+from attn_lightning.attention.base import Attention, Grid, State, allowed_keys
 
 
 class SoftmaxAttention(Attention):
@@ -47,7 +47,14 @@ class SoftmaxAttention(Attention):
         self.cache_size = cache_size
 
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        grid: Grid | None,
     ) -> Tensor:
         if key_padding_mask is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)

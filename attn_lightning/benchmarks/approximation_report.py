@@ -1,10 +1,22 @@
-"""Tables and figure panels of the ``approx`` experiments (rows from ``approximation``)."""
+"""``approx``: the command, tables and figure panels of the approximation experiments.
+
+The errors themselves are measured by ``approximation`` (relative error of the approximate
+backends against exact softmax or exact polynomial attention, float64); this module holds the
+command's arguments and run, one table per experiment and one figure per experiment.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+import torch
+
+from attn_lightning.benchmarks import approximation as approx
+from attn_lightning.benchmarks import plots, report
 from attn_lightning.benchmarks.approximation import ApproxRow
+from attn_lightning.benchmarks.arguments import add_output
 from attn_lightning.benchmarks.report import markdown_table
 
 
@@ -98,3 +110,87 @@ def markdown_tables(rows: Sequence[ApproxRow]) -> str:
         header = ["series", "reference", *(f"{mine[0].x_name}={x:g}" for x in xs)]
         parts.append(f"### {experiment}\n\n" + markdown_table(header, body))
     return "\n\n".join(parts)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``approx``."""
+    add_output(parser)
+    parser.add_argument(
+        "--experiments", nargs="+", choices=approx.EXPERIMENTS, default=list(approx.EXPERIMENTS)
+    )
+    parser.add_argument(
+        "--features", nargs="+", type=int, default=[16, 32, 64, 128, 256, 512, 1024]
+    )
+    parser.add_argument(
+        "--stds", nargs="+", type=float, default=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0]
+    )
+    parser.add_argument("--sketch-sizes", nargs="+", type=int, default=[4, 8, 16, 32, 64, 128])
+    parser.add_argument("--degrees", nargs="+", type=int, default=[2, 4, 6, 8, 10, 12, 16])
+    parser.add_argument("--draws", type=int, default=10)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument(
+        "--std",
+        nargs="+",
+        type=float,
+        default=[0.5, 1.0],
+        help="σ of q, k in the performer/sketch/degree sweeps (one curve each)",
+    )
+    parser.add_argument("--causal", action="store_true")
+
+
+def run(args: argparse.Namespace) -> str:
+    """Run the experiments; write ``<out>/<tag>.{csv,md}`` and a figure per experiment."""
+    settings = approx.ApproxSettings(
+        length=args.length,
+        heads=args.heads,
+        head_dim=args.head_dim,
+        draws=args.draws,
+        causal=args.causal,
+    )
+    rows: list[ApproxRow] = []
+    # experiment -> (rows(settings, values, suffix=...), the values swept)
+    sweeps: dict[str, tuple[Callable[..., list[ApproxRow]], Sequence[int]]] = {
+        "performer": (approx.performer_rows, args.features),
+        "sketch": (approx.sketch_rows, args.sketch_sizes),
+        "degree": (approx.degree_rows, args.degrees),
+    }
+    for experiment in args.experiments:
+        if experiment == "scale":
+            rows += approx.scale_rows(settings, args.stds)
+            continue
+        sweep, values = sweeps[experiment]
+        for std in args.std:  # one curve per σ, named by it when there are several
+            suffix = f" σ={std:g}" if len(args.std) > 1 else ""
+            rows += sweep(replace(settings, std=std), values, suffix=suffix)
+    shape = (
+        f"B=1, H={settings.heads}, N={settings.length}, D=Dv={settings.head_dim}, "
+        f"causal={settings.causal}, draws={settings.draws}"
+    )
+    meta = report.environment(
+        torch.device("cpu"),
+        command=args.command_line,
+        inputs=shape,
+        sweep_stds=args.std,
+        dtype="float64",
+        seeds="inputs: draw i; features: 10000 + i",
+        spread="std over draws in tables; min-max band in figures",
+    )
+    text = markdown_tables(rows)
+    tag = args.tag or "approximation"
+    report.write_report(args.out, tag, meta, rows, text)
+    caption = (
+        f"N={settings.length}, H={settings.heads}, D={settings.head_dim}, "
+        f"{settings.draws} draws, σ of q, k = {', '.join(map(str, args.std))} unless "
+        f"varied, float64, lines = mean, bands = min-max over draws"
+    )
+    for experiment in dict.fromkeys(r.experiment for r in rows):
+        plots.band_figure(
+            figure_panels(rows, experiment),
+            args.out / f"{tag}_{experiment}.png",
+            title=f"approximation error: {experiment}",
+            caption=caption,
+            ncols=2 if experiment == "performer" else 1,
+        )
+    return text + "\n"

@@ -1,7 +1,13 @@
-"""Per-token ``step`` latency after a context of T tokens: O(1) recurrent state vs KV cache."""
+"""``decode``: per-token ``step`` latency after a context of T tokens, O(1) recurrent state vs
+KV cache; ``<out>/<tag>.{csv,md}`` with one row per (backend, context).
+
+The state is prefilled to the size of T tokens (random contents: only timing is measured), and
+each timed call steps the state the previous call returned, as a decoder does.
+"""
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -9,7 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from attn_lightning.attention import Attention, FeatureMapAttention, State
-from attn_lightning.attention.kv_cache import from_prefix
+from attn_lightning.attention.ops.kv_cache import from_prefix
+from attn_lightning.benchmarks import report
+from attn_lightning.benchmarks.arguments import add_output, add_timing
 from attn_lightning.benchmarks.measure import median_seconds
 from attn_lightning.benchmarks.specs import BackendSpec
 
@@ -18,6 +26,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DecodeRow:
+    """One backend at one context length: ms per decoded token (median of the timed steps)."""
+
     backend: str
     context: int
     batch: int
@@ -96,3 +106,39 @@ def run_decode(
             rows.append(DecodeRow(spec.label, t, batch, heads, head_dim, sec * 1e3))
             log.info("%-32s context=%-7d %.3f ms/token", spec.label, t, sec * 1e3)
     return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``decode``."""
+    add_output(parser)
+    add_timing(parser)
+    parser.add_argument("--contexts", nargs="+", type=int, default=[1024, 4096, 16384, 65536])
+
+
+def run(args: argparse.Namespace) -> str:
+    """Time every backend's ``step`` at every context; write the files, return the table."""
+    device = torch.device(args.device)
+    rows = run_decode(
+        args.backends,
+        contexts=args.contexts,
+        batch=args.batch or 4,
+        heads=args.heads or 4,
+        head_dim=args.head_dim or 64,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        device=device,
+    )
+    meta = report.environment(
+        device, command=args.command_line, repeats=args.repeats, warmup=args.warmup
+    )
+    contexts = sorted({r.context for r in rows})
+    index = {(r.backend, r.context): r.ms for r in rows}
+    body = [
+        [b, *(f"{index[(b, t)]:.3f}" if (b, t) in index else "" for t in contexts)]
+        for b in dict.fromkeys(r.backend for r in rows)
+    ]
+    text = "## ms per decoded token\n\n" + report.markdown_table(
+        ["backend", *(f"T={t}" for t in contexts)], body
+    )
+    report.write_report(args.out, args.tag or f"decode_{device.type}", meta, rows, text)
+    return text + "\n"

@@ -1,28 +1,11 @@
-"""Forward FLOPs of one attention call, counted from each backend's algorithm.
+"""Forward FLOPs of one attention call, counted from each backend's algorithm: a row a backend.
 
-One function per backend, ``<name>_flops(shape, *, causal, <options>) -> FlopCount``, and the
-dispatcher ``attention_flops(name, shape, options)``. A call is the backend's ``forward`` on
-``q: (B, H, L, D)``, ``k: (B, H, S, D)``, ``v: (B, H, S, Dv)``, no padding mask, eval mode unless
-``training=True``. Every count below is per batch·head and is multiplied by B·H.
-
-What is counted, and how:
-
-* **matmul**: every matrix product the backend runs, as 2·m·n·k (a multiply-add is 2 FLOPs) —
-  exactly what ``torch.utils.flop_counter.FlopCounterMode`` counts for ``mm``/``bmm``/``addmm``/
-  ``baddbmm``/SDPA, which the tests check term by term. Products an implementation runs as a
-  trick are counted as they run (PolySketch's symmetric square is two matmuls with fixed 0/1
-  selection matrices, 4·r·F per token, where an element-wise gather would be F multiplies).
-* **solve**: LAPACK factorisations and triangular solves, by their textbook operation counts
-  (FlopCounterMode counts none of them): Cholesky of a D×D matrix D³/3, a Cholesky solve with
-  n right-hand sides 2·D²·n (two triangular solves), a thin SVD of an m×n matrix (m ≥ n, U₁, Σ
-  and V) 6·m·n² + 20·n³ (Golub & Van Loan's R-SVD count; LAPACK's divide-and-conquer differs by a
-  constant factor).
-* **other**: counted only where a backend has no product at all, so that its count is not 0:
-  ``pool``'s window sums, one add per window element and output element.
-* **ignored**: element-wise work (scaling, exp / pow / soft-threshold, softmax's max, sum and
-  divide, ~5 ops per score; feature-map nonlinearities, LayerNorms, normaliser divisions),
-  reductions that are not products (the normaliser Σφ(k), prefix sums over chunk states), masks,
-  copies and random draws. For softmax they add ~5·L·S FLOPs against 2·L·S·(D + Dv).
+``FORMULAS`` is the table ``{backend name: formula}``, one row for every registered backend; a
+formula is ``<name>_flops(shape, *, causal, <options>) -> FlopCount`` and ``attention_flops(name,
+shape, options)`` looks it up. A call is the backend's ``forward`` on ``q: (B, H, L, D)``,
+``k: (B, H, S, D)``, ``v: (B, H, S, Dv)``, no padding mask, eval mode unless ``training=True``.
+Every count below is per batch·head and is multiplied by B·H. What is counted (matmuls as 2·m·n·k,
+LAPACK solves, element-wise work ignored) is said in ``flop_count``.
 
 Formulas per batch·head (F features, C = causal chunk, N' = N rounded up to a multiple of C,
 E = Dv + 1 when a normaliser column rides along, P = visible (query, key) pairs):
@@ -64,112 +47,45 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from attn_lightning.attention.polysketch import uses_kernel_form
+from attn_lightning.benchmarks.flop_count import (
+    CallShape,
+    FlopCount,
+    causal_padded,
+    count,
+    feature_product,
+    format_flops,
+    no_causal_form,
+    symmetric,
+    visible_pairs,
+)
 
-# A term's name -> its FLOPs (whole call: B·H included).
-Terms = Mapping[str, int]
-
-
-@dataclass(frozen=True)
-class CallShape:
-    """The shapes of one call: ``q: (B, H, L, D)``, ``k: (B, H, S, D)``, ``v: (B, H, S, Dv)``."""
-
-    batch: int
-    heads: int
-    queries: int
-    keys: int
-    head_dim: int
-    value_dim: int
-
-    def __post_init__(self) -> None:
-        for name in ("batch", "heads", "queries", "keys", "head_dim", "value_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"CallShape.{name} must be an int >= 1, got {value!r}")
-
-    @classmethod
-    def self_attention(
-        cls, *, batch: int, heads: int, n: int, head_dim: int, value_dim: int | None = None
-    ) -> CallShape:
-        """L = S = n, Dv = D unless given (the latency protocols' shapes)."""
-        dv = head_dim if value_dim is None else value_dim
-        return cls(batch, heads, n, n, head_dim, dv)
-
-    @property
-    def groups(self) -> int:
-        """B·H: the independent (batch, head) problems of the call."""
-        return self.batch * self.heads
-
-
-@dataclass(frozen=True)
-class FlopCount:
-    """Forward FLOPs of one call (all batches and heads), by named term and kind.
-
-    ``matmul``: products as 2·m·n·k (what ``FlopCounterMode`` measures); ``solve``: LAPACK
-    factorisations and triangular solves; ``other``: non-matmul work counted where a backend has
-    no product (pool). See the module docstring for what is ignored.
-    """
-
-    matmul: Terms = field(default_factory=dict)
-    solve: Terms = field(default_factory=dict)
-    other: Terms = field(default_factory=dict)
-
-    @property
-    def matmul_total(self) -> int:
-        return sum(self.matmul.values())
-
-    @property
-    def total(self) -> int:
-        return self.matmul_total + sum(self.solve.values()) + sum(self.other.values())
-
-    def describe(self) -> str:
-        """``term = value`` for every nonzero term, largest first, in scientific notation."""
-        terms = {**self.matmul, **self.solve, **self.other}
-        ranked = sorted(terms.items(), key=lambda item: -item[1])
-        return "; ".join(f"{name} = {value:.3g}" for name, value in ranked if value)
-
-
-def _count(
-    shape: CallShape,
-    matmul: Mapping[str, float],
-    solve: Mapping[str, float] | None = None,
-    other: Mapping[str, float] | None = None,
-) -> FlopCount:
-    """Per-(batch, head) terms × B·H, as ints (D³/3 is the only fractional count: rounded)."""
-
-    def scale(terms: Mapping[str, float] | None) -> dict[str, int]:
-        return {k: round(v * shape.groups) for k, v in (terms or {}).items()}
-
-    return FlopCount(scale(matmul), scale(solve), scale(other))
-
-
-def _no_causal_form(name: str, causal: bool) -> None:
-    if causal:
-        raise ValueError(f"attention {name!r} has no causal form: no causal FLOP count either")
-
-
-def _visible_pairs(queries: int, keys: int, causal: bool) -> int:
-    """(query, key) pairs a query sees: all L·S, or causal (query i sees keys j ≤ i)."""
-    if not causal:
-        return queries * keys
-    if queries <= keys:
-        return queries * (queries + 1) // 2
-    return keys * (keys + 1) // 2 + (queries - keys) * keys
-
-
-def _symmetric(r: int) -> int:
-    """r(r+1)/2: the features of ``symmetric_square`` of an r-vector."""
-    return r * (r + 1) // 2
+__all__ = [
+    "FORMULAS",
+    "CallShape",
+    "FlopCount",
+    "attention_flops",
+    "format_flops",
+    "linear_flops",
+    "mean_flops",
+    "optimization_flops",
+    "performer_feature_dim",
+    "performer_flops",
+    "polynomial_flops",
+    "polysketch_features",
+    "polysketch_flops",
+    "pool_flops",
+    "softmax_flops",
+]
 
 
 # ------------------------------------------------------------------------------- quadratic
 def softmax_flops(shape: CallShape, *, causal: bool = False) -> FlopCount:
     """``softmax(QKᵀ/√D) V``: 2·P·D + 2·P·Dv (P = visible pairs); the softmax is ignored."""
-    pairs = _visible_pairs(shape.queries, shape.keys, causal)
-    return _count(
+    pairs = visible_pairs(shape.queries, shape.keys, causal)
+    return count(
         shape,
         {"scores QKᵀ": 2 * pairs * shape.head_dim, "weights·V": 2 * pairs * shape.value_dim},
     )
@@ -182,47 +98,14 @@ def polynomial_flops(shape: CallShape, *, causal: bool = False) -> FlopCount:
 
 
 # ----------------------------------------------------------------------------- feature map
-def _feature_product(
-    shape: CallShape,
-    features: int,
-    phi: Mapping[str, float],
-    *,
-    causal: bool,
-    chunk_size: int,
-) -> FlopCount:
-    """φ(q), φ(k) (``phi``: per batch·head) + the shared kernel of ``linear_kernels``."""
-    f, dv = features, shape.value_dim
-    e = dv + 1  # the normaliser rides along as one more column
-    if not causal:
-        terms = {
-            **phi,
-            "state φ(K)ᵀV": 2 * shape.keys * f * dv,
-            "readout φ(Q)[S, z]": 2 * shape.queries * f * e,
-        }
-        return _count(shape, terms)
-    if shape.queries != shape.keys:
-        raise ValueError(f"causal attention needs L == S, got L={shape.queries}, S={shape.keys}")
-    n = shape.queries
-    c = max(1, min(chunk_size, n))  # as ``causal_linear_attention``
-    padded = -(-n // c) * c
-    terms = {
-        **phi,
-        "chunk scores tril(Q_c K_cᵀ)": 2 * padded * c * f,
-        "chunk weights·[V, 1]": 2 * padded * c * e,
-        "chunk states K_cᵀ[V, 1]": 2 * padded * f * e,
-        "cross-chunk readout Q_c S_{c-1}": 2 * padded * f * e,
-    }
-    return _count(shape, terms)
-
-
 def linear_flops(shape: CallShape, *, causal: bool = False, chunk_size: int = 64) -> FlopCount:
     """Katharopoulos et al.: F = D, an element-wise φ (not counted)."""
-    return _feature_product(shape, shape.head_dim, {}, causal=causal, chunk_size=chunk_size)
+    return feature_product(shape, shape.head_dim, {}, causal=causal, chunk_size=chunk_size)
 
 
 def mean_flops(shape: CallShape, *, causal: bool = False, chunk_size: int = 64) -> FlopCount:
     """Mean pooling: the feature-map kernel with φ = 1, F = 1."""
-    return _feature_product(shape, 1, {}, causal=causal, chunk_size=chunk_size)
+    return feature_product(shape, 1, {}, causal=causal, chunk_size=chunk_size)
 
 
 def performer_feature_dim(num_features: int, kernel: str) -> int:
@@ -242,7 +125,7 @@ def performer_flops(
     d, m = shape.head_dim, num_features
     phi = {"φ(q): QWᵀ": 2 * shape.queries * d * m, "φ(k): KWᵀ": 2 * shape.keys * d * m}
     features = performer_feature_dim(num_features, kernel)
-    return _feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
+    return feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
 
 
 def polysketch_features(
@@ -260,21 +143,21 @@ def polysketch_features(
         ValueError: a (sketch, degree) pair the backend does not have.
     """
     d, r = head_dim, sketch_size
-    square_x = 4 * d * _symmetric(d)  # symmetric_square of x itself: two (D × D(D+1)/2) products
-    square_s = 4 * r * _symmetric(r)  # symmetric_square of the r-dim sketch
+    square_x = 4 * d * symmetric(d)  # symmetric_square of x itself: two (D × D(D+1)/2) products
+    square_s = 4 * r * symmetric(r)  # symmetric_square of the r-dim sketch
     gaussian = 4 * d * r  # RandomPolySketch: x S1 and x S2
     if learned_coefficients:  # [√a0, √a2 sym(x⊗x), √a4 sym(s⊗s)]: random sketch only
         if degree == 2:
-            return 1 + _symmetric(d), square_x
-        return 1 + _symmetric(d) + _symmetric(r), square_x + gaussian + square_s
+            return 1 + symmetric(d), square_x
+        return 1 + symmetric(d) + symmetric(r), square_x + gaussian + square_s
     if (sketch, degree) == ("random", 2):  # s = identity, r = D
-        return _symmetric(d), square_x
+        return symmetric(d), square_x
     if (sketch, degree) == ("random", 4):
-        return _symmetric(r), gaussian + square_s
+        return symmetric(r), gaussian + square_s
     if (sketch, degree) == ("learned", 4):
         inputs = [d] + [r] * (sketch_levels - 1)  # each level: Linear(in, 8r), Linear(8r, r)
         branch = sum(2 * n_in * 8 * r + 2 * 8 * r * r for n_in in inputs)
-        return _symmetric(r), 2 * branch + square_s
+        return symmetric(r), 2 * branch + square_s
     raise ValueError(f"polysketch has no sketch={sketch!r} of degree {degree!r}")
 
 
@@ -325,10 +208,10 @@ def polysketch_flops(
             chunk_size=chunk_size,
         )
         if not kernel:
-            return _feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
+            return feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
         # The (L, S) form: the sketch s(x) without its symmetric square, then one score product
         # per squared term and the weights times V (the mask and normaliser are not matmuls).
-        squares = 4 * sum(w * _symmetric(w) for w in widths)
+        squares = 4 * sum(w * symmetric(w) for w in widths)
         sketch_cost = per_token - squares
         pairs = shape.queries * shape.keys
         terms = {
@@ -337,14 +220,10 @@ def polysketch_flops(
             **{f"scores ⟨·,·⟩ (width {w})": 2 * pairs * w for w in widths},
             "weights·V": 2 * pairs * shape.value_dim,
         }
-        return _count(shape, terms)
+        return count(shape, terms)
     f, d, e, b = features, shape.head_dim, shape.value_dim + 1, local_block
     if causal:
-        if shape.queries != shape.keys:
-            raise ValueError(
-                f"causal attention needs L == S, got L={shape.queries}, S={shape.keys}"
-            )
-        padded = -(-shape.queries // b) * b
+        padded = causal_padded(shape, b)
         terms = {
             **phi,
             "block states Φ_kᵀ[V, 1]": 2 * padded * f * e,
@@ -352,7 +231,7 @@ def polysketch_flops(
             "near scores (in-block)": 2 * padded * b * d,
             "near weights·[V, 1]": 2 * padded * b * e,
         }
-        return _count(shape, terms)
+        return count(shape, terms)
     q_blocks, k_blocks = -(-shape.queries // b), -(-shape.keys // b)
     both = min(q_blocks, k_blocks)  # blocks with queries and keys: only those have a near part
     terms = {
@@ -363,7 +242,7 @@ def polysketch_flops(
         "near weights·[V, 1]": 2 * both * b * b * e,
         "far readout Φ_q (total − own)": 2 * q_blocks * b * f * e,
     }
-    return _count(shape, terms)
+    return count(shape, terms)
 
 
 # ---------------------------------------------------------------- parameter-free mixers
@@ -379,13 +258,13 @@ def pool_flops(
     ``grid``: the (h, w) map the tokens lie on (DETR's encoder sets it); None: a window of k
     consecutive tokens, the backend's behaviour without a grid (the latency benchmark's case).
     """
-    _no_causal_form("pool", causal)
+    no_causal_form("pool", causal)
     if shape.queries != shape.keys:
         raise ValueError(f"pool needs L == S, got L={shape.queries}, S={shape.keys}")
     if grid is not None and grid[0] * grid[1] != shape.keys:
         raise ValueError(f"grid {grid} has {grid[0] * grid[1]} cells, S={shape.keys}")
     window = pool_size if grid is None else pool_size**2
-    return _count(shape, {}, other={"window sums": shape.queries * shape.value_dim * window})
+    return count(shape, {}, other={"window sums": shape.queries * shape.value_dim * window})
 
 
 def optimization_flops(
@@ -406,7 +285,7 @@ def optimization_flops(
     Raises:
         ValueError: ``causal``; ``dictionary="values"`` with Dv != D (the backend refuses it).
     """
-    _no_causal_form("optimization", causal)
+    no_causal_form("optimization", causal)
     d, length, s = shape.head_dim, shape.queries, shape.keys
     if dictionary == "values" and shape.value_dim != d:
         raise ValueError(
@@ -430,10 +309,11 @@ def optimization_flops(
         solve = {"thin SVD of Dm": 6 * big * small**2 + 20 * small**3}
     else:
         raise ValueError(f"unknown solver {solver!r}; allowed: woodbury, svd")
-    return _count(shape, matmul, solve)
+    return count(shape, matmul, solve)
 
 
-# ------------------------------------------------------------------------------ dispatch
+# ------------------------------------------------------------------------ one row a backend
+# Every registered backend has a row (tests/benchmarks/test_flops.py checks it).
 FORMULAS: dict[str, Callable[..., FlopCount]] = {
     "linear": linear_flops,
     "mean": mean_flops,
@@ -474,13 +354,3 @@ def attention_flops(
     if "grid" in accepted:
         kwargs["grid"] = grid
     return formula(shape, causal=causal, **kwargs)
-
-
-def format_flops(value: float | None) -> str:
-    """``1.23 GFLOP`` style, with the unit that keeps 1-3 digits before the point."""
-    if value is None:
-        return "n/a"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}FLOP"
-    return f"{value:.3g} FLOP"

@@ -1,4 +1,4 @@
-"""Kernel shapes: each similarity as a function of the angle θ between two vectors.
+"""``kernels``: each similarity as a function of the angle θ between two vectors.
 
 For x, y of norm ``norm`` (1: unit vectors) at angle θ, so that ``d = xᵀy = norm²·cos θ``:
 
@@ -19,6 +19,7 @@ estimate, so its bias shows), so the figure compares shapes: how fast each kerne
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention.performer import draw_projection
+from attn_lightning.benchmarks import plots, report
+from attn_lightning.benchmarks.arguments import add_output
 
 SUFFIX = "coefficient_logits"
 EVEN_SUFFIX = "even_coefficient_logits"
@@ -161,3 +164,77 @@ def curves_to_rows(curves: Sequence[dict]) -> list[dict[str, float]]:
                 row[c["label"] + " [max]"] = c["hi"][t]
         rows.append(row)
     return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``kernels``."""
+    add_output(parser)
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="Lightning checkpoint or state dict with *coefficient_logits",
+    )
+    parser.add_argument("--degrees", nargs="+", type=int, default=[2, 4, 8])
+    parser.add_argument(
+        "--learned-degree",
+        type=int,
+        default=4,
+        help="degree of the 1/i! curve drawn without a checkpoint",
+    )
+    parser.add_argument("--head-dim", type=int, default=64, help="D of the elu+1 / Performer pairs")
+    parser.add_argument("--pairs", type=int, default=256, help="random pairs per angle")
+    parser.add_argument("--norm", type=float, default=1.0, help="‖x‖ = ‖y‖ (1: unit vectors)")
+    parser.add_argument("--num-features", type=int, default=64, help="Performer m")
+
+
+def run(args: argparse.Namespace) -> str:
+    """The curves (and learned coefficients); write ``<out>/<tag>.{csv,md,png}``."""
+    learned = load_learned_coefficients(args.checkpoint) if args.checkpoint else None
+    curves = kernel_curves(
+        degrees=args.degrees,
+        learned=learned,
+        learned_degree=args.learned_degree,
+        dim=args.head_dim,
+        pairs=args.pairs,
+        norm=args.norm,
+        num_features=args.num_features,
+    )
+    source = str(args.checkpoint) if args.checkpoint else "none: 1/i! initialisation plotted"
+    meta = report.environment(
+        torch.device("cpu"),
+        command=args.command_line,
+        checkpoint=source,
+        norm=args.norm,
+        head_dim=args.head_dim,
+        pairs=args.pairs,
+        performer_features=args.num_features,
+    )
+    rows = curves_to_rows(curves)
+    coarse = rows[:: max(1, len(rows) // 6)]
+    body = [[c["label"], *(f"{r[c['label']]:.3g}" for r in coarse)] for c in curves]
+    text = "## similarity / similarity at θ = 0\n\n" + report.markdown_table(
+        ["kernel", *(f"θ={r['theta_deg']:.0f}°" for r in coarse)], body
+    )
+    if learned:
+        width = max(len(a) for a in learned.values())
+        table = [
+            [name, *(f"{a[i]:.4g}" if i < len(a) else "" for i in range(width))]
+            for name, a in learned.items()
+        ]
+        text += "\n\n## learned coefficients a_i (1/i! at initialisation)\n\n"
+        text += report.markdown_table(["layer", *(f"a{i}" for i in range(width))], table)
+    tag = args.tag or "kernel_shapes"
+    report.write_report(args.out, tag, meta, rows, text)
+    floor = 1e-8  # log panel: the power kernels reach 0 at 90°
+    log_curves = [{**c, "y": [max(v, floor) for v in c["y"]], "lo": None} for c in curves]
+    panel = {"xlabel": "angle θ between x and y (degrees)", "ylabel": "k(θ) / k(0)"}
+    plots.band_figure(
+        [
+            {**panel, "title": "normalised similarity", "curves": curves},
+            {**panel, "title": "same, log scale", "ylog": True, "curves": log_curves},
+        ],
+        args.out / f"{tag}.png",
+        title=f"kernel shapes, ‖x‖ = ‖y‖ = {args.norm:g}",
+        caption=f"learned polynomial: {source}",
+    )
+    return text + "\n"

@@ -13,43 +13,47 @@ times one full step (forward, loss, backward, gradient clipping at 1.0, AdamW) o
 with d_model = width, d_ff = 4·width, H heads of width/H, dropout 0, on random inputs (speed does
 not depend on the values). Each point is the median of timed steps after warm-up, within a time
 budget per point as ``measure.timed_point``; a point whose step is estimated (from the fastest
-steps of the last two points of its series, ``t·(N/N₀)^α``, α clamped to [1, 2] as in
-``scaling``) above the budget is skipped with the estimate, and so are the larger N of that
-series.
+steps of the last two points of its series, ``t·(N/N₀)^α``, α clamped to [1, 2]: the loop of
+``budget.run_budgeted``, as ``scaling``'s) above the budget is skipped with the estimate, and so
+are the larger N of that series.
 
-Attention share: hooks on every ``MultiHeadAttention.backend`` time, in the same timed steps,
-each backend call's forward (pre-hook → hook) and backward (the gradient of its output arriving →
-the last gradient of q, k, v leaving); both clocks are ``perf_counter`` on CPU and CUDA events on
-a GPU. Autograd runs nodes by decreasing sequence number, so nothing outside a backend runs
-between those two backward marks. The share excludes projections and head split/merge. Checked
-against the backend timed alone on the same shapes (forward + backward): within 3% when the
-machine was quiet; the hooks add a few µs per layer, counted in the step time, not in attention.
+Attention share: ``attention_timer.AttentionTimer`` times every backend call's forward and
+backward in the same timed steps; the share excludes projections and head split/merge.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
-import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.benchmarks.measure import is_out_of_memory, synchronize
+from attn_lightning.benchmarks import plots, report
+from attn_lightning.benchmarks.arguments import (
+    add_backends,
+    add_output,
+    budget_settings,
+    default_device,
+    timing_method,
+)
+from attn_lightning.benchmarks.attention_timer import AttentionTimer
+from attn_lightning.benchmarks.budget import extrapolate, growth_exponent, run_budgeted
 from attn_lightning.benchmarks.specs import BackendSpec
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim
 from attn_lightning.models.sequence import SequenceTransformer
-from attn_lightning.models.transformer import MultiHeadAttention
 
 log = logging.getLogger(__name__)
 
 MODELS = ("reversal", "pixel")
+# The backends of the blog's comparison: the default of ``--backends``.
+MODEL_BACKENDS = ("softmax", "linear", "performer", "polysketch")
 REVERSAL_SYMBOLS = 10
 PIXEL_LEVELS = 256
 
@@ -131,81 +135,6 @@ def build_model(
     raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
 
 
-@dataclass
-class _Call:
-    """Clock marks of one backend call: forward start/end, backward start/end."""
-
-    marks: list[Any] = field(default_factory=lambda: [None] * 4)
-    inputs_left: int = 0
-
-
-class AttentionTimer:
-    """Time spent inside every attention backend of a model, forward and backward.
-
-    Attach once; ``reset()`` before a step, ``seconds()`` after it (see the module doc).
-    """
-
-    def __init__(self, model: nn.Module, device: torch.device) -> None:
-        self._cuda = device.type == "cuda"
-        self._calls: list[_Call] = []
-        self._device = device
-        for module in model.modules():
-            if isinstance(module, MultiHeadAttention):
-                module.backend.register_forward_pre_hook(self._before)
-                module.backend.register_forward_hook(self._after)
-
-    def mark(self) -> Any:
-        """A point in time: ``perf_counter`` seconds, or a CUDA event recorded on the stream."""
-        if self._cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def elapsed(self, start: Any, end: Any) -> float:
-        """Seconds between two marks (CUDA events must have completed)."""
-        return start.elapsed_time(end) / 1e3 if self._cuda else end - start
-
-    def _before(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        call = _Call()
-        inputs = [t for t in args if isinstance(t, Tensor) and t.requires_grad]
-        call.inputs_left = len(inputs)
-
-        def input_grad(grad: Tensor) -> None:
-            call.inputs_left -= 1
-            if call.inputs_left == 0:  # the last of q, k, v: the backend's backward is done
-                call.marks[3] = self.mark()
-
-        for tensor in inputs:
-            tensor.register_hook(input_grad)
-        self._calls.append(call)
-        call.marks[0] = self.mark()  # last, so the hook registration above is not counted
-
-    def _after(self, module: nn.Module, args: tuple[Any, ...], output: Tensor) -> None:
-        call = self._calls[-1]
-        call.marks[1] = self.mark()
-        if output.requires_grad:
-
-            def output_grad(grad: Tensor) -> None:
-                call.marks[2] = self.mark()
-
-            output.register_hook(output_grad)
-
-    def reset(self) -> None:
-        self._calls.clear()
-
-    def seconds(self) -> float:
-        """Forward + backward seconds in the backends since ``reset`` (synchronises)."""
-        synchronize(self._device)
-        total = 0.0
-        for call in self._calls:
-            start, end, back_start, back_end = call.marks
-            total += self.elapsed(start, end)
-            if back_start is not None and back_end is not None:
-                total += self.elapsed(back_start, back_end)
-        return total
-
-
 def _measure(row: Row, net: nn.Module, loss_fn: Callable[[], Tensor], settings: Settings) -> None:
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
     timer = AttentionTimer(net, settings.device)
@@ -244,18 +173,19 @@ def _measure(row: Row, net: nn.Module, loss_fn: Callable[[], Tensor], settings: 
         row.note = "1 run (over budget)"
 
 
-def _estimate_ms(measured: Sequence[Row], n: int) -> float:
-    """``t·(N/N₀)^α`` from the last measured point's fastest step; α from the last two points
+def _skip(measured: Sequence[Row], row: Row, budget_s: float) -> str | None:
+    """ "too slow" (the estimate kept in ``est_ms``) when the step is estimated over the budget:
+    ``t·(N/N₀)^α`` from the last measured point's fastest step, α from the last two points
     clamped to [1, 2]."""
     # The fastest step, not the median: contention on a shared machine only adds time, and one
     # disturbed point must not cut its series short.
-    points = [(r.n, r.step_ms_min or 0.0) for r in measured[-2:]]  # measured rows have a time
+    points = [(r.n, r.step_ms_min) for r in measured[-2:]]
     n1, t1 = points[-1]
-    alpha = 2.0  # the safe bound with a single point
-    if len(points) == 2 and points[0][0] != n1:
-        n0, t0 = points[0]
-        alpha = min(2.0, max(1.0, math.log(t1 / t0) / math.log(n1 / n0)))
-    return t1 * (n / n1) ** alpha
+    est = extrapolate(t1 or 0.0, n1, row.n, growth_exponent(points))
+    if est / 1e3 <= budget_s:
+        return None
+    row.est_ms = est
+    return f"too slow (est. {est / 1e3:.3g} s/step)"
 
 
 def run_series(
@@ -266,40 +196,29 @@ def run_series(
     settings: Settings,
     dtype_name: str,
 ) -> list[Row]:
-    """All N of one (model, width, backend), skipping what would exceed the budget."""
-    rows: list[Row] = []
-    measured: list[Row] = []
-    dead = ""  # set after a real OOM: larger N cannot fit either
-    for n in sorted(lengths):
-        s = settings
-        row = Row(model, width, s.layers, s.heads, spec.label, n, s.batch, dtype_name)
-        rows.append(row)
-        if dead:
-            row.note = dead
-            continue
-        if measured:
-            est = _estimate_ms(measured, n)
-            if est / 1e3 > s.budget_s:
-                row.est_ms, row.note = est, f"too slow (est. {est / 1e3:.3g} s/step)"
-                continue
-        try:
-            net, loss_fn = build_model(model, n=n, width=width, spec=spec, settings=s)
-            row.params = sum(p.numel() for p in net.parameters())
-            _measure(row, net.train(), loss_fn, s)
-        except (RuntimeError, MemoryError) as err:
-            if not is_out_of_memory(err):
-                raise
-            row.note, dead = "OOM", f"OOM at N={n}"
-            if s.device.type == "cuda":
-                torch.cuda.empty_cache()
-            continue
-        measured.append(row)
-        share = 100 * (row.attn_share or 0.0)
-        log.info(
-            f"{model:8} w={width:<4} {spec.label:28} N={n:<6} {row.step_ms:9.1f} ms/step "
-            f"{row.tokens_per_s:10.0f} tok/s, attention {share:4.1f}%"
+    """All N of one (model, width, backend), skipping what would exceed the budget
+    (``budget.run_budgeted``)."""
+    s = settings
+
+    def measure(row: Row) -> None:
+        net, loss_fn = build_model(model, n=row.n, width=width, spec=spec, settings=s)
+        row.params = sum(p.numel() for p in net.parameters())  # a fact of the model, kept on OOM
+        _measure(row, net.train(), loss_fn, s)
+
+    def measured_line(row: Row) -> str:
+        return (
+            f"{model:8} w={width:<4} {spec.label:28} N={row.n:<6} {row.step_ms:9.1f} ms/step "
+            f"{row.tokens_per_s:10.0f} tok/s, attention {100 * (row.attn_share or 0.0):4.1f}%"
         )
-    return rows
+
+    return run_budgeted(
+        lengths,
+        new_row=lambda n: Row(model, width, s.layers, s.heads, spec.label, n, s.batch, dtype_name),
+        skip=lambda measured, row: _skip(measured, row, s.budget_s),
+        measure=measure,
+        device=s.device,
+        measured_line=measured_line,
+    )
 
 
 def run_model_steps(
@@ -320,3 +239,70 @@ def run_model_steps(
                     continue
                 rows += run_series(model, width, spec, lengths, settings, dtype_name)
     return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``model``."""
+    add_output(parser)
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    add_backends(
+        parser,
+        list(MODEL_BACKENDS),
+        help=f"name[:key=value,...] (default: {' '.join(MODEL_BACKENDS)})",
+    )
+    parser.add_argument("--lengths", nargs="+", type=int, default=[256, 1024, 4096, 16384])
+    parser.add_argument("--widths", nargs="+", type=int, default=[64, 256], help="d_model values")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4, help="H; head_dim = width / H")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=20.0,
+        help="seconds per point; a step estimated slower is skipped (and larger N with it)",
+    )
+    parser.add_argument("--device", default=default_device())
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+
+
+def run(args: argparse.Namespace) -> str:
+    """Every series; write ``<out>/<tag>.{csv,md,png}``, return the two tables."""
+    settings = Settings(
+        **budget_settings(args), layers=args.layers, heads=args.heads, batch=args.batch
+    )
+    rows = run_model_steps(
+        args.models, args.widths, args.backends, args.lengths, settings, args.dtype
+    )
+    shape = f"B={args.batch}, layers={args.layers}, H={args.heads}, d_ff=4·width"
+    meta = report.environment(
+        settings.device,
+        command=args.command_line,
+        models="reversal: SequenceTransformer decoder over x SEP y (N tokens); "
+        "pixel: PixelTransformer over N pixels, 256 levels",
+        shape=shape,
+        step="forward, loss, backward, clip_grad_norm 1.0, AdamW (lr 1e-3, wd 0.01)",
+        dtype=args.dtype,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        budget_s=args.budget,
+        timing=timing_method(settings.device),
+        attention_share="hooks on every backend: forward pre-hook -> hook, output grad -> "
+        "last q/k/v grad, in the timed steps; projections excluded",
+    )
+    text = (
+        "## Training step: tokens/s (end-to-end speed-up vs softmax) [attention share]\n\n"
+        + report.model_step_table(rows)
+        + "\n\n## Crossover N vs softmax: end-to-end training step and attention alone\n\n"
+        + report.crossover_table(rows)
+    )
+    tag = args.tag or f"model_step_{settings.device.type}_{args.dtype}"
+    report.write_report(args.out, tag, meta, rows, text)
+    plots.model_step_figure(
+        rows,
+        args.out / f"{tag}.png",
+        title="training step: tokens/s (top) and attention share (bottom) vs N",
+        caption=f"{meta['device']} · torch {torch.__version__} · {shape} · {args.dtype}",
+    )
+    return text + "\n"

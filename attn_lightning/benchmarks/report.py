@@ -1,36 +1,62 @@
 """Benchmark tables: scaling, FLOPs, whole-step and crossover tables of measured rows.
 
 The generic writers (CSV with a ``# key: value`` provenance header, markdown tables, the
-environment) are ``attn_lightning.results``'; this module only lays benchmark rows out.
+environment) are ``attn_lightning.results``'; this module only lays benchmark rows out, and
+writes a benchmark's ``<tag>.csv`` / ``<tag>.md`` pair through them (``write_report``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from attn_lightning.benchmarks import flops
+from attn_lightning.benchmarks import flop_count
 from attn_lightning.results import environment as _environment
 from attn_lightning.results import files
 from attn_lightning.results.environment import command_line
 from attn_lightning.results.files import markdown_meta, markdown_table, read_csv
 
-__all__ = ["environment", "markdown_meta", "markdown_table", "read_csv", "write_csv"]
+__all__ = [
+    "environment",
+    "markdown_meta",
+    "markdown_table",
+    "read_csv",
+    "write_csv",
+    "write_report",
+]
+
+PROG = "python -m attn_lightning.benchmark"
+
+log = logging.getLogger("attn_lightning.benchmark")
 
 
-def environment(device: torch.device, **settings: Any) -> dict[str, str]:
-    """``results.environment`` with the benchmark CLI's command line."""
-    return _environment(
-        device, command=command_line("python -m attn_lightning.benchmark"), **settings
-    )
+def environment(
+    device: torch.device, *, command: str | None = None, **settings: Any
+) -> dict[str, str]:
+    """``results.environment`` with the benchmark CLI's command line (default: this process's
+    arguments after ``PROG``)."""
+    return _environment(device, command=command or command_line(PROG), **settings)
 
 
 def write_csv(path: Path, rows: Iterable[Any], meta: Mapping[str, str]) -> Path:
     """``results.files.write_csv`` with floats at 6 significant digits (timings)."""
     return files.write_csv(path, rows, meta, float_digits=6)
+
+
+def write_report(
+    out: Path, tag: str, meta: Mapping[str, str], rows: Sequence[Any], tables: str
+) -> None:
+    """``<out>/<tag>.csv`` (the rows under the provenance header) and ``<out>/<tag>.md`` (a
+    title, the provenance as a list, then ``tables``); ``out`` is created."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / f"{tag}.csv", rows, meta)
+    text = f"# {tag}\n\n{markdown_meta(meta)}\n\n{tables}\n"
+    (out / f"{tag}.md").write_text(text)
+    log.info("wrote %s and %s", out / f"{tag}.csv", out / f"{tag}.md")
 
 
 def _fmt(value: float) -> str:
@@ -105,7 +131,7 @@ def flops_table(rows: Sequence[Any]) -> str:
             if r is None:
                 cells.append("")
                 continue
-            cell = flops.format_flops(r.fwd_flops)
+            cell = flop_count.format_flops(r.fwd_flops)
             if r.fwd_flops and r.mode == "fwd" and r.ms:
                 cell += f" [{r.fwd_flops / (r.ms * 1e-3) / 1e9:.3g} GF/s]"
             cells.append(cell)

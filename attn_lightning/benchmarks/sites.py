@@ -8,8 +8,8 @@ one layer and of all its layers (projections and trainable backend tensors, as
 ``models.detr.attention_parameters``), and the forward FLOPs of one image: one backend call per
 layer (``flops.attention_flops``, eval mode) and the layer's projections (2·n·E² each, biases
 ignored). The token counts L and S are not computed from the config: one forward of an image of
-the model's input size records the shapes each backend receives, so they are the backbone's
-feature grid (and pool's grid) as the model really has them.
+the model's input size records the shapes (and the ``grid``) each backend receives, so they are
+the backbone's feature grid as the model really has it.
 
 The caller builds the model (``studies.detection`` builds each variant through ``train.py``'s
 parser) and writes the tables (``site_table``, ``variant_table``, ``report.write_csv``).
@@ -87,20 +87,24 @@ def _projection_flops(module: MultiHeadAttention, queries: int, keys: int) -> in
     return total
 
 
-def _record_shapes(
+Shapes = tuple[torch.Size, torch.Size, torch.Size]
+
+
+def _record_calls(
     model: nn.Module, modules: list[MultiHeadAttention], images: Tensor
-) -> dict[int, tuple[torch.Size, torch.Size, torch.Size]]:
-    """id(module) -> the (q, k, v) shapes its backend got in one eval forward of ``images``."""
-    seen: dict[int, tuple[torch.Size, torch.Size, torch.Size]] = {}
+) -> dict[int, tuple[Shapes, tuple[int, int] | None]]:
+    """id(module) -> the (q, k, v) shapes and the grid its backend got in one eval forward."""
+    seen: dict[int, tuple[Shapes, tuple[int, int] | None]] = {}
 
     def hook_for(module: MultiHeadAttention) -> Any:
-        def hook(_: nn.Module, args: tuple[Any, ...]) -> None:
+        def hook(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             q, k, v = args[:3]
-            seen[id(module)] = (q.shape, k.shape, v.shape)
+            grid = kwargs.get("grid")
+            seen[id(module)] = ((q.shape, k.shape, v.shape), None if grid is None else tuple(grid))
 
         return hook
 
-    handles = [m.backend.register_forward_pre_hook(hook_for(m)) for m in modules]
+    handles = [m.backend.register_forward_pre_hook(hook_for(m), with_kwargs=True) for m in modules]
     was_training = model.training
     try:
         model.eval()
@@ -128,7 +132,7 @@ def site_rows(variant: str, model: nn.Module, image_size: int) -> list[SiteRow]:
     all_modules = [m for modules in sites.values() for m in modules]
     device = next(model.parameters()).device
     images = torch.zeros(1, 3, image_size, image_size, device=device)
-    shapes = _record_shapes(model, all_modules, images)
+    calls = _record_calls(model, all_modules, images)
     rows = []
     for site in SITES:
         modules = sites[site]
@@ -136,12 +140,11 @@ def site_rows(variant: str, model: nn.Module, image_size: int) -> list[SiteRow]:
             continue
         backend, projections = split_site(model.sites[site])
         first = modules[0]
-        q, k, v = shapes[id(first)]
+        (q, k, v), grid = calls[id(first)]
         params = [sum(p.numel() for p in m.parameters()) for m in modules]
-        if any(shapes[id(m)] != (q, k, v) for m in modules) or len(set(params)) != 1:
+        if any(calls[id(m)] != ((q, k, v), grid) for m in modules) or len(set(params)) != 1:
             raise RuntimeError(f"{variant}: the layers of site {site!r} differ")
         shape = CallShape(q[0], q[1], q[2], k[2], q[3], v[3])
-        grid = getattr(first.backend, "spatial_shape", None)
         count = attention_flops(backend["name"], shape, backend, grid=grid)
         per_call = None if count is None else count.total
         proj = _projection_flops(first, q[2], k[2])

@@ -9,7 +9,7 @@ Three sites, each configured on its own with ``{name, projections, **options}``:
 ``projections`` per site: ``true`` (Q, K, V and out matrices), ``no_qk`` (V and out only: q and k
 are the position-added inputs, the form of optimization-based attention) or ``false`` (none).
 Positional encodings are added to q and k at every layer, never to v. The ``pool`` backend
-(PoolFormer's local average) gets the feature map's h×w grid before every forward and is allowed
+(PoolFormer's local average) gets the feature map's h×w grid with every forward and is allowed
 at ``encoder_self`` only: object queries have no spatial order to pool over.
 
 The layers are the shared pre-norm ``EncoderBlock`` / ``DecoderBlock`` of ``models/transformer.py``
@@ -30,7 +30,6 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from attn_lightning.attention.pooling import PoolAttention
 from attn_lightning.models.backbone import build_backbone, sine_position_encoding
 from attn_lightning.models.specs import DetrSpec
 from attn_lightning.models.transformer import (
@@ -188,11 +187,9 @@ class DETR(nn.Module):
         memory = feats.flatten(2).transpose(1, 2)  # (B, S, E)
         pos = sine_position_encoding(h, w, self.d_model, device=images.device)
         pos = pos.to(memory.dtype)[None]  # (1, S, E)
-        for module in self.encoder.modules():
-            if isinstance(module, PoolAttention):
-                module.spatial_shape = (h, w)  # this batch's grid: image sizes may vary
         for layer in self.encoder:
-            memory = layer(memory, pos=pos)  # (B, S, E)
+            # This batch's grid (image sizes may vary), for backends that pool over it.
+            memory = layer(memory, pos=pos, grid=(h, w))  # (B, S, E)
         memory = self.encoder_norm(memory)
         query_pos = self.query_embed.weight[None].expand(b, -1, -1)  # (B, N, E)
         t = torch.zeros_like(query_pos)

@@ -7,7 +7,8 @@ Shape notation (as in ``attention/base.py``)::
 The backend only mixes values (``(B, H, L, D)`` in, ``(B, H, L, D)`` out); projections, head
 split/merge, norms and residuals live here (fast-transformers ``attention_layer.py`` layout).
 Masks follow the one polarity of the project: ``key_padding_mask`` is ``(B, S)`` bool, True = real
-token.
+token. Image models pass their token map per call, ``grid=(rows, cols)``, down to the backend
+(``pool`` windows over it; the others ignore it).
 
 One set of blocks serves every model: ``TransformerEncoder`` stacks ``EncoderBlock``s for the
 sequence and pixel models; DETR stacks ``EncoderBlock``s and ``DecoderBlock``s itself, passing
@@ -30,7 +31,7 @@ from typing import Any, Literal, cast
 
 from torch import Tensor, nn
 
-from attn_lightning.attention import State, build_attention
+from attn_lightning.attention import Grid, State, build_attention
 
 LayerState = tuple[State | None, ...]
 # Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
@@ -131,12 +132,16 @@ class MultiHeadAttention(nn.Module):
         *,
         causal: bool = False,
         key_padding_mask: Tensor | None = None,
+        grid: Grid | None = None,
     ) -> Tensor:
-        """``query: (B, L, E)``, ``key: (B, S, E)`` (default query), ``value`` (default key)."""
+        """``query: (B, L, E)``, ``key: (B, S, E)`` (default query), ``value`` (default key).
+
+        ``grid``: ``(rows, cols)`` of the S key tokens on a 2-D map, passed to the backend.
+        """
         key = query if key is None else key
         value = key if value is None else value
         q, k, v = self._qkv(query, key, value)  # (B, H, L, D), (B, H, S, D), (B, H, S, D)
-        mixed = self.backend(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+        mixed = self.backend(q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid)
         return self._out(mixed)  # (B, L, E)
 
     def step(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
@@ -203,11 +208,16 @@ class EncoderBlock(nn.Module):
         causal: bool = False,
         key_padding_mask: Tensor | None = None,
         pos: Tensor | None = None,
+        grid: Grid | None = None,
     ) -> Tensor:
-        """``x: (B, L, E)``, ``pos``: broadcastable to it, or None -> ``(B, L, E)``."""
+        """``x: (B, L, E)``, ``pos``: broadcastable to it, or None -> ``(B, L, E)``.
+
+        ``grid``: ``(rows, cols)`` of the L tokens on a 2-D map (for positional backends).
+        """
         h = self.norm1(x)  # (B, L, E)
         qk = _with_pos(h, pos)
-        x = x + self.dropout(self.attn(qk, qk, h, causal=causal, key_padding_mask=key_padding_mask))
+        mixed = self.attn(qk, qk, h, causal=causal, key_padding_mask=key_padding_mask, grid=grid)
+        x = x + self.dropout(mixed)
         return x + self.dropout(self.mlp(self.norm2(x)))
 
     def step(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
@@ -324,11 +334,16 @@ class TransformerEncoder(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None
+        self,
+        x: Tensor,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+        grid: Grid | None = None,
     ) -> Tensor:
-        """``x: (B, L, E)`` -> ``(B, L, E)``."""
+        """``x: (B, L, E)`` -> ``(B, L, E)``; ``grid``: the tokens' ``(rows, cols)`` map or None."""
         for layer in self.layers:
-            x = layer(x, causal=causal, key_padding_mask=key_padding_mask)
+            x = layer(x, causal=causal, key_padding_mask=key_padding_mask, grid=grid)
         return self.norm(x)  # (B, L, E)
 
     def step(self, x: Tensor, state: LayerState | None = None) -> tuple[Tensor, LayerState]:

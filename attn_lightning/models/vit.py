@@ -21,7 +21,6 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from attn_lightning.attention.pooling import PoolAttention
 from attn_lightning.models.positional import build_positional_encoding
 from attn_lightning.models.specs import VitSpec
 from attn_lightning.models.transformer import TransformerEncoder
@@ -93,12 +92,6 @@ class VisionTransformer(nn.Module):
         self.dropout = nn.Dropout(spec.dropout)
         self.encoder = TransformerEncoder(**spec.encoder_sizes(), attention=attention)
         self.head = nn.Linear(spec.d_model, num_classes)
-        # Positional backends see only (B, H, N, D): give them the patch grid. It is fixed by
-        # image_size (forward refuses other sizes), so once here rather than per batch as DETR,
-        # whose feature maps change size with the images.
-        for module in self.encoder.modules():
-            if isinstance(module, PoolAttention):
-                module.spatial_shape = self.grid
 
     def forward(self, images: Tensor) -> Tensor:
         """``images: (B, C, H, W)``, or ``(B, H, W)`` when C = 1 -> logits ``(B, K)``."""
@@ -114,7 +107,8 @@ class VisionTransformer(nn.Module):
             )
         tokens = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, N, E), raster order
         x = self.dropout(self.positional(tokens))
-        x = self.encoder(x)  # (B, N, E), final LayerNorm included
+        # Positional backends (pool) see only (B, H, N, D): the patch grid says where each lies.
+        x = self.encoder(x, grid=self.grid)  # (B, N, E), final LayerNorm included
         return self.head(x.mean(dim=1))  # (B, K)
 
 

@@ -254,6 +254,22 @@ class TestContract:
         with pytest.raises(ValueError, match=r"\(B, S\)"):
             attn(q, k, v, key_padding_mask=torch.ones(B, 5, dtype=torch.bool))
 
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_grid_is_a_checked_per_call_argument(self, name, options, causal):
+        attn = make(name, options)
+        if causal:
+            causal_or_skip(attn)
+        n = 12
+        q, k, v = qkv(n, n, seed=8, dv=value_dim(attn))
+        out = attn(q, k, v, causal=causal, grid=(3, 4))
+        assert out.shape == (B, H, n, value_dim(attn)) and torch.isfinite(out).all()
+        if not attn.positional:  # where the tokens lie changes nothing for this similarity
+            assert torch.equal(out, attn(q, k, v, causal=causal))
+        with pytest.raises(ValueError, match=r"grid \(3, 5\) has 15 cells but .* S=12 tokens"):
+            attn(q, k, v, causal=causal, grid=(3, 5))
+        if not causal and not self_only(attn):  # the grid lays out the S keys, not the L queries
+            assert attn(q[:, :, :5], k, v, grid=[4, 3]).shape == (B, H, 5, value_dim(attn))
+
     def test_unknown_option_lists_allowed(self, name, options):
         with pytest.raises(ValueError, match="allowed"):
             build_attention(name, head_dim=D, not_an_option=1, **options)

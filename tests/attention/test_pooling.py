@@ -57,11 +57,10 @@ def mask(s):
 def test_matches_the_window_loop(grid, padded, subtract_input, pool_size):
     s = 20
     attn = build_attention("pool", head_dim=D, pool_size=pool_size, subtract_input=subtract_input)
-    attn.spatial_shape = grid
     q, k, v = values(s)
     v.requires_grad_(True)
     key_padding_mask = mask(s) if padded else None
-    out = attn(q, k, v, key_padding_mask=key_padding_mask)
+    out = attn(q, k, v, key_padding_mask=key_padding_mask, grid=grid)
     ref = naive_pool(
         v,
         grid or (s,),
@@ -80,12 +79,24 @@ def test_is_poolformer_token_mixer_on_the_feature_map():
     # PoolFormer: nn.AvgPool2d(k, 1, k // 2, count_include_pad=False)(x) − x on (B, C, h, w).
     rows, cols = 3, 4
     attn = build_attention("pool", head_dim=D)
-    attn.spatial_shape = (rows, cols)
     q, k, v = values(rows * cols, seed=1)
     image = v.permute(0, 1, 3, 2).reshape(B, H * DV, rows, cols)
     want = F.avg_pool2d(image, 3, stride=1, padding=1, count_include_pad=False) - image
     want = want.reshape(B, H, DV, rows * cols).transpose(-1, -2)
-    torch.testing.assert_close(attn(q, k, v), want)
+    torch.testing.assert_close(attn(q, k, v, grid=(rows, cols)), want)
+    # The grid is per call, nothing is kept: without it the window is 1-D over the raster order.
+    sequence = F.avg_pool1d(
+        v.permute(0, 1, 3, 2).reshape(B, H * DV, rows * cols), 3, 1, 1, count_include_pad=False
+    ).reshape(B, H, DV, rows * cols)
+    torch.testing.assert_close(attn(q, k, v), sequence.transpose(-1, -2) - v)
+    assert not torch.allclose(attn(q, k, v), want)
+
+
+def test_the_grid_attribute_is_gone_and_setting_it_says_so():
+    attn = build_attention("pool", head_dim=D)
+    with pytest.raises(AttributeError, match=r"spatial_shape was removed.*grid=\(rows, cols\)"):
+        attn.spatial_shape = (2, 3)
+    assert not hasattr(attn, "spatial_shape")
 
 
 def test_ignores_q_and_k_and_has_no_parameters():
@@ -96,7 +107,7 @@ def test_ignores_q_and_k_and_has_no_parameters():
     assert sum(p.numel() for p in attn.parameters()) == 0
     assert not attn.supports_causal and not attn.supports_recurrence
     assert not attn.supports_cross_attention and attn.positional
-    assert "pool_size=3" in repr(attn)
+    assert "pool_size=3" in repr(attn) and "spatial_shape" not in repr(attn)
 
 
 def test_low_precision_computes_in_float32():
@@ -112,9 +123,11 @@ def test_errors_name_the_bad_value():
     q, k, v = values(6)
     with pytest.raises(ValueError, match="needs L == S, got L=4, S=6"):
         attn(q[:, :, :4], k, v)
-    attn.spatial_shape = (2, 4)
-    with pytest.raises(ValueError, match=r"spatial_shape \(2, 4\) has 8 cells but .* S=6"):
-        attn(q, k, v)
+    with pytest.raises(ValueError, match=r"'pool': grid \(2, 4\) has 8 cells but .* S=6"):
+        attn(q, k, v, grid=(2, 4))
+    for bad in [(6,), (2, 3, 1), (2.0, 3), (True, 6), (-2, -3), 6]:
+        with pytest.raises(ValueError, match="grid must be \\(rows, cols\\), two positive ints"):
+            attn(q, k, v, grid=bad)
     with pytest.raises(NotImplementedError, match="'pool' does not support causal"):
         attn(q, k, v, causal=True)
     for bad, message in [

@@ -114,7 +114,7 @@ def test_register_attention_adds_a_user_backend(monkeypatch):
             super().__init__(head_dim=head_dim)
             self.factor = factor
 
-        def _attend(self, q, k, v, *, causal, key_padding_mask):
+        def _attend(self, q, k, v, *, causal, key_padding_mask, grid):
             return self.factor * v.mean(dim=2, keepdim=True).expand(*q.shape[:3], v.shape[-1])
 
     assert ScaledMean.name == "scaled_mean" and "scaled_mean" in available_attentions()
@@ -126,6 +126,26 @@ def test_register_attention_adds_a_user_backend(monkeypatch):
     with pytest.raises(ValueError, match="already registered"):
         register_attention("softmax")(ScaledMean)
     register_attention("scaled_mean")(ScaledMean)  # the same class again: allowed
+
+
+def test_a_backend_written_before_grid_still_works_and_is_told_once(monkeypatch):
+    monkeypatch.setattr(registry, "ATTENTIONS", dict(registry.ATTENTIONS))
+    with pytest.warns(
+        FutureWarning, match=r"OldMean._attend has no 'grid' argument; write"
+    ) as seen:
+
+        @register_attention("old_mean")
+        class OldMean(Attention):
+            def _attend(self, q, k, v, *, causal, key_padding_mask):  # the old signature
+                return v.mean(dim=2, keepdim=True).expand(*q.shape[:3], v.shape[-1])
+
+    assert len(seen) == 1
+    attn = build_attention("old_mean", head_dim=4)
+    q, k, v = torch.zeros(1, 1, 6, 4), torch.zeros(1, 1, 6, 4), torch.arange(6.0).view(1, 1, 6, 1)
+    for grid in (None, (2, 3)):
+        torch.testing.assert_close(attn(q, k, v, grid=grid), torch.full((1, 1, 6, 1), 2.5))
+    with pytest.raises(ValueError, match="grid"):
+        attn(q, k, v, grid=(2, 2))  # checked by the base class all the same
 
 
 # ---------------------------------------------------------------------------- old spellings

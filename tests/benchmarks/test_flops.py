@@ -16,7 +16,13 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from attn_lightning.attention import ATTENTIONS, attention_options, build_attention
+from attn_lightning.attention import (
+    ATTENTIONS,
+    attention_class,
+    attention_options,
+    available_attentions,
+    build_attention,
+)
 from attn_lightning.benchmarks import flops, measure
 from attn_lightning.benchmarks.flops import CallShape, attention_flops
 
@@ -148,6 +154,18 @@ def test_feature_dims_agree_with_the_backends():
     ):
         sketch = build_attention("polysketch", head_dim=D, **options)
         assert measure.feature_dim(sketch, D) == flops.polysketch_features(D, **options)[0]
+
+
+def test_every_backend_of_the_package_has_a_flops_row():
+    """A backend registered by the package without a row in ``flops.FORMULAS`` fails here (user
+    backends registered by other tests live outside the package and need none)."""
+    ours = {
+        name
+        for name in available_attentions()
+        if attention_class(name).__module__.startswith("attn_lightning.")
+    }
+    assert ours, "no backend of the package is registered"
+    assert not ours - set(flops.FORMULAS), f"no FLOPs row: {sorted(ours - set(flops.FORMULAS))}"
 
 
 def test_formula_defaults_are_the_backends_defaults():

@@ -182,7 +182,7 @@ def test_series_skips_once_the_estimate_exceeds_the_budget():
         budget_s=0.0,
         measure_memory=False,
     )
-    protocol = protocols.Protocol("t", (8, 16, 32), heads=1, head_dim=8, batch=1)
+    protocol = protocols.TimingProtocol("t", (8, 16, 32), heads=1, head_dim=8, batch=1)
     spec = parse_backend("softmax")
     rows = scaling.run_series(
         spec,

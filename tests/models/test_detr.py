@@ -159,11 +159,34 @@ def test_split_site_defaults_to_projections():
 def test_pool_gets_the_feature_map_grid_of_each_batch():
     model = tiny(sites={"encoder_self": POOL})
     backends = [layer.attn.backend for layer in model.encoder]
-    assert all(b.name == "pool" and b.spatial_shape is None for b in backends)
+    assert all(b.name == "pool" for b in backends)
+    grids = []
+    for backend in backends:
+        backend.register_forward_pre_hook(
+            lambda _, args, kwargs: grids.append(kwargs["grid"]), with_kwargs=True
+        )
     model(torch.rand(1, 3, 32, 32))
-    assert all(b.spatial_shape == (4, 4) for b in backends)  # stride 8
+    assert grids == [(4, 4)] * 2  # stride 8, both encoder layers
     model(torch.rand(1, 3, 48, 32))
-    assert all(b.spatial_shape == (6, 4) for b in backends)
+    assert grids[2:] == [(6, 4)] * 2  # this batch's grid, not the first one's
+    assert not any(hasattr(b, "spatial_shape") for b in backends)  # nothing kept between calls
+
+
+def test_pool_output_follows_the_grid_it_is_passed():
+    # A 1-D window over the raster order would give other boxes: the 2-D grid reaches pool.
+    model = tiny(sites={"encoder_self": POOL}).eval()
+    images = torch.rand(1, 3, 48, 32)
+    boxes = model(images)["pred_boxes"]
+    calls = []
+
+    def one_d(module, args, kwargs):
+        calls.append(kwargs["grid"])
+        return args, {**kwargs, "grid": None}
+
+    for layer in model.encoder:
+        layer.attn.backend.register_forward_pre_hook(one_d, with_kwargs=True)
+    assert not torch.allclose(model(images)["pred_boxes"], boxes)
+    assert calls == [(6, 4)] * 2
 
 
 def test_mean_pooling_everywhere_makes_all_queries_equal():

@@ -60,14 +60,27 @@ def test_projections_choose_the_attention_parameters():
 def test_pool_pools_over_the_patch_grid():
     model = tiny(POOL, patch_size=2)
     backends = [layer.attn.backend for layer in model.encoder.layers]
-    assert all(b.name == "pool" and b.spatial_shape == (4, 4) for b in backends)
-    # On the 4×4 grid, token (0, 0)'s 3×3 window holds (1, 0) = index 4, not index 2 (which a
-    # 1-D window over the raster order would hold instead).
+    assert all(b.name == "pool" for b in backends)
+    grids = []
+    for backend in backends:
+        backend.register_forward_pre_hook(
+            lambda _, args, kwargs: grids.append(kwargs["grid"]), with_kwargs=True
+        )
+    images = torch.rand(2, 8, 8)
+    logits = model(images)
+    assert grids == [(4, 4), (4, 4)]  # each layer, each call, gets the patch grid
+    # ... and pools over it: on the 4×4 grid, token (0, 0)'s 3×3 window holds (1, 0) = index 4,
+    # not index 2 (which a 1-D window over the raster order would hold instead).
     pool = backends[0]
     for index, inside in ((4, True), (2, False)):
         v = torch.zeros(1, 2, 16, E // 2)  # (B, H, N, D)
         v[:, :, index] = 9.0
-        assert bool(pool(v, v, v)[0, 0, 0].abs().sum() > 0) == inside, index
+        assert bool(pool(v, v, v, grid=(4, 4))[0, 0, 0].abs().sum() > 0) == inside, index
+    # The model's output is the 2-D pooling's: it changes when the encoder gets no grid.
+    tokens = model.dropout(model.positional(model.patch_embed(images[:, None]).flatten(2).mT))
+    without_grid = model.head(model.encoder(tokens).mean(dim=1))
+    assert not torch.allclose(logits, without_grid)
+    torch.testing.assert_close(logits, model.head(model.encoder(tokens, grid=(4, 4)).mean(dim=1)))
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,80 @@
+"""The command line of the reversal study: ``report`` writes a sweep's report.
+
+    python -m attn_lightning.studies.reversal report --experiment polynomial-len50 \\
+        --out docs/results/polynomial_len50 [--variants LABEL ...] [--threshold 0.99] \\
+        [--root .] [--control LABEL]
+
+Reads the metrics files ``sweeps/<experiment>/<label>-s<seed>.json`` that
+``attn_lightning.studies.sweep`` wrote and each run's TensorBoard folder, and writes ``<out>.md``,
+``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run), ``<out>_curves.csv`` (validation
+token accuracy per run and validation) and, with ``--control``, ``<out>_paired.csv``. Outcomes
+over seeds are bimodal (a run converges or not), so the summary gives converged k/n and
+``median [25th, 75th percentile]`` rather than mean ± std; besides the test metrics it counts
+the steps to the threshold, the loss spikes and the gradients logged at them. Folders under
+``logs/<experiment>/`` without a metrics file (running, crashed or timed out) are counted as
+"unfinished" and left out of everything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.studies.reversal.report import DEFAULT_THRESHOLD, PROG, report
+
+log = logging.getLogger("attn_lightning.studies.reversal")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The reversal study's CLI (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{report}")
+    sub = commands.add_parser(
+        "report",
+        help="a sweep's report: outcomes over seeds, steps to the threshold, loss spikes",
+        description="Write the report of a reversal sweep (see the study's help).",
+    )
+    add = sub.add_argument
+    add("--experiment", required=True, help="sweep experiment: reads sweeps/<experiment>/*.json")
+    add("--out", required=True, type=Path, help="output path without extension")
+    add("--variants", nargs="+", default=None, help="labels in table order (default: all)")
+    add(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help="converged / steps-to token accuracy",
+    )
+    add("--root", type=Path, default=Path(), help="folder holding sweeps/ and logs/")
+    add("--control", default=None, help="label or spec: paired differences vs this variant")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Run the reversal study's CLI; returns the summary rows of the report."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # EventAccumulator logs each event file it moves on to (runs resumed or tested have two).
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        summary = report(
+            args.experiment,
+            args.out,
+            variants=args.variants,
+            threshold=args.threshold,
+            root=args.root,
+            command=f"{PROG} {shlex.join(argv)}",
+            control=args.control,
+        )
+    except FileNotFoundError as error:
+        parser.error(str(error))
+    log.info("wrote %s.md, %s.csv, %s_runs.csv", args.out, args.out, args.out)
+    return summary

@@ -1,0 +1,176 @@
+"""The markdown of a reversal sweep's report: outcome, dynamics, per-run, curve and paired tables.
+
+Every table is made by ``results.markdown_table``; the cells follow ``results.tables``'s
+formats (``median [q25, q75]``, the scale and decimals of each known metric).
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+from attn_lightning.results.files import markdown_table
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.tables import column, format_median_iqr
+from attn_lightning.studies.reversal.summary import METRICS, PAIRED
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _iqr(row: dict[str, Any], key: str, *, scale: float = 1.0, digits: int = 2) -> str:
+    cells = (row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"])
+    return format_median_iqr(*cells, scale=scale, digits=digits)
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
+    return markdown_table(header, body).splitlines()
+
+
+def outcome_table(summary: Sequence[dict[str, Any]]) -> list[str]:
+    """Converged k/n, unfinished, the test metrics and fit seconds per variant."""
+    header = ["variant", "converged", "unfinished", *(column(k).title for k in METRICS)]
+    body = []
+    for row in summary:
+        cells = [f"`{row['variant']}`", f"{row['converged']}/{row['runs']}"]
+        cells.append(str(row["unfinished"]))
+        cells += [_iqr(row, k, scale=column(k).scale, digits=column(k).digits) for k in METRICS]
+        cells.append(_iqr(row, "fit_seconds", digits=0))
+        body.append(cells)
+    return _table([*header, "fit s / run"], body)
+
+
+def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> list[str]:
+    """Steps to the threshold, loss spikes and the gradients at them per variant."""
+    pct = f"{threshold * 100:g} %"
+    header = [
+        "variant",
+        f"steps to {pct}",
+        f"reached {pct}",
+        "loss spikes / run",
+        "max spikes / run",
+        "spikes with a grad log",
+        "grad norm / run median at spike",
+        "lag (steps)",
+        "top group at spike",
+    ]
+    body = []
+    for row in summary:
+        top = row["spike_top_group"]
+        body.append(
+            [
+                f"`{row['variant']}`",
+                _iqr(row, "steps_to_threshold", digits=0),
+                f"{row['reached']}/{row['runs']}",
+                _iqr(row, "spikes", digits=1),  # counts are small: 0.5 must not read as 0
+                "–" if row["spikes_max"] is None else str(row["spikes_max"]),
+                str(row["spike_records"]),
+                _num(row["spike_grad_ratio_median"]),
+                _num(row["spike_grad_lag_median"], 0),
+                "–" if top is None else f"{top} ({row['spike_top_group_count']})",
+            ]
+        )
+    return _table(header, body)
+
+
+def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
+    """One line per run: status, test metrics, step to the threshold, spikes, steps, seconds."""
+    header = ["variant", "seed", "status", *(column(k).title for k in METRICS)]
+    header += [f"step to {threshold * 100:g} %", "spikes", "max grad norm", "steps", "fit s"]
+    body = []
+    for r in runs:
+        cells = [f"`{r.variant}`", str(r.seed), r.status]
+        for key in METRICS:
+            value, c = r.value(key), column(key)
+            cells.append("–" if value is None else f"{value * c.scale:.{c.digits}f}")
+        steps, spikes = r.info.get("steps_to_threshold"), r.info.get("spikes")
+        cells += [
+            "–" if steps is None else str(steps),
+            "–" if spikes is None else str(spikes),
+            _num(r.info.get("max_grad_norm"), 3),
+            "–" if r.global_step is None else str(r.global_step),
+            _num(r.seconds, 0),
+        ]
+        body.append(cells)
+    return _table(header, body)
+
+
+def curves_table(runs: Sequence[RunResult]) -> list[str]:
+    """Validation token accuracy (%) per run after each validation's optimiser steps."""
+    curves = [(r, dict(r.info["val_curve"])) for r in runs if r.info.get("val_curve")]
+    steps = sorted({step for _, values in curves for step in values})
+    if not steps:
+        return []
+    body = [
+        [
+            f"`{r.variant}`",
+            str(r.seed),
+            *(f"{values[s] * 100:.1f}" if s in values else "–" for s in steps),
+        ]
+        for r, values in curves
+    ]
+    return _table(["variant", "seed", *(f"{step + 1}" for step in steps)], body)
+
+
+def paired_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Paired ``variant − control`` per ``PAIRED`` column: mean [95 % interval] (n)."""
+    header = ["variant", "control", *(title for title, *_ in PAIRED)]
+    body = []
+    for row in rows:
+        cells = [f"`{row['variant']}`", f"`{row['control']}`"]
+        for title, _, scale, digits in PAIRED:
+            delta = row[title]
+            cells.append("–" if delta is None else delta.format(scale=scale, digits=digits))
+        body.append(cells)
+    return _table(header, body)
+
+
+def report_markdown(
+    summary: Sequence[dict[str, Any]], runs: Sequence[RunResult], threshold: float, command: str
+) -> str:
+    """The report's page: the command, the machine, the tables and what their cells mean."""
+    pct = f"{threshold * 100:g} %"
+    lines = [
+        f"Regenerate with:\n\n```bash\n{command}\n```\n",
+        f"Machine running this report: {platform.platform()}, "
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}.\n",
+        "Cells are median [25th, 75th percentile] over the finished runs (quartiles "
+        "interpolated linearly). Unfinished: a log folder without a metrics file (running, "
+        "crashed or timed out), left out of every other column.\n",
+        f"Test split, best-by-validation checkpoint. Converged: test token accuracy ≥ {pct}.\n",
+        *outcome_table(summary),
+        "",
+        f"Steps to {pct}: the first logged step with `val/token_acc` ≥ {threshold:g} (Lightning "
+        f"logs the validation after n optimiser steps at step n − 1), over the runs that "
+        f"reached it. Loss spike: a step's loss > 3× the median of the 50 before. At each "
+        f"spike, the global gradient norm (before clipping) at the last gradient log at or "
+        f"before it, over the run's median norm (median over all spikes; lag: median steps "
+        f"between that log and the spike), and the group whose norm is furthest above its own "
+        f"run median there (most frequent, with its count).\n",
+        *dynamics_table(summary, threshold),
+        "",
+        "Per run:",
+        "",
+        *runs_table(runs, threshold),
+    ]
+    curves = curves_table(runs)
+    if curves:
+        lines += [
+            "",
+            "Validation token accuracy (%) per run after n optimiser steps (column n; "
+            "`<out>_curves.csv`):",
+            "",
+            *curves,
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def paired_section(rows: Sequence[dict[str, Any]], control: str) -> str:
+    """The paragraph and table of paired differences against ``control``."""
+    return (
+        f"\nPaired differences, variant − `{control}`, over the seeds both ran: mean "
+        "[95 % Student-t interval] (n seeds); steps to threshold over the seeds where both "
+        "reached it.\n\n" + "\n".join(paired_table(rows)) + "\n"
+    )

@@ -1,0 +1,136 @@
+"""The report of a sequence-reversal sweep: outcomes over seeds, steps to 99 %, loss spikes.
+
+``report`` reads the sweep's runs (``runs.load_runs``: the metrics files through the runner,
+each run's TensorBoard folder through ``results.curves``), summarizes them per variant
+(``summary``) and writes, through ``results``:
+
+* ``<out>.md``: the summary, the per-run table, the validation curves, the command, the machine
+  (``markdown``);
+* ``<out>.csv``: the summary, one row per variant;
+* ``<out>_runs.csv``: one row per run (status, test metrics, steps to the threshold, spikes,
+  fit seconds, steps, largest gradient norm);
+* ``<out>_curves.csv``: ``val/token_acc`` at every validation of every run;
+* ``<out>_paired.csv`` with ``control``: paired ``variant − control`` differences.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.results.files import write_csv
+from attn_lightning.results.records import RunResult
+from attn_lightning.studies.reversal.dynamics import VAL_TAG
+from attn_lightning.studies.reversal.markdown import paired_section, report_markdown
+from attn_lightning.studies.reversal.runs import load_runs
+from attn_lightning.studies.reversal.summary import (
+    METRICS,
+    paired_csv_rows,
+    paired_rows,
+    summarize,
+)
+from attn_lightning.studies.runner import run_label
+
+log = logging.getLogger("attn_lightning.studies.reversal")
+
+PROG = "python -m attn_lightning.studies.reversal"
+DEFAULT_THRESHOLD = 0.99
+
+
+def _test_metrics(runs: Sequence[RunResult]) -> list[str]:
+    reported = {k for r in runs for k in r.metrics}
+    return [k for k in METRICS if k in reported] + sorted(reported - set(METRICS))
+
+
+def _run_row(run: RunResult, metrics: Sequence[str]) -> dict[str, Any]:
+    return {
+        "variant": run.variant,
+        "seed": run.seed,
+        "status": run.status,
+        **{k: run.value(k) for k in metrics},
+        "steps_to_threshold": run.info.get("steps_to_threshold"),
+        "spikes": run.info.get("spikes"),
+        "fit_seconds": None if run.seconds is None else round(run.seconds, 1),
+        "global_step": run.global_step,
+        "max_grad_norm": run.info.get("max_grad_norm"),
+    }
+
+
+def _curve_rows(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """Long format: one row per run and validation, ``optimizer_steps`` = logged step + 1."""
+    return [
+        {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, VAL_TAG: value}
+        for r in runs
+        for step, value in r.info.get("val_curve", [])
+    ]
+
+
+def default_command(
+    experiment: str, out: Path, variants: Sequence[str] | None, threshold: float
+) -> str:
+    """The command line that writes this report (shown in ``<out>.md``)."""
+    args = ["--experiment", experiment, "--out", str(out)]
+    args += ["--variants", *variants] if variants else []
+    args += [] if threshold == DEFAULT_THRESHOLD else ["--threshold", f"{threshold:g}"]
+    return f"{PROG} report {shlex.join(args)}"
+
+
+def report(
+    experiment: str,
+    out: Path,
+    *,
+    variants: Sequence[str] | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    root: Path = Path(),
+    command: str | None = None,
+    control: str | None = None,
+) -> list[dict[str, Any]]:
+    """Write ``<out>.md``, ``<out>.csv`` (summary), ``<out>_runs.csv`` and ``<out>_curves.csv``
+    (and ``<out>_paired.csv`` with ``control``); returns the summary.
+
+    Args:
+        experiment: the sweep's experiment (``sweeps/<experiment>``, ``logs/<experiment>``).
+        out: output path without extension (relative to ``root`` unless absolute).
+        variants: labels (or attention specs, turned into labels) in table order; default: every
+            label found, sorted. Runs of other variants are left out.
+        threshold: test token accuracy of a converged run; ``val/token_acc`` of steps-to.
+        root: the folder holding ``sweeps/`` and ``logs/`` (the sweep's working directory).
+        command: the command line shown in ``<out>.md`` (default: the equivalent CLI call).
+        control: a label (or spec): adds paired ``variant − control`` differences over the
+            seeds both ran, mean [95 % t-interval], to ``<out>.md`` and ``<out>_paired.csv``.
+
+    Raises:
+        FileNotFoundError: ``sweeps/<experiment>`` holds no metrics file.
+    """
+    runs = load_runs(root, experiment, threshold)
+    names = [run_label(v) for v in variants] if variants else sorted({r.variant for r in runs})
+    missing = [n for n in names if not any(r.variant == n for r in runs)]
+    if missing:
+        log.warning("no runs of %s in sweeps/%s", ", ".join(missing), experiment)
+    runs = [r for r in runs if r.variant in names]
+    runs.sort(key=lambda r: (names.index(r.variant), r.seed))
+    summary = summarize(runs, names, threshold)
+    command = command or default_command(experiment, out, variants, threshold)
+    path = root / out  # an absolute ``out`` stays as it is
+
+    def sibling(suffix: str) -> Path:
+        return path.with_name(path.name + suffix)
+
+    write_csv(sibling(".csv"), summary)
+    metrics = _test_metrics(runs)
+    # The header alone when the chosen variants have no runs yet.
+    fields = list(_run_row(RunResult("", 0, None, ""), metrics))
+    write_csv(sibling("_runs.csv"), [_run_row(r, metrics) for r in runs], fields=fields)
+    curve_fields = ["variant", "seed", "optimizer_steps", VAL_TAG]
+    write_csv(sibling("_curves.csv"), _curve_rows(runs), fields=curve_fields)
+    text = report_markdown(summary, runs, threshold, command)
+    if control is not None:
+        control_name = run_label(control)
+        paired = paired_rows(runs, names, control_name)
+        write_csv(sibling("_paired.csv"), paired_csv_rows(paired))
+        text += paired_section(paired, control_name)
+    sibling(".md").write_text(text)
+    return summary

@@ -1,0 +1,129 @@
+"""The numbers of a reversal sweep's report: one summary row per variant, paired differences.
+
+Outcomes over seeds are bimodal (a run converges or not), so a variant's row gives converged
+k/n and ``median [25th, 75th percentile]`` (``results.tables.median_iqr``) rather than
+mean ± std, over its finished runs (``runs.finished``):
+
+* converged: runs with test token accuracy ≥ ``threshold``;
+* the test metrics (``METRICS``: token, exact-sequence, greedy token / exact accuracy, loss);
+* steps to ``threshold`` over the runs that reached it (how many did is its own column);
+* loss spikes per run, and at each spike the global gradient norm over the run's median, the
+  lag from its gradient log, and the group furthest above its own median (most frequent).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from attn_lightning.results.paired import paired_delta
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.tables import median_iqr
+from attn_lightning.studies.reversal.dynamics import GROUPS, SpikeGradient
+from attn_lightning.studies.reversal.runs import converged, finished
+
+# Summary columns, in the order the study asked for them.
+METRICS = (
+    "test/token_acc",
+    "test/exact_acc",
+    "test/gen_token_acc",
+    "test/gen_exact_acc",
+    "test/loss",
+)
+
+
+def _put_median_iqr(row: dict[str, Any], key: str, values: Sequence[float]) -> None:
+    row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"] = median_iqr(values)
+
+
+def _facts(runs: Sequence[RunResult], key: str) -> list[Any]:
+    return [v for r in runs if (v := r.info.get(key)) is not None]
+
+
+def summarize_variant(name: str, runs: Sequence[RunResult], threshold: float) -> dict[str, Any]:
+    """One summary row (see the module docstring) of one variant's runs."""
+    done = [r for r in runs if finished(r)]
+    row: dict[str, Any] = {
+        "variant": name,
+        "runs": len(done),
+        "unfinished": len(runs) - len(done),
+        "converged": sum(converged(r, threshold) for r in done),
+    }
+    for key in METRICS:
+        _put_median_iqr(row, key, [v for r in done if (v := r.value(key)) is not None])
+    reached = _facts(done, "steps_to_threshold")
+    row["reached"] = len(reached)
+    _put_median_iqr(row, "steps_to_threshold", reached)
+    spikes = _facts(done, "spikes")
+    _put_median_iqr(row, "spikes", spikes)
+    row["spikes_max"] = max(spikes, default=None)
+    records: list[SpikeGradient] = [g for r in done for g in r.info.get("spike_gradients", [])]
+    ratios = [g.ratio for g in records if g.ratio is not None]
+    row["spike_records"] = len(records)
+    row["spike_grad_ratio_median"] = statistics.median(ratios) if ratios else None
+    row["spike_grad_lag_median"] = statistics.median([g.lag for g in records]) if records else None
+    groups = Counter(g.group for g in records if g.group is not None)
+    # Ties go to the first group in GROUPS order, so the table does not depend on run order.
+    top = max(GROUPS, key=lambda g: groups[g]) if groups else None
+    row["spike_top_group"], row["spike_top_group_count"] = top, groups[top] if top else None
+    _put_median_iqr(row, "fit_seconds", [r.seconds for r in done if r.seconds is not None])
+    return row
+
+
+def summarize(
+    runs: Sequence[RunResult], variants: Sequence[str], threshold: float
+) -> list[dict[str, Any]]:
+    """One row per variant, in the order of ``variants`` (a variant without runs: zeros)."""
+    return [summarize_variant(v, [r for r in runs if r.variant == v], threshold) for v in variants]
+
+
+# Paired Δ columns: (title, value of a run, scale, digits).
+PAIRED: tuple[tuple[str, Callable[[RunResult], float | None], float, int], ...] = (
+    ("Δ test loss", lambda r: r.value("test/loss"), 1.0, 5),
+    ("Δ token acc (pp)", lambda r: r.value("test/token_acc"), 100.0, 2),
+    ("Δ exact-seq acc (pp)", lambda r: r.value("test/exact_acc"), 100.0, 2),
+    ("Δ steps to threshold", lambda r: r.info.get("steps_to_threshold"), 1.0, 0),
+)
+
+
+def paired_rows(
+    runs: Sequence[RunResult], names: Sequence[str], control: str
+) -> list[dict[str, Any]]:
+    """Per variant, the paired ``variant − control`` of each ``PAIRED`` value over shared seeds.
+
+    Steps-to pairs only the seeds where both runs reached the threshold. A cell is None when no
+    seed is shared.
+    """
+
+    def values(name: str, value: Callable[[RunResult], float | None]) -> dict[int, float]:
+        picked = {}
+        for run in runs:
+            if run.variant == name and finished(run) and (v := value(run)) is not None:
+                picked[run.seed] = float(v)
+        return picked
+
+    rows = []
+    for name in names:
+        if name == control:
+            continue
+        row: dict[str, Any] = {"variant": name, "control": control}
+        for title, value, _, _ in PAIRED:
+            row[title] = paired_delta(values(name, value), values(control, value))
+        rows.append(row)
+    return rows
+
+
+def paired_csv_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Numbers, scaled as shown: ``<title> mean|low|high|n`` per ``PAIRED`` column."""
+    flat = []
+    for row in rows:
+        out: dict[str, Any] = {"variant": row["variant"], "control": row["control"]}
+        for title, _, scale, _ in PAIRED:
+            delta = row[title]
+            for part in ("mean", "low", "high"):
+                out[f"{title} {part}"] = None if delta is None else getattr(delta, part) * scale
+            out[f"{title} n"] = None if delta is None else delta.n
+        flat.append(out)
+    return flat

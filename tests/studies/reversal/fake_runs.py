@@ -1,0 +1,132 @@
+"""Fake runs of a reversal sweep for the report's tests: metrics files and TensorBoard events as
+``studies.sweep`` and the ``GradientTracker`` callback write them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attn_lightning.results.curves import Scalars
+from attn_lightning.studies.reversal.dynamics import GROUPS
+
+EXPERIMENT = "poly"
+POLY = "polynomial_degree-4_normalize-false"
+
+
+def fake_scalars(
+    val: list[float],
+    spikes: list[int],
+    grads: dict[int, dict[str, float]] | None = None,
+    steps: int = 200,
+) -> Scalars:
+    """A run's scalars as the study logs them; every gradient norm is 1.0 unless overridden.
+
+    ``val``: ``val/token_acc`` at steps 49, 99, ... (the step Lightning logs after 50k steps).
+    ``grads``: step -> {"global_norm" or a group: norm}, at the gradient steps 0, 20, ...
+    """
+    grads = grads or {}
+    scalars: Scalars = {"val/token_acc": [(49 + 50 * i, v) for i, v in enumerate(val)]}
+    flags = [(s, 1.0 if s in spikes else 0.0) for s in range(steps)]
+    scalars["train/loss_spike"] = flags
+    scalars["train/loss_spikes"] = [(s, float(sum(s >= t for t in spikes))) for s in range(steps)]
+    scalars["train/loss_step"] = [(s, 2.0) for s in range(19, steps, 20)]
+    for name in ("global_norm", *GROUPS):
+        scalars[f"grad/{name}"] = [
+            (s, grads.get(s, {}).get(name, 1.0)) for s in range(0, steps, 20)
+        ]
+    return scalars
+
+
+# Seed 0 crosses 0.99 at step 149; spikes at 130 (gradient logged at 120: global norm 10x the
+# run median, attention 50x its median) and 160 (logged at that step: 4x, feedforward 8x).
+SEED0 = fake_scalars(
+    [0.5, 0.98, 0.995, 0.999],
+    spikes=[130, 160],
+    grads={
+        120: {"global_norm": 10.0, "attention": 50.0, "feedforward": 2.0},
+        160: {"global_norm": 4.0, "feedforward": 8.0},
+    },
+)
+SEED1 = fake_scalars([0.7, 0.991, 0.999, 0.999], spikes=[])
+SEED2 = fake_scalars(
+    [0.2, 0.3, 0.35, 0.4],
+    spikes=[100],
+    grads={100: {"global_norm": 3.0, "attention": 6.0, "embedding": 5.0}},
+)
+
+
+def write_events(log_dir: Path, scalars: Scalars) -> None:
+    """Write ``scalars`` as TensorBoard events into ``log_dir``."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(log_dir))
+    for tag, points in scalars.items():
+        for step, value in points:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+def write_run(
+    root: Path,
+    label: str,
+    seed: int,
+    scalars: Scalars | None,
+    test: dict[str, float] | None,
+    *,
+    log_dir: bool = True,
+) -> None:
+    """One run under ``root``: its events (``scalars``; None: none) and, unless ``test`` is None
+    (a run still going, or crashed), its metrics file with ``test`` as its test metrics;
+    ``log_dir=False`` leaves the log folder out of the metrics file."""
+    name = f"{label}-s{seed}"
+    if scalars is not None:
+        write_events(root / "logs" / EXPERIMENT / name, scalars)
+    if test is not None:
+        sweeps = root / "sweeps" / EXPERIMENT
+        sweeps.mkdir(parents=True, exist_ok=True)
+        record = {
+            "fit_seconds": 100.0 + seed,
+            "global_step": 200,
+            "metrics": {"val/token_acc": 0.5},
+            "test": test,
+        }
+        if log_dir:
+            record["log_dir"] = f"logs/{EXPERIMENT}/{name}"
+        (sweeps / f"{name}.json").write_text(json.dumps(record))
+
+
+def test_metrics(token: float, exact: float, loss: float) -> dict[str, float]:
+    """The test metrics of a reversal run (greedy = teacher-forced here)."""
+    return {
+        "test/token_acc": token,
+        "test/exact_acc": exact,
+        "test/gen_token_acc": token,
+        "test/gen_exact_acc": exact,
+        "test/loss": loss,
+    }
+
+
+test_metrics.__test__ = False  # type: ignore[attr-defined]  # not a test, despite its name
+
+
+def write_study(root: Path) -> Path:
+    """The study of the report's tests: three polynomial runs (two converge), one softmax run
+    that converged and one still running (log folder only)."""
+    write_run(root, POLY, 0, SEED0, test_metrics(0.999, 0.9, 0.01))
+    write_run(root, POLY, 1, SEED1, test_metrics(0.995, 0.8, 0.02))
+    write_run(root, POLY, 2, SEED2, test_metrics(0.40, 0.0, 1.5))
+    write_run(root, "softmax", 0, SEED1, test_metrics(1.0, 1.0, 0.001))
+    write_run(root, "softmax", 1, SEED2, None)  # unfinished: log folder only
+    return root
+
+
+def write_mixed_study(root: Path) -> Path:
+    """``write_study`` plus the runs a report meets less often: a ``linear`` run whose metrics
+    file has no test metrics (fit only), one with no TensorBoard folder and no ``log_dir`` in
+    its metrics file, and a ``performer`` run with only some of the test metrics."""
+    write_study(root)
+    write_run(root, "linear", 0, SEED2, {})
+    write_run(root, "linear", 1, None, test_metrics(0.99, 0.5, 0.05), log_dir=False)
+    write_run(root, "performer", 0, SEED0, {"test/token_acc": 0.992, "test/loss": 0.03})
+    write_run(root, "performer", 2, SEED1, {"test/token_acc": 0.5, "test/loss": 0.9})
+    return root

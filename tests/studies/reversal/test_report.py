@@ -1,0 +1,163 @@
+"""The reversal report: numbers and files from fake runs (metrics files + TensorBoard events),
+in the formats of the committed reports (golden files written by the report before it became a
+package)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attn_lightning.results.curves import read_scalars
+from attn_lightning.results.files import read_csv
+from attn_lightning.studies.reversal.dynamics import spike_steps, steps_to_threshold
+from attn_lightning.studies.reversal.report import report
+from attn_lightning.studies.reversal.runs import load_runs
+from tests.studies.reversal.fake_runs import EXPERIMENT, POLY, write_mixed_study
+
+GOLDEN = Path(__file__).with_name("golden")
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    return read_csv(path)[1]
+
+
+def test_read_scalars_round_trips_every_event(study):
+    scalars = read_scalars(study / "logs" / EXPERIMENT / f"{POLY}-s0")
+    assert len(scalars["train/loss_spike"]) == 200  # every step, nothing subsampled
+    assert spike_steps(scalars) == [130, 160]
+    assert steps_to_threshold(scalars, 0.99) == 149
+    assert scalars["grad/attention"][6] == (120, 50.0)
+
+
+def test_runs_carry_their_training_facts_in_info(study):
+    runs = {(r.variant, r.seed): r for r in load_runs(study, EXPERIMENT, 0.99)}
+    first = runs[(POLY, 0)]
+    assert (first.status, first.seconds, first.global_step) == ("ok", 100.0, 200)
+    assert first.metrics["test/exact_acc"] == 0.9 and "val/token_acc" not in first.metrics
+    assert (first.info["steps_to_threshold"], first.info["spikes"]) == (149, 2)
+    assert first.info["max_grad_norm"] == 10.0 and len(first.info["spike_gradients"]) == 2
+    assert [step for step, _ in first.info["val_curve"]] == [49, 99, 149, 199]
+    unfinished = runs[("softmax", 1)]
+    assert (unfinished.status, unfinished.info, unfinished.metrics) == ("unfinished", {}, {})
+    with pytest.raises(FileNotFoundError, match="no runs in"):
+        load_runs(study, "nope", 0.99)
+
+
+def test_report_summary_numbers(study, tmp_path):
+    summary = report(EXPERIMENT, tmp_path / "out" / "rep", root=study)
+    assert [r["variant"] for r in summary] == [POLY, "softmax"]  # sorted labels
+    poly, soft = summary
+    assert (poly["runs"], poly["converged"], poly["unfinished"]) == (3, 2, 0)
+    assert (soft["runs"], soft["converged"], soft["unfinished"]) == (1, 1, 1)
+    # Token accuracies 0.40, 0.995, 0.999: inclusive quartiles interpolate halfway.
+    assert poly["test/token_acc_median"] == pytest.approx(0.995)
+    assert poly["test/token_acc_q25"] == pytest.approx(0.6975)
+    assert poly["test/token_acc_q75"] == pytest.approx(0.997)
+    assert poly["test/loss_median"] == pytest.approx(0.02)
+    # Steps to 99 %: 149 and 99 (seed 2 never reached it).
+    assert poly["reached"] == 2
+    assert (poly["steps_to_threshold_median"], poly["steps_to_threshold_q25"]) == (124, 111.5)
+    # Spikes per run 2, 0, 1.
+    assert (poly["spikes_median"], poly["spikes_q25"], poly["spikes_q75"]) == (1, 0.5, 1.5)
+    assert poly["spikes_max"] == 2
+    # Ratios 10, 4, 3 -> 4; groups attention, feedforward, attention; lags 10, 0, 0.
+    assert poly["spike_records"] == 3
+    assert poly["spike_grad_ratio_median"] == pytest.approx(4.0)
+    assert (poly["spike_top_group"], poly["spike_top_group_count"]) == ("attention", 2)
+    assert poly["spike_grad_lag_median"] == 0
+    assert (soft["spikes_max"], soft["spike_records"], soft["spike_top_group"]) == (0, 0, None)
+
+
+def test_report_files(study, tmp_path):
+    out = tmp_path / "rep"
+    report(EXPERIMENT, out, root=study, command="the command")
+    md = out.with_name("rep.md").read_text()
+    assert "```bash\nthe command\n```" in md and "Machine" in md
+    assert f"| `{POLY}` | 2/3 | 0 | 99.50 [69.75, 99.70] |" in md
+    assert (
+        f"| `{POLY}` | 124 [112, 136] | 2/3 | 1.0 [0.5, 1.5] | 2 | 3 | 4.00 | 0 | attention (2) |"
+        in md
+    )
+    assert f"| `{POLY}` | 2 | ok | 40.00 | 0.00 | 40.00 | 0.00 | 1.5000 | – | 1 | 3.000 |" in md
+    assert "| `softmax` | 1 | unfinished |" in md
+    rows = {r["variant"]: r for r in _read_csv(out.with_name("rep.csv"))}
+    assert float(rows[POLY]["test/token_acc_q25"]) == pytest.approx(0.6975)
+    assert rows["softmax"]["converged"] == "1" and rows["softmax"]["unfinished"] == "1"
+    runs = _read_csv(out.with_name("rep_runs.csv"))
+    assert [(r["variant"], r["seed"], r["status"]) for r in runs] == [
+        (POLY, "0", "ok"),
+        (POLY, "1", "ok"),
+        (POLY, "2", "ok"),
+        ("softmax", "0", "ok"),
+        ("softmax", "1", "unfinished"),
+    ]
+    first = runs[0]
+    assert (first["steps_to_threshold"], first["spikes"], first["max_grad_norm"]) == (
+        "149",
+        "2",
+        "10.0",
+    )
+    assert (first["fit_seconds"], first["global_step"], first["test/exact_acc"]) == (
+        "100.0",
+        "200",
+        "0.9",
+    )
+    assert runs[2]["steps_to_threshold"] == ""  # never reached
+    curves = _read_csv(out.with_name("rep_curves.csv"))
+    assert [r["optimizer_steps"] for r in curves[:4]] == ["50", "100", "150", "200"]
+    seed0 = [float(r["val/token_acc"]) for r in curves[:4]]  # float32 in TensorBoard
+    assert seed0 == pytest.approx([0.5, 0.98, 0.995, 0.999])
+    assert len(curves) == 4 * 4  # 4 validations of each finished run (unfinished: not read)
+    assert "| `softmax` | 0 | 70.0 | 99.1 | 99.9 | 99.9 |" in md  # SEED1's curve, in percent
+
+
+def _same_files(out: Path, stem: str) -> None:
+    written = sorted(p.name for p in out.iterdir() if p.name.startswith(f"{stem}."))
+    written += sorted(p.name for p in out.iterdir() if p.name.startswith(f"{stem}_"))
+    golden = sorted(p.name for p in GOLDEN.iterdir() if p.name.startswith(f"{stem}."))
+    golden += sorted(p.name for p in GOLDEN.iterdir() if p.name.startswith(f"{stem}_"))
+    assert written == golden
+    for name in golden:
+        text = (out / name).read_bytes().decode()
+        # The machine that writes a report is its own; everything else is byte for byte.
+        text = re.sub(
+            r"^Machine running this report: .*$",
+            "Machine running this report: (machine)",
+            text,
+            flags=re.M,
+        )
+        assert text == (GOLDEN / name).read_bytes().decode(), name
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_mixed_study(tmp_path_factory.mktemp("mixed"))
+
+
+def test_files_keep_the_committed_formats(mixed, tmp_path):
+    # Runs without test metrics, without logs, with some metrics only; a control; a filter,
+    # a threshold and a spec; a variant without runs (header-only tables).
+    report(EXPERIMENT, tmp_path / "all", root=mixed, command="the command", control="softmax")
+    spec = "polynomial:degree=4,normalize=false"
+    report(
+        EXPERIMENT,
+        tmp_path / "some",
+        root=mixed,
+        command="another command",
+        threshold=0.995,
+        variants=["performer", spec, "linear"],
+        control=spec,
+    )
+    report(EXPERIMENT, tmp_path / "none", root=mixed, command="c", variants=["nothing"])
+    for stem in ("all", "some", "none"):
+        _same_files(tmp_path, stem)
+
+
+def test_golden_comparison_can_fail(mixed, tmp_path):
+    report(EXPERIMENT, tmp_path / "all", root=mixed, command="the command", control="softmax")
+    shutil.copy(tmp_path / "all_runs.csv", tmp_path / "all.csv")  # a wrong summary
+    with pytest.raises(AssertionError, match=r"all\.csv"):
+        _same_files(tmp_path, "all")
