@@ -82,4 +82,4 @@ def test_optimization_differs_from_its_control_in_the_mixing_only(folder):
     assert paper.pop("attention")["name"] == "optimization"
     assert control.pop("attention") == {"name": "softmax"}
     assert paper == control
-    assert paper["projections"] == "no_qk"  # the paper removes Q and K only
+    assert paper["net"]["projections"] == "no_qk"  # the paper removes Q and K only

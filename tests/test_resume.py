@@ -30,11 +30,11 @@ CONFIGS = ROOT / "configs"
 # the kill step is drawn from 11 on.
 EVERY = 7
 TINY_MODEL = [
-    "--model.init_args.d_model=32",
-    "--model.init_args.num_heads=2",
-    "--model.init_args.num_layers=1",
-    "--model.init_args.d_ff=64",
-    "--model.init_args.dropout=0.1",  # draws from the torch RNG at every step
+    "--model.init_args.net.d_model=32",
+    "--model.init_args.net.num_heads=2",
+    "--model.init_args.net.num_layers=1",
+    "--model.init_args.net.d_ff=64",
+    "--model.init_args.net.dropout=0.1",  # draws from the torch RNG at every step
     "--model.init_args.warmup_steps=5",
 ]
 COMMON = [

@@ -172,11 +172,11 @@ def test_ckpt_hparams_win_and_attention_override_survives(trained):
         DEBUG,
         extra=(
             f"--ckpt_path={best}",
-            "--model.init_args.num_layers=1",
+            "--model.init_args.net.num_layers=1",
             "--model.init_args.attention={name: performer, num_features: 99}",
         ),
     )
-    assert val.model.hparams.num_layers == 2
+    assert val.model.hparams.net["num_layers"] == 2
     assert val.model.attention_config["num_features"] == 16
     # attention_override is not a saved hyper-parameter, so it reaches the model.
     with pytest.warns(UserWarning, match="not loaded from the checkpoint"):
@@ -334,8 +334,8 @@ def test_typo_in_yaml_names_the_key(tmp_path, capsys):
 
 
 def test_data_and_model_mismatch_is_reported(tmp_path):
-    with pytest.raises(ValueError, match=r"raise model\.init_args\.max_len"):
-        run("fit", tmp_path, DEBUG, extra=("--model.init_args.max_len=16",))
+    with pytest.raises(ValueError, match=r"raise model\.init_args\.net\.max_len"):
+        run("fit", tmp_path, DEBUG, extra=("--model.init_args.net.max_len=16",))
 
 
 def test_enable_checkpointing_false_writes_no_checkpoint(tmp_path):

@@ -45,7 +45,12 @@ import torch
 from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import (
+    LightningArgumentParser,
+    LightningCLI,
+    _get_module_type,
+    _InstantiatorFn,
+)
 
 from attn_lightning.attention import set_check_finite
 from attn_lightning.attention.base import CHECK_FINITE_ENV
@@ -78,7 +83,12 @@ from attn_lightning.cli.run_folders import (
     purge_replayed_steps,
     refuse_existing_run,
 )
-from attn_lightning.cli.upgrades import LINKED_FROM_DATA, upgrade_args, upgraded_hparams
+from attn_lightning.cli.upgrades import (
+    LINKED_FROM_DATA,
+    AcceptedLinks,
+    upgrade_args,
+    upgraded_hparams,
+)
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 log = logging.getLogger("attn_lightning")
@@ -151,6 +161,19 @@ class AttnLightningCLI(LightningCLI):
                 apply_on="instantiate",
             )
 
+    def _add_instantiators(self) -> None:
+        # LightningCLI's own (2.6: one _InstantiatorFn per key) with the model's wrapped so that
+        # the hyper-parameters keep only the data links the task takes (``AcceptedLinks``).
+        model = _InstantiatorFn(cli=self, key="model")
+        self.parser.add_instantiator(
+            AcceptedLinks(model), _get_module_type(self._model_class), subclasses=True
+        )
+        self.parser.add_instantiator(
+            _InstantiatorFn(cli=self, key="data"),
+            _get_module_type(self._datamodule_class),
+            subclasses=True,
+        )
+
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         # Name the file and the fix for two mistakes jsonargparse reports as a long union error.
         raw = sys.argv[1:] if args is None else args
@@ -158,7 +181,12 @@ class AttnLightningCLI(LightningCLI):
             message = check_command_line([str(a) for a in raw])
             if message:
                 parser.error(message)
-            args = upgrade_args([str(a) for a in raw])  # configs and flags of older layouts
+            given = [str(a) for a in raw]
+            upgraded = upgrade_args(given)  # configs and flags of older layouts
+            if upgraded != given and args is None:
+                sys.argv[1:] = upgraded  # LightningCLI warns when given args and sys.argv both
+            elif upgraded != given:
+                args = upgraded
         super().parse_arguments(parser, args)
 
     def _parse_ckpt_path(self) -> None:

@@ -96,3 +96,30 @@ def _configured_class(config: Any, section: str) -> str | None:
     node: Any = config.get(section) if hasattr(config, "get") else None
     class_path = node.get("class_path") if hasattr(node, "get") else None
     return class_path if isinstance(class_path, str) else None
+
+
+def load_task(path: str | Path, *, map_location: str | torch.device = "cpu") -> Any:
+    """The task a checkpoint holds, rebuilt from its saved hyper-parameters and weights.
+
+    For tools that read a trained model outside ``train.py`` (sample grids, generation
+    benchmarks). Unlike ``LightningModule.load_from_checkpoint`` it reads checkpoints of every
+    layout this project has written: a class path that has moved, model sizes saved before they
+    moved under ``net`` (``cli.upgrades``). The task is in eval mode on ``map_location``.
+
+    Raises:
+        CheckpointError: not a checkpoint, or one that names no task class.
+    """
+    from attn_lightning.cli.upgrades import upgraded_hparams
+
+    checkpoint = load_checkpoint(path)
+    class_path = saved_class(checkpoint, "hyper_parameters")
+    task_class = resolve_class(class_path) if class_path else None
+    if not isinstance(task_class, type):
+        raise CheckpointError(
+            f"{str(path)!r} names no task class in its hyper-parameters ({class_path!r}); "
+            f"expected a checkpoint written by train.py"
+        )
+    saved = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
+    task = task_class(**upgraded_hparams(task_class, saved))
+    task.load_state_dict(checkpoint["state_dict"])
+    return task.to(map_location).eval()

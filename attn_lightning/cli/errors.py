@@ -36,13 +36,8 @@ def nearest(word: str, choices: Iterable[str]) -> str | None:
     return match[0] if match else None
 
 
-def class_options(class_path: str) -> list[str]:
+def accepted_options(cls: type) -> list[str]:
     """Keyword names a class accepts: its ``__init__`` and, through ``**kwargs``, its parents'."""
-    module, _, name = class_path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return []
     names: list[str] = []
     for klass in inspect.getmro(cls):
         init = klass.__dict__.get("__init__")
@@ -57,7 +52,45 @@ def class_options(class_path: str) -> list[str]:
     return [n for n in dict.fromkeys(names) if n != "self"]
 
 
+def class_options(class_path: str) -> list[str]:
+    """``accepted_options`` of the class a dotted path names ([] when it does not import)."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return []
+    return accepted_options(cls)
+
+
+def group_options(class_path: str, group: str) -> list[str]:
+    """The field names of a class's dataclass-typed argument ``group`` (e.g. a task's ``net``
+    spec), or [] when the argument is not a dataclass."""
+    import dataclasses
+    import typing
+
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an unimportable class or unresolvable hints: no suggestion
+        return []
+    kind = hints.get(group)
+    return [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else []
+
+
+def _nested_hint(class_path: str, dotted: str) -> str | None:
+    """``option 'd_modl' of net is not accepted; did you mean 'd_model'?`` for ``net.d_modl``."""
+    group, _, option = dotted.partition(".")
+    options = group_options(class_path, group) if option else []
+    if not options:
+        return None
+    guess = nearest(option, options)
+    hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(options)}"
+    return f"option {option!r} of {group} is not accepted; {hint}"
+
+
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: (\S+)")
+_GROUP_OPTION = re.compile(r"Group '([^']+)' does not accept option '([^']+)'")
 _KEY = re.compile(r'Parser key "([^"]+)"')
 _PROBLEM = re.compile(r"^(\s*)- Problem with given class_path '([^']+)':\s*$")
 _NOT_ACCEPTED = re.compile(r"Option '([^']+)' is not accepted")
@@ -85,12 +118,21 @@ def _class_problem(message: str) -> tuple[str, str] | None:
 def condense(message: str, option_strings: Iterable[str] = ()) -> str:
     """One line for a jsonargparse error message, with a suggestion where a name is misspelt."""
     unrecognized = _UNRECOGNIZED.search(message)
+    problem = _class_problem(message)
+    nested = None
+    if problem is not None and unrecognized:
+        nested = _nested_hint(problem[0], unrecognized.group(1).split("=")[0].lstrip("-"))
+    elif problem is not None and (group := _GROUP_OPTION.search(problem[1])):
+        nested = _nested_hint(problem[0], f"{group.group(1)}.{group.group(2)}")
+    if problem is not None and nested is not None:
+        section = _KEY.search(message)
+        where = f"{section.group(1)} ({problem[0]})" if section else problem[0]
+        return f"{where}: {nested}"
     if unrecognized:
         flag = unrecognized.group(1).split("=")[0]
         guess = nearest(flag, [o for o in option_strings if o.startswith("--")])
         tail = f"; did you mean {guess}?" if guess else ""
         return f"unrecognized argument {flag}{tail}"
-    problem = _class_problem(message)
     if problem is None:
         return " ".join(message.split())
     class_path, block = problem
@@ -99,7 +141,10 @@ def condense(message: str, option_strings: Iterable[str] = ()) -> str:
     rejected = _NOT_ACCEPTED.search(block)
     if rejected:
         options = class_options(class_path)
-        guess = nearest(rejected.group(1), options)
+        # A model size misspelt at the task level may mean a field of its ``net`` spec.
+        nested = {f: f"net.{f}" for f in group_options(class_path, "net") if f not in options}
+        guess = nearest(rejected.group(1), [*options, *nested])
+        guess = nested.get(guess, guess) if guess else None
         hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(options)}"
         return f"{where}: option {rejected.group(1)!r} is not accepted; {hint}"
     keys, expected, given = _KEY.findall(block), _EXPECTED.findall(block), _GIVEN.findall(block)

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from attn_lightning.cli.config_checks import config_files
+from attn_lightning.cli.errors import accepted_options
 
 # Facts of the data the CLI links into the task's arguments of the same name (``app.py``).
 LINKED_FROM_DATA = (
@@ -99,9 +100,7 @@ def upgrade_tree(tree: Any, task: type | None) -> tuple[Any, list[str]]:
 
 
 def _accepts(task: type, key: str) -> bool:
-    import inspect
-
-    return key in inspect.signature(task).parameters
+    return key in accepted_options(task)
 
 
 def upgrade_flags(args: Sequence[str], task: type | None) -> tuple[list[str], list[str]]:
@@ -178,13 +177,39 @@ def _warn(message: str) -> None:
 
 def upgraded_hparams(task: type, hparams: Mapping[str, Any]) -> dict[str, Any]:
     """A checkpoint's saved hyper-parameters in today's layout (``tasks.base.upgrade_hparams``),
-    warning once when something was old."""
+    warning once when something was old. Linked sizes the task does not take (written by a
+    run before the links were filtered, ``LinkedOnly``) are dropped."""
     from attn_lightning.tasks.base import upgrade_hparams
 
-    upgraded, moved = upgrade_hparams(task, hparams)
+    accepted = accepted_options(task)
+    kept = {k: v for k, v in hparams.items() if k not in LINKED_FROM_DATA or k in accepted}
+    upgraded, moved = upgrade_hparams(task, kept)
     if moved:
         _warn(
             f"the checkpoint saved the model sizes {', '.join(moved)} of the layout before "
             f"2026-11-25; they are read as net.<size>"
         )
     return upgraded
+
+
+class AcceptedLinks:
+    """Wraps LightningCLI's model instantiator so a task's hyper-parameters record only the
+    links it takes: every link of ``LINKED_FROM_DATA`` is applied (a task without the argument
+    ignores it), but Lightning would write all of them, ``levels: None`` included, into the
+    hyper-parameters, and a checkpoint of those could not be loaded back."""
+
+    def __init__(self, instantiator: Any, key: str = "model") -> None:
+        self.instantiator = instantiator
+        self.key = key
+
+    def __call__(
+        self, class_type: type, *args: Any, applied_instantiation_links: dict, **kwargs: Any
+    ) -> Any:
+        accepted = accepted_options(class_type)
+        prefix = f"{self.key}.init_args."
+        links = {
+            k: v
+            for k, v in applied_instantiation_links.items()
+            if not k.startswith(prefix) or k[len(prefix) :] in accepted
+        }
+        return self.instantiator(class_type, *args, applied_instantiation_links=links, **kwargs)

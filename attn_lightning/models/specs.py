@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attn_lightning.models.transformer import Projections, check_projections
-
-POSITIONALS = ("sinusoidal", "learned")
+from attn_lightning.models.transformer import Projections
 
 
 @dataclass(frozen=True)
@@ -47,13 +45,6 @@ class TransformerSpec:
     dropout: float = 0.0
     positional: str = "sinusoidal"
     projections: Projections = True
-
-    def __post_init__(self) -> None:
-        check_projections(self.projections)
-        if self.positional not in POSITIONALS:
-            raise ValueError(
-                f"unknown positional {self.positional!r}; allowed: {', '.join(POSITIONALS)}"
-            )
 
     def encoder_sizes(self) -> dict[str, Any]:
         """The ``TransformerEncoder`` keyword arguments of this spec."""

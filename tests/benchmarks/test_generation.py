@@ -15,7 +15,11 @@ from attn_lightning.cli.checkpoints import CheckpointError
 from attn_lightning.data.pixels import PixelDataModule
 from attn_lightning.tasks.image import ImageGenerationTask
 
-TINY = {"image_size": 4, "levels": 16, "d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32}
+TINY = {
+    "image_size": 4,
+    "levels": 16,
+    "net": {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32},
+}
 
 
 def _rows(out: Path) -> list[dict[str, str]]:

@@ -84,7 +84,9 @@ def test_tasks_without_the_hook_are_skipped(cls):
 
 
 def test_tasks_satisfy_the_protocols_of_their_callbacks():
-    reversal = SequenceReversalTask(d_model=8, num_heads=2, num_layers=1, d_ff=8, max_len=8)
+    reversal = SequenceReversalTask(
+        net={"d_model": 8, "num_heads": 2, "num_layers": 1, "d_ff": 8, "max_len": 8}
+    )
     assert isinstance(reversal, SampleRows)
     assert not isinstance(reversal, ImageSampler | Detector | AdapterExporter)
     lora = LoRAClassifierTask(adaptation="lora_scratch", lora_r=1)

@@ -54,7 +54,7 @@ def test_nearest_and_class_options():
     assert nearest("d_modl", ["d_model", "d_ff", "dropout"]) == "d_model"
     assert nearest("zzz", ["d_model"]) is None
     # LoRAReversalTask takes the reversal options through **kwargs: they are offered too.
-    assert {"adaptation", "d_model", "num_layers"} <= set(
+    assert {"adaptation", "mode", "net"} <= set(
         class_options("attn_lightning.tasks.LoRAReversalTask")
     )
     assert class_options("attn_lightning.nowhere.Nothing") == []
@@ -64,7 +64,7 @@ def test_condense_names_the_class_and_suggests():
     line = condense(UNION_ERROR)
     assert line == (
         "model (attn_lightning.tasks.SequenceReversalTask): option 'd_modl' is not accepted; "
-        "did you mean 'd_model'?"
+        "did you mean 'net.d_model'?"
     )
     assert condense("unrecognized arguments: --trainer.max_stpes 5", ["--trainer.max_steps"]) == (
         "unrecognized argument --trainer.max_stpes; did you mean --trainer.max_steps?"
@@ -80,8 +80,12 @@ def test_condense_names_the_class_and_suggests():
             "unknown option(s) 'num_feature' for attention 'performer'; allowed: num_features",
         ),
         (["--trainer.max_stpes", "5"], "did you mean --trainer.max_steps?"),
-        (["--model.init_args.d_modl", "32"], "'d_modl' is not accepted; did you mean 'd_model'?"),
-        (["--model.init_args.d_model", "abc"], "d_model expects int; got abc"),
+        (
+            ["--model.init_args.d_modl", "32"],
+            "'d_modl' is not accepted; did you mean 'net.d_model'?",
+        ),
+        (["--model.init_args.net.d_model", "abc"], "net.d_model expects int; got abc"),
+        (["--model.init_args.net.d_modl", "3"], "'d_modl' of net is not accepted; did you mean"),
     ],
 )
 def test_bad_configuration_is_one_line(extra, expected, capsys):
@@ -93,7 +97,7 @@ def test_typo_in_a_yaml_key_suggests_the_nearest(tmp_path, capsys):
     typo = tmp_path / "typo.yaml"
     typo.write_text("model:\n  init_args:\n    d_modl: 32\n")
     line = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
-    assert "option 'd_modl' is not accepted; did you mean 'd_model'?" in line
+    assert "option 'd_modl' is not accepted; did you mean 'net.d_model'?" in line
 
 
 def test_missing_data_files_are_one_line(tmp_path, capsys):

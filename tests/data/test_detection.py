@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -41,6 +43,8 @@ def test_datamodule_reads_the_written_coco_folder(tmp_path):
     images, targets = next(iter(dm.val_dataloader()))
     assert images.shape == (2, 3, 32, 32) and len(targets) == 2
     assert dm.num_classes == 3 and len(dm.datasets["test"]) == 2
+    assert dm.category_ids == [1, 2, 3]  # write_coco's ids: label + 1
+    assert targets[0]["orig_size"].tolist() == [32, 32]  # the file's size, for prediction files
     synthetic = DetectionDataModule(
         image_size=32, min_size=6, max_size=14, train_size=4, val_size=3, test_size=2, batch_size=2
     )
@@ -57,3 +61,19 @@ def test_missing_coco_folder_is_a_clear_error(tmp_path):
 def test_bad_source_fails_clearly():
     with pytest.raises(ValueError, match="unknown source 'voc'; allowed: synthetic, coco"):
         DetectionDataModule(source="voc")
+
+
+def test_category_ids_come_from_the_annotations_before_setup(tmp_path):
+    data = SyntheticScenes(size=2, seed=0, **SCENES)
+    write_coco(data, tmp_path, "train")
+    path = tmp_path / "annotations" / "instances_train.json"
+    tree = json.loads(path.read_text())
+    for category in tree["categories"]:
+        category["id"] *= 10
+    path.write_text(json.dumps(tree))
+    dm = DetectionDataModule(source="coco", root=str(tmp_path), num_classes=99)
+    assert dm.category_ids == [10, 20, 30, 40, 50] and dm.num_classes == 5
+    assert DetectionDataModule(num_classes=2).category_ids == [1, 2]
+    absent = DetectionDataModule(source="coco", root=str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match=r"instances_train\.json not found"):
+        _ = absent.num_classes

@@ -9,6 +9,7 @@ import torch
 
 from attn_lightning.models.backbone import build_backbone, sine_position_encoding
 from attn_lightning.models.detr import DETR, SITES, attention_parameters, split_site
+from attn_lightning.models.specs import DetrSpec, spec_fields
 
 E, H = 32, 4
 OPT = {"name": "optimization", "projections": False, "iterations": 3}
@@ -28,7 +29,9 @@ def tiny(**kwargs) -> DETR:
         "num_encoder_layers": 2,
         "num_decoder_layers": 3,
     }
-    return DETR(**{**options, **kwargs})
+    merged = {**options, **kwargs}
+    spec = DetrSpec(**{k: merged.pop(k) for k in list(merged) if k in spec_fields(DetrSpec)})
+    return DETR(spec, **merged)
 
 
 def test_outputs_shapes_ranges_and_aux_layers():

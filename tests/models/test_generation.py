@@ -7,6 +7,7 @@ import torch
 
 from attn_lightning.attention import available_attentions
 from attn_lightning.models import SequenceTransformer, categorical, generate, greedy
+from attn_lightning.models.specs import TransformerSpec
 
 V, P, N = 7, 4, 9
 BACKENDS = [
@@ -28,16 +29,8 @@ def cases():
 
 def make_model(name, options, positional="sinusoidal"):
     torch.manual_seed(0)
-    model = SequenceTransformer(
-        vocab_size=V,
-        max_len=32,
-        d_model=16,
-        num_heads=2,
-        num_layers=2,
-        d_ff=32,
-        attention={"name": name, **options},
-        positional=positional,
-    )
+    spec = TransformerSpec(d_model=16, num_heads=2, num_layers=2, d_ff=32, positional=positional)
+    model = SequenceTransformer(spec, vocab_size=V, max_len=32, attention={"name": name, **options})
     return model.double().eval()
 
 

@@ -10,6 +10,7 @@ import torch
 from attn_lightning.attention import available_attentions
 from attn_lightning.models.logistic_mixture import DiscretizedLogisticMixture, build_output
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim, sample_pixels
+from attn_lightning.models.specs import PixelSpec
 
 LEVELS, N = 11, 12
 BACKENDS = [
@@ -30,16 +31,9 @@ def cases():
 
 def make_model(name="linear", options=None, *, output="categorical", seq_len=N):
     torch.manual_seed(0)
+    spec = PixelSpec(d_model=16, num_heads=2, num_layers=2, d_ff=32, output=output, num_mixtures=3)
     model = PixelTransformer(
-        levels=LEVELS,
-        seq_len=seq_len,
-        d_model=16,
-        num_heads=2,
-        num_layers=2,
-        d_ff=32,
-        attention={"name": name, **(options or {})},
-        output=output,
-        num_mixtures=3,
+        spec, levels=LEVELS, seq_len=seq_len, attention={"name": name, **(options or {})}
     )
     return model.double().eval()
 

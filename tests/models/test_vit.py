@@ -6,7 +6,10 @@ import pytest
 import torch
 
 from attn_lightning.models.detr import attention_parameters
+from attn_lightning.models.specs import VitSpec, spec_fields
 from attn_lightning.models.vit import VisionTransformer
+
+SPEC = spec_fields(VitSpec)
 
 E = 16
 SOFTMAX = ({"name": "softmax"}, True)
@@ -22,8 +25,13 @@ BACKENDS = {"softmax": SOFTMAX, "optimization": OPTIMIZATION, "pool": POOL}
 def tiny(backend=SOFTMAX, **kwargs) -> VisionTransformer:
     torch.manual_seed(0)
     attention, projections = backend
-    options = {"image_size": 8, "d_model": E, "num_heads": 2, "d_ff": 32, "num_layers": 2}
-    return VisionTransformer(attention=attention, projections=projections, **{**options, **kwargs})
+    options = {"d_model": E, "num_heads": 2, "d_ff": 32, "num_layers": 2, **kwargs}
+    spec = VitSpec(
+        projections=projections, **{k: options.pop(k) for k in list(options) if k in SPEC}
+    )
+    return VisionTransformer(
+        spec, **{"image_size": 8, "num_classes": 10, "attention": attention, **options}
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS.values(), ids=list(BACKENDS))
@@ -97,9 +105,10 @@ def test_pool_pools_over_the_patch_grid():
     ],
 )
 def test_bad_configuration_fails_clearly(kwargs, message):
-    options = {"image_size": 8, "attention": {"name": "softmax"}, **kwargs}
     with pytest.raises(ValueError, match=message):
-        VisionTransformer(**options)
+        tiny(({"name": "softmax"}, True), **kwargs) if "attention" not in kwargs else tiny(
+            (kwargs.pop("attention"), True), **kwargs
+        )
 
 
 def test_images_of_another_size_fail_clearly():

@@ -7,7 +7,7 @@ from pathlib import Path
 from attn_lightning.studies.detection_variants import CONFIGS
 from attn_lightning.studies.runner import Runner
 
-SMALL = ("model.init_args.d_model=32", "model.init_args.d_ff=32")
+SMALL = ("model.init_args.net.d_model=32", "model.init_args.net.d_ff=32")
 TINY = (
     "trainer.max_steps=2",
     "trainer.val_check_interval=2",

@@ -20,7 +20,7 @@ CONFIGS = ROOT / "configs" / "digits"
 BASE = CONFIGS / "base.yaml"
 DEBUG = ROOT / "configs" / "presets" / "debug.yaml"
 VARIANTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "base.yaml")
-SMALL = {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32}
+SMALL = {"net": {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32}}
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_the_comparison_has_its_configs():
     assert {p.stem for p in VARIANTS} >= {"optimization", "softmax_no_qk", "pool"}
     paper = yaml.safe_load((CONFIGS / "optimization.yaml").read_text())["model"]["init_args"]
     control = yaml.safe_load((CONFIGS / "softmax_no_qk.yaml").read_text())["model"]["init_args"]
-    assert paper["projections"] == control["projections"] == "no_qk"
+    assert paper["net"]["projections"] == control["net"]["projections"] == "no_qk"
     assert paper["attention"]["name"] == "optimization"
     assert control["attention"] == {"name": "softmax"}
 
@@ -100,8 +100,6 @@ def test_fast_dev_run_per_config(config, tmp_path):
 
 
 @pytest.mark.usefixtures("_isolated")
-def test_model_and_data_image_sizes_must_agree(tmp_path):
-    with pytest.raises(
-        ValueError, match=r"model image_size=8 differs from the data's image_size=16"
-    ):
-        run(tmp_path, extra=("--trainer.fast_dev_run=true", "--data.init_args.image_size=16"))
+def test_the_model_takes_image_size_and_classes_from_the_data(tmp_path):
+    cli = run(tmp_path, extra=("--trainer.fast_dev_run=true", "--data.init_args.image_size=12"))
+    assert cli.model.net.image_size == 12 and cli.model.hparams["image_size"] == 12

@@ -73,8 +73,9 @@ def test_optimization_all_keeps_only_value_and_output_projections(tmp_path):
     # The paper removes the Q and K projections only: every encoder self, decoder self and
     # decoder cross site keeps V and out (E² + E each) and nothing else.
     cli = run(tmp_path, CONFIGS / "optimization_all.yaml", extra=("--trainer.fast_dev_run=true",))
-    e = cli.model.hparams.d_model
-    sites = cli.model.hparams.num_encoder_layers + 2 * cli.model.hparams.num_decoder_layers
+    net = cli.model.hparams.net
+    e = net["d_model"]
+    sites = net["num_encoder_layers"] + 2 * net["num_decoder_layers"]
     assert cli.model.attention_parameter_count == sites * 2 * (e * e + e)
     assert {spec["name"] for spec in cli.model.site_configs.values()} == {"optimization"}
 
@@ -109,9 +110,10 @@ def test_site_specs_defaults_sites_and_override():
     assert "chunk_size" not in nameless["decoder_cross"]
 
 
-def test_data_and_model_class_counts_must_agree(tmp_path):
-    with pytest.raises(ValueError, match=r"set model\.init_args\.num_classes=4"):
-        run(tmp_path, extra=("--data.init_args.num_classes=4", "--trainer.fast_dev_run=true"))
+def test_the_model_takes_its_classes_from_the_data(tmp_path):
+    cli = run(tmp_path, extra=("--data.init_args.num_classes=4", "--trainer.fast_dev_run=true"))
+    assert cli.model.num_classes == 4 and cli.model.category_ids == [1, 2, 3, 4]
+    assert cli.model.net.class_head.out_features == 5  # + no object
 
 
 def test_postprocess_scores_exclude_no_object():

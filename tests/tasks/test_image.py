@@ -31,7 +31,7 @@ BACKENDS = sorted(
 )
 SIZE28 = CONFIGS / "image" / "size28.yaml"
 TINY = ["--data.init_args.batch_size=8", "--trainer.enable_progress_bar=false"]
-SMALL = {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32, "levels": 16}
+SMALL = {"net": {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32}, "levels": 16}
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +87,9 @@ def test_size28_overlay_trains_at_784_tokens_with_the_mixture(tmp_path):
         DEBUG,
         extra=("--trainer.fast_dev_run=true", "--test_after_fit=true"),
     )
-    assert cli.model.hparams.image_size == 28 and cli.model.hparams.output == "logistic_mixture"
+    assert (
+        cli.model.hparams.image_size == 28 and cli.model.hparams.net["output"] == "logistic_mixture"
+    )
     assert cli.datamodule.image_size == 28
     assert math.isfinite(float(cli.trainer.callback_metrics["test/bits_per_dim"]))
 
@@ -123,14 +125,22 @@ def test_short_run_logs_image_grids_and_sample_images_writes_pngs(tmp_path):
     assert width > height > 0 and abs(width / height - 5 / 2) < 0.1
 
 
-def test_mismatched_image_size_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="seq_len"):
-        run(
+def test_the_model_takes_image_size_and_levels_from_the_data(tmp_path):
+    # Stated once, by the DataModule: a model value of a linked size is dropped with a warning.
+    with pytest.warns(FutureWarning, match=r"model\.init_args\.image_size is ignored"):
+        cli = run(
             "fit",
             tmp_path,
             DEBUG,
-            extra=("--trainer.fast_dev_run=true", "--model.init_args.image_size=7"),
+            extra=(
+                "--trainer.fast_dev_run=true",
+                "--model.init_args.image_size=7",
+                "--data.init_args.image_size=6",
+                "--data.init_args.levels=16",
+            ),
         )
+    assert (cli.model.image_size, cli.model.levels, cli.model.net.seq_len) == (6, 16, 36)
+    assert cli.model.hparams["image_size"] == 6
 
 
 @torch.no_grad()

@@ -17,7 +17,7 @@ from attn_lightning.tasks.reversal import SequenceReversalTask
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "lora_reversal"
 STACKED = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "base.yaml")
-SMALL = {"d_model": 16, "num_heads": 2, "num_layers": 2, "d_ff": 32, "max_len": 16}
+SMALL = {"net": {"d_model": 16, "num_heads": 2, "num_layers": 2, "d_ff": 32, "max_len": 16}}
 
 
 def _save_reversal(path: Path, **sizes) -> SequenceReversalTask:
@@ -72,8 +72,10 @@ def test_incompatible_reversal_checkpoints_are_explained(base, tmp_path):
     path, _ = base
     with pytest.raises(ValueError, match=r"attention=\{'name': 'softmax'\}.*expected"):
         _adapted(path, attention={"name": "linear"})
+    with pytest.raises(ValueError, match=r"net\.positional='sinusoidal' \(expected 'learned'\)"):
+        _adapted(path, net={**SMALL["net"], "positional": "learned"})
     with pytest.raises(ValueError, match=r"is incompatible with the model.*d_model=32"):
-        _adapted(path, d_model=32)
+        _adapted(path, net={**SMALL["net"], "d_model": 32})
     with pytest.raises(FileNotFoundError, match=r"missing\.ckpt"):
         _adapted(tmp_path / "missing.ckpt")
     with pytest.raises(ValueError, match=r"adaptation='lora' needs .*base_checkpoint"):
@@ -87,11 +89,14 @@ def test_reversal_options_come_from_the_parent_signature(tmp_path, monkeypatch, 
         main(["fit", "--config", str(CONFIGS / "base.yaml"), "--print_config"])
     printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
     reversal = inspect.signature(SequenceReversalTask.__init__).parameters
-    assert set(reversal) - {"self"} <= set(printed)
-    assert printed["d_model"] == 64 and printed["weight_decay"] == 0.0
-    task = LoRAReversalTask(adaptation="lora_scratch", d_model=32, decode_method="recompute")
+    linked = {"num_symbols", "seq_len"}  # set from the DataModule, not printed
+    assert set(reversal) - {"self", *linked} <= set(printed)
+    assert printed["net"]["d_model"] == 64 and printed["weight_decay"] == 0.0
+    task = LoRAReversalTask(
+        adaptation="lora_scratch", net={"d_model": 32}, decode_method="recompute"
+    )
     assert set(reversal) - {"self", "attention_override"} <= set(task.hparams)
-    assert task.hparams["d_model"] == 32 and task.hparams["decode_method"] == "recompute"
+    assert task.hparams["net"]["d_model"] == 32 and task.hparams["decode_method"] == "recompute"
     assert task.hparams["warmup_steps"] == 0 and task.hparams["lora_r"] == 4
 
 
@@ -100,8 +105,7 @@ def test_fast_dev_run_per_config(config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["train.py"])
     init = yaml.safe_load((CONFIGS / "base.yaml").read_text())["model"]["init_args"]
-    sizes = {k: init[k] for k in ("d_model", "num_heads", "num_layers", "d_ff", "max_len")}
-    _save_reversal(tmp_path / "reversal.ckpt", **sizes)
+    _save_reversal(tmp_path / "reversal.ckpt", net=init["net"])
     args = ["fit", "--config", str(CONFIGS / "base.yaml")]
     args += [] if config is None else ["--config", str(config)]
     cli = main(

@@ -7,7 +7,6 @@ import csv
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,7 +14,6 @@ from PIL import Image
 
 from attn_lightning.cli import main
 from attn_lightning.data.scenes import SyntheticScenes, write_coco
-from attn_lightning.tasks import detection as detection_module
 from attn_lightning.tasks.detection import DetectionTask
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,9 +132,9 @@ def test_image_writes_completion_and_sample_grids_and_tensors(tmp_path):
     cli, folder = fit_then_predict(
         tmp_path,
         "image",
-        "--model.init_args.d_model=16",
-        "--model.init_args.d_ff=32",
-        "--model.init_args.num_layers=1",
+        "--model.init_args.net.d_model=16",
+        "--model.init_args.net.d_ff=32",
+        "--model.init_args.net.num_layers=1",
         "--data.init_args.batch_size=8",
         predict=("--trainer.limit_predict_batches=2",),  # sampling is the slow part
     )
@@ -173,7 +171,7 @@ def _check_coco_results(results: list, image_ids: set[int], categories: set[int]
 def test_detection_writes_coco_results_json(tmp_path):
     cli, folder = fit_then_predict(tmp_path, "detection", *DETECTION)
     results = json.loads((folder / "detections.json").read_text())
-    queries = cli.model.hparams["num_queries"]
+    queries = cli.model.hparams["net"]["num_queries"]
     assert len(results) == 20 * queries
     _check_coco_results(results, set(range(20)), {1, 2, 3}, size=48)
 
@@ -205,18 +203,17 @@ def test_detection_on_a_coco_folder_maps_back_ids_and_sizes(tmp_path):
     assert len(truth.loadRes(results).getAnnIds()) == len(results)
 
 
-def test_detection_boxes_scale_to_the_original_image(monkeypatch, tmp_path):
-    coco = SimpleNamespace(imgs={7: {"width": 96, "height": 48}})
-    dataset = SimpleNamespace(label_of={10: 0, 20: 1}, coco=SimpleNamespace(coco=coco))
-    monkeypatch.setattr(detection_module, "_predict_dataset", lambda task: dataset)
+def test_detection_boxes_scale_to_the_original_image(tmp_path):
     found = {
         "boxes": torch.tensor([[4.0, 8.0, 12.0, 16.0]]),  # xyxy in the 32² input
         "scores": torch.tensor([0.75]),
         "labels": torch.tensor([1]),
         "image_id": torch.tensor(7),
         "input_size": torch.tensor([32, 32]),
+        "orig_size": torch.tensor([48, 96]),  # (H, W) of the original image
     }
-    (path,) = DetectionTask(num_classes=2).save_predictions([found], [0], tmp_path)
+    task = DetectionTask(num_classes=2, category_ids=[10, 20])
+    (path,) = task.save_predictions([found], [0], tmp_path)
     (result,) = json.loads(path.read_text())
     assert result == {
         "image_id": 7,
@@ -224,3 +221,9 @@ def test_detection_boxes_scale_to_the_original_image(monkeypatch, tmp_path):
         "bbox": [12.0, 12.0, 24.0, 12.0],
         "score": 0.75,
     }
+
+
+def test_detection_category_ids_default_to_label_plus_one_and_must_match_the_classes():
+    assert DetectionTask(num_classes=3).category_ids == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"category_ids has 2 ids for num_classes=3"):
+        DetectionTask(num_classes=3, category_ids=[4, 5])

@@ -8,7 +8,7 @@ import torch
 from attn_lightning.attention import available_attentions
 from attn_lightning.tasks import SequenceReversalTask, resolve_attention
 
-SMALL = {"d_model": 16, "num_heads": 2, "num_layers": 2, "d_ff": 32, "max_len": 64}
+SMALL = {"net": {"d_model": 16, "num_heads": 2, "num_layers": 2, "d_ff": 32, "max_len": 64}}
 
 
 def task(**kwargs):
