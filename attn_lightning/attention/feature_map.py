@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention.base import Attention, Grid, State, accumulation_dtype
-from attn_lightning.attention.linear_kernels import (
+from attn_lightning.attention.ops.linear_kernels import (
     DEFAULT_EPS,
     causal_linear_attention,
     linear_attention,

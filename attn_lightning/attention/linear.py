@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 
 
 class _EluPlusOne(torch.autograd.Function):

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.qk_norm import LN_EPS
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.qk_norm import LN_EPS
 
 F64 = torch.float64
 

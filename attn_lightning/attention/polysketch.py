@@ -44,13 +44,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attn_lightning.attention.base import Grid, State, accumulation_dtype
-from attn_lightning.attention.block_local import block_mixed_attention, block_mixed_step
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.power_exact import blocked_keys, exact_power_attention
+from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
+from attn_lightning.attention.ops.sketches import (
+    LearnedPolySketch,
+    RandomPolySketch,
+    symmetric_square,
+)
 from attn_lightning.attention.polynomial import taylor_logits
-from attn_lightning.attention.power_exact import blocked_keys, exact_power_attention
-from attn_lightning.attention.qk_norm import QKNorm, check_norm
-from attn_lightning.attention.sketches import LearnedPolySketch, RandomPolySketch, symmetric_square
 
 SKETCH_KINDS = ("random", "learned")
 

@@ -13,8 +13,8 @@ import math
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention import kv_cache
 from attn_lightning.attention.base import Attention, Grid, State, allowed_keys
+from attn_lightning.attention.ops import kv_cache
 
 
 class SoftmaxAttention(Attention):

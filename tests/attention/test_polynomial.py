@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_lightning.attention import FeatureMapAttention, build_attention, kv_cache
+from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_bounded, naive_polynomial
+from attn_lightning.attention.ops import kv_cache
 from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
 
 

@@ -8,13 +8,13 @@ import torch
 
 from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_bounded, naive_polysketch, naive_random_sketch
+from attn_lightning.attention.ops.sketches import LearnedPolySketch
 from attn_lightning.attention.polysketch import (
     EVALUATIONS,
     KERNEL_MAX_ELEMENTS,
     PolySketchAttention,
     uses_kernel_form,
 )
-from attn_lightning.attention.sketches import LearnedPolySketch, symmetric_square
 from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
 
 
@@ -152,17 +152,6 @@ def test_features_are_the_symmetric_square_of_the_sketch(sketch):
     fq, fk = attn.features(q, is_query=True), attn.features(k, is_query=False)
     assert fq.shape == (B, H, 4, r * (r + 1) // 2)
     torch.testing.assert_close(fq @ fk.transpose(-1, -2), (sq @ sk.transpose(-1, -2)) ** 2)
-
-
-def test_symmetric_square_inner_product_equals_full_kronecker():
-    g = torch.Generator().manual_seed(6)
-    s, t = torch.randn(3, 7, generator=g, dtype=F64), torch.randn(4, 7, generator=g, dtype=F64)
-    full_s = (s[:, :, None] * s[:, None, :]).flatten(1)  # (3, 49)
-    full_t = (t[:, :, None] * t[:, None, :]).flatten(1)
-    compressed = symmetric_square(s) @ symmetric_square(t).T
-    assert symmetric_square(s).shape == (3, 28)
-    torch.testing.assert_close(compressed, full_s @ full_t.T, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(compressed, (s @ t.T) ** 2, rtol=1e-12, atol=1e-12)
 
 
 def test_sketch_error_falls_as_sketch_size_grows():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lightning.attention import power_exact
-from attn_lightning.attention.power_exact import exact_power_attention
+from attn_lightning.attention.ops import power_exact
+from attn_lightning.attention.ops.power_exact import exact_power_attention
 
 
 def formula(q, k, v, blocked, p, c):

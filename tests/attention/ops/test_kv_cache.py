@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lightning.attention import kv_cache
+from attn_lightning.attention.ops import kv_cache
 
 
 def tokens(n, seed=0, dtype=torch.float64):

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_lightning.attention.block_local import block_mixed_attention, block_mixed_step
 from attn_lightning.attention.naive import naive_block_mixed
+from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
 
 F64 = torch.float64
 B, H, FEATURES, D, DV = 2, 2, 5, 4, 3

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention.base import State, accumulation_dtype
-from attn_lightning.attention.causal_product import normalised_causal_product
+from attn_lightning.attention.ops.causal_product import normalised_causal_product
 
 DEFAULT_EPS = 1e-6
 
