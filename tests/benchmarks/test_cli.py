@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from attn_lightning.benchmark import main
+from attn_lightning.benchmark import build_parser, main
+from attn_lightning.benchmarks.cli import COMMANDS
 from attn_lightning.benchmarks.flops import CallShape, attention_flops
 from attn_lightning.benchmarks.report import read_csv
 from attn_lightning.studies import detection
@@ -381,3 +383,16 @@ def test_module_entry_point():
         check=True,
     )
     assert "latency" in result.stdout and "kernels" in result.stdout
+    assert "generation" in result.stdout
+
+
+def test_the_subcommands_are_the_rows_of_the_command_table():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == list(COMMANDS)
+    assert list(COMMANDS) == ["latency", "decode", "approx", "kernels", "model", "generation"]
+    for name, command in COMMANDS.items():  # each row's own flags reach its subparser
+        flags = {s for a in sub.choices[name]._actions for s in a.option_strings}
+        probe = argparse.ArgumentParser()
+        command.add_arguments(probe)
+        assert flags == {s for a in probe._actions for s in a.option_strings}, name
