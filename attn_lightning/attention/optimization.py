@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attn_lightning.attention.base import Attention, Grid, accumulation_dtype
+from attn_lightning.attention.options import check_choice, check_int
 
 SOLVERS = ("woodbury", "svd")
 DICTIONARIES = ("values", "keys")
@@ -40,10 +41,6 @@ DICTIONARIES = ("values", "keys")
 DEFAULT_RANDOM_TOKENS = 8
 KEYS_SHARE = 0.9  # ``keys90``: how many keys carry this share of a query's attention weight
 _MASK64 = (1 << 64) - 1
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _splitmix64(x: int) -> int:
@@ -157,32 +154,22 @@ class OptimizationAttention(Attention):
         normalize: bool = False,
     ) -> None:
         super().__init__(head_dim=head_dim)
-        if dictionary not in DICTIONARIES:
-            raise ValueError(
-                f"unknown dictionary {dictionary!r}; allowed: {', '.join(DICTIONARIES)}"
-            )
-        if not _is_int(iterations) or iterations < 1:
-            raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+        self.dictionary = check_choice("dictionary", dictionary, DICTIONARIES, backend=self.name)
+        self.iterations = check_int("iterations", iterations, minimum=1)
+        self.random_tokens = check_int("random_tokens", random_tokens, minimum=0)
+        self.solver = check_choice("solver", solver, SOLVERS, backend=self.name)
         if not lam >= 0:
             raise ValueError(f"lam must be >= 0, got {lam!r}")
         if not rho > 0:
             raise ValueError(f"rho must be > 0, got {rho!r}")
         if not power > 0:
             raise ValueError(f"power must be > 0, got {power!r}")
-        if solver not in SOLVERS:
-            raise ValueError(f"unknown solver {solver!r}; allowed: {', '.join(SOLVERS)}")
-        if not _is_int(random_tokens) or random_tokens < 0:
-            raise ValueError(f"random_tokens must be an int >= 0, got {random_tokens!r}")
-        self.dictionary = dictionary
         self.supports_any_value_dim = dictionary == "keys"
-        self.iterations = iterations
         self.lam = float(lam)
         self.rho = float(rho)
         self.power = float(power)
         self.signed = bool(signed)
-        self.random_tokens = random_tokens
         self.exclude_self = bool(exclude_self)
-        self.solver = solver
         self.normalize = bool(normalize)
         # On the CPU generator explicitly, so the salt does not depend on the default device.
         salt = torch.randint(0, 2**62, (), dtype=torch.int64, device="cpu")

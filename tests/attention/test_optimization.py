@@ -388,13 +388,19 @@ def test_has_no_parameters_and_no_causal_form():
 @pytest.mark.parametrize(
     ("option", "match"),
     [
-        ({"dictionary": "queries"}, "unknown dictionary 'queries'; allowed: values, keys"),
+        (
+            {"dictionary": "queries"},
+            "unknown dictionary 'queries' for attention 'optimization'; allowed: values, keys",
+        ),
         ({"iterations": 0}, "iterations must be an int >= 1, got 0"),
         ({"iterations": 2.5}, "iterations must be an int >= 1, got 2.5"),
         ({"lam": -0.1}, "lam must be >= 0, got -0.1"),
         ({"rho": 0.0}, "rho must be > 0, got 0.0"),
         ({"power": -1.0}, "power must be > 0, got -1.0"),
-        ({"solver": "cg"}, "unknown solver 'cg'; allowed: woodbury, svd"),
+        (
+            {"solver": "cg"},
+            "unknown solver 'cg' for attention 'optimization'; allowed: woodbury, svd",
+        ),
         ({"random_tokens": -2}, "random_tokens must be an int >= 0, got -2"),
         ({"random_tokens": 2.0}, "random_tokens must be an int >= 0, got 2.0"),
     ],

@@ -8,13 +8,9 @@ import torch
 
 from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_bounded, naive_polysketch, naive_random_sketch
+from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS
 from attn_lightning.attention.ops.sketches import LearnedPolySketch
-from attn_lightning.attention.polysketch import (
-    EVALUATIONS,
-    KERNEL_MAX_ELEMENTS,
-    PolySketchAttention,
-    uses_kernel_form,
-)
+from attn_lightning.attention.polysketch import PolySketchAttention
 from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
 
 
@@ -281,21 +277,6 @@ def test_is_a_feature_map_backend():
 def test_bad_options_raise_with_the_allowed_values(options, match):
     with pytest.raises(ValueError, match=match):
         build_attention("polysketch", head_dim=D, **options)
-
-
-def test_auto_evaluation_takes_the_cheaper_form_and_bounds_the_score_matrix():
-    # r = 64 (2,080 features) at the reversal's 100 tokens: the score form is far cheaper.
-    common = {"value_dim": 16, "widths": (64,), "causal": True, "chunk_size": 64}
-    assert uses_kernel_form("auto", heads=256, queries=100, keys=100, **common)
-    # r = 16 (136 features): the feature form wins once N is long.
-    small = {**common, "widths": (16,)}
-    assert not uses_kernel_form("auto", heads=1, queries=4096, keys=4096, **small)
-    # Never past KERNEL_MAX_ELEMENTS score entries, however cheap.
-    n = 2048
-    assert 16 * n * n > KERNEL_MAX_ELEMENTS
-    assert not uses_kernel_form("auto", heads=16, queries=n, keys=n, **common)
-    assert uses_kernel_form("kernel", heads=16, queries=n, keys=n, **common)
-    assert not uses_kernel_form("features", heads=1, queries=8, keys=8, **common)
 
 
 def test_auto_matches_both_forms_and_step_uses_the_features():

@@ -51,6 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attn_lightning.attention.options import check_int
+
 State = tuple[Tensor, ...]
 
 
@@ -266,8 +268,7 @@ def _checked_state(state: State, phi_k: Tensor, v: Tensor, kn: Tensor, b: int) -
 
 
 def _check_block_degree(block: int, degree: int) -> None:
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be an int >= 1 (tokens per block), got {block!r}")
+    check_int("block", block, minimum=1, what="tokens per block")
     if isinstance(degree, bool) or not isinstance(degree, int) or degree < 2 or degree % 2:
         raise ValueError(
             f"degree must be an even int >= 2 (the near kernel (qn·kn)^p must be >= 0), "

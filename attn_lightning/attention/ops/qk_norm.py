@@ -25,16 +25,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attn_lightning.attention.options import check_choice
+
 LN_EPS = 1e-5  # torch's and flax's LayerNorm default
 QK_NORMS = ("learned", "fixed", "none")
 
 
 def check_norm(norm: str, backend: str) -> None:
     """Raise a ``ValueError`` naming ``norm`` and the allowed forms."""
-    if norm not in QK_NORMS:
-        raise ValueError(
-            f"unknown norm {norm!r} for attention {backend!r}; allowed: {', '.join(QK_NORMS)}"
-        )
+    check_choice("norm", norm, QK_NORMS, backend=backend)
 
 
 class QKNorm(nn.Module):

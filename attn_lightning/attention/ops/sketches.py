@@ -4,7 +4,7 @@ From Kacham, Mirrokni, Zhong 2024, "PolySketchFormer". A sketch ``s`` with
 ``⟨s(q), s(k)⟩ ≈ ⟨q, k⟩²`` turns the degree-4 score into ``⟨s(q), s(k)⟩²``, which is
 non-negative and is linearised exactly by ``φ(x) = s(x) ⊗ s(x)``. ``symmetric_square`` stores
 only the r(r+1)/2 distinct entries of that tensor; the backend that uses them is
-``polysketch.py``. Shapes::
+``polysketch.py``, which picks its map from ``SKETCHES``. Shapes::
 
     x: (B, H, N, D)  ->  s(x): (B, H, N, r)  ->  φ(x) = symmetric_square(s(x)): (B, H, N, r(r+1)/2)
 
@@ -16,11 +16,14 @@ float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from attn_lightning.attention.options import check_int
 
 
 def symmetric_square(s: Tensor) -> Tensor:
@@ -149,8 +152,7 @@ class LearnedPolySketch(nn.Module):
         self, *, head_dim: int, sketch_size: int, levels: int = 2, bias: bool = False
     ) -> None:
         super().__init__()
-        if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
-            raise ValueError(f"sketch_levels must be an int >= 1, got {levels!r}")
+        check_int("sketch_levels", levels, minimum=1, what="levels per branch")
         self.sketch_size = sketch_size
         self.levels = levels
         dims = [head_dim] + [sketch_size] * (levels - 1)
@@ -170,3 +172,14 @@ class LearnedPolySketch(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         root_r = math.sqrt(self.sketch_size)
         return torch.tanh(self.branch1(x) * self.branch2(x) / root_r) * root_r  # (B, H, N, r)
+
+
+# (kind, degree) -> the map s, with φ = sym(s ⊗ s): the pairs ``polysketch`` supports. Each
+# takes ``head_dim, sketch_size, levels, bias`` and uses those it needs.
+SKETCHES: dict[tuple[str, int], Callable[..., nn.Module]] = {
+    ("random", 2): lambda **_: nn.Identity(),  # ⟨sym(q'⊗q'), sym(k'⊗k')⟩ = ⟨q', k'⟩² exactly
+    ("random", 4): lambda *, head_dim, sketch_size, **_: RandomPolySketch(
+        head_dim=head_dim, sketch_size=sketch_size
+    ),
+    ("learned", 4): LearnedPolySketch,
+}
