@@ -1,4 +1,4 @@
-"""The sensitivity grid of the detection study (issue 13, part 4) and its table cells.
+"""The sensitivity grid of the detection study and its table cells.
 
 A grid centres on an optimization variant's own point (default ``SENSITIVITY_DEFAULT``) and
 varies λ, K and the random tokens (``GRID``): one option at a time, or every combination (the
@@ -7,7 +7,8 @@ point is the variant's overlay plus an override that replaces the spec of every 
 site, named ``<variant>@<option>=<value>,...`` after the options that differ from the own point
 (which keeps the plain name). Its cells are the point's options, the paired Δ of the compared
 metric vs the own point and, where the metrics files hold it, the mean keys90 over the layers.
-``studies.detection`` runs the grid (``--sensitivity``) and writes the tables.
+The ``sensitivity`` and ``ablation`` subcommands (``detection.cli``) run a grid;
+``detection.tables`` writes its tables.
 """
 
 from __future__ import annotations
@@ -23,28 +24,29 @@ from typing import Any
 import yaml
 
 from attn_lightning.attention.optimization import OptimizationAttention
+from attn_lightning.results.files import markdown_table
 from attn_lightning.results.paired import paired_delta
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import column, format_mean_std, mean_std
-from attn_lightning.studies.detection_variants import COMPARED, CONFIGS, format_delta, per_seed
+from attn_lightning.studies.detection.variants import COMPARED, CONFIGS, format_delta, per_seed
 from attn_lightning.studies.runner import Variant
 
-# Sensitivity (issue 13, part 4). The paper puts optimization attention's best site in the
-# decoder cross-attention, so its grid centres there unless told otherwise.
+# The paper puts optimization attention's best site in the decoder cross-attention, so the grid
+# centres there unless told otherwise.
 SENSITIVITY_DEFAULT = "optimization_decoder_cross"
 SITES = ("encoder_self", "decoder_self", "decoder_cross")  # DetectionTask's per-site specs
-# The values each option takes in the grid (the issue's), in table order; the paper's point
+# The values each option takes in the grid, in table order; the paper's point
 # (λ 0.1, K 10, R 8: the optimization_* overlays) is in it.
 GRID: dict[str, tuple[float | int, ...]] = {
     "lam": (0.03, 0.1, 0.3),
     "iterations": (5, 10, 20),
     "random_tokens": (0, 8),
 }
-# The ablation ladder (``--ablation``): the paper's form with one of its ingredients swapped at a
-# time, first value the paper's. It asks which ingredient decides whether a site learns at all
-# (the decoder cross-attention does not in the paper's form): the dictionary (values or keys),
-# the power of the weights, their sign, normalised atoms, the random tokens, sparsity itself
-# (λ = 0 makes every code the ridge solution (DmᵀDm + ρI)⁻¹Dmᵀq), and the Q/K projections the
+# The ablation ladder (the ``ablation`` subcommand): the paper's form with one of its ingredients
+# swapped at a time, first value the paper's. It asks which ingredient decides whether a site
+# learns at all (the decoder cross-attention does not in the paper's form): the dictionary (values
+# or keys), the power of the weights, their sign, normalised atoms, the random tokens, sparsity
+# itself (λ = 0 makes every code the ridge solution (DmᵀDm + ρI)⁻¹Dmᵀq), and the Q/K projections the
 # paper removes (a site-spec key: ``projections: true`` keeps all four).
 ABLATIONS: dict[str, tuple[Any, ...]] = {
     "projections": ("no_qk", True),
@@ -217,13 +219,13 @@ def sensitivity_cells(
 
 def grid_table(
     results: Sequence[RunResult], grid: Sequence[GridPoint], cells: Mapping[str, Mapping[str, Any]]
-) -> list[str]:
-    """The grid's markdown lines, a row per point: its ``cells`` and test mAP, AP50 and AP75
+) -> str:
+    """The grid as a markdown table, a row per point: its ``cells`` and test mAP, AP50 and AP75
     mean ± std (n seeds) over its finished runs."""
     metrics = [column(k) for k in ("test/mAP", "test/AP50", "test/AP75")]
     titles = [*map(title, grid[0].options), *(c.title for c in metrics), DELTA_VS_REFERENCE]
     titles += [KEYS90] if any(KEYS90 in row for row in cells.values()) else []
-    lines = ["| " + " | ".join([*titles, "variant"]) + " |", "|" + "---|" * (len(titles) + 1)]
+    body = []
     for point in grid:
         name = point.variant.name
         values = {c.title: list(per_seed(results, name, c.key).values()) for c in metrics}
@@ -232,6 +234,5 @@ def grid_table(
             mean, std = mean_std(values[c.title])
             shown = format_mean_std(mean, std, scale=c.scale, digits=c.digits)
             row[c.title] = shown if mean is None else f"{shown} ({len(values[c.title])})"
-        row = {t: ("–" if row.get(t) is None else str(row[t])) for t in titles}
-        lines.append("| " + " | ".join([*row.values(), f"`{name}`"]) + " |")
-    return lines
+        body.append([*("–" if row.get(t) is None else row[t] for t in titles), f"`{name}`"])
+    return markdown_table([*titles, "variant"], body)

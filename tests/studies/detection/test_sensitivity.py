@@ -5,15 +5,15 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 import yaml
 
 from attn_lightning.attention.optimization import OptimizationAttention
-from attn_lightning.studies import detection_sensitivity
-from attn_lightning.studies.detection import build_model, main
-from attn_lightning.studies.detection_sensitivity import (
+from attn_lightning.studies.detection import build_model, main, sensitivity
+from attn_lightning.studies.detection.sensitivity import (
     ABLATIONS,
     DELTA_VS_REFERENCE,
     GRID,
@@ -21,9 +21,9 @@ from attn_lightning.studies.detection_sensitivity import (
     sensitivity_grid,
     sensitivity_sites,
 )
-from attn_lightning.studies.detection_variants import CONFIGS
+from attn_lightning.studies.detection.variants import CONFIGS
 from attn_lightning.studies.runner import Variant, run_name
-from tests.studies.detection_runs import SMALL, tiny_runner
+from tests.studies.detection.runs import SMALL, tiny_runner
 
 ONE_AT_A_TIME = [
     "optimization_decoder_cross",
@@ -161,7 +161,7 @@ def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
     _fake_metrics(runs, "optimization_decoder_cross@power=1.0", 0, 0.41, keys90=None)
     _fake_metrics(runs, "softmax_no_qk_decoder_cross", 0, 0.58, keys90=None)
     out = tmp_path / "abl"
-    results = main(["--ablation", "--seeds", "0", "--out", str(out), "--skip-runs", "--no-costs"])
+    results = main(["ablation", "--seeds", "0", "--out", str(out), "--skip-runs", "--no-costs"])
     assert [r.variant for r in results][-1] == "softmax_no_qk_decoder_cross"
     assert len(results) == 8 + 1
     md = out.with_name("abl.md").read_text()
@@ -173,6 +173,10 @@ def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
     assert "| +0.400 (n=1) | `optimization_decoder_cross@power=1.0` |" in md
     # The paper's point against its control, in the summary below the ladder.
     assert "| -0.570 (n=1) |" in md
+    # The old spelling runs the same ladder; its flag combinations that never worked still fail.
+    with pytest.warns(FutureWarning, match="use python -m attn_lightning.studies.detection abl"):
+        again = main(["--ablation", "--seeds", "0", "--out", str(out), "--skip-runs", "--no-costs"])
+    assert again == results
     with pytest.raises(SystemExit):
         main(["--ablation", "--sensitivity", "--out", str(out)])
     assert "give --sensitivity or --ablation, not both" in capsys.readouterr().err
@@ -184,10 +188,15 @@ def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
 def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match=r"'softmax'; allowed: optimization_all, optimization_dec"):
         sensitivity_grid("softmax")
-    with pytest.raises(SystemExit) as exc:
-        main(["--sensitivity", "no_such_site", "--out", str(tmp_path / "t")])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and "'no_such_site'; allowed: optimization_all" in err
+    for argv in (["sensitivity", "no_such_site"], ["--sensitivity", "no_such_site"]):
+        old = argv[0].startswith("--")
+        with (
+            pytest.raises(SystemExit) as exc,
+            pytest.warns(FutureWarning) if old else nullcontext(),
+        ):
+            main([*argv, "--out", str(tmp_path / "t")])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "'no_such_site'; allowed: optimization_all" in err
     with pytest.raises(SystemExit):
         main(["--full-grid", "--variants", "softmax", "--out", str(tmp_path / "t")])
     assert "--full-grid needs --sensitivity" in capsys.readouterr().err
@@ -195,7 +204,7 @@ def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch, capsys)
         main(["--sensitivity", "--variants", "softmax", "--out", str(tmp_path / "t")])
     assert "leave out --variants" in capsys.readouterr().err
     # Sites that disagree on an option of the grid have no one point to vary around.
-    monkeypatch.setattr(detection_sensitivity, "CONFIGS", tmp_path)
+    monkeypatch.setattr(sensitivity, "CONFIGS", tmp_path)
     sites = {"decoder_self": {**SPEC, "lam": 0.1}, "decoder_cross": {**SPEC, "lam": 0.3}}
     (tmp_path / "mixed.yaml").write_text(yaml.safe_dump({"model": {"init_args": sites}}))
     with pytest.raises(ValueError, match=r"'mixed' sets lam differently per site"):
@@ -211,7 +220,7 @@ def test_sensitivity_tables_from_metrics_files(tmp_path, monkeypatch):
         _fake_metrics(runs, "optimization_decoder_cross@lam=0.3", seed, m_ap, keys90=None)
     _fake_metrics(runs, "optimization_decoder_cross@iterations=5", 1, 0.42, keys90=None)
     out = tmp_path / "sens"
-    argv = ["--sensitivity", "--seeds", "0", "1", "2", "--out", str(out)]
+    argv = ["sensitivity", "--seeds", "0", "1", "2", "--out", str(out)]
     results = main([*argv, "--skip-runs", "--no-costs"])
     assert len(results) == 6 * 3
     md = (tmp_path / "sens.md").read_text()
@@ -232,7 +241,7 @@ def test_sensitivity_tables_from_metrics_files(tmp_path, monkeypatch):
         in md
     )
     assert "No keys90 column" in md and "## All columns and runs" in md
-    assert "python -m attn_lightning.studies.detection --sensitivity --seeds 0 1 2" in md
+    assert "python -m attn_lightning.studies.detection sensitivity --seeds 0 1 2" in md
     with (tmp_path / "sens.csv").open() as f:
         rows = {r["variant"]: r for r in csv.DictReader(f)}
     lam = rows["optimization_decoder_cross@lam=0.3"]
@@ -247,7 +256,7 @@ def test_keys90_is_a_column_when_the_metrics_files_hold_it(tmp_path, monkeypatch
     runs = tmp_path / "sweeps" / "grid"
     for seed, keys90 in enumerate((3.0, 5.0)):
         _fake_metrics(runs, ONE_AT_A_TIME[0], seed, 0.5, keys90=keys90)
-    argv = ["--sensitivity", "--seeds", "0", "1", "--experiment", "grid"]
+    argv = ["sensitivity", "--seeds", "0", "1", "--experiment", "grid"]
     main([*argv, "--out", str(tmp_path / "s"), "--skip-runs", "--no-costs"])
     md = (tmp_path / "s.md").read_text()
     assert f"| {DELTA_VS_REFERENCE} | keys90 | variant |" in md

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attn_lightning.studies.detection_variants import CONFIGS
+from attn_lightning.studies.detection.variants import CONFIGS
 from attn_lightning.studies.runner import Runner
 
 SMALL = ("model.init_args.d_model=32", "model.init_args.d_ff=32")

@@ -3,8 +3,8 @@
 A variant is ``configs/detection/<name>.yaml`` (``CONFIGS``) stacked on its ``base.yaml``;
 ``STUDY_VARIANTS`` is the study in table order and ``CONTROLS`` names the variant each one
 differs from in one thing only. A comparison is paired by seed (``results.paired``): per seed,
-the variant's ``COMPARED`` metric minus its control's. Both the study (``studies.detection``)
-and its sensitivity grid (``studies.detection_sensitivity``) compare this way.
+the variant's ``COMPARED`` metric minus its control's. Both the study's tables
+(``detection.tables``) and its sensitivity grid (``detection.sensitivity``) compare this way.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from attn_lightning.models.detr import SITES
 from attn_lightning.results import paired
 from attn_lightning.results.paired import PairedDelta
 from attn_lightning.results.records import RunResult
-from attn_lightning.studies.runner import ROOT, Variant
+from attn_lightning.studies.runner import CONFIGS as CHECKOUT_CONFIGS
+from attn_lightning.studies.runner import Variant
 from attn_lightning.tasks.detection import site_specs
 
-CONFIGS = ROOT / "configs" / "detection"
+CONFIGS = CHECKOUT_CONFIGS / "detection"
 # The study, in table order: each optimization row right after the control it is compared with.
 STUDY_VARIANTS = (
     "softmax",

@@ -8,16 +8,16 @@ import torch
 
 from attn_lightning.attention import build_attention
 from attn_lightning.attention.naive import naive_softmax
-from attn_lightning.studies.detection_probe import (
+from attn_lightning.studies.detection import main
+from attn_lightning.studies.detection.probe import (
     STATS,
     attention_weights,
     layer_stats,
-    main,
     object_cells,
 )
-from attn_lightning.studies.detection_variants import CONFIGS
+from attn_lightning.studies.detection.variants import CONFIGS
 from attn_lightning.studies.runner import Variant
-from tests.studies.detection_runs import tiny_runner
+from tests.studies.detection.runs import tiny_runner
 
 
 def _qkv(l_q=3, s=4, d=4, seed=0):
@@ -67,7 +67,7 @@ def test_object_cells_and_statistics_on_hand_made_weights():
 def test_a_run_that_does_not_exist_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit):
-        main(["--variants", "softmax", "--seeds", "7", "--out", str(tmp_path / "p")])
+        main(["probe", "--variants", "softmax", "--seeds", "7", "--out", str(tmp_path / "p")])
     err = capsys.readouterr().err
     assert "no metrics file sweeps/detection_report/softmax-s7.json" in err
 
@@ -78,11 +78,11 @@ def test_probe_reads_a_trained_run_back(tmp_path, monkeypatch):
     variant = Variant.from_config(CONFIGS / "optimization_decoder_cross.yaml")
     assert runner.run(variant, 0).status == "ok"
     out = tmp_path / "probe"
-    argv = ["--experiment", "probe", "--variants", variant.name, "--batches", "1"]
+    argv = ["probe", "--experiment", "probe", "--variants", variant.name, "--batches", "1"]
     rows = main([*argv, "--out", str(out)])
     assert [(r["layer"], r["backend"]) for r in rows] == [(0, "optimization"), (1, "optimization")]
     assert all(0.0 <= r["mass on objects"] <= 1.0 and 0 < r["argmax spread"] <= 1 for r in rows)
     md = (tmp_path / "probe.md").read_text()
-    assert "python -m attn_lightning.studies.detection_probe --experiment probe" in md
+    assert "python -m attn_lightning.studies.detection probe --experiment probe" in md
     lines = (tmp_path / "probe.csv").read_text().splitlines()
     assert sum(line.startswith("optimization_decoder_cross,0,") for line in lines) == 2
