@@ -18,35 +18,23 @@ from attn_lightning.studies import detection
 TINY = ["--repeats", "1", "--warmup", "1", "--matmul-size", "64", "--device", "cpu"]
 
 
-def _run(args, capsys) -> str:
-    assert main(args) == 0
+def _run(capsys, command: str, *more: str) -> str:
+    """``python -m attn_lightning.benchmark <command> <more>`` in-process: its stdout."""
+    assert main([*command.split(" "), *more]) == 0
     return capsys.readouterr().out
 
 
 def test_latency_fixed_batch_writes_csv_markdown_and_plots(tmp_path, capsys):
     out = _run(
-        [
-            "latency",
-            "--protocol",
-            "fixed-batch",
-            "--batch",
-            "2",
-            "--head-dim",
-            "8",
-            "--lengths",
-            "16",
-            "32",
-            "--backends",
-            "softmax",
-            "linear",
-            "optimization",
-            "--out",
-            str(tmp_path),
-            "--tag",
-            "fb",
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --protocol fixed-batch --batch 2 --head-dim 8 --lengths 16 32 "
+            "--backends softmax linear optimization --out"
+        ),
+        str(tmp_path),
+        "--tag",
+        "fb",
+        *TINY,
     )
     assert "| softmax | full |" in out and "peak memory" in out
     names = {p.name for p in tmp_path.iterdir()}
@@ -70,34 +58,15 @@ def test_latency_fixed_batch_writes_csv_markdown_and_plots(tmp_path, capsys):
 
 def test_latency_runs_optimization_and_pool_non_causal_with_counted_flops(tmp_path, capsys):
     out = _run(
-        [
-            "latency",
-            "--batch",
-            "1",
-            "--heads",
-            "2",
-            "--head-dim",
-            "8",
-            "--lengths",
-            "16",
-            "32",
-            "--backends",
-            "softmax",
-            "optimization",
-            "pool",
-            "mean",
-            "--causal",
-            "both",
-            "--modes",
-            "fwd",
-            "--no-plots",
-            "--out",
-            str(tmp_path),
-            "--tag",
-            "opt",
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --batch 1 --heads 2 --head-dim 8 --lengths 16 32 --backends softmax "
+            "optimization pool mean --causal both --modes fwd --no-plots --out"
+        ),
+        str(tmp_path),
+        "--tag",
+        "opt",
+        *TINY,
     )
     assert "No causal form, so no causal rows (left out, not failed): optimization, pool." in out
     assert "`pool`: self-attention only (L = S)" in out and "(R = 0" in out
@@ -124,26 +93,13 @@ def test_latency_runs_optimization_and_pool_non_causal_with_counted_flops(tmp_pa
 
 def test_latency_causal_only_skips_backends_without_a_causal_form(tmp_path, capsys):
     out = _run(
-        [
-            "latency",
-            "--batch",
-            "1",
-            "--heads",
-            "1",
-            "--head-dim",
-            "8",
-            "--lengths",
-            "16",
-            "--backends",
-            "optimization",
-            "pool",
-            "--causal",
-            "causal",
-            "--out",
-            str(tmp_path),
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --batch 1 --heads 1 --head-dim 8 --lengths 16 --backends optimization "
+            "pool --causal causal --out"
+        ),
+        str(tmp_path),
+        *TINY,
     )
     assert "no causal rows (left out, not failed): optimization, pool" in out
     _, rows = read_csv(tmp_path / "scaling_small-batch_cpu_float32.csv")
@@ -187,34 +143,14 @@ def test_sites_table_of_the_detection_variants(tmp_path, monkeypatch):
 
 def test_latency_constant_tokens_per_sample_and_skips(tmp_path, capsys):
     out = _run(
-        [
-            "latency",
-            "--protocol",
-            "constant-tokens",
-            "--tokens",
-            "64",
-            "--head-dim",
-            "8",
-            "--lengths",
-            "16",
-            "32",
-            "64",
-            "--backends",
-            "softmax",
-            "performer:num_features=8",
-            "--causal",
-            "causal",
-            "--modes",
-            "fwd",
-            "--budget",
-            "0",
-            "--no-memory",
-            "--no-plots",
-            "--out",
-            str(tmp_path),
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --protocol constant-tokens --tokens 64 --head-dim 8 --lengths 16 32 64 "
+            "--backends softmax performer:num_features=8 --causal causal --modes fwd "
+            "--budget 0 --no-memory --no-plots --out"
+        ),
+        str(tmp_path),
+        *TINY,
     )
     assert "ms per sample" in out and "too slow" in out
     _, rows = read_csv(tmp_path / "scaling_constant-tokens_cpu_float32.csv")
@@ -225,27 +161,13 @@ def test_latency_constant_tokens_per_sample_and_skips(tmp_path, capsys):
 
 def test_latency_bfloat16_runs(tmp_path, capsys):
     _run(
-        [
-            "latency",
-            "--lengths",
-            "16",
-            "--batch",
-            "1",
-            "--heads",
-            "1",
-            "--head-dim",
-            "8",
-            "--backends",
-            "softmax",
-            "linear",
-            "--dtype",
-            "bfloat16",
-            "--no-plots",
-            "--out",
-            str(tmp_path),
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --lengths 16 --batch 1 --heads 1 --head-dim 8 --backends softmax "
+            "linear --dtype bfloat16 --no-plots --out"
+        ),
+        str(tmp_path),
+        *TINY,
     )
     _, rows = read_csv(tmp_path / "scaling_small-batch_cpu_bfloat16.csv")
     assert rows and all(r["ms"] and r["dtype"] == "bfloat16" for r in rows)
@@ -253,29 +175,12 @@ def test_latency_bfloat16_runs(tmp_path, capsys):
 
 def test_decode_writes_table(tmp_path, capsys):
     out = _run(
-        [
-            "decode",
-            "--contexts",
-            "8",
-            "16",
-            "--batch",
-            "1",
-            "--heads",
-            "1",
-            "--head-dim",
-            "8",
-            "--backends",
-            "softmax",
-            "linear",
-            "optimization",
-            "--repeats",
-            "1",
-            "--warmup",
-            "0",
-            "--out",
-            str(tmp_path),
-        ],
         capsys,
+        (
+            "decode --contexts 8 16 --batch 1 --heads 1 --head-dim 8 --backends softmax "
+            "linear optimization --repeats 1 --warmup 0 --out"
+        ),
+        str(tmp_path),
     )
     assert "T=16" in out
     _, rows = read_csv(tmp_path / "decode_cpu.csv")
@@ -284,32 +189,12 @@ def test_decode_writes_table(tmp_path, capsys):
 
 def test_approx_writes_tables_and_one_figure_per_experiment(tmp_path, capsys):
     out = _run(
-        [
-            "approx",
-            "--features",
-            "4",
-            "8",
-            "--stds",
-            "0.5",
-            "--sketch-sizes",
-            "2",
-            "--degrees",
-            "2",
-            "--draws",
-            "2",
-            "--length",
-            "8",
-            "--heads",
-            "1",
-            "--head-dim",
-            "4",
-            "--std",
-            "0.5",
-            "1",
-            "--out",
-            str(tmp_path),
-        ],
         capsys,
+        (
+            "approx --features 4 8 --stds 0.5 --sketch-sizes 2 --degrees 2 --draws 2 "
+            "--length 8 --heads 1 --head-dim 4 --std 0.5 1 --out"
+        ),
+        str(tmp_path),
     )
     assert "trigonometric/iid σ=0.5" in out and "### degree" in out
     expected = {f"approximation_{e}.png" for e in ("performer", "scale", "sketch", "degree")}
@@ -333,18 +218,15 @@ def test_kernels_reads_learned_coefficients_from_checkpoint(tmp_path, capsys):
     }
     torch.save({"state_dict": state}, ckpt)
     out = _run(
-        [
-            "kernels",
-            "--checkpoint",
-            str(ckpt),
-            "--pairs",
-            "4",
-            "--head-dim",
-            "8",
-            "--out",
-            str(tmp_path),
-        ],
         capsys,
+        "kernels --checkpoint",
+        str(ckpt),
+        "--pairs",
+        "4",
+        "--head-dim",
+        "8",
+        "--out",
+        str(tmp_path),
     )
     assert "learned polynomial: model.layer.attention" in out
     meta, rows = read_csv(tmp_path / "kernel_shapes.csv")
@@ -363,7 +245,7 @@ def test_kernels_reads_learned_coefficients_from_checkpoint(tmp_path, capsys):
 
 
 def test_kernels_without_checkpoint_says_so(tmp_path, capsys):
-    out = _run(["kernels", "--pairs", "4", "--head-dim", "8", "--out", str(tmp_path)], capsys)
+    out = _run(capsys, "kernels --pairs 4 --head-dim 8 --out", str(tmp_path))
     assert "1/i! initialisation, p=4 (no checkpoint)" in out
 
 
