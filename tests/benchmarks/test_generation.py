@@ -251,3 +251,21 @@ def test_the_papers_numbers_are_read_from_their_reference_file(tmp_path, monkeyp
         "a toy paper; tiny: on a toy sm 1, kv 2, lin 5, i.e. linear **5×** uncached and "
         "**2.5×** cached softmax."
     )
+
+
+def test_backends_and_checkpoints_together_are_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--backends", "softmax", "--checkpoints", "x.ckpt"])
+    assert exit_info.value.code == 2
+    assert "generation: error: give --backends" in capsys.readouterr().err
+
+
+def test_decode_plot_from_the_decode_benchmark_csv(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the default --out would land
+    decode = ["decode", "--contexts", "4", "8", "--batch", "1", "--heads", "1", "--head-dim", "4"]
+    decode += ["--backends", "linear", "--repeats", "1", "--warmup", "0", "--device", "cpu"]
+    assert benchmark_main([*decode, "--out", str(tmp_path), "--tag", "dec"]) == 0
+    png = tmp_path / "figures" / "decode.png"
+    assert main(["--decode-csv", str(tmp_path / "dec.csv"), "--decode_png", str(png)]) == 0
+    assert png.stat().st_size > 0
+    assert not (tmp_path / "out").exists()  # a plot only: no throughput timed or written
