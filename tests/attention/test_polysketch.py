@@ -11,7 +11,18 @@ from attn_lightning.attention.naive import naive_bounded, naive_polysketch, naiv
 from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS
 from attn_lightning.attention.ops.sketches import LearnedPolySketch
 from attn_lightning.attention.polysketch import PolySketchAttention
-from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
+from tests.attention.parity import (
+    CASES,
+    DV,
+    F64,
+    B,
+    D,
+    H,
+    assert_parity,
+    assert_steps_match_causal_forward,
+    padding_mask,
+    qkv,
+)
 
 
 def sketch_of(attn: PolySketchAttention):
@@ -101,29 +112,14 @@ def test_paper_defaults_learnable_norm_and_two_level_bias_free_learned_sketch():
 
 
 def test_earlier_single_level_learned_sketch_checkpoints_load():
-    old = build_attention(
-        "polysketch",
-        head_dim=D,
-        sketch="learned",
-        sketch_size=4,
-        sketch_levels=1,
-        sketch_bias=True,
-        norm="fixed",
-    )
+    earlier = {"sketch": "learned", "sketch_levels": 1, "sketch_bias": True, "norm": "fixed"}
+    old = build_attention("polysketch", head_dim=D, sketch_size=4, **earlier)
     state = {
         k.replace("branch1.0.", "branch1.").replace("branch2.0.", "branch2."): v
         for k, v in old.state_dict().items()
     }
     assert "sketch.branch1.norm.weight" in state  # the earlier key layout
-    new = build_attention(
-        "polysketch",
-        head_dim=D,
-        sketch="learned",
-        sketch_size=4,
-        sketch_levels=1,
-        sketch_bias=True,
-        norm="fixed",
-    )
+    new = build_attention("polysketch", head_dim=D, sketch_size=4, **earlier)
     new.load_state_dict(state)
     q, k, v = qkv(3, 4, dtype=torch.float32)
     torch.testing.assert_close(new(q, k, v), old(q, k, v), rtol=0, atol=0)
@@ -185,12 +181,7 @@ def test_degree_two_sketch_equals_exact(case):
 @pytest.mark.parametrize("sketch", ["random", "learned"])
 def test_step_matches_causal_forward_with_a_constant_state(sketch):
     attn = build_attention("polysketch", head_dim=D, sketch=sketch, sketch_size=4).double()
-    q, k, v = qkv(3, 3, seed=10)
-    full = attn(q, k, v, causal=True)
-    state = None
-    for t in range(3):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        torch.testing.assert_close(out, full[:, :, t : t + 1], rtol=1e-10, atol=1e-12)
+    state = assert_steps_match_causal_forward(attn)
     assert [tuple(x.shape) for x in state] == [(B, H, 10, DV), (B, H, 10)]
 
 
