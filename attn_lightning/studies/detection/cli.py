@@ -206,9 +206,11 @@ def main(argv: list[str] | None = None) -> list[Any]:
         args = parser.parse_args(spelled)
     command = command_line(PROG, argv)
     if args.subcommand == "probe":
+        if args.batches < 1:
+            parser.error(f"--batches must be >= 1, got {args.batches}")
         try:
             return probe.probe_runs(args, command=command)
-        except (ValueError, FileNotFoundError) as error:
+        except FileNotFoundError as error:
             parser.error(str(error))
     check_overrides(parser, args.set)
     if args.subcommand == "sites":
