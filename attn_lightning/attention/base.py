@@ -327,26 +327,6 @@ class Attention(nn.Module, abc.ABC):
                 )
 
 
-def allowed_keys(
-    batch: int,
-    q_len: int,
-    k_len: int,
-    *,
-    causal: bool,
-    key_padding_mask: Tensor | None,
-    device: torch.device,
-) -> Tensor | None:
-    """Boolean ``(B, 1, L, S)`` mask of which keys each query may see, or None for "all"."""
-    if not causal and key_padding_mask is None:
-        return None
-    allowed = torch.ones(batch, 1, q_len, k_len, dtype=torch.bool, device=device)
-    if causal:
-        allowed = allowed & torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
-    if key_padding_mask is not None:
-        allowed = allowed & key_padding_mask[:, None, None, :]
-    return allowed
-
-
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for half types (states must not overflow), the input dtype otherwise (fp64 stays)."""
     return torch.promote_types(dtype, torch.float32)

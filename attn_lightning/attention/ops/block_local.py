@@ -51,9 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attn_lightning.attention.base import State
 from attn_lightning.attention.options import check_int
-
-State = tuple[Tensor, ...]
 
 
 def block_mixed_attention(
