@@ -1,11 +1,12 @@
-"""The ``lrsweep`` part of the LoRA study (issue 15): its jobs and its protocol check.
+"""The ``lrsweep`` part of the LoRA study: its jobs and its protocol check.
 
-Against the student's table: the base MLP at each base learning rate first
-(``lrsweep_base_jobs``); then, from the base learning rate chosen on validation
-(``chosen_base_lr``), per shifted domain the base before adaptation, full fine-tuning, LoRA and
-LoRA from scratch, each mode at each of its learning rates (``lrsweep_jobs``), up to
-``--max-epochs`` with early stopping. A part's CSV holds one data and epoch protocol
-(``PROTOCOL``): ``check_protocol`` refuses to resume into another. ``studies.lora`` is the CLI.
+Against the student's table, with a learning rate per adaptation chosen on validation: the base
+MLP at each base learning rate first (``lrsweep_base_jobs``); then, from the base learning rate
+chosen on validation (``chosen_base_lr``), per shifted domain the base before adaptation, full
+fine-tuning, LoRA and LoRA from scratch, each adaptation at each of its learning rates
+(``lrsweep_jobs``), up to ``--max-epochs`` with early stopping. A part's CSV holds one data and
+epoch protocol (``runs.PROTOCOL``): ``check_protocol`` refuses to resume into another.
+``studies.lora.cli`` is the command line.
 """
 
 from __future__ import annotations
@@ -15,19 +16,20 @@ import json
 import logging
 from typing import Any
 
-from attn_lightning.studies.lora_lrsweep_report import choose_lr
-from attn_lightning.studies.lora_runs import (
+from attn_lightning.studies.lora.lrsweep_report import choose_lr
+from attn_lightning.studies.lora.runs import (
     MLP_CONFIG,
+    PROTOCOL,
     Job,
     checkpoint_path,
-    read_rows,
+    read_runs,
     run_part,
     runs_csv,
 )
 from attn_lightning.studies.runner import Variant
 
-log = logging.getLogger("attn_lightning.studies.lora_lrsweep")
-SWEEP_LRS = {  # per-mode learning-rate grids, the defaults of --lrs-<mode>
+log = logging.getLogger("attn_lightning.studies.lora")
+SWEEP_LRS = {  # per-adaptation learning-rate grids, the defaults of --lrs-<adaptation>
     "base": [1e-3, 3e-3, 1e-2],
     "full": [3e-4, 1e-3, 3e-3],  # every weight moves: smaller steps
     "lora": [1e-3, 3e-3, 1e-2],
@@ -41,9 +43,7 @@ HEADS = {  # the head (fc3) in a LoRA run; the student's "LoRA on all three laye
         "model.init_args.modules_to_save=[fc3]",
     ),
 }
-METHODS = ("before", "full", "lora", "lora_scratch")  # the adaptation modes, --methods
-# One per lrsweep CSV (a CSV from before ``normalize`` existed reads as "none").
-PROTOCOL = ("source", "levels", "angle", "normalize", "max_epochs", "patience")
+ADAPTATIONS = ("before", "full", "lora", "lora_scratch")  # run after the bases, --adaptations
 
 
 def _lr(value: float) -> str:
@@ -70,9 +70,9 @@ def _sweep_common(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(common)
 
 
-def _sweep_row(args: argparse.Namespace, **row: Any) -> dict[str, Any]:
+def _sweep_info(args: argparse.Namespace, **info: Any) -> dict[str, Any]:
     protocol = {k: getattr(args, k) for k in PROTOCOL}
-    return {"part": "lrsweep", **protocol, "rank": 0, "head": "", "base_lr": "", **row}
+    return {"part": "lrsweep", **protocol, "rank": 0, "head": "", "base_lr": "", **info}
 
 
 def lrsweep_base_jobs(args: argparse.Namespace) -> list[Job]:
@@ -86,78 +86,91 @@ def lrsweep_base_jobs(args: argparse.Namespace) -> list[Job]:
         )
         variant = Variant(f"lrs-base-lr{_lr(lr)}", (MLP_CONFIG,), options)
         for seed in args.seeds:
-            keep = str(checkpoint_path(args, variant.name, seed, "best"))
-            row = _sweep_row(args, domain="original", method="base", lr=_lr(lr), _keep=keep)
-            jobs.append((variant, seed, row))
+            keep = str(checkpoint_path(args.work, variant.name, seed, "best"))
+            info = _sweep_info(args, domain="original", adaptation="base", lr=_lr(lr), _keep=keep)
+            jobs.append((variant, seed, info))
     return jobs
 
 
 def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
     """Per domain: the base before adaptation, full fine-tuning, LoRA and LoRA from scratch.
 
-    Each mode at each of its learning rates, per seed, up to ``--max-epochs`` with early stopping
-    on ``val/loss`` (``--patience``); LoRA per head setting (``HEADS``) and rank. "With and
-    without the head adapted" is ``lora`` (LoRA on fc3 too: the student's "LoRA on all three
+    Each adaptation at each of its learning rates, per seed, up to ``--max-epochs`` with early
+    stopping on ``val/loss`` (``--patience``); LoRA per head setting (``HEADS``) and rank. "With
+    and without the head adapted" is ``lora`` (LoRA on fc3 too: the student's "LoRA on all three
     layers", 1,050·r parameters) against ``frozen`` (LoRA on fc1, fc2 only); ``trained`` (fc3
     trained whole, best in the ``variants`` part) is opt-in through ``--heads``. Every run but
     LoRA from scratch starts from seed s's base at ``base_lr``, the base learning rate chosen on
-    validation (``None``: not known yet, for ``--plan``). ``--methods`` keeps a subset of the
-    modes (``METHODS``), so that disjoint shards of the sweep can run side by side, each with its
-    own ``--out`` and one shared ``--work`` holding the bases.
+    validation (``None``: not known yet, for ``--plan``). ``--adaptations`` keeps a subset of
+    them (``ADAPTATIONS``), so that disjoint shards of the sweep can run side by side, each with
+    its own ``--out`` and one shared ``--work`` holding the bases.
     """
     base = f"lrs-base-lr{base_lr or '?'}"
-    methods = set(args.methods)
+    chosen = set(args.adaptations)
     specs: list[tuple[str, int, str, list[float]]] = [("full", 0, "", args.lrs_full)]
-    for method, lrs in (("lora", args.lrs_lora), ("lora_scratch", args.lrs_scratch)):
-        specs += [(method, r, head, lrs) for head in args.heads for r in args.ranks]
-    specs = [spec for spec in specs if spec[0] in methods]
+    for adaptation, lrs in (("lora", args.lrs_lora), ("lora_scratch", args.lrs_scratch)):
+        specs += [(adaptation, r, head, lrs) for head in args.heads for r in args.ranks]
+    specs = [spec for spec in specs if spec[0] in chosen]
     jobs: list[Job] = []
     for domain in args.domains:
         common = (*_sweep_common(args), f"data.init_args.domain={domain}")
-        for seed in args.seeds if "before" in methods else ():
-            ckpt = f"model.init_args.base_checkpoint={checkpoint_path(args, base, seed, 'best')}"
-            before = (*common, ckpt, "model.init_args.adaptation=full")
+        for seed in args.seeds if "before" in chosen else ():
+            path = checkpoint_path(args.work, base, seed, "best")
+            before = (*common, f"model.init_args.base_checkpoint={path}")
+            before += ("model.init_args.adaptation=full",)
             variant = Variant(f"lrs-{domain}-before", (MLP_CONFIG,), before, subcommand="test")
-            row = _sweep_row(args, domain=domain, method="before", lr="", base_lr=base_lr or "?")
-            jobs.append((variant, seed, row))
-        for method, r, head, lrs in specs:
-            from_base = method != "lora_scratch"
+            info = _sweep_info(
+                args, domain=domain, adaptation="before", lr="", base_lr=base_lr or "?"
+            )
+            jobs.append((variant, seed, info))
+        for adaptation, r, head, lrs in specs:
+            from_base = adaptation != "lora_scratch"
             for lr in lrs:
-                name = f"lrs-{domain}-{method}" + (f"-r{r}-h{head}" if r else "") + f"-lr{_lr(lr)}"
+                name = f"lrs-{domain}-{adaptation}"
+                name += (f"-r{r}-h{head}" if r else "") + f"-lr{_lr(lr)}"
                 options = [
                     *common,
-                    f"model.init_args.adaptation={method}",
+                    f"model.init_args.adaptation={adaptation}",
                     f"model.init_args.lr={lr}",
                 ]
                 if r:
                     options += [f"model.init_args.lora_r={r}", *HEADS[head]]
-                row = _sweep_row(args, domain=domain, method=method, rank=r, head=head, lr=_lr(lr))
-                row["base_lr"] = (base_lr or "?") if from_base else ""
+                info = _sweep_info(
+                    args, domain=domain, adaptation=adaptation, rank=r, head=head, lr=_lr(lr)
+                )
+                info["base_lr"] = (base_lr or "?") if from_base else ""
                 for seed in args.seeds:
-                    path = checkpoint_path(args, base, seed, "best")
+                    path = checkpoint_path(args.work, base, seed, "best")
                     load = (f"model.init_args.base_checkpoint={path}",) if from_base else ()
                     variant = Variant(name, (MLP_CONFIG,), (*options, *load))
-                    jobs.append((variant, seed, row))
+                    jobs.append((variant, seed, info))
     return jobs
 
 
 def chosen_base_lr(args: argparse.Namespace) -> str | None:
     """The base learning rate with the best mean validation accuracy (None: no base run yet)."""
-    lrs, seeds = {_lr(lr) for lr in args.lrs_base}, {str(s) for s in args.seeds}
-    rows = [
+    lrs, seeds = {_lr(lr) for lr in args.lrs_base}, set(args.seeds)
+    bases = [
         r
-        for r in read_rows(runs_csv(args, "lrsweep"))
-        if r["method"] == "base" and r["lr"] in lrs and r["seed"] in seeds
+        for r in read_runs(runs_csv(args.out, "lrsweep"))
+        if r.info["adaptation"] == "base" and r.info["lr"] in lrs and r.seed in seeds
     ]
-    return next((choice.lr for choice in choose_lr(rows).values()), None)
+    return next((choice.lr for choice in choose_lr(bases).values()), None)
+
+
+def _protocol_value(info: dict[str, Any], key: str) -> str:
+    value = info.get(key)
+    if value in (None, ""):  # a CSV from before ``normalize`` existed reads as "none"
+        return "none" if key == "normalize" else ""
+    return str(value)
 
 
 def check_protocol(args: argparse.Namespace) -> None:
     """ValueError when the lrsweep CSV holds runs of another data or epoch protocol."""
-    path = runs_csv(args, "lrsweep")
+    path = runs_csv(args.out, "lrsweep")
     ours = tuple(str(getattr(args, k)) for k in PROTOCOL)
-    for row in read_rows(path):
-        theirs = tuple(row.get(k) or ("none" if k == "normalize" else "") for k in PROTOCOL)
+    for run in read_runs(path):
+        theirs = tuple(_protocol_value(run.info, k) for k in PROTOCOL)
         if theirs != ours:
             raise ValueError(
                 f"{path} holds runs with {dict(zip(PROTOCOL, theirs, strict=True))}, not "
@@ -181,7 +194,7 @@ def run_lrsweep(args: argparse.Namespace) -> None:
     base_lr = chosen_base_lr(args)
     if base_lr is None:
         raise RuntimeError(
-            f"no base run of the lr sweep finished (see {runs_csv(args, 'lrsweep')})"
+            f"no base run of the lr sweep finished (see {runs_csv(args.out, 'lrsweep')})"
         )
     log.info("base learning rate chosen on validation: %s", base_lr)
     run_part(args, "lrsweep", lrsweep_jobs(args, base_lr))
