@@ -10,6 +10,10 @@
     model     tokens/s of one whole training step (forward, loss, backward, AdamW) of the
               reversal and pixel models vs N, the share of it spent inside attention, and the
               N from which each backend beats softmax end to end vs in attention alone
+    generation
+              images/s of sampling whole images (random-weight models or trained checkpoints)
+              with the recurrent state / KV cache vs prefix recompute; the histogram baseline;
+              the decode-latency plot
 
 The commands are the rows of ``attn_lightning.benchmarks.cli.COMMANDS`` (one module each in
 ``attn_lightning.benchmarks``); ``--help`` shows examples, ``<command> --help`` its flags.

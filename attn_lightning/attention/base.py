@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import inspect
 import os
 import warnings
@@ -100,24 +101,36 @@ class Attention(nn.Module, abc.ABC):
     # False for self-attention-only mixers (local pooling on the token grid): no L != S form.
     supports_cross_attention: bool = True
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # A backend written before ``grid`` joined the contract has ``_attend(q, k, v, *,
-        # causal, key_padding_mask)``: it keeps working (it never used positions), told once.
-        attend = cls.__dict__.get("_attend")
-        if attend is not None and "grid" not in inspect.signature(attend).parameters:
-            warnings.warn(
-                f"{cls.__qualname__}._attend has no 'grid' argument; write _attend(self, q, k, v, "
-                f"*, causal, key_padding_mask, grid) (grid: the (rows, cols) token map or None)",
-                FutureWarning,
-                stacklevel=2,
-            )
-            cls._attend_takes_grid = False
-        elif attend is not None:
-            cls._attend_takes_grid = True
+        # causal, key_padding_mask)``: wrapped, it keeps working (it never used positions).
+        old = cls.__dict__.get("_attend")
+        if old is None or "grid" in inspect.signature(old).parameters:
+            return
+        warnings.warn(
+            f"{cls.__qualname__}._attend has no 'grid' argument; write _attend(self, q, k, v, *, "
+            f"causal, key_padding_mask, grid) (grid: the (rows, cols) token map or None)",
+            FutureWarning,
+            stacklevel=2,
+        )
 
-    # Set per class by ``__init_subclass__``: whether ``_attend`` accepts ``grid``.
-    _attend_takes_grid: bool = True
+        @functools.wraps(old)
+        def _attend(
+            self: Attention,
+            q: Tensor,
+            k: Tensor,
+            v: Tensor,
+            *,
+            causal: bool,
+            key_padding_mask: Tensor | None,
+            grid: Grid | None = None,
+        ) -> Tensor:
+            return cast(
+                Tensor, old(self, q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+            )
+
+        cls._attend = _attend  # type: ignore[method-assign]
 
     def __init__(self, *, head_dim: int) -> None:
         super().__init__()
@@ -167,9 +180,7 @@ class Attention(nn.Module, abc.ABC):
             k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
         if causal:
             return self._attend_causal(q, k, v, key_padding_mask, cells)
-        return self._call_attend(
-            q, k, v, causal=False, key_padding_mask=key_padding_mask, grid=cells
-        )
+        return self._attend(q, k, v, causal=False, key_padding_mask=key_padding_mask, grid=cells)
 
     def step(
         self, q: Tensor, k: Tensor, v: Tensor, state: State | None = None
@@ -218,24 +229,6 @@ class Attention(nn.Module, abc.ABC):
         grid: Grid | None,
     ) -> Tensor: ...
 
-    def _call_attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        grid: Grid | None,
-    ) -> Tensor:
-        """``_attend``, leaving ``grid`` out for a backend older than it (``__init_subclass__``)."""
-        if self._attend_takes_grid:
-            return self._attend(
-                q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid
-            )
-        old_attend: Any = self._attend  # typed as today's signature; it has no ``grid``
-        return cast(Tensor, old_attend(q, k, v, causal=causal, key_padding_mask=key_padding_mask))
-
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
         raise NotImplementedError  # pragma: no cover - guarded by supports_recurrence
 
@@ -255,12 +248,10 @@ class Attention(nn.Module, abc.ABC):
         with torch.no_grad():  # a probe: nothing to record for backward
             finite = bool(torch.isfinite(k.sum(dtype=acc) + v.sum(dtype=acc)))
         if finite:
-            return self._call_attend(
-                q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid
-            )
+            return self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid)
         bad = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, S)
         k, v = k.masked_fill(bad[..., None], 0.0), v.masked_fill(bad[..., None], 0.0)
-        out = self._call_attend(q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid)
+        out = self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid)
         sees_bad = bad.cummax(dim=-1).values[..., None]  # (B, H, L, 1): some j <= i is bad
         return out.masked_fill(sees_bad, float("nan"))
 
@@ -334,26 +325,6 @@ class Attention(nn.Module, abc.ABC):
                     f"key_padding_mask must have shape (B, S) = {(b, s)}, "
                     f"got {tuple(key_padding_mask.shape)}"
                 )
-
-
-def allowed_keys(
-    batch: int,
-    q_len: int,
-    k_len: int,
-    *,
-    causal: bool,
-    key_padding_mask: Tensor | None,
-    device: torch.device,
-) -> Tensor | None:
-    """Boolean ``(B, 1, L, S)`` mask of which keys each query may see, or None for "all"."""
-    if not causal and key_padding_mask is None:
-        return None
-    allowed = torch.ones(batch, 1, q_len, k_len, dtype=torch.bool, device=device)
-    if causal:
-        allowed = allowed & torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
-    if key_padding_mask is not None:
-        allowed = allowed & key_padding_mask[:, None, None, :]
-    return allowed
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -13,12 +13,13 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention.base import Attention, Grid, State, accumulation_dtype
-from attn_lightning.attention.linear_kernels import (
+from attn_lightning.attention.ops.linear_kernels import (
     DEFAULT_EPS,
     causal_linear_attention,
     linear_attention,
     linear_attention_step,
 )
+from attn_lightning.attention.options import check_eps, check_int
 
 
 class FeatureMapAttention(Attention):
@@ -34,12 +35,8 @@ class FeatureMapAttention(Attention):
 
     def __init__(self, *, head_dim: int, chunk_size: int = 64, eps: float = DEFAULT_EPS) -> None:
         super().__init__(head_dim=head_dim)
-        if not isinstance(chunk_size, int) or chunk_size <= 0:
-            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-        if not eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {eps!r}")
-        self.chunk_size = chunk_size
-        self.eps = float(eps)
+        self.chunk_size = check_int("chunk_size", chunk_size, minimum=1, what="tokens per chunk")
+        self.eps = check_eps(eps)
 
     @abc.abstractmethod
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.options import check_choice
 
 
 class _EluPlusOne(torch.autograd.Function):
@@ -85,11 +86,7 @@ class LinearAttention(FeatureMapAttention):
         eps: float = DEFAULT_EPS,
     ) -> None:
         super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
-        if feature_map not in FEATURE_MAPS:
-            raise ValueError(
-                f"unknown feature_map {feature_map!r} for attention 'linear'; "
-                f"allowed: {', '.join(FEATURE_MAPS)}"
-            )
+        check_choice("feature_map", feature_map, FEATURE_MAPS, backend=self.name)
         self.feature_map_name = feature_map
         self._phi = FEATURE_MAPS[feature_map]
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 
 
 class MeanAttention(FeatureMapAttention):

@@ -1,7 +1,8 @@
 """Float64 O(N²) references of every backend, written plainly from the formulas.
 
-The fast paths (chunked causal kernels, tiled power attention, Woodbury solves) are tested
-against these, outputs and gradients, and the approximation study uses ``naive_softmax`` as its
+One per registered backend, named ``naive_<name>`` (a test checks it). The fast paths (chunked
+causal kernels, tiled power attention, Woodbury solves) are tested against these, outputs and
+gradients, and the approximation study uses ``naive_softmax`` as its
 ground truth. Nothing here is fast or clever on purpose: each function materialises the full
 (B, H, L, S) similarity and masks it. Inputs are promoted to float64 (differentiably, so
 gradients reach the caller's tensors). Shapes as in ``base.py``::
@@ -20,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.qk_norm import LN_EPS
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.qk_norm import LN_EPS
 
 F64 = torch.float64
 
@@ -35,6 +36,14 @@ def visible_keys(q: Tensor, k: Tensor, *, causal: bool, key_padding_mask: Tensor
     if key_padding_mask is not None:
         allowed = allowed & key_padding_mask[:, None, None, :]
     return allowed
+
+
+def normalised_mix(sim: Tensor, v: Tensor, allowed: Tensor, *, offset: float, eps: float) -> Tensor:
+    """``Σ_j sim_ij v_j / (offset + Σ_j sim_ij + eps)`` over the allowed keys (``allowed``: (B, 1,
+    L, S) bool), with every score kept in the sum; 0 for a query whose normaliser is exactly 0."""
+    sim = torch.where(allowed, sim, 0.0)
+    den = offset + sim.sum(dim=-1, keepdim=True) + eps
+    return sim @ v.to(F64) / den.masked_fill(den == 0, 1.0)
 
 
 def naive_softmax(
@@ -71,11 +80,10 @@ def naive_kernel_attention(
     Every feature-map backend is this with its own φ and offset c (given φ(q): (B, H, L, F)
     and φ(k): (B, H, S, F)).
     """
-    phi_q, phi_k, v = phi_q.to(F64), phi_k.to(F64), v.to(F64)
+    phi_q, phi_k = phi_q.to(F64), phi_k.to(F64)
     sim = phi_q @ phi_k.transpose(-1, -2)  # (B, H, L, S)
     allowed = visible_keys(phi_q, phi_k, causal=causal, key_padding_mask=key_padding_mask)
-    sim = torch.where(allowed, sim, 0.0)
-    return sim @ v / (offset + sim.sum(dim=-1, keepdim=True) + eps)
+    return normalised_mix(sim, v, allowed, offset=offset, eps=eps)
 
 
 def _elu_plus_one(x: Tensor) -> Tensor:
@@ -210,8 +218,7 @@ def naive_polynomial(
         sim = sum(a * d**i for i, a in enumerate(coefficients.to(F64))).clamp_min(0.0)
         offset = 0.0
     allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
-    sim = torch.where(allowed, sim, 0.0)  # (B, H, L, S)
-    return sim @ v.to(F64) / (offset + sim.sum(-1, keepdim=True) + eps)
+    return normalised_mix(sim, v, allowed, offset=offset, eps=eps)
 
 
 def naive_random_sketch(x: Tensor, s1: Tensor, s2: Tensor) -> Tensor:
@@ -251,8 +258,7 @@ def naive_polysketch(
             sim = sim + a[2] * (sq @ sk.transpose(-1, -2)) ** 2
         offset = 0.0
     allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
-    sim = torch.where(allowed, sim, 0.0)
-    return sim @ v.to(F64) / (offset + sim.sum(-1, keepdim=True) + eps)
+    return normalised_mix(sim, v, allowed, offset=offset, eps=eps)
 
 
 def naive_optimization(
@@ -332,6 +338,36 @@ def naive_block_mixed(
     near = query_block[:, None] == key_block[None, :]  # (L, S)
     sim = torch.where(near, exact, sketched)
     allowed = visible_keys(qn, kn, causal=causal, key_padding_mask=key_padding_mask)
-    sim = torch.where(allowed, sim, 0.0)
-    den = offset + sim.sum(-1, keepdim=True) + eps
-    return sim @ v / den.masked_fill(den == 0, 1.0)
+    return normalised_mix(sim, v, allowed, offset=offset, eps=eps)
+
+
+def naive_pool(
+    v: Tensor,
+    *,
+    grid: tuple[int, int] | None = None,
+    pool_size: int = 3,
+    subtract_input: bool = True,
+    key_padding_mask: Tensor | None = None,
+) -> Tensor:
+    """PoolFormer's mixer as a loop over each token's window: ``out_i`` = the mean of the real
+    ``v_j`` with j in the k×k window around i on the ``grid`` (k tokens of the sequence when None),
+    minus ``v_i`` if ``subtract_input``; 0 for a window with no real token. q and k play no part."""
+    b, h, s, dv = v.shape
+    rows, cols = grid if grid is not None else (1, s)
+    half = pool_size // 2
+    real = torch.ones(b, s, dtype=torch.bool) if key_padding_mask is None else key_padding_mask
+    v = torch.where(real[:, None, :, None], v.to(F64), 0.0)
+    out = torch.zeros(b, h, s, dv, dtype=F64)
+    for i in range(s):
+        r, c = divmod(i, cols)
+        window = [
+            rr * cols + cc
+            for rr in range(r - half, r + half + 1)
+            for cc in range(c - half, c + half + 1)
+            if 0 <= rr < rows and 0 <= cc < cols
+        ]
+        for bb in range(b):
+            seen = [j for j in window if real[bb, j]]
+            if seen:
+                out[bb, :, i] = v[bb, :, seen].mean(dim=1)
+    return out - v if subtract_input else out

@@ -10,13 +10,9 @@ by default, listed with its reason in ``OptimizationAttention``'s docstring:
 where the dictionary ``Dm = [v_1 … v_S | r_1 … r_R]`` (D×(S+R)) holds the values as columns (the
 reviews: "each query is a sparse linear combination of the values"), plus R random tokens in
 training (the paper's regulariser), and ``z`` is the sparse iterate after K unrolled steps of
-scaled ADMM, run for all queries at once:
-
-    C ← M (DmᵀQ + ρ(Z − U)),   Z ← soft(C + U, λ/ρ),   U ← U + C − Z,   M = (DmᵀDm + ρI)⁻¹.
-
-M is never formed as S×S: by Woodbury ``M X = (1/ρ)[X − Dmᵀ (ρI + DmDmᵀ)⁻¹ Dm X]`` needs one D×D
-factorisation per batch×head (Cholesky, or a thin SVD of Dm). Cost O(S·D² + K·L·S·D) time,
-O(K·L·S) memory for autograd (every iterate is kept); no trainable parameters. The paper removes
+scaled ADMM, run for all queries at once (``ops/lasso.py``: M = (DmᵀDm + ρI)⁻¹ applied by
+Woodbury through one D×D factorisation per batch×head). Cost O(S·D² + K·L·S·D) time, O(K·L·S)
+memory for autograd (every iterate is kept); no trainable parameters. The paper removes
 the Q and K projections of a layer (``MultiHeadAttention(projections="no_qk")``), so what the
 method saves is 2·E² parameters per layer, not FLOPs.
 """
@@ -31,8 +27,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attn_lightning.attention.base import Attention, Grid, accumulation_dtype
+from attn_lightning.attention.ops.lasso import (
+    SOLVERS,
+    admm_codes,
+    nonzero_coefficients,
+    power_weights,
+)
+from attn_lightning.attention.options import check_choice, check_int
 
-SOLVERS = ("woodbury", "svd")
 DICTIONARIES = ("values", "keys")
 # The paper's count is not known (its body was not available). 8 columns are a sizeable share of
 # the small dictionaries DETR has here (S = 10 object queries, S = 36 image tokens at 48×48), so
@@ -40,10 +42,6 @@ DICTIONARIES = ("values", "keys")
 DEFAULT_RANDOM_TOKENS = 8
 KEYS_SHARE = 0.9  # ``keys90``: how many keys carry this share of a query's attention weight
 _MASK64 = (1 << 64) - 1
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _splitmix64(x: int) -> int:
@@ -157,32 +155,22 @@ class OptimizationAttention(Attention):
         normalize: bool = False,
     ) -> None:
         super().__init__(head_dim=head_dim)
-        if dictionary not in DICTIONARIES:
-            raise ValueError(
-                f"unknown dictionary {dictionary!r}; allowed: {', '.join(DICTIONARIES)}"
-            )
-        if not _is_int(iterations) or iterations < 1:
-            raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+        self.dictionary = check_choice("dictionary", dictionary, DICTIONARIES, backend=self.name)
+        self.iterations = check_int("iterations", iterations, minimum=1)
+        self.random_tokens = check_int("random_tokens", random_tokens, minimum=0)
+        self.solver = check_choice("solver", solver, SOLVERS, backend=self.name)
         if not lam >= 0:
             raise ValueError(f"lam must be >= 0, got {lam!r}")
         if not rho > 0:
             raise ValueError(f"rho must be > 0, got {rho!r}")
         if not power > 0:
             raise ValueError(f"power must be > 0, got {power!r}")
-        if solver not in SOLVERS:
-            raise ValueError(f"unknown solver {solver!r}; allowed: {', '.join(SOLVERS)}")
-        if not _is_int(random_tokens) or random_tokens < 0:
-            raise ValueError(f"random_tokens must be an int >= 0, got {random_tokens!r}")
-        self.dictionary = dictionary
         self.supports_any_value_dim = dictionary == "keys"
-        self.iterations = iterations
         self.lam = float(lam)
         self.rho = float(rho)
         self.power = float(power)
         self.signed = bool(signed)
-        self.random_tokens = random_tokens
         self.exclude_self = bool(exclude_self)
-        self.solver = solver
         self.normalize = bool(normalize)
         # On the CPU generator explicitly, so the salt does not depend on the default device.
         salt = torch.randint(0, 2**62, (), dtype=torch.int64, device="cpu")
@@ -268,8 +256,7 @@ class OptimizationAttention(Attention):
     def _codes(
         self, q: Tensor, atoms: Tensor, key_padding_mask: Tensor | None, *, draw: bool
     ) -> Tensor:
-        b, _, l_q, _ = q.shape
-        s = atoms.shape[2]
+        l_q, s = q.shape[2], atoms.shape[2]
         if self.exclude_self and l_q != s:
             raise ValueError(
                 f"exclude_self=True needs self-attention with L == S, got L={l_q}, S={s}"
@@ -284,18 +271,12 @@ class OptimizationAttention(Attention):
             atoms = torch.cat([atoms, self._random_atoms(atoms, key_padding_mask)], dim=2)
         # atoms: (B, H, S', D), the dictionary's columns as rows, S' = S (+ R in training)
 
-        # Which coefficients may be nonzero: the prox step projects the rest onto 0 (None: all).
-        keep: Tensor | None = None
-        if key_padding_mask is not None or self.exclude_self:
-            keep = torch.ones(1, 1, l_q, atoms.shape[2], dtype=torch.bool, device=q.device)
-            if key_padding_mask is not None:
-                keep = keep.repeat(b, 1, 1, 1)
-                keep[..., :s] &= key_padding_mask[:, None, None, :]
-            if self.exclude_self:
-                keep[..., :s] &= ~torch.eye(l_q, s, dtype=torch.bool, device=q.device)
-
+        keep = nonzero_coefficients(
+            q, atoms, tokens=s, key_padding_mask=key_padding_mask, exclude_self=self.exclude_self
+        )
+        options: dict[str, Any] = {"lam": self.lam, "rho": self.rho, "iterations": self.iterations}
         try:
-            pt = self._ridge_factor(atoms)  # (B, H, D, S') = (ρI + DmDmᵀ)⁻¹ Dm
+            z = admm_codes(q, atoms, keep=keep, solver=self.solver, **options)
         except torch.linalg.LinAlgError as err:
             if bool(torch.isfinite(atoms).all()):
                 raise
@@ -305,45 +286,7 @@ class OptimizationAttention(Attention):
                 f"({self.dictionary}) holds NaN or inf at an unmasked position ({err}); turn on "
                 f"attn_lightning.attention.set_check_finite(True) to find the first one"
             ) from err
-
-        # Scaled ADMM, rows of M = (I − Dmᵀ(ρI + DmDmᵀ)⁻¹Dm)/ρ applied to x = DmᵀQ + ρ(z − u):
-        #   c = M x,  z' = prox(c + u),  u' = u + c − z'.
-        # M is linear, so with w = z − u and the constant c0 = M·DmᵀQ, y = c + u is
-        #   y = c0 + z − ((w Dmᵀ) pt)   (rows; pt = (ρI + DmDmᵀ)⁻¹Dm)
-        # and u' = y − z': the same iterates with 2 matmuls and 4 element-wise passes per step
-        # instead of 2 and 9 (the element-wise passes and their backward dominated on a CPU).
-        dtq = q @ atoms.transpose(-1, -2)  # (B, H, L, S') = (DmᵀQ)ᵀ
-        c0 = (dtq - (dtq @ atoms) @ pt) / self.rho
-        threshold = self.lam / self.rho
-        z = F.softshrink(c0, threshold)  # the first step from z = u = 0: y = c0
-        if keep is not None:
-            z = torch.where(keep, z, torch.zeros((), dtype=q.dtype, device=q.device))
-        u = c0 - z
-        for _ in range(self.iterations - 1):
-            y = (c0 + z) - ((z - u) @ atoms) @ pt
-            z = F.softshrink(y, threshold)
-            if keep is not None:
-                z = torch.where(keep, z, torch.zeros((), dtype=q.dtype, device=q.device))
-            u = y - z
         return z[..., :s]  # random-token coefficients carry no value
-
-    def _ridge_factor(self, atoms: Tensor) -> Tensor:
-        """``(ρI + DmDmᵀ)⁻¹ Dm`` as (B, H, D, S'): the D×D half of Woodbury."""
-        d = atoms.shape[-1]
-        eye = torch.eye(d, dtype=atoms.dtype, device=atoms.device)
-        gram = self.rho * eye + atoms.transpose(-1, -2) @ atoms  # (B, H, D, D)
-        if self.solver == "woodbury":
-            return torch.cholesky_solve(atoms.transpose(-1, -2), torch.linalg.cholesky(gram))
-        # SVD Dm = V diag(s) Uᵀ gives (ρI + DmDmᵀ)⁻¹ = (1/ρ)[I − V diag(s²/(s²+ρ)) Vᵀ]. Its
-        # gradient is taken analytically (d G⁻¹ = −G⁻¹ dG G⁻¹) through a term that is exactly 0
-        # in value: the SVD's own backward is undefined at repeated singular values, which
-        # padding (zero columns) and fully masked rows produce.
-        with torch.no_grad():
-            _, sv, vh = torch.linalg.svd(atoms, full_matrices=False)  # vh: (B, H, r, D)
-            shrink = sv.square() / (sv.square() + self.rho)
-            inv0 = (eye - vh.transpose(-1, -2) @ (shrink[..., None] * vh)) / self.rho
-        inv = inv0 + inv0 @ (gram.detach() - gram) @ inv0
-        return inv @ atoms.transpose(-1, -2)
 
     def _random_atoms(self, atoms: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         """The next R Gaussian columns per batch×head, ``(B, H, R, D)``, at the real columns' RMS
@@ -371,18 +314,7 @@ class OptimizationAttention(Attention):
 
     def _weights(self, z: Tensor) -> Tensor:
         """``|z_j|^p / Σ_l |z_l|^p`` (signed: times sign(z_j)); an all-zero row gives 0 weights."""
-        mag = z.abs()
-        # Divide by the row max first so |z|^p neither underflows nor overflows; the weights are
-        # invariant to that scale, so detaching it leaves the gradient exact.
-        top = mag.amax(dim=-1, keepdim=True).detach()
-        nonzero = mag > 0
-        # where-guards keep pow's gradient finite at 0 for any p > 0 (not only p > 1).
-        ratio = torch.where(nonzero, mag / torch.where(top > 0, top, 1.0), 1.0)
-        powered = torch.where(nonzero, ratio.pow(self.power), 0.0)
-        denom = powered.sum(dim=-1, keepdim=True)
-        if self.signed:
-            powered = powered * z.sign()
-        return powered / torch.where(denom > 0, denom, 1.0)
+        return power_weights(z, power=self.power, signed=self.signed)
 
     @torch.no_grad()
     def _record_sparsity(self, w: Tensor, key_padding_mask: Tensor | None) -> None:

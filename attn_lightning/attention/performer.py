@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.options import check_choice, check_int
 
 KERNELS = ("positive", "hyperbolic", "trigonometric")
 PROJECTIONS = ("orthogonal", "iid")
@@ -100,21 +101,10 @@ class PerformerAttention(FeatureMapAttention):
         eps: float = DEFAULT_EPS,
     ) -> None:
         super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
-        if kernel not in KERNELS:
-            raise ValueError(
-                f"unknown kernel {kernel!r} for attention 'performer'; "
-                f"allowed: {', '.join(KERNELS)}"
-            )
-        if projection not in PROJECTIONS:
-            raise ValueError(
-                f"unknown projection {projection!r} for attention 'performer'; "
-                f"allowed: {', '.join(PROJECTIONS)}"
-            )
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features <= 0:
-            raise ValueError(
-                f"num_features must be a positive int (m, the number of random projections), "
-                f"got {num_features!r}"
-            )
+        self.kernel = check_choice("kernel", kernel, KERNELS, backend=self.name)
+        self.projection = check_choice("projection", projection, PROJECTIONS, backend=self.name)
+        what = "m, the number of random projections"
+        self.num_features = check_int("num_features", num_features, minimum=1, what=what)
         if kernel == "trigonometric":
             warnings.warn(
                 "performer kernel='trigonometric' (sin/cos random features) is kept for the "
@@ -123,9 +113,6 @@ class PerformerAttention(FeatureMapAttention):
                 UserWarning,
                 stacklevel=2,
             )
-        self.num_features = num_features
-        self.kernel = kernel
-        self.projection = projection
         self.register_buffer(
             "projection_matrix",
             draw_projection(num_features, head_dim, projection=projection),

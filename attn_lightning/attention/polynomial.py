@@ -25,11 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention import kv_cache
 from attn_lightning.attention.base import Attention, Grid, State, accumulation_dtype
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.power_exact import blocked_keys, exact_power_attention
-from attn_lightning.attention.qk_norm import QKNorm, check_norm
+from attn_lightning.attention.ops import kv_cache
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.power_exact import blocked_keys, exact_power_attention
+from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
+from attn_lightning.attention.options import check_eps
 
 
 def taylor_logits(degrees: list[int]) -> Tensor:
@@ -94,13 +95,11 @@ class PolynomialAttention(Attention):
                 f"degree must be an even int >= 2 (2, 4, 6, ...; an odd power makes the scores "
                 f"and the normaliser signed), got {degree!r}"
             )
-        if not eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {eps!r}")
         self.degree = degree
         self.learned_coefficients = bool(learned_coefficients)
         self.normalize = bool(normalize)
         self.norm = norm
-        self.eps = float(eps)
+        self.eps = check_eps(eps)
         # c in out = Σ sim·v / (c + Σ sim): the power kernel's "1 +"; none for the learned
         # polynomial (see the class docstring).
         self.normalizer_offset = 0.0 if learned_coefficients else 1.0

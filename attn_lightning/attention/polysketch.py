@@ -4,31 +4,28 @@ Kacham, Mirrokni, Zhong, "PolySketchFormer", ICML 2024, arXiv 2310.01655::
 
     sim_ij = ⟨s(q'_i), s(k'_j)⟩² ≈ ⟨q'_i, k'_j⟩⁴,   out_i = Σ_j sim_ij v_j / (1 + Σ_j sim_ij)
 
-with q', k' from ``qk_norm.QKNorm`` (the paper's learnable LayerNorm shared by q and k) and the
-sketch ``s`` of ``sketches.py``. ``sim = ⟨φ(q'), φ(k')⟩`` with ``φ = symmetric_square(s)``, so it
-runs through the shared linear-attention kernels with normaliser offset 1: O(N·r²·Dv) time,
-O(r²·Dv) decode state. Degree 2 uses ``s = identity``: ``⟨sym(q'⊗q'), sym(k'⊗k')⟩ = ⟨q', k'⟩²``.
+with q', k' from ``ops.qk_norm.QKNorm`` (the paper's learnable LayerNorm shared by q and k) and
+the sketch ``s`` of ``ops/sketches.py``. ``sim = ⟨φ(q'), φ(k')⟩`` with ``φ = symmetric_square(s)``,
+so it runs through the shared linear-attention kernels with normaliser offset 1: O(N·r²·Dv)
+time, O(r²·Dv) decode state. Degree 2 uses ``s = identity``:
+``⟨sym(q'⊗q'), sym(k'⊗k')⟩ = ⟨q', k'⟩²``.
 
 Two more forms on the same features:
 
 * **local** (``local_block=b``, the paper's mixed form): the exact power kernel
   ``⟨LN_q(q), LN_k(k)⟩^p`` between tokens of the same block of b positions, the sketch across
-  blocks (``block_local.py``); causal and not, with ``step()``.
+  blocks (``ops/block_local.py``); causal and not, with ``step()``.
 * **learned polynomial, linear time** (``learned_coefficients=True``): the even part of the
   thesis's learned polynomial, ``sim = a_0 + a_2⟨q', k'⟩² + a_4⟨s(q'), s(k')⟩²`` with
   ``a_i = softplus(θ_i) ≥ 0`` learned, as ``φ = [√a_0, √a_2·sym(q'⊗q'), √a_4·sym(s⊗s)]``.
   Even degrees only: an odd term can make the score and the normaliser negative, which a feature
   map cannot clamp the way the exact ``polynomial`` backend does (``max(0, ·)``).
 
-Evaluation (``evaluation``): the same function two ways. ``features`` is the linear-time form
-above. ``kernel`` forms the (L, S) score matrix directly, ``sim = ⟨s(q'), s(k')⟩²`` (plus the
-learned polynomial's other terms), in O(L·S·(r + Dv)) — far cheaper while the sequence is short
-next to the feature count r(r+1)/2: at r = 64 (2,080 features) and 100 tokens a training step of
-the length-50 reversal model took 25.8 s in the feature form and 1.0 s in this one. ``auto``
-(default) takes the form with the lower estimated cost (``uses_kernel_form``), and the feature
-form whenever the score matrix would exceed ``KERNEL_MAX_ELEMENTS``. Both give the same outputs
-up to rounding (tested in float64); ``step()`` always uses the features (the O(r²·Dv) decode
-state). Not used with ``local_block``.
+Evaluation (``evaluation``): the same function two ways, ``features`` (the linear-time form
+above) or ``kernel`` (the (L, S) score matrix, O(L·S·(r + Dv)), far cheaper at short lengths);
+``auto`` (default) takes the cheaper by the cost model of ``ops/polysketch_eval.py``. Both give
+the same outputs up to rounding (tested in float64); ``step()`` always uses the features (the
+O(r²·Dv) decode state). Not used with ``local_block``.
 
 Shapes (see ``base.py``)::
 
@@ -37,87 +34,24 @@ Shapes (see ``base.py``)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attn_lightning.attention.base import Grid, State, accumulation_dtype
-from attn_lightning.attention.block_local import block_mixed_attention, block_mixed_step
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops import polysketch_eval
+from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS, uses_kernel_form
+from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
+from attn_lightning.attention.ops.sketches import SKETCHES, RandomPolySketch, symmetric_square
+from attn_lightning.attention.options import check_choice, check_int
 from attn_lightning.attention.polynomial import taylor_logits
-from attn_lightning.attention.power_exact import blocked_keys, exact_power_attention
-from attn_lightning.attention.qk_norm import QKNorm, check_norm
-from attn_lightning.attention.sketches import LearnedPolySketch, RandomPolySketch, symmetric_square
 
 SKETCH_KINDS = ("random", "learned")
-
-# (sketch, degree) -> the map s, with φ = sym(s ⊗ s): the pairs this backend supports.
-SKETCHES: dict[tuple[str, int], Callable[..., nn.Module]] = {
-    ("random", 2): lambda **_: nn.Identity(),  # ⟨sym(q'⊗q'), sym(k'⊗k')⟩ = ⟨q', k'⟩² exactly
-    ("random", 4): lambda *, head_dim, sketch_size, **_: RandomPolySketch(
-        head_dim=head_dim, sketch_size=sketch_size
-    ),
-    ("learned", 4): LearnedPolySketch,
-}
-
-
-def _supported_degrees(kind: str) -> str:
-    return ", ".join(str(p) for k, p in sorted(SKETCHES) if k == kind)
-
-
-def _positive_int(value: object, name: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-EVALUATIONS = ("auto", "features", "kernel")
-# The kernel form holds a few (B·H, L, S) float32 tensors for backward; above this many score
-# entries (128 MiB each) ``auto`` keeps the feature form, whose memory is linear in N.
-KERNEL_MAX_ELEMENTS = 2**25
-# The score form's element-wise passes over (L, S) (square, mask, row sum, divide and their
-# backward), in matmul-FLOP equivalents per score entry. Measured on the 2-core CPU (B = 4, H = 4,
-# D = 64, fwd + bwd): at N = 1,024 and r = 32 the feature form was faster non-causal (289 vs
-# 340 ms) and slower causal (374 vs 340 ms); any value in (73, 148) reproduces both choices.
-SCORE_ENTRY_COST = 100
-
-
-def uses_kernel_form(
-    evaluation: str,
-    *,
-    heads: int,
-    queries: int,
-    keys: int,
-    value_dim: int,
-    widths: tuple[int, ...],
-    causal: bool,
-    chunk_size: int,
-) -> bool:
-    """Whether ``evaluation`` means the (L, S) score-matrix form for this call.
-
-    ``widths`` are the inner-product widths of the score's squared terms (r for the sketch, D for
-    the exact degree-2 term). ``auto``: the kernel form when its cost is lower — matmul FLOPs,
-    plus ``SCORE_ENTRY_COST`` per score entry for its element-wise passes — and its score matrix
-    (``heads`` = B·H of them) stays within ``KERNEL_MAX_ELEMENTS``. Both costs leave out the
-    sketch s(x) itself, which both forms compute.
-    """
-    if evaluation != "auto":
-        return evaluation == "kernel"
-    if heads * queries * keys > KERNEL_MAX_ELEMENTS:
-        return False
-    e = value_dim + 1
-    f = sum(w * (w + 1) // 2 for w in widths) + (len(widths) > 1)  # + a_0's constant feature
-    squares = 4 * (queries + keys) * sum(w * (w + 1) // 2 * w for w in widths)
-    if causal:
-        c = max(1, min(chunk_size, queries))
-        product = 2 * queries * (c * (f + e) + 2 * f * e)
-    else:
-        product = 2 * (queries + keys) * f * e
-    kernel = queries * keys * (2 * (sum(widths) + e) + SCORE_ENTRY_COST)
-    return kernel < squares + product
 
 
 class PolySketchAttention(FeatureMapAttention):
@@ -180,26 +114,14 @@ class PolySketchAttention(FeatureMapAttention):
         eps: float = DEFAULT_EPS,
     ) -> None:
         super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
-        if evaluation not in EVALUATIONS:
-            raise ValueError(
-                f"unknown evaluation {evaluation!r} for attention 'polysketch'; "
-                f"allowed: {', '.join(EVALUATIONS)}"
-            )
-        self.evaluation = evaluation
-        if sketch not in SKETCH_KINDS:
-            raise ValueError(
-                f"unknown sketch {sketch!r} for attention 'polysketch'; "
-                f"allowed: {', '.join(SKETCH_KINDS)}"
-            )
+        self.evaluation = check_choice("evaluation", evaluation, EVALUATIONS, backend=self.name)
+        self.sketch_kind = check_choice("sketch", sketch, SKETCH_KINDS, backend=self.name)
         check_norm(norm, self.name)
-        _positive_int(sketch_size, "sketch_size", minimum=1)
-        if (
-            isinstance(degree, bool)
-            or not isinstance(degree, int)
-            or (sketch, degree) not in SKETCHES
-        ):
+        self.sketch_size = check_int("sketch_size", sketch_size, minimum=1)
+        if type(degree) is not int or (sketch, degree) not in SKETCHES:  # not a bool, not 4.0
+            supported = ", ".join(str(p) for k, p in sorted(SKETCHES) if k == sketch)
             raise ValueError(
-                f"sketch={sketch!r} supports degree {_supported_degrees(sketch)}, got "
+                f"sketch={sketch!r} supports degree {supported}, got "
                 f"degree={degree!r}; the exact 'polynomial' attention takes any even degree"
             )
         if learned_coefficients and sketch != "random":
@@ -207,11 +129,9 @@ class PolySketchAttention(FeatureMapAttention):
                 "learned_coefficients=True needs sketch='random' (exact degree-2 features plus "
                 f"the random degree-4 sketch), got sketch={sketch!r}"
             )
-        self.local_block = _positive_int(local_block, "local_block", minimum=0)
+        self.local_block = check_int("local_block", local_block, minimum=0)
         self.positional = bool(self.local_block)  # blocks are by token index
-        self.sketch_kind = sketch
         self.degree = degree
-        self.sketch_size = sketch_size
         self.normalize = bool(normalize)
         self.norm = norm
         self.learned_coefficients = bool(learned_coefficients)
@@ -266,81 +186,48 @@ class PolySketchAttention(FeatureMapAttention):
         """``a_i`` of the learned even polynomial, for the training logs."""
         if self.even_coefficient_logits is None:
             return {}
-        values = self.coefficients.detach().tolist()
-        return {f"a{2 * i}": a for i, a in enumerate(values)}
+        return {f"a{2 * i}": a for i, a in enumerate(self.coefficients.detach().tolist())}
 
     # ------------------------------------------------------------------ kernel form
     def score_widths(self) -> tuple[int, ...]:
-        """Widths of the squared inner products in the score: (D,) for degree 2, (r,) for the
-        sketch, (D, r) or (D,) with learned coefficients."""
-        sketch_width = self.head_dim if self.degree == 2 else self.sketch_size
-        if not self.learned_coefficients:
-            return (sketch_width,)
-        return (self.head_dim, self.sketch_size) if self.degree == 4 else (self.head_dim,)
-
-    def _kernel_form(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool) -> bool:
-        return uses_kernel_form(
-            self.evaluation,
-            heads=q.shape[0] * q.shape[1],
-            queries=q.shape[2],
-            keys=k.shape[2],
-            value_dim=v.shape[-1],
-            widths=self.score_widths(),
-            causal=causal,
-            chunk_size=self.chunk_size,
+        """Widths of the squared inner products in the score (``polysketch_eval.score_widths``)."""
+        return polysketch_eval.score_widths(
+            self.head_dim, self.degree, self.sketch_size, self.learned_coefficients
         )
-
-    def kernel_scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """``⟨φ(q'_i), φ(k'_j)⟩`` as an ``(B, H, L, S)`` matrix without forming φ: ``⟨s_q, s_k⟩²``,
-        or ``a_0 + a_2⟨q', k'⟩² + a_4⟨s_q, s_k⟩²`` (inputs already in the accumulation dtype)."""
-        qn, kn = self.normalize_inputs(q), self.normalize_inputs(k)
-        if self.even_coefficient_logits is None:
-            return (self.sketch(qn) @ self.sketch(kn).transpose(-1, -2)).square()
-        a = self.coefficients.to(q.dtype)
-        sim = (qn @ kn.transpose(-1, -2)).square().mul(a[1]).add(a[0])
-        if self.degree == 4:
-            sim = sim + a[2] * (self.sketch(qn) @ self.sketch(kn).transpose(-1, -2)).square()
-        return sim
 
     def _attend_kernel(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        """The feature form's output from the (L, S) scores: ``Σ_j sim_ij v_j / (c + ε + Σ_j
-        sim_ij)`` over the visible keys, in the accumulation dtype with autocast off."""
+        """The feature form's output from the (L, S) scores (``ops/polysketch_eval.py``), in the
+        accumulation dtype with autocast off."""
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
-        if self.even_coefficient_logits is None:
-            return self._attend_sketch_scores(
-                q, k, v, causal=causal, key_padding_mask=key_padding_mask
-            )
+        mask, offset = key_padding_mask, self.normalizer_offset + self.eps
         with torch.autocast(device_type=q.device.type, enabled=False):
-            sim = self.kernel_scores(q.to(acc), k.to(acc))
-            if causal:
-                visible = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)
-                sim = sim.masked_fill(~visible.tril(), 0.0)
-            if key_padding_mask is not None:
-                sim = sim.masked_fill(~key_padding_mask[:, None, None, :], 0.0)
-            den = sim.sum(-1, keepdim=True) + (self.normalizer_offset + self.eps)
-            # A query that sees no key (all masked, offset = eps = 0): output 0, never 0/0.
-            den = den.masked_fill(den == 0, 1.0)
-            return ((sim @ v.to(acc)) / den).to(v.dtype)
-
-    def _attend_sketch_scores(
-        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
-    ) -> Tensor:
-        """``_attend_kernel`` for the plain sketch, whose scores ``⟨s_q, s_k⟩²`` are the degree-2
-        power kernel on the sketches: the tiled ``power_exact`` Function (same values, gradients
-        by hand, no (B, H, L, S) tensor kept; 2-4× faster in training than autograd over the
-        formula at 513 tokens)."""
-        acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
-        blocked = blocked_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
-        with torch.autocast(device_type=q.device.type, enabled=False):
-            sq = self.sketch(self.normalize_inputs(q.to(acc)))
-            sk = self.sketch(self.normalize_inputs(k.to(acc)))
-            offset = self.normalizer_offset + self.eps
-            out = exact_power_attention(sq, sk, v.to(acc), blocked=blocked, degree=2, offset=offset)
+            qn, kn = self.normalize_inputs(q.to(acc)), self.normalize_inputs(k.to(acc))
+            va = v.to(acc)
+            if self.even_coefficient_logits is None:
+                sq, sk = self.sketch(qn), self.sketch(kn)
+                out = polysketch_eval.sketch_score_attention(
+                    sq, sk, va, causal=causal, key_padding_mask=mask, offset=offset
+                )
+            else:
+                sketches = (self.sketch(qn), self.sketch(kn)) if self.degree == 4 else None
+                sim = polysketch_eval.even_polynomial_scores(qn, kn, self.coefficients, sketches)
+                out = polysketch_eval.score_matrix_attention(
+                    sim, va, causal=causal, key_padding_mask=mask, offset=offset
+                )
         return out.to(v.dtype)
 
     # ------------------------------------------------------------------ local blocks
+    def _block_options(self) -> dict[str, Any]:
+        """The options of ``block_mixed_attention`` / ``block_mixed_step`` besides the inputs."""
+        return {
+            "block": self.local_block,
+            "degree": self.degree,
+            "offset": self.normalizer_offset,
+            "eps": self.eps,
+        }
+
     def _local_inputs(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
         assert self.local_q is not None and self.local_k is not None
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
@@ -360,7 +247,17 @@ class PolySketchAttention(FeatureMapAttention):
         grid: Grid | None,
     ) -> Tensor:
         if not self.local_block:
-            if self._kernel_form(q, k, v, causal=causal):
+            kernel_form = uses_kernel_form(
+                self.evaluation,
+                heads=q.shape[0] * q.shape[1],
+                queries=q.shape[2],
+                keys=k.shape[2],
+                value_dim=v.shape[-1],
+                widths=self.score_widths(),
+                causal=causal,
+                chunk_size=self.chunk_size,
+            )
+            if kernel_form:
                 return self._attend_kernel(
                     q, k, v, causal=causal, key_padding_mask=key_padding_mask
                 )
@@ -368,21 +265,11 @@ class PolySketchAttention(FeatureMapAttention):
                 q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid
             )
         with torch.autocast(device_type=q.device.type, enabled=False):
+            # block_mixed_attention zeroes the padded keys' φ(k), kn and v itself.
             phi_q, phi_k, va, qn, kn = self._local_inputs(q, k, v)
-            if key_padding_mask is not None:
-                phi_k = phi_k.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
+            opts = self._block_options()
             out = block_mixed_attention(
-                phi_q,
-                phi_k,
-                va,
-                qn,
-                kn,
-                block=self.local_block,
-                degree=self.degree,
-                causal=causal,
-                key_padding_mask=key_padding_mask,
-                offset=self.normalizer_offset,
-                eps=self.eps,
+                phi_q, phi_k, va, qn, kn, causal=causal, key_padding_mask=key_padding_mask, **opts
             )
         return out.to(v.dtype)
 
@@ -391,29 +278,14 @@ class PolySketchAttention(FeatureMapAttention):
             return super()._step(q, k, v, state)
         with torch.autocast(device_type=q.device.type, enabled=False):
             phi_q, phi_k, va, qn, kn = self._local_inputs(q, k, v)
-            out, state = block_mixed_step(
-                phi_q,
-                phi_k,
-                va,
-                qn,
-                kn,
-                state,
-                block=self.local_block,
-                degree=self.degree,
-                offset=self.normalizer_offset,
-                eps=self.eps,
-            )
+            out, state = block_mixed_step(phi_q, phi_k, va, qn, kn, state, **self._block_options())
         return out.to(v.dtype), state
 
     @torch.no_grad()
     def redraw_features(self, generator: torch.Generator | None = None) -> None:
         """With ``redraw=True``: redraw the random sketch S1, S2 in place from a CPU ``generator``
-        (global RNG if None).
-
-        Drawn on CPU then copied to the buffers' device and dtype, so equal seeds give equal
-        sketches on every device and rank. A no-op for a fixed sketch (the default), the learned
-        and the degree-2 sketch.
-        """
+        (global RNG if None), the same on every device and rank (``RandomPolySketch.draw``). A
+        no-op for a fixed sketch (the default), the learned and the degree-2 sketch."""
         if self.redraw and isinstance(self.sketch, RandomPolySketch):
             self.sketch.draw(generator)
 

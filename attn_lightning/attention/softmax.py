@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention import kv_cache
-from attn_lightning.attention.base import Attention, Grid, State, allowed_keys
+from attn_lightning.attention.base import Attention, Grid, State
+from attn_lightning.attention.ops import kv_cache
 
 
 class SoftmaxAttention(Attention):
@@ -58,7 +59,7 @@ class SoftmaxAttention(Attention):
     ) -> Tensor:
         if key_padding_mask is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
-        allowed = allowed_keys(
+        allowed = _allowed_keys(
             q.shape[0],
             q.shape[2],
             k.shape[2],
@@ -82,3 +83,23 @@ class SoftmaxAttention(Attention):
     def extra_repr(self) -> str:
         cache = "" if self.cache_size is None else f", cache_size={self.cache_size}"
         return f"head_dim={self.head_dim}, scale={self.scale:.4g}{cache}"
+
+
+def _allowed_keys(
+    batch: int,
+    q_len: int,
+    k_len: int,
+    *,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+    device: torch.device,
+) -> Tensor | None:
+    """Boolean ``(B, 1, L, S)`` mask of which keys each query may see, or None for "all"."""
+    if not causal and key_padding_mask is None:
+        return None
+    allowed = torch.ones(batch, 1, q_len, k_len, dtype=torch.bool, device=device)
+    if causal:
+        allowed = allowed & torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
+    if key_padding_mask is not None:
+        allowed = allowed & key_padding_mask[:, None, None, :]
+    return allowed

@@ -16,6 +16,9 @@ Examples::
     python -m attn_lightning.benchmark model --models reversal pixel \\
         --backends softmax linear performer polysketch --lengths 256 1024 4096 16384 \\
         --widths 64 256 --out docs/figures
+    python -m attn_lightning.benchmark generation --checkpoints \\
+        checkpoints/image/<softmax-run>/last.ckpt checkpoints/image/<linear-run>/last.ckpt \\
+        --batches 1 32 max --out docs/results/image_throughput_trained
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from attn_lightning.benchmarks import (
     approximation_report,
     decode,
+    generation,
     kernel_shapes,
     latency,
     model_step,
@@ -83,6 +87,13 @@ COMMANDS: dict[str, Benchmark] = {
         model_step.add_arguments,
         model_step.run,
         model_step.__doc__,
+    ),
+    "generation": Benchmark(
+        "images/s of whole-image sampling (random or trained models), the histogram baseline, "
+        "the decode-latency plot",
+        generation.add_arguments,
+        generation.run,
+        generation.__doc__,
     ),
 }
 

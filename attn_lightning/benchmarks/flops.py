@@ -49,7 +49,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from attn_lightning.attention.polysketch import uses_kernel_form
+from attn_lightning.attention.ops.polysketch_eval import uses_kernel_form
 from attn_lightning.benchmarks.flop_count import (
     CallShape,
     FlopCount,

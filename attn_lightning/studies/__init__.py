@@ -1,2 +1,17 @@
-"""Studies: the one runner (``sweep``) that repeats real ``train.py`` runs over variants and
-seeds, and each experiment's study and report on top of it."""
+"""Studies: repeated real ``train.py`` runs over variants and seeds, and their tables.
+
+``runner`` is the one runner (a (variant, seed) -> a ``python -m attn_lightning.cli`` run -> its
+``RunResult``), ``sweep`` the generic sweep CLI on top of it and ``arguments`` the command-line
+flags every study shares. Each study is a folder runnable as ``python -m
+attn_lightning.studies.<study> <subcommand>``: ``detection`` (``run | sensitivity | ablation |
+sites | probe``), ``image`` (``samples``), ``lora`` (``mlp | variants | transformer | lrsweep |
+report``) and ``reversal`` (``report``). Their tables and CSVs are written by
+``attn_lightning.results``.
+
+Deprecated aliases, kept at their old paths so old command lines still run (each warns with a
+FutureWarning naming the new spelling):
+
+- ``python -m attn_lightning.studies.detection_probe`` -> ``... studies.detection probe``
+- ``python -m attn_lightning.studies.image_samples`` -> ``... studies.image samples``
+- ``python -m attn_lightning.studies.reversal_report`` -> ``... studies.reversal report``
+"""

@@ -1,115 +1,13 @@
-"""Write sample and completion grids of an image-generation checkpoint as PNG.
+"""Deprecated alias: ``python -m attn_lightning.studies.image samples``."""
 
-    python -m attn_lightning.studies.image_samples --ckpt-path checkpoints/image/<run>/last.ckpt \\
-        --out docs/results/figures --prefix linear_ [--num-samples 16] [--num-images 6] \\
-        [--num-completions 3] [--temperature 1.0] [--seed 0] [--split test] [--method auto]
+import sys
 
-Writes ``<out>/<prefix>samples.png`` (unconditional samples) and ``<out>/<prefix>completions.png``
-(rows: occluded | completions | original, the first ``--num-images`` images of ``--split``), the
-same grids the ``ImageGrids`` callback logs to TensorBoard. The data are rebuilt from the
-DataModule hyper-parameters saved in the checkpoint; ``--method`` picks the decoder (``step``:
-recurrent / KV cache, ``recompute``: prefix recompute, ``auto``: step where possible).
-"""
-
-from __future__ import annotations
-
-import argparse
-import logging
-from pathlib import Path
-
-import torch
-from torchvision.utils import save_image
-
-from attn_lightning.callbacks.images import completion_grid, grid_generator, sample_grid
-from attn_lightning.data.pixels import PixelDataModule
-from attn_lightning.models.generation import METHODS
-from attn_lightning.tasks.image import ImageGenerationTask
-
-log = logging.getLogger("attn_lightning.studies.image_samples")
-
-
-def load_task(ckpt_path: str | Path, *, device: str = "cpu") -> tuple[ImageGenerationTask, dict]:
-    """The task (eval mode) and the DataModule hyper-parameters saved with it."""
-    task = ImageGenerationTask.load_from_checkpoint(str(ckpt_path), map_location=device)
-    checkpoint = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)
-    saved = checkpoint.get("datamodule_hyper_parameters", {})
-    # LightningCLI adds "_class_path" / "_instantiator" entries: not constructor arguments.
-    data_hparams = {k: v for k, v in saved.items() if not k.startswith("_")}
-    return task.eval(), data_hparams
-
-
-def write_grids(
-    task: ImageGenerationTask,
-    pixels: torch.Tensor,
-    out: Path,
-    *,
-    prefix: str = "",
-    num_samples: int = 16,
-    num_completions: int = 3,
-    temperature: float = 1.0,
-    seed: int = 0,
-) -> list[Path]:
-    """Save ``<prefix>samples.png`` and ``<prefix>completions.png`` under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    generator = grid_generator(seed)
-    samples = sample_grid(task, num_samples, temperature=temperature, generator=generator)
-    completions = completion_grid(
-        task,
-        pixels.to(task.device),
-        num_completions=num_completions,
-        temperature=temperature,
-        generator=generator,
-    )
-    paths = [out / f"{prefix}samples.png", out / f"{prefix}completions.png"]
-    save_image(samples, paths[0])
-    save_image(completions, paths[1])
-    return paths
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m attn_lightning.studies.image_samples",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--ckpt-path", "--ckpt_path", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path, help="folder for the PNG files")
-    parser.add_argument("--prefix", default="", help="file name prefix, e.g. 'linear_'")
-    parser.add_argument("--num-samples", "--num_samples", type=int, default=16)
-    parser.add_argument(
-        "--num-images", "--num_images", type=int, default=6, help="images to complete"
-    )
-    parser.add_argument("--num-completions", "--num_completions", type=int, default=3)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--split", default="test", choices=("train", "val", "test"))
-    parser.add_argument("--method", default="auto", choices=METHODS)
-    parser.add_argument("--device", default="cpu")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> list[Path]:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    args = build_parser().parse_args(argv)
-    task, data_hparams = load_task(args.ckpt_path, device=args.device)
-    task.decode_method = args.method
-    data = PixelDataModule(**data_hparams)
-    data.setup("test")
-    pixels = data.datasets[args.split].pixels[: args.num_images]
-    paths = write_grids(
-        task,
-        pixels,
-        args.out,
-        prefix=args.prefix,
-        num_samples=args.num_samples,
-        num_completions=args.num_completions,
-        temperature=args.temperature,
-        seed=args.seed,
-    )
-    for path in paths:
-        log.info("wrote %s", path)
-    return paths
-
+from attn_lightning.studies.arguments import renamed
+from attn_lightning.studies.image import main
 
 if __name__ == "__main__":
-    main()
+    renamed(
+        "python -m attn_lightning.studies.image_samples",
+        "python -m attn_lightning.studies.image samples",
+    )
+    main(["samples", *sys.argv[1:]])

@@ -1,11 +1,13 @@
 """The one study runner: (config stack, variant, seed) -> a ``train.py`` run -> its metrics.
 
 A ``Variant`` is a name plus config files stacked on the study's base configs and ``key=value``
-overrides (an attention spec is one override). ``Runner`` runs each (variant, seed) as an
-ordinary ``train.py`` subprocess (several at once with ``parallel``) or in this process, with
-``--test_after_fit`` and a ``--metrics_file`` that it reads back into a ``RunResult``.
-``build_cli`` builds a config stack's model and data exactly as ``train.py`` would, for studies
-that measure a variant's model. ``attn_lightning.studies.sweep`` is the command line on top.
+overrides (an attention spec is one override). ``Runner`` runs each (variant, seed) as a
+``python -m attn_lightning.cli`` subprocess (``train.py``'s own code path; several at once with
+``parallel``) or in this process, with ``--test_after_fit`` and a ``--metrics_file`` that it reads
+back into a ``RunResult``. ``build_cli`` builds a config stack's model and data exactly as
+``train.py`` would, for studies that measure a variant's model. ``CONFIGS`` is the checkout's
+``configs/`` the studies stack their variants on. ``attn_lightning.studies.sweep`` is the command
+line on top.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attn_lightning.attention import parse_attention_spec
 from attn_lightning.results.records import RunResult
@@ -31,7 +33,11 @@ if TYPE_CHECKING:
     from attn_lightning.cli import AttnLightningCLI
 
 log = logging.getLogger("attn_lightning.studies.runner")
-ROOT = Path(__file__).resolve().parents[2]
+# The checkout's configs/: a study runs from the repository root, where train.py's --config paths,
+# sweeps/, logs/ and docs/results/ are (installed or not, the package holds no configs). Resolved
+# once, on import, so a study that later changes folder still finds them.
+CONFIGS = Path("configs").resolve()
+ROOT = CONFIGS.parent  # the checkout, as the LoRA study still spells it
 
 
 def run_label(spec: str) -> str:
@@ -98,7 +104,8 @@ class Runner:
         overrides: ``key=value`` arguments of every run (``--set``), after the variant's.
         experiment: ``--experiment`` of every run (logs/ and checkpoints/ folder).
         runs_dir: where the metrics files ``<label>-s<seed>.json`` go.
-        python, train_script: the interpreter and script of the subprocesses.
+        python: the interpreter of the subprocesses, which run ``-m attn_lightning.cli``.
+        train_script: a script to run instead (a stand-in ``train.py`` in tests).
         timeout: seconds per subprocess run (None: no limit).
         in_process: call ``attn_lightning.cli.main`` here instead (pays the imports once; one run
             at a time, no timeout).
@@ -114,7 +121,7 @@ class Runner:
     experiment: str = "sweep"
     runs_dir: Path = Path("sweeps/sweep")
     python: str = sys.executable
-    train_script: Path = ROOT / "train.py"
+    train_script: Path | None = None
     timeout: float | None = None
     in_process: bool = False
     resume: bool = False
@@ -140,13 +147,28 @@ class Runner:
         return args + [f"--{o}" for o in self.overrides]
 
     def command(self, variant: Variant, seed: int) -> list[str]:
-        """The subprocess command line of one run."""
-        return [self.python, str(self.train_script), *self.train_args(variant, seed)]
+        """The subprocess command line of one run: ``python -m attn_lightning.cli <args>``."""
+        script = self.train_script
+        program = ["-m", "attn_lightning.cli"] if script is None else [str(script)]
+        return [self.python, *program, *self.train_args(variant, seed)]
+
+    def metrics_file(self, variant: Variant, seed: int) -> Path:
+        """Where one run writes its metrics: ``<runs_dir>/<label>-s<seed>.json``."""
+        return self.runs_dir / f"{run_name(variant, seed)}.json"
+
+    def record(self, variant: Variant, seed: int) -> dict[str, Any]:
+        """One run's metrics file as written (``metrics``, ``validate``, ``test``, ``global_step``,
+        ``log_dir``, ``best_model_path``, ...); FileNotFoundError naming it when absent."""
+        path = self.metrics_file(variant, seed)
+        if not path.is_file():
+            raise FileNotFoundError(f"no metrics file {path}")
+        record: dict[str, Any] = json.loads(path.read_text())
+        return record
 
     def run(self, variant: Variant, seed: int) -> RunResult:
         """Train (or reuse) one run and read its metrics file."""
         label = run_name(variant, seed)
-        metrics_file = self.runs_dir / f"{label}.json"
+        metrics_file = self.metrics_file(variant, seed)
         if not metrics_file.exists() and (variant.name, seed) in self.earlier:
             return self.earlier[variant.name, seed]
         reuse = self.skip_runs or (self.resume and metrics_file.exists())
@@ -169,7 +191,7 @@ class Runner:
             seconds = time.perf_counter() - start
         result = RunResult(variant.name, seed, seconds, status)
         if status == "ok" and metrics_file.exists():
-            record = json.loads(metrics_file.read_text())
+            record = self.record(variant, seed)
             result.metrics = {
                 **record.get("metrics", {}),
                 **record.get("validate", {}),

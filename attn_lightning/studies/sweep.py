@@ -8,9 +8,10 @@
 A variant is a name plus configs stacked on ``--config`` and/or ``key=value`` overrides:
 ``--backends`` gives attention specs ``name[:key=value,...]`` (values parsed as YAML, e.g.
 ``polynomial:form=sketch,sketch_size=64``), ``--variants`` config overlays (named by file stem).
-Each (variant, seed) is an ordinary ``train.py fit`` subprocess (``--jobs`` at once) with
-``--test_after_fit`` and a ``--metrics_file`` that is read back. ``--seeds`` sets
-``seed_everything`` (init, batch order, random features); the data seed stays the config's.
+Each (variant, seed) is a ``train.py fit`` run, spawned as ``python -m attn_lightning.cli fit``
+(``--jobs`` at once; ``--train-script`` runs a script instead) with ``--test_after_fit`` and a
+``--metrics_file`` that is read back. ``--seeds`` sets ``seed_everything`` (init, batch order,
+random features); the data seed stays the config's.
 
 Writes ``<out>.md`` (summary + per-run tables + the command), ``<out>.csv`` (summary) and
 ``<out>_runs.csv`` (one row per run), rewritten after every run. The columns are ``--metrics``
@@ -33,14 +34,22 @@ import sys
 from pathlib import Path
 
 from attn_lightning.results.curves import append_curves
+from attn_lightning.results.environment import command_line
 from attn_lightning.results.paired import comparisons
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import Convergence, summarize, write_tables
-from attn_lightning.studies.runner import ROOT, Runner, Variant, run_label
+from attn_lightning.studies.arguments import (
+    add_run_arguments,
+    check_overrides,
+    log_to_stderr,
+    study_parser,
+)
+from attn_lightning.studies.runner import Runner, Variant, run_label
 
 __all__ = ["RunResult", "Runner", "Variant", "main", "run_label", "summarize"]
 
 log = logging.getLogger("attn_lightning.studies.sweep")
+PROG = "python -m attn_lightning.studies.sweep"
 PAIRED_NOTE = (
     "Δ vs control: per seed, the variant's value minus its control's (same seed: same "
     "initialisation stream, batch order and data), mean [95 % Student-t interval] over the n "
@@ -50,35 +59,27 @@ PAIRED_NOTE = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The sweep CLI (see the module docstring)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m attn_lightning.studies.sweep",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = study_parser(PROG, __doc__)
     add = parser.add_argument
     add("--config", action="append", required=True, help="base train.py config (repeatable)")
     add("--backends", nargs="+", default=[], help="attention variants: name[:key=value,...]")
     add("--variants", nargs="+", default=[], help="config overlay variants (YAML files)")
-    add("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    add(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="train.py argument (repeatable)",
+    add_run_arguments(
+        parser, experiment=None, experiment_help="log/checkpoint folder (default: sweep-<out name>)"
     )
-    add("--out", required=True, type=Path, help="output path without extension")
     add("--metrics", nargs="+", default=None, help="table columns (default: test/ metrics)")
     add("--metric", default=None, help="convergence metric (needs --threshold)")
     add("--threshold", type=float, default=None, help="convergence threshold of --metric")
     add("--direction", choices=("max", "min"), default="max", help="max: converged if >=")
-    add("--jobs", type=int, default=1, help="training runs at once")
-    add("--experiment", default=None, help="log/checkpoint folder (default: sweep-<out name>)")
     add("--timeout", type=float, default=None, help="seconds per run")
-    add("--python", default=sys.executable, help="interpreter for train.py")
-    add("--train-script", "--train_script", default=ROOT / "train.py", type=Path)
-    add("--resume", action="store_true", help="reuse existing metrics files, run the rest")
-    add("--skip-runs", "--skip_runs", action="store_true", help="tables from metrics files only")
+    add("--python", default=sys.executable, help="interpreter of the runs")
+    add(
+        "--train-script",
+        "--train_script",
+        default=None,
+        type=Path,
+        help="a script to run instead of python -m attn_lightning.cli (e.g. a stand-in)",
+    )
     add("--dry-run", "--dry_run", action="store_true", help="print the commands only")
     add(
         "--curve",
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> list[RunResult]:
     """Run the sweep CLI; returns the runs (in the order of the tables)."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log_to_stderr()
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -108,9 +109,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         parser.error("give --backends and/or --variants")
     if (args.metric is None) != (args.threshold is None):
         parser.error("--metric and --threshold go together")
-    bad = [a for a in args.set if "=" not in a]
-    if bad:
-        parser.error(f"--set expects KEY=VALUE, got {bad}")
+    check_overrides(parser, args.set)
     try:  # fail before the first run on a malformed spec
         variants = [Variant.from_attention(s) for s in args.backends]
     except ValueError as error:
@@ -151,7 +150,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         write_tables(
             args.out,
             finished,
-            command="python -m attn_lightning.studies.sweep " + shlex.join(argv),
+            command=command_line(PROG, argv),
             metrics=args.metrics,
             convergence=convergence,
             label="variant" if args.variants else "backend",

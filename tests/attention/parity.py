@@ -1,4 +1,5 @@
-"""Shared float64 parity helpers for the polynomial and polysketch tests: inputs, masks, cases."""
+"""Shared float64 parity helpers for the polynomial and polysketch tests: inputs, masks, cases,
+parity of outputs and gradients, and of ``step`` with the causal forward."""
 
 from __future__ import annotations
 
@@ -45,3 +46,14 @@ def assert_parity(fast, naive, inputs, params=()):
     for got, want in zip(param_grads, ref_grads):
         assert want.abs().sum() > 0
         torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
+
+
+def assert_steps_match_causal_forward(attn, n: int = 3, *, seed: int = 10):
+    """``step`` token by token equals ``forward(causal=True)`` (float64); returns the last state."""
+    q, k, v = qkv(n, n, seed=seed)
+    full = attn(q, k, v, causal=True)
+    state = None
+    for t in range(n):
+        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+        torch.testing.assert_close(out, full[:, :, t : t + 1], rtol=1e-10, atol=1e-12)
+    return state

@@ -36,6 +36,15 @@ def self_only(attn: Attention) -> bool:
     return not attn.supports_cross_attention
 
 
+def padded_inputs(attn: Attention, n: int = 8):
+    """q, k, v of length n and a ``(B, n)`` mask: batch 0 loses its last 3 keys, batch 1 key 2."""
+    q, k, v = qkv(n, n, seed=3, dv=value_dim(attn))
+    mask = torch.ones(B, n, dtype=torch.bool)
+    mask[0, 5:] = False
+    mask[1, 2] = False
+    return q, k, v, mask
+
+
 def causal_or_skip(attn: Attention) -> None:
     if not attn.supports_causal:
         pytest.skip(f"{attn.name} has no causal form")
@@ -124,11 +133,7 @@ class TestContract:
         attn = make(name, options)
         if causal:
             causal_or_skip(attn)
-        n = 8
-        q, k, v = qkv(n, n, seed=3, dv=value_dim(attn))
-        mask = torch.ones(B, n, dtype=torch.bool)
-        mask[0, 5:] = False
-        mask[1, 2] = False
+        q, k, v, mask = padded_inputs(attn)
         out = attn(q, k, v, causal=causal, key_padding_mask=mask)
         k2 = torch.where(mask[:, None, :, None], k, torch.randn_like(k) * 5)
         v2 = torch.where(mask[:, None, :, None], v, torch.randn_like(v) * 5)
@@ -144,11 +149,7 @@ class TestContract:
         attn = make(name, options)
         if causal:
             causal_or_skip(attn)
-        n = 8
-        q, k, v = qkv(n, n, seed=3, dv=value_dim(attn))
-        mask = torch.ones(B, n, dtype=torch.bool)
-        mask[0, 5:] = False
-        mask[1, 2] = False
+        q, k, v, mask = padded_inputs(attn)
         real = mask[:, None, :, None]
         kwargs = {"causal": causal, "key_padding_mask": mask}
         want = outputs_and_grads(attn, q, *plant(k, v, real, None, None), slice(None), **kwargs)

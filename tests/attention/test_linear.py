@@ -1,16 +1,13 @@
-"""Linear attention and the shared kernels against ``naive_linear`` (float64, O(N²))."""
+"""Linear attention against ``naive_linear`` (float64, O(N²)); its kernels: tests/attention/ops."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from attn_lightning.attention import build_attention
-from attn_lightning.attention.causal_product import causal_product, normalised_causal_product
 from attn_lightning.attention.linear import FEATURE_MAPS
-from attn_lightning.attention.linear_kernels import causal_linear_attention, linear_attention
-from attn_lightning.attention.naive import LINEAR_FEATURE_MAPS, naive_linear
+from attn_lightning.attention.naive import naive_linear
 
 
 def inputs(l_q, s, d=6, dv=5, seed=0):
@@ -45,57 +42,6 @@ def test_outputs_and_gradients_match_naive_reference(feature_map, causal, masked
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
     for got, want in zip(grads(out, (q, k, v)), grads(ref, (q, k, v))):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)
-
-
-# tile_tokens: 4 → one head, one chunk per tile (state carried between every chunk);
-# 8 → two chunks per tile; 40 → several whole heads per tile; the default → everything at once.
-@pytest.mark.parametrize("tile_tokens", [4, 8, 40, 4096])
-@pytest.mark.parametrize("n,chunk", [(1, 1), (7, 7), (16, 4), (33, 8)])
-def test_causal_product_matches_masked_matmul(n, chunk, tile_tokens):
-    g = torch.Generator().manual_seed(n)
-    q, k, v = (
-        torch.randn(2, 2, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
-        for _ in range(3)
-    )
-    pad = (-n) % chunk
-    padded = [F.pad(t, (0, 0, 0, pad)) for t in (q, k, v)]
-    out = causal_product(*padded, chunk, tile_tokens=tile_tokens)[:, :, :n]
-    ref = ((q @ k.transpose(-1, -2)).tril()) @ v
-    torch.testing.assert_close(out, ref)
-    assert torch.autograd.gradcheck(
-        lambda a, b, c: causal_product(a, b, c, chunk, tile_tokens=tile_tokens),
-        tuple(padded),
-        eps=1e-6,
-        atol=1e-8,
-    )
-
-
-@pytest.mark.parametrize("tile_tokens", [4, 8, 4096])
-@pytest.mark.parametrize("shift", [1e-3, 1.0])
-def test_normalised_causal_product_gradcheck(shift, tile_tokens):
-    g = torch.Generator().manual_seed(3)
-    q, k = (
-        torch.rand(1, 2, 12, 3, generator=g, dtype=torch.float64, requires_grad=True)
-        for _ in range(2)
-    )
-    v = torch.randn(1, 2, 12, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    out = normalised_causal_product(q, k, v, 4, shift, tile_tokens=tile_tokens)
-    sim = (q @ k.transpose(-1, -2)).tril()
-    torch.testing.assert_close(out, sim @ v / (shift + sim.sum(-1, keepdim=True)))
-    assert torch.autograd.gradcheck(
-        lambda a, b, c: normalised_causal_product(a, b, c, 4, shift, tile_tokens=tile_tokens),
-        (q, k, v),
-        eps=1e-6,
-        atol=1e-8,
-    )
-
-
-def test_causal_product_rejects_ragged_length_and_bad_tile():
-    x = torch.randn(1, 1, 5, 2)
-    with pytest.raises(ValueError, match="multiple of chunk 4"):
-        causal_product(x, x, x, 4)
-    with pytest.raises(ValueError, match="tile_tokens must be a positive int, got 0"):
-        causal_product(x, x, x, 5, tile_tokens=0)
 
 
 def test_huge_future_key_does_not_move_the_past():
@@ -134,34 +80,6 @@ def test_step_state_is_float32_under_bf16():
     assert s.dtype == z.dtype == torch.float32
 
 
-def test_chunked_causal_equals_single_chunk():
-    q, k, v = (t.detach() for t in inputs(50, 50))
-    phi = LINEAR_FEATURE_MAPS["elu"]
-    a = causal_linear_attention(phi(q), phi(k), v, chunk_size=7)
-    b = causal_linear_attention(phi(q), phi(k), v, chunk_size=50)
-    torch.testing.assert_close(a, b)
-
-
 def test_unknown_feature_map_lists_allowed():
     with pytest.raises(ValueError, match="allowed: elu, relu"):
         build_attention("linear", head_dim=4, feature_map="gelu")
-
-
-@pytest.mark.parametrize("shift", [1e-3, 1.0])
-def test_noncausal_linear_product_gradcheck(shift):
-    # L ≠ S, and one key zeroed as padding would be.
-    g = torch.Generator().manual_seed(4)
-    phi_q = torch.rand(1, 2, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    phi_k = torch.rand(1, 2, 7, 3, generator=g, dtype=torch.float64)
-    phi_k[:, :, 2] = 0.0
-    phi_k.requires_grad_(True)
-    v = torch.randn(1, 2, 7, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    out = linear_attention(phi_q, phi_k, v, offset=shift, eps=0.0)
-    sim = phi_q @ phi_k.transpose(-1, -2)
-    torch.testing.assert_close(out, sim @ v / (shift + sim.sum(-1, keepdim=True)))
-    assert torch.autograd.gradcheck(
-        lambda a, b, c: linear_attention(a, b, c, offset=shift, eps=0.0),
-        (phi_q, phi_k, v),
-        eps=1e-6,
-        atol=1e-8,
-    )

@@ -224,8 +224,8 @@ def test_bf16_autocast_keeps_features_in_float32():
     [
         ("kernel", "gaussian", "allowed: positive, hyperbolic, trigonometric"),
         ("projection", "sobol", "allowed: orthogonal, iid"),
-        ("num_features", 0, "positive int"),
-        ("num_features", -4, "positive int"),
+        ("num_features", 0, r"num_features must be an int >= 1 \(m, the number of random"),
+        ("num_features", -4, r"num_features must be an int >= 1 \(m, the number of random"),
     ],
 )
 def test_bad_options_raise_with_allowed_values(option, value, allowed):

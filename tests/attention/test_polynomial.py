@@ -8,9 +8,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_lightning.attention import FeatureMapAttention, build_attention, kv_cache
+from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_bounded, naive_polynomial
-from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
+from attn_lightning.attention.ops import kv_cache
+from tests.attention.parity import (
+    CASES,
+    DV,
+    F64,
+    B,
+    D,
+    H,
+    assert_parity,
+    assert_steps_match_causal_forward,
+    padding_mask,
+    qkv,
+)
 
 
 def randomize_norm(attn) -> None:
@@ -126,12 +138,7 @@ def test_float32_and_half_precision_compute_in_float32():
 @pytest.mark.parametrize("options", [{}, {"learned_coefficients": True}], ids=str)
 def test_step_keeps_a_kv_cache(options):
     attn = build_attention("polynomial", head_dim=D, **options).double()
-    q, k, v = qkv(3, 3, seed=10)
-    full = attn(q, k, v, causal=True)
-    state = None
-    for t in range(3):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        torch.testing.assert_close(out, full[:, :, t : t + 1], rtol=1e-10, atol=1e-12)
+    state = assert_steps_match_causal_forward(attn)
     assert [tuple(x.shape) for x in state] == [(B, H, 3, D), (B, H, 3, DV)]
 
 

@@ -8,14 +8,21 @@ import torch
 
 from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_bounded, naive_polysketch, naive_random_sketch
-from attn_lightning.attention.polysketch import (
-    EVALUATIONS,
-    KERNEL_MAX_ELEMENTS,
-    PolySketchAttention,
-    uses_kernel_form,
+from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS
+from attn_lightning.attention.ops.sketches import LearnedPolySketch
+from attn_lightning.attention.polysketch import PolySketchAttention
+from tests.attention.parity import (
+    CASES,
+    DV,
+    F64,
+    B,
+    D,
+    H,
+    assert_parity,
+    assert_steps_match_causal_forward,
+    padding_mask,
+    qkv,
 )
-from attn_lightning.attention.sketches import LearnedPolySketch, symmetric_square
-from tests.attention.parity import CASES, DV, F64, B, D, H, assert_parity, padding_mask, qkv
 
 
 def sketch_of(attn: PolySketchAttention):
@@ -105,29 +112,14 @@ def test_paper_defaults_learnable_norm_and_two_level_bias_free_learned_sketch():
 
 
 def test_earlier_single_level_learned_sketch_checkpoints_load():
-    old = build_attention(
-        "polysketch",
-        head_dim=D,
-        sketch="learned",
-        sketch_size=4,
-        sketch_levels=1,
-        sketch_bias=True,
-        norm="fixed",
-    )
+    earlier = {"sketch": "learned", "sketch_levels": 1, "sketch_bias": True, "norm": "fixed"}
+    old = build_attention("polysketch", head_dim=D, sketch_size=4, **earlier)
     state = {
         k.replace("branch1.0.", "branch1.").replace("branch2.0.", "branch2."): v
         for k, v in old.state_dict().items()
     }
     assert "sketch.branch1.norm.weight" in state  # the earlier key layout
-    new = build_attention(
-        "polysketch",
-        head_dim=D,
-        sketch="learned",
-        sketch_size=4,
-        sketch_levels=1,
-        sketch_bias=True,
-        norm="fixed",
-    )
+    new = build_attention("polysketch", head_dim=D, sketch_size=4, **earlier)
     new.load_state_dict(state)
     q, k, v = qkv(3, 4, dtype=torch.float32)
     torch.testing.assert_close(new(q, k, v), old(q, k, v), rtol=0, atol=0)
@@ -152,17 +144,6 @@ def test_features_are_the_symmetric_square_of_the_sketch(sketch):
     fq, fk = attn.features(q, is_query=True), attn.features(k, is_query=False)
     assert fq.shape == (B, H, 4, r * (r + 1) // 2)
     torch.testing.assert_close(fq @ fk.transpose(-1, -2), (sq @ sk.transpose(-1, -2)) ** 2)
-
-
-def test_symmetric_square_inner_product_equals_full_kronecker():
-    g = torch.Generator().manual_seed(6)
-    s, t = torch.randn(3, 7, generator=g, dtype=F64), torch.randn(4, 7, generator=g, dtype=F64)
-    full_s = (s[:, :, None] * s[:, None, :]).flatten(1)  # (3, 49)
-    full_t = (t[:, :, None] * t[:, None, :]).flatten(1)
-    compressed = symmetric_square(s) @ symmetric_square(t).T
-    assert symmetric_square(s).shape == (3, 28)
-    torch.testing.assert_close(compressed, full_s @ full_t.T, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(compressed, (s @ t.T) ** 2, rtol=1e-12, atol=1e-12)
 
 
 def test_sketch_error_falls_as_sketch_size_grows():
@@ -200,12 +181,7 @@ def test_degree_two_sketch_equals_exact(case):
 @pytest.mark.parametrize("sketch", ["random", "learned"])
 def test_step_matches_causal_forward_with_a_constant_state(sketch):
     attn = build_attention("polysketch", head_dim=D, sketch=sketch, sketch_size=4).double()
-    q, k, v = qkv(3, 3, seed=10)
-    full = attn(q, k, v, causal=True)
-    state = None
-    for t in range(3):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        torch.testing.assert_close(out, full[:, :, t : t + 1], rtol=1e-10, atol=1e-12)
+    state = assert_steps_match_causal_forward(attn)
     assert [tuple(x.shape) for x in state] == [(B, H, 10, DV), (B, H, 10)]
 
 
@@ -292,21 +268,6 @@ def test_is_a_feature_map_backend():
 def test_bad_options_raise_with_the_allowed_values(options, match):
     with pytest.raises(ValueError, match=match):
         build_attention("polysketch", head_dim=D, **options)
-
-
-def test_auto_evaluation_takes_the_cheaper_form_and_bounds_the_score_matrix():
-    # r = 64 (2,080 features) at the reversal's 100 tokens: the score form is far cheaper.
-    common = {"value_dim": 16, "widths": (64,), "causal": True, "chunk_size": 64}
-    assert uses_kernel_form("auto", heads=256, queries=100, keys=100, **common)
-    # r = 16 (136 features): the feature form wins once N is long.
-    small = {**common, "widths": (16,)}
-    assert not uses_kernel_form("auto", heads=1, queries=4096, keys=4096, **small)
-    # Never past KERNEL_MAX_ELEMENTS score entries, however cheap.
-    n = 2048
-    assert 16 * n * n > KERNEL_MAX_ELEMENTS
-    assert not uses_kernel_form("auto", heads=16, queries=n, keys=n, **common)
-    assert uses_kernel_form("kernel", heads=16, queries=n, keys=n, **common)
-    assert not uses_kernel_form("features", heads=1, queries=8, keys=8, **common)
 
 
 def test_auto_matches_both_forms_and_step_uses_the_features():

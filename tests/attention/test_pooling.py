@@ -1,4 +1,4 @@
-"""``pool`` (PoolFormer's token mixer) against a plain float64 loop over each token's window."""
+"""``pool`` (PoolFormer's token mixer) against ``naive_pool``, a float64 loop over each window."""
 
 from __future__ import annotations
 
@@ -7,32 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from attn_lightning.attention import build_attention
+from attn_lightning.attention.naive import naive_pool
 
 B, H, D, DV = 2, 3, 4, 5
 F64 = torch.float64
-
-
-def naive_pool(v, grid, pool_size, *, subtract_input=True, key_padding_mask=None):
-    """out_i = mean of the real v_j with j in the k(×k) window around i, minus v_i; 0 if none."""
-    b, h, s, dv = v.shape
-    rows, cols = grid if len(grid) == 2 else (1, grid[0])
-    half = pool_size // 2
-    real = torch.ones(b, s, dtype=torch.bool) if key_padding_mask is None else key_padding_mask
-    v = torch.where(real[:, None, :, None], v.to(F64), 0.0)
-    out = torch.zeros(b, h, s, dv, dtype=F64)
-    for i in range(s):
-        r, c = divmod(i, cols)
-        window = [
-            rr * cols + cc
-            for rr in range(r - half, r + half + 1)
-            for cc in range(c - half, c + half + 1)
-            if 0 <= rr < rows and 0 <= cc < cols
-        ]
-        for bb in range(b):
-            seen = [j for j in window if real[bb, j]]
-            if seen:
-                out[bb, :, i] = v[bb, :, seen].mean(dim=1)
-    return out - v if subtract_input else out
 
 
 def values(s, seed=0, dtype=F64):
@@ -63,8 +41,8 @@ def test_matches_the_window_loop(grid, padded, subtract_input, pool_size):
     out = attn(q, k, v, key_padding_mask=key_padding_mask, grid=grid)
     ref = naive_pool(
         v,
-        grid or (s,),
-        pool_size,
+        grid=grid,
+        pool_size=pool_size,
         subtract_input=subtract_input,
         key_padding_mask=key_padding_mask,
     )

@@ -8,6 +8,7 @@ import inspect
 import re
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from attn_lightning.attention import (
     attention_options,
     available_attentions,
     build_attention,
+    naive,
     parse_attention_spec,
     register_attention,
     registry,
@@ -103,6 +105,17 @@ def test_the_table_is_one_literal_dict_of_classes_named_by_their_key():
     assert not any(
         hasattr(sys.modules[cls.__module__], "register_attention") for cls in ATTENTIONS.values()
     )
+
+
+def test_every_registered_backend_has_a_naive_reference_that_a_test_uses():
+    """A backend = its own file + one ATTENTIONS row + one float64 reference ``naive_<name>``."""
+    tests = "".join(p.read_text() for p in Path(__file__).parent.rglob("test_*.py"))
+    modules = [cls.__module__ for cls in ATTENTIONS.values()]
+    assert len(set(modules)) == len(modules), f"backends sharing a module: {modules}"
+    for name in ATTENTIONS:
+        reference = getattr(naive, f"naive_{name}", None)
+        assert callable(reference), f"attention {name!r} has no naive_{name} in naive.py"
+        assert re.search(rf"\bnaive_{name}\(", tests), f"no test compares {name!r} to naive_{name}"
 
 
 def test_register_attention_adds_a_user_backend(monkeypatch):

@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_lightning.attention import build_attention, kv_cache
+from attn_lightning.attention import build_attention
 from attn_lightning.attention.naive import naive_mean, naive_softmax
+from attn_lightning.attention.ops import kv_cache
 
 
 def make_inputs(l_q, s, seed=0):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from attn_lightning.benchmark import main
+from attn_lightning.benchmark import build_parser, main
+from attn_lightning.benchmarks.cli import COMMANDS
 from attn_lightning.benchmarks.flops import CallShape, attention_flops
 from attn_lightning.benchmarks.report import read_csv
 from attn_lightning.studies import detection
@@ -16,35 +18,23 @@ from attn_lightning.studies import detection
 TINY = ["--repeats", "1", "--warmup", "1", "--matmul-size", "64", "--device", "cpu"]
 
 
-def _run(args, capsys) -> str:
-    assert main(args) == 0
+def _run(capsys, command: str, *more: str) -> str:
+    """``python -m attn_lightning.benchmark <command> <more>`` in-process: its stdout."""
+    assert main([*command.split(" "), *more]) == 0
     return capsys.readouterr().out
 
 
 def test_latency_fixed_batch_writes_csv_markdown_and_plots(tmp_path, capsys):
     out = _run(
-        [
-            "latency",
-            "--protocol",
-            "fixed-batch",
-            "--batch",
-            "2",
-            "--head-dim",
-            "8",
-            "--lengths",
-            "16",
-            "32",
-            "--backends",
-            "softmax",
-            "linear",
-            "optimization",
-            "--out",
-            str(tmp_path),
-            "--tag",
-            "fb",
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --protocol fixed-batch --batch 2 --head-dim 8 --lengths 16 32 "
+            "--backends softmax linear optimization --out"
+        ),
+        str(tmp_path),
+        "--tag",
+        "fb",
+        *TINY,
     )
     assert "| softmax | full |" in out and "peak memory" in out
     names = {p.name for p in tmp_path.iterdir()}
@@ -68,34 +58,15 @@ def test_latency_fixed_batch_writes_csv_markdown_and_plots(tmp_path, capsys):
 
 def test_latency_runs_optimization_and_pool_non_causal_with_counted_flops(tmp_path, capsys):
     out = _run(
-        [
-            "latency",
-            "--batch",
-            "1",
-            "--heads",
-            "2",
-            "--head-dim",
-            "8",
-            "--lengths",
-            "16",
-            "32",
-            "--backends",
-            "softmax",
-            "optimization",
-            "pool",
-            "mean",
-            "--causal",
-            "both",
-            "--modes",
-            "fwd",
-            "--no-plots",
-            "--out",
-            str(tmp_path),
-            "--tag",
-            "opt",
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --batch 1 --heads 2 --head-dim 8 --lengths 16 32 --backends softmax "
+            "optimization pool mean --causal both --modes fwd --no-plots --out"
+        ),
+        str(tmp_path),
+        "--tag",
+        "opt",
+        *TINY,
     )
     assert "No causal form, so no causal rows (left out, not failed): optimization, pool." in out
     assert "`pool`: self-attention only (L = S)" in out and "(R = 0" in out
@@ -122,26 +93,13 @@ def test_latency_runs_optimization_and_pool_non_causal_with_counted_flops(tmp_pa
 
 def test_latency_causal_only_skips_backends_without_a_causal_form(tmp_path, capsys):
     out = _run(
-        [
-            "latency",
-            "--batch",
-            "1",
-            "--heads",
-            "1",
-            "--head-dim",
-            "8",
-            "--lengths",
-            "16",
-            "--backends",
-            "optimization",
-            "pool",
-            "--causal",
-            "causal",
-            "--out",
-            str(tmp_path),
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --batch 1 --heads 1 --head-dim 8 --lengths 16 --backends optimization "
+            "pool --causal causal --out"
+        ),
+        str(tmp_path),
+        *TINY,
     )
     assert "no causal rows (left out, not failed): optimization, pool" in out
     _, rows = read_csv(tmp_path / "scaling_small-batch_cpu_float32.csv")
@@ -185,34 +143,14 @@ def test_sites_table_of_the_detection_variants(tmp_path, monkeypatch):
 
 def test_latency_constant_tokens_per_sample_and_skips(tmp_path, capsys):
     out = _run(
-        [
-            "latency",
-            "--protocol",
-            "constant-tokens",
-            "--tokens",
-            "64",
-            "--head-dim",
-            "8",
-            "--lengths",
-            "16",
-            "32",
-            "64",
-            "--backends",
-            "softmax",
-            "performer:num_features=8",
-            "--causal",
-            "causal",
-            "--modes",
-            "fwd",
-            "--budget",
-            "0",
-            "--no-memory",
-            "--no-plots",
-            "--out",
-            str(tmp_path),
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --protocol constant-tokens --tokens 64 --head-dim 8 --lengths 16 32 64 "
+            "--backends softmax performer:num_features=8 --causal causal --modes fwd "
+            "--budget 0 --no-memory --no-plots --out"
+        ),
+        str(tmp_path),
+        *TINY,
     )
     assert "ms per sample" in out and "too slow" in out
     _, rows = read_csv(tmp_path / "scaling_constant-tokens_cpu_float32.csv")
@@ -223,27 +161,13 @@ def test_latency_constant_tokens_per_sample_and_skips(tmp_path, capsys):
 
 def test_latency_bfloat16_runs(tmp_path, capsys):
     _run(
-        [
-            "latency",
-            "--lengths",
-            "16",
-            "--batch",
-            "1",
-            "--heads",
-            "1",
-            "--head-dim",
-            "8",
-            "--backends",
-            "softmax",
-            "linear",
-            "--dtype",
-            "bfloat16",
-            "--no-plots",
-            "--out",
-            str(tmp_path),
-            *TINY,
-        ],
         capsys,
+        (
+            "latency --lengths 16 --batch 1 --heads 1 --head-dim 8 --backends softmax "
+            "linear --dtype bfloat16 --no-plots --out"
+        ),
+        str(tmp_path),
+        *TINY,
     )
     _, rows = read_csv(tmp_path / "scaling_small-batch_cpu_bfloat16.csv")
     assert rows and all(r["ms"] and r["dtype"] == "bfloat16" for r in rows)
@@ -251,29 +175,12 @@ def test_latency_bfloat16_runs(tmp_path, capsys):
 
 def test_decode_writes_table(tmp_path, capsys):
     out = _run(
-        [
-            "decode",
-            "--contexts",
-            "8",
-            "16",
-            "--batch",
-            "1",
-            "--heads",
-            "1",
-            "--head-dim",
-            "8",
-            "--backends",
-            "softmax",
-            "linear",
-            "optimization",
-            "--repeats",
-            "1",
-            "--warmup",
-            "0",
-            "--out",
-            str(tmp_path),
-        ],
         capsys,
+        (
+            "decode --contexts 8 16 --batch 1 --heads 1 --head-dim 8 --backends softmax "
+            "linear optimization --repeats 1 --warmup 0 --out"
+        ),
+        str(tmp_path),
     )
     assert "T=16" in out
     _, rows = read_csv(tmp_path / "decode_cpu.csv")
@@ -282,32 +189,12 @@ def test_decode_writes_table(tmp_path, capsys):
 
 def test_approx_writes_tables_and_one_figure_per_experiment(tmp_path, capsys):
     out = _run(
-        [
-            "approx",
-            "--features",
-            "4",
-            "8",
-            "--stds",
-            "0.5",
-            "--sketch-sizes",
-            "2",
-            "--degrees",
-            "2",
-            "--draws",
-            "2",
-            "--length",
-            "8",
-            "--heads",
-            "1",
-            "--head-dim",
-            "4",
-            "--std",
-            "0.5",
-            "1",
-            "--out",
-            str(tmp_path),
-        ],
         capsys,
+        (
+            "approx --features 4 8 --stds 0.5 --sketch-sizes 2 --degrees 2 --draws 2 "
+            "--length 8 --heads 1 --head-dim 4 --std 0.5 1 --out"
+        ),
+        str(tmp_path),
     )
     assert "trigonometric/iid σ=0.5" in out and "### degree" in out
     expected = {f"approximation_{e}.png" for e in ("performer", "scale", "sketch", "degree")}
@@ -331,18 +218,15 @@ def test_kernels_reads_learned_coefficients_from_checkpoint(tmp_path, capsys):
     }
     torch.save({"state_dict": state}, ckpt)
     out = _run(
-        [
-            "kernels",
-            "--checkpoint",
-            str(ckpt),
-            "--pairs",
-            "4",
-            "--head-dim",
-            "8",
-            "--out",
-            str(tmp_path),
-        ],
         capsys,
+        "kernels --checkpoint",
+        str(ckpt),
+        "--pairs",
+        "4",
+        "--head-dim",
+        "8",
+        "--out",
+        str(tmp_path),
     )
     assert "learned polynomial: model.layer.attention" in out
     meta, rows = read_csv(tmp_path / "kernel_shapes.csv")
@@ -361,7 +245,7 @@ def test_kernels_reads_learned_coefficients_from_checkpoint(tmp_path, capsys):
 
 
 def test_kernels_without_checkpoint_says_so(tmp_path, capsys):
-    out = _run(["kernels", "--pairs", "4", "--head-dim", "8", "--out", str(tmp_path)], capsys)
+    out = _run(capsys, "kernels --pairs 4 --head-dim 8 --out", str(tmp_path))
     assert "1/i! initialisation, p=4 (no checkpoint)" in out
 
 
@@ -381,3 +265,16 @@ def test_module_entry_point():
         check=True,
     )
     assert "latency" in result.stdout and "kernels" in result.stdout
+    assert "generation" in result.stdout
+
+
+def test_the_subcommands_are_the_rows_of_the_command_table():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == list(COMMANDS)
+    assert list(COMMANDS) == ["latency", "decode", "approx", "kernels", "model", "generation"]
+    for name, command in COMMANDS.items():  # each row's own flags reach its subparser
+        flags = {s for a in sub.choices[name]._actions for s in a.option_strings}
+        probe = argparse.ArgumentParser()
+        command.add_arguments(probe)
+        assert flags == {s for a in probe._actions for s in a.option_strings}, name

@@ -1,18 +1,27 @@
-"""Generation throughput of random models and trained checkpoints, its ratio columns, checkpoint
-errors, and the histogram baseline command."""
+"""``benchmark generation``: throughput of random models and trained checkpoints, its ratio
+columns, checkpoint errors, the histogram baseline, the paper's numbers read from their reference
+file, and the old spelling ``python -m attn_lightning.benchmarks.generation``."""
 
 from __future__ import annotations
 
-import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
 import torch
 
-from attn_lightning.benchmarks import generation
+from attn_lightning.benchmark import build_parser
+from attn_lightning.benchmark import main as benchmark_main
+from attn_lightning.benchmarks.generation import checkpoints as generation
+from attn_lightning.benchmarks.generation import throughput_report
+from attn_lightning.benchmarks.generation.__main__ import main as old_main
+from attn_lightning.benchmarks.generation.throughput import largest_batch
 from attn_lightning.cli.checkpoints import CheckpointError
 from attn_lightning.data.pixels import PixelDataModule
+from attn_lightning.results import read_csv, write_csv
+from attn_lightning.results.references import ENV
 from attn_lightning.tasks.image import ImageGenerationTask
 
 TINY = {
@@ -20,11 +29,18 @@ TINY = {
     "levels": 16,
     "net": {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32},
 }
+# A random model small enough to sample in a blink, in the old underscore spellings.
+RANDOM = ["--image_size", "2", "--levels", "4", "--d_model", "8", "--num_heads", "2"]
+RANDOM += ["--num_layers", "1", "--d_ff", "8", "--batch", "1"]
+
+
+def main(argv: list[str]) -> int:
+    """The new spelling: ``python -m attn_lightning.benchmark generation ...``."""
+    return benchmark_main(["generation", *argv])
 
 
 def _rows(out: Path) -> list[dict[str, str]]:
-    with out.with_suffix(".csv").open() as f:
-        return list(csv.DictReader(f))
+    return read_csv(out.with_suffix(".csv"))[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +69,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 def test_checkpoint_mode_times_trained_weights_with_ratios(checkpoints, tmp_path):
     out = tmp_path / "trained"
-    generation.main(
+    main(
         [
             "--checkpoints",
             str(checkpoints["softmax"]),
@@ -93,7 +109,7 @@ def test_checkpoint_mode_times_trained_weights_with_ratios(checkpoints, tmp_path
 def test_checkpoint_mode_recompute_by_run_and_max_batch(checkpoints, tmp_path):
     out = tmp_path / "max"
     args = ["--checkpoints", str(checkpoints["linear"]), "--recompute", "linear-s0"]
-    generation.main([*args, "--batches", "max", "--max-batch-limit", "64", "--out", str(out)])
+    main([*args, "--batches", "max", "--max-batch-limit", "64", "--out", str(out)])
     rows = _rows(out)
     assert [(r["method"], r["requested_batch"], r["batch"]) for r in rows] == [
         ("step", "max", "64"),  # a 4×4 image needs far less than 8 GB: the limit binds
@@ -102,7 +118,7 @@ def test_checkpoint_mode_recompute_by_run_and_max_batch(checkpoints, tmp_path):
     assert rows[0]["vs_softmax_kv_cache"] == ""  # no softmax checkpoint given
     assert "max → 64" in out.with_suffix(".md").read_text()
     model, _ = generation.load_pixel_model(checkpoints["linear"])
-    tiny = generation.largest_batch(
+    tiny = largest_batch(
         model, method="step", device=torch.device("cpu"), budget_bytes=1.0, limit=64
     )
     assert tiny == 1
@@ -112,7 +128,7 @@ def test_random_models_keep_their_columns(tmp_path):
     out = tmp_path / "random"
     sizes = ["--image-size", "3", "--levels", "8", "--d-model", "8", "--num-heads", "2"]
     sizes += ["--num-layers", "1", "--d-ff", "16", "--batch", "2"]
-    generation.main(["--backends", "softmax", "linear", "--recompute", "softmax", *sizes,
+    main(["--backends", "softmax", "linear", "--recompute", "softmax", *sizes,
                      "--out", str(out)])  # fmt: skip
     rows = _rows(out)
     assert [(r["backend"], r["method"]) for r in rows] == [
@@ -134,9 +150,7 @@ def test_missing_corrupt_and_foreign_checkpoints_name_the_path(checkpoints, tmp_
     corrupt.write_bytes(b"\x00not a checkpoint" * 10)
     with pytest.raises(SystemExit) as exit_info:  # one line on the command line, no traceback
         out = tmp_path / "out"
-        generation.main(
-            ["--checkpoints", str(checkpoints["linear"]), str(corrupt), "--out", str(out)]
-        )
+        main(["--checkpoints", str(checkpoints["linear"]), str(corrupt), "--out", str(out)])
     assert exit_info.value.code == 2
     assert f"error: --checkpoints '{corrupt}' is corrupt" in capsys.readouterr().err
     assert not out.with_suffix(".csv").exists()  # nothing timed before the bad path was seen
@@ -164,7 +178,7 @@ def test_format_attention_spec_inverts_the_parser():
 
 
 def test_histogram_command_reproduces_the_8x8_baseline(capsys):
-    generation.main(["--histogram", "--image-size", "8", "--levels", "256"])
+    main(["--histogram", "--image-size", "8", "--levels", "256"])
     printed = capsys.readouterr().out
     assert "2.4377 bits/dim on all 64 pixels" in printed  # docs/results/image_completion.md
     assert "held-out pixels i >= 24" in printed
@@ -173,7 +187,7 @@ def test_histogram_command_reproduces_the_8x8_baseline(capsys):
 def test_recompute_max_batch_leaves_out_only_the_larger_recompute(checkpoints, tmp_path):
     out = tmp_path / "capped"
     args = ["--checkpoints", str(checkpoints["softmax"]), "--batches", "1", "2"]
-    generation.main([*args, "--recompute-max-batch", "1", "--out", str(out)])
+    main([*args, "--recompute-max-batch", "1", "--out", str(out)])
     rows = _rows(out)
     assert [(r["method"], r["batch"]) for r in rows] == [
         ("step", "1"),
@@ -181,3 +195,81 @@ def test_recompute_max_batch_leaves_out_only_the_larger_recompute(checkpoints, t
         ("step", "2"),
     ]
     assert rows[2]["vs_softmax_recompute"] == ""  # nothing uncached to compare with at batch 2
+
+
+def test_new_spelling_parses_the_old_underscore_flags_too():
+    parser = build_parser()
+    dashed = parser.parse_args(["generation", "--image-size", "3", "--d-model", "8", "--d-ff", "8"])
+    underscored = parser.parse_args(["generation", *RANDOM[:2], "--d_model", "8", "--d_ff", "8"])
+    assert vars(dashed) == vars(underscored) | {"image_size": 3}
+    assert (dashed.command, dashed.image_size, dashed.d_model, dashed.batches) == (
+        "generation",
+        3,
+        8,
+        ["1", "32"],
+    )
+
+
+def test_old_spelling_warns_naming_the_new_one_and_runs_the_same(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    with pytest.warns(FutureWarning, match="use python -m attn_lightning.benchmark generation"):
+        assert old_main(["--backends", "linear", *RANDOM, "--out", str(old)]) == 0
+    assert main(["--backends", "linear", *RANDOM, "--out", str(new)]) == 0
+    keys = [(r["backend"], r["method"], r["batch"], r["tokens"]) for r in _rows(old)]
+    assert keys == [(r["backend"], r["method"], r["batch"], r["tokens"]) for r in _rows(new)]
+    assert keys == [("linear", "step", "1", "4")]
+    md = old.with_suffix(".md").read_text()
+    assert "python -m attn_lightning.benchmark generation --backends linear" in md
+
+
+def test_old_module_path_still_runs_as_a_script(tmp_path):
+    out = tmp_path / "script"
+    old = [sys.executable, "-m", "attn_lightning.benchmarks.generation", "--backends", "linear"]
+    result = subprocess.run(
+        [*old, *RANDOM, "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    notice = "is deprecated; use python -m attn_lightning.benchmark generation"
+    assert [notice in line for line in result.stderr.splitlines()].count(True) == 1
+    assert [r["backend"] for r in _rows(out)] == ["linear"]
+    assert "| `linear` | step (recurrent / KV cache) | 1 | 4 |" in result.stdout
+
+
+def test_the_papers_numbers_are_read_from_their_reference_file(tmp_path, monkeypatch):
+    text = throughput_report.paper_context()
+    assert "arXiv 2006.16236" in text and "8 layers, 8 heads × 32" in text
+    assert "softmax 0.45, softmax with KV cache 7.56, linear 142.8" in text
+    assert "linear **317×** uncached and **19×** cached" in text
+    assert "linear **13×** uncached and **1.35×** cached" in text
+    rows = [
+        {"setting": "on a toy", "backend": "softmax", "decoding": "recompute", "label": "sm"}
+        | {"value": "1", "unit": "images/s"},
+        {"setting": "on a toy", "backend": "softmax", "decoding": "kv_cache", "label": "kv"}
+        | {"value": "2", "unit": "images/s"},
+        {"setting": "on a toy", "backend": "linear", "decoding": "recurrent", "label": "lin"}
+        | {"value": "5", "unit": "images/s"},
+    ]
+    write_csv(tmp_path / "toy.csv", rows, {"source": "a toy paper", "model": "tiny"})
+    monkeypatch.setenv(ENV, str(tmp_path))
+    assert throughput_report.paper_context("toy") == (
+        "a toy paper; tiny: on a toy sm 1, kv 2, lin 5, i.e. linear **5×** uncached and "
+        "**2.5×** cached softmax."
+    )
+
+
+def test_backends_and_checkpoints_together_are_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--backends", "softmax", "--checkpoints", "x.ckpt"])
+    assert exit_info.value.code == 2
+    assert "generation: error: give --backends" in capsys.readouterr().err
+
+
+def test_decode_plot_from_the_decode_benchmark_csv(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the default --out would land
+    decode = ["decode", "--contexts", "4", "8", "--batch", "1", "--heads", "1", "--head-dim", "4"]
+    decode += ["--backends", "linear", "--repeats", "1", "--warmup", "0", "--device", "cpu"]
+    assert benchmark_main([*decode, "--out", str(tmp_path), "--tag", "dec"]) == 0
+    png = tmp_path / "figures" / "decode.png"
+    assert main(["--decode-csv", str(tmp_path / "dec.csv"), "--decode_png", str(png)]) == 0
+    assert png.stat().st_size > 0
+    assert not (tmp_path / "out").exists()  # a plot only: no throughput timed or written

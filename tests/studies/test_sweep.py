@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,21 @@ def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch, caplog
     assert "crash: bad option" in caplog.text
 
 
+def test_runs_spawn_the_package_cli_not_a_script_path(tmp_path, caplog):
+    runner = Runner(configs=("base.yaml",), runs_dir=tmp_path)
+    command = runner.command(Variant.from_attention("softmax"), 3)
+    assert command[:4] == [sys.executable, "-m", "attn_lightning.cli", "fit"]
+    assert not any(a.endswith("train.py") for a in command)
+    assert "--seed_everything=3" in command and "--config" in command
+    stand_in = Runner(train_script=tmp_path / "fake.py").command(Variant("v"), 0)
+    assert stand_in[:3] == [sys.executable, str(tmp_path / "fake.py"), "fit"]
+    # The sweep CLI spawns the same (its --dry-run prints the commands).
+    argv = ["--config", "base.yaml", "--backends", "softmax", "--seeds", "0", "--out", "x"]
+    caplog.set_level("INFO")
+    assert main([*argv, "--dry-run"]) == []
+    assert f"{sys.executable} -m attn_lightning.cli fit --config base.yaml" in caplog.text
+
+
 def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "results" / "tiny"
@@ -156,10 +172,7 @@ def test_sweep_variants_metrics_direction_and_jobs(tmp_path, monkeypatch):
         ]
     )
     assert [(r.variant, r.seed, r.status) for r in results] == [
-        ("small", 0, "ok"),
-        ("small", 1, "ok"),
-        ("large", 0, "ok"),
-        ("large", 1, "ok"),
+        (variant, seed, "ok") for variant in ("small", "large") for seed in (0, 1)
     ]
     md = (tmp_path / "img.md").read_text()
     assert "| variant | runs | not converged | crashed | test loss | val/loss |" in md

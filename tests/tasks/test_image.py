@@ -1,4 +1,4 @@
-"""Image generation task: bits/dim, completion, fast_dev_run per backend, grids and PNG export."""
+"""Image generation task: bits/dim, completion, fast_dev_run per backend."""
 
 from __future__ import annotations
 
@@ -9,13 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from PIL import Image
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attn_lightning.attention import available_attentions
 from attn_lightning.cli import main
 from attn_lightning.models.pixel import bits_per_dim
-from attn_lightning.studies import image_samples as sample_images
 from attn_lightning.tasks.image import ImageGenerationTask
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,37 +89,6 @@ def test_size28_overlay_trains_at_784_tokens_with_the_mixture(tmp_path):
     )
     assert cli.datamodule.image_size == 28
     assert math.isfinite(float(cli.trainer.callback_metrics["test/bits_per_dim"]))
-
-
-def test_short_run_logs_image_grids_and_sample_images_writes_pngs(tmp_path):
-    run("fit", tmp_path, CONFIGS / "image" / "linear.yaml", DEBUG, extra=("--run_name=r",))
-    events = list((tmp_path / "logs" / "debug" / "r").glob("events.out.tfevents.*"))
-    tags = set()
-    for event in events:
-        accumulator = EventAccumulator(str(event))
-        accumulator.Reload()
-        tags |= set(accumulator.Tags()["images"])
-    assert {"samples/unconditional", "samples/completion"} <= tags
-    ckpt = tmp_path / "checkpoints" / "debug" / "r" / "last.ckpt"
-    paths = sample_images.main(
-        [
-            "--ckpt_path",
-            str(ckpt),
-            "--out",
-            str(tmp_path / "png"),
-            "--prefix",
-            "lin_",
-            "--num_samples",
-            "4",
-            "--num_images",
-            "2",
-            "--num_completions",
-            "3",
-        ]
-    )
-    assert [p.name for p in paths] == ["lin_samples.png", "lin_completions.png"]
-    width, height = Image.open(paths[1]).size  # 2 rows of occluded | 3 completions | original
-    assert width > height > 0 and abs(width / height - 5 / 2) < 0.1
 
 
 def test_the_model_takes_image_size_and_levels_from_the_data(tmp_path):

@@ -1,0 +1,19 @@
+"""The kernels the backends compute with: no registry names, no ``Attention`` contract here.
+
+A backend (``attention/<name>.py``) validates its options and calls these with tensors and plain
+numbers; nothing here is selectable by name or subclasses ``Attention``. Masks keep the one
+polarity: ``key_padding_mask`` is ``(B, S)`` bool, True = real key. Besides the kernels proper,
+two small modules the backends compose live here rather than beside them, so that
+``attention/`` lists backends only: the sketch maps of ``polysketch`` and the q/k normalisation
+that ``polynomial`` and ``polysketch`` share.
+
+* ``causal_product``: the chunked causal product ``Σ_{j≤i} (q_iᵀk_j) v_j``, hand-written backward.
+* ``linear_kernels``: feature-map attention, non-causal, causal (chunked) and one recurrent step.
+* ``power_exact``: exact normalised power / learned-polynomial attention by tiles.
+* ``block_local``: PolySketch's mixed form, exact inside blocks and features between them.
+* ``polysketch_eval``: PolySketch's score-matrix form and the cost model choosing it.
+* ``lasso``: optimization attention's lasso codes by unrolled ADMM and their power weights.
+* ``kv_cache``: the preallocated KV cache of the exact backends' ``step``.
+* ``sketches``: the sketch maps s (random, learned) and ``symmetric_square`` of PolySketch.
+* ``qk_norm``: the q/k normalisation shared by ``polynomial`` and ``polysketch``.
+"""

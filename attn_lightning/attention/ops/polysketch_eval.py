@@ -1,0 +1,131 @@
+"""PolySketch's score-matrix form, and the cost model that chooses it over the feature form.
+
+``polysketch`` computes one function two ways (its ``evaluation`` option). ``features``: the
+linear-time form, ``φ = symmetric_square(s)`` through the shared linear kernels, O(N·r²·Dv).
+``kernel``: the (L, S) score matrix directly, ``sim = ⟨s(q'), s(k')⟩²`` (plus the learned even
+polynomial's other terms), in O(L·S·(r + Dv)) — far cheaper while the sequence is short next to
+the feature count r(r+1)/2: at r = 64 (2,080 features) and 100 tokens a training step of the
+length-50 reversal model took 25.8 s in the feature form and 1.0 s in this one. ``auto`` takes
+the form with the lower estimated cost (``uses_kernel_form``), and the feature form whenever the
+score matrix would exceed ``KERNEL_MAX_ELEMENTS``. Both give the same outputs up to rounding.
+
+Shapes: ``sq, sk: (B, H, L|S, r)`` sketches, ``qn, kn: (B, H, L|S, D)`` normalised inputs,
+``v: (B, H, S, Dv)``, ``sim: (B, H, L, S)``; ``key_padding_mask: (B, S)``, True = real key.
+Every function computes in the dtype it is given (the caller passes float32 at least, autocast
+off).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attn_lightning.attention.ops.power_exact import blocked_keys, exact_power_attention
+
+EVALUATIONS = ("auto", "features", "kernel")
+# The kernel form holds a few (B·H, L, S) float32 tensors for backward; above this many score
+# entries (128 MiB each) ``auto`` keeps the feature form, whose memory is linear in N.
+KERNEL_MAX_ELEMENTS = 2**25
+# The score form's element-wise passes over (L, S) (square, mask, row sum, divide and their
+# backward), in matmul-FLOP equivalents per score entry. Measured on the 2-core CPU (B = 4, H = 4,
+# D = 64, fwd + bwd): at N = 1,024 and r = 32 the feature form was faster non-causal (289 vs
+# 340 ms) and slower causal (374 vs 340 ms); any value in (73, 148) reproduces both choices.
+SCORE_ENTRY_COST = 100
+
+
+def score_widths(
+    head_dim: int, degree: int, sketch_size: int, learned_coefficients: bool
+) -> tuple[int, ...]:
+    """Widths of the squared inner products in the score: (D,) for degree 2, (r,) for the
+    sketch, (D, r) or (D,) with learned coefficients."""
+    sketch_width = head_dim if degree == 2 else sketch_size
+    if not learned_coefficients:
+        return (sketch_width,)
+    return (head_dim, sketch_size) if degree == 4 else (head_dim,)
+
+
+def uses_kernel_form(
+    evaluation: str,
+    *,
+    heads: int,
+    queries: int,
+    keys: int,
+    value_dim: int,
+    widths: tuple[int, ...],
+    causal: bool,
+    chunk_size: int,
+) -> bool:
+    """Whether ``evaluation`` means the (L, S) score-matrix form for this call.
+
+    ``widths`` are the inner-product widths of the score's squared terms (r for the sketch, D for
+    the exact degree-2 term). ``auto``: the kernel form when its cost is lower — matmul FLOPs,
+    plus ``SCORE_ENTRY_COST`` per score entry for its element-wise passes — and its score matrix
+    (``heads`` = B·H of them) stays within ``KERNEL_MAX_ELEMENTS``. Both costs leave out the
+    sketch s(x) itself, which both forms compute.
+    """
+    if evaluation != "auto":
+        return evaluation == "kernel"
+    if heads * queries * keys > KERNEL_MAX_ELEMENTS:
+        return False
+    e = value_dim + 1
+    f = sum(w * (w + 1) // 2 for w in widths) + (len(widths) > 1)  # + a_0's constant feature
+    squares = 4 * (queries + keys) * sum(w * (w + 1) // 2 * w for w in widths)
+    if causal:
+        c = max(1, min(chunk_size, queries))
+        product = 2 * queries * (c * (f + e) + 2 * f * e)
+    else:
+        product = 2 * (queries + keys) * f * e
+    kernel = queries * keys * (2 * (sum(widths) + e) + SCORE_ENTRY_COST)
+    return kernel < squares + product
+
+
+def sketch_score_attention(
+    sq: Tensor,
+    sk: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+    offset: float,
+) -> Tensor:
+    """``Σ_j ⟨sq_i, sk_j⟩² v_j / (offset + Σ_j ⟨sq_i, sk_j⟩²)`` over the visible keys.
+
+    The plain sketch's scores are the degree-2 power kernel on the sketches, so this is the tiled
+    ``power_exact`` Function (same values, gradients by hand, no (B, H, L, S) tensor kept; 2-4×
+    faster in training than autograd over the formula at 513 tokens).
+    """
+    blocked = blocked_keys(sq, sk, causal=causal, key_padding_mask=key_padding_mask)
+    return exact_power_attention(sq, sk, v, blocked=blocked, degree=2, offset=offset)
+
+
+def even_polynomial_scores(
+    qn: Tensor, kn: Tensor, coefficients: Tensor, sketches: tuple[Tensor, Tensor] | None
+) -> Tensor:
+    """``a_0 + a_2⟨q', k'⟩² (+ a_4⟨s_q, s_k⟩²)``, ``(B, H, L, S)``: the learned even polynomial's
+    scores; ``coefficients`` a_0, a_2[, a_4], ``sketches`` (s_q, s_k) with a_4 only."""
+    a = coefficients.to(qn.dtype)
+    sim = (qn @ kn.transpose(-1, -2)).square().mul(a[1]).add(a[0])
+    if sketches is not None:
+        sq, sk = sketches
+        sim = sim + a[2] * (sq @ sk.transpose(-1, -2)).square()
+    return sim
+
+
+def score_matrix_attention(
+    sim: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+    offset: float,
+) -> Tensor:
+    """``Σ_j sim_ij v_j / (offset + Σ_j sim_ij)`` over the visible keys of ``sim: (B, H, L, S)``;
+    a query that sees no key gets 0 (never 0/0) when ``offset`` is 0."""
+    if causal:
+        visible = torch.ones(sim.shape[-2], sim.shape[-1], dtype=torch.bool, device=sim.device)
+        sim = sim.masked_fill(~visible.tril(), 0.0)
+    if key_padding_mask is not None:
+        sim = sim.masked_fill(~key_padding_mask[:, None, None, :], 0.0)
+    den = sim.sum(-1, keepdim=True) + offset
+    den = den.masked_fill(den == 0, 1.0)
+    return (sim @ v) / den

@@ -1,0 +1,60 @@
+"""The trained ``PixelTransformer`` of an image-generation checkpoint, and what labels it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.cli.checkpoints import CheckpointError, load_checkpoint, saved_class
+from attn_lightning.models.pixel import PixelTransformer
+from attn_lightning.tasks.image import ImageGenerationTask
+
+SIZES = ("image_size", "levels", "d_model", "num_heads", "num_layers", "d_ff", "output")
+
+
+def format_attention_spec(attention: Mapping[str, Any]) -> str:
+    """A backend dict in the command-line spelling: ``{"name": "performer", "num_features":
+    64}`` -> ``"performer:num_features=64"`` (the inverse of ``parse_attention_spec``)."""
+
+    def value(v: Any) -> str:
+        return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    options = [f"{k}={value(v)}" for k, v in attention.items() if k != "name"]
+    return str(attention["name"]) + (":" + ",".join(options) if options else "")
+
+
+def load_pixel_model(path: str | Path) -> tuple[PixelTransformer, dict[str, Any]]:
+    """The trained model (eval mode, CPU) of an ``ImageGenerationTask`` checkpoint, and what
+    labels it: ``backend`` (spec), ``name`` (backend name), ``run`` (run folder), ``step``
+    (global step) and ``model`` (its sizes).
+
+    Raises:
+        CheckpointError: the file is missing, corrupt, or not an image-generation checkpoint;
+            the message names the path.
+    """
+    path = Path(path)
+    try:
+        checkpoint = load_checkpoint(path)
+    except CheckpointError as err:  # its messages name the training CLI's flag
+        raise CheckpointError(str(err).replace("--ckpt_path", "--checkpoints", 1)) from None
+    foreign = CheckpointError(f"--checkpoints {str(path)!r} is not an image-generation checkpoint")
+    class_path = saved_class(checkpoint, "hyper_parameters")
+    if class_path is not None and class_path.rsplit(".", 1)[-1] != "ImageGenerationTask":
+        raise CheckpointError(f"{foreign} (its task is {class_path})")
+    # LightningCLI adds "_class_path" / "_instantiator" entries: not constructor arguments.
+    hparams = {k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k[:1] != "_"}
+    try:
+        task = ImageGenerationTask(**hparams)
+        task.load_state_dict(checkpoint["state_dict"])
+    except (TypeError, ValueError, RuntimeError) as err:  # other hparams, missing/extra weights
+        reason = " ".join(str(err).split())[:160]
+        raise CheckpointError(f"{foreign} ({type(err).__name__}: {reason})") from None
+    info = {
+        "backend": format_attention_spec(task.attention_config),
+        "name": task.attention_config["name"],
+        "run": path.parent.name,
+        "step": checkpoint.get("global_step", ""),
+        "model": " ".join(f"{k}={task.hparams[k]}" for k in SIZES),
+    }
+    return task.net.eval(), info

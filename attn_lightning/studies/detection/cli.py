@@ -1,0 +1,232 @@
+"""The DETR attention-site study: ``python -m attn_lightning.studies.detection <subcommand>``.
+
+``run``: config-overlay variants over seeds, with each variant's model costs::
+
+    python -m attn_lightning.studies.detection run --variants all --seeds 0 1 2 --jobs 2 \\
+        --out docs/results/detection_runs
+
+``all`` is ``STUDY_VARIANTS``: softmax, softmax_no_projections, mean with its control
+(softmax without projections at the encoder only), and for each site (encoder self, decoder
+self, decoder cross, all three) the optimization variant next to its softmax ``no_qk`` control
+(same projections, softmax mixing), plus pool_encoder_self. Each variant with a control
+(``CONTROLS``) gets the columns "control" and "Δ test mAP vs control": paired by seed
+(``results.paired``), the mean over the seeds both ran of ``variant − control``, with its 95 %
+Student-t interval. A variant is ``configs/detection/<variant>.yaml`` stacked on
+``configs/detection/base.yaml``; each (variant, seed) is a ``train.py fit`` run of
+``studies.runner`` (``--jobs`` at once). Then every variant's model is measured on one CPU
+thread at batch ``--batch`` (``detection.costs``). ``--skip-runs`` rebuilds the tables from the
+metrics files of an earlier run, ``--earlier`` takes runs from committed tables.
+
+Writes ``<out>.md`` (summary with the cost columns + per-run table + the command),
+``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run), ``<out>_curves.csv`` (val mAP
+at every validation of every run, ``results.curves``) and, with the costs,
+``<out>_sites.{md,csv}``: each site's backend, projections, attention parameters and counted
+forward FLOPs. ``sites`` writes only that table (no training, no timing)::
+
+    python -m attn_lightning.studies.detection sites --out docs/results/detection_sites
+
+``sensitivity [VARIANT]``: a grid around an optimization variant's own point (default
+``optimization_decoder_cross``, the paper's best site; any overlay with optimization attention at
+a site is allowed): λ (``lam``) ∈ {0.03, 0.1, 0.3}, K (``iterations``) ∈ {5, 10, 20}, random
+tokens ∈ {0, 8}, one option changed at a time (6 points with the default) or, with
+``--full-grid``, the full 3×3×2 factorial (18). A point is the overlay plus an override that
+replaces the spec of every optimization site, named ``<variant>@<option>=<value>,...`` after the
+options that differ from the variant's own point (which keeps the plain name), so a one-at-a-time
+run and the same full-grid point share a name and a metrics file (``--resume`` reuses it). Its
+runs' experiment defaults to ``detection_sensitivity``, so the variant's own point never replaces
+the study's run of the same name::
+
+    python -m attn_lightning.studies.detection sensitivity --seeds 0 1 2 \\
+        --set trainer.max_steps=2000 --set trainer.val_check_interval=500 \\
+        --out docs/results/detection_sensitivity
+
+Its tables add λ, K, random tokens, the paired Δ test mAP vs the variant's own point and, where
+the runs' metrics files hold ``attention/<layer>/keys90``, the mean keys90 over the layers.
+
+``ablation [VARIANT]``: the same with ``ABLATIONS`` in place of the grid: the paper's form at the
+variant's site(s) with one ingredient swapped at a time (dictionary keys, power 1, signed weights,
+normalised atoms, no random tokens, λ = 0), plus the variant's control at the same budget,
+experiment ``detection_ablation``. It asks which ingredient decides whether a site learns.
+
+``probe``: statistics of the decoder cross-attention weights of trained runs
+(``detection.probe``).
+
+Old spellings still work, with a FutureWarning naming the new one: no subcommand is ``run``;
+``--sensitivity [VARIANT]``, ``--ablation [VARIANT]`` and ``--sites`` are the subcommands of
+those names; ``python -m attn_lightning.studies.detection_probe`` is ``probe``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.results.environment import command_line
+from attn_lightning.studies.arguments import (
+    add_out,
+    add_overrides,
+    add_run_arguments,
+    check_overrides,
+    log_to_stderr,
+    renamed,
+    study_parser,
+)
+from attn_lightning.studies.detection import probe
+from attn_lightning.studies.detection.costs import site_costs, write_sites
+from attn_lightning.studies.detection.sensitivity import SENSITIVITY_DEFAULT
+from attn_lightning.studies.detection.study import grid_variants, run_grid, run_study
+from attn_lightning.studies.detection.variants import variants
+
+log = logging.getLogger("attn_lightning.studies.detection")
+PROG = "python -m attn_lightning.studies.detection"
+SUBCOMMANDS = ("run", "sensitivity", "ablation", "sites", "probe")
+GRID_FLAGS = ("--sensitivity", "--ablation")  # the old spellings of the grid subcommands
+
+
+def _study_arguments(parser: argparse.ArgumentParser, experiment: str) -> None:
+    # What run, sensitivity and ablation share: the runs, the costs, earlier tables.
+    add_run_arguments(
+        parser,
+        experiment=experiment,
+        experiment_help=f"train.py --experiment of the runs (default {experiment})",
+    )
+    parser.add_argument("--batch", type=int, default=8, help="batch of the cost measurement")
+    parser.add_argument("--repeats", type=int, default=20, help="timed forward calls")
+    parser.add_argument(
+        "--earlier",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PREFIX",
+        help="committed tables of earlier runs (<PREFIX>_runs.csv, <PREFIX>_curves.csv): a "
+        "(variant, seed) with no metrics file of its own is read from the first that has it "
+        "instead of trained",
+    )
+    parser.add_argument(
+        "--no-costs", "--no_costs", action="store_true", help="skip the cost measurement"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The detection study's CLI (see the module docstring)."""
+    parser = study_parser(PROG, __doc__)
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="|".join(SUBCOMMANDS))
+    run = sub.add_parser("run", help="train the variants, measure their costs, write the tables")
+    run.add_argument(
+        "--variants", nargs="+", help="configs/detection/<name>.yaml names, or all (the study)"
+    )
+    _study_arguments(run, "detection_report")
+    for mode, what in (
+        ("sensitivity", "the λ/K/random-tokens grid, one option changed at a time"),
+        ("ablation", "one ingredient of the paper's form swapped at a time, plus the control"),
+    ):
+        grid = sub.add_parser(mode, help=f"around an optimization variant: {what}")
+        grid.add_argument(
+            "variant",
+            nargs="?",
+            default=SENSITIVITY_DEFAULT,
+            metavar="VARIANT",
+            help="an overlay with optimization attention at a site "
+            f"(default {SENSITIVITY_DEFAULT})",
+        )
+        if mode == "sensitivity":
+            grid.add_argument(
+                "--full-grid",
+                "--full_grid",
+                action="store_true",
+                help="every combination (3×3×2), not one option at a time",
+            )
+        _study_arguments(grid, f"detection_{mode}")
+    sites = sub.add_parser("sites", help="only <out>_sites.{md,csv}: parameters and FLOPs per site")
+    sites.add_argument("--variants", nargs="+", default=["all"], help="names, or all (default)")
+    add_overrides(sites)
+    add_out(sites)
+    probe.add_arguments(sub.add_parser("probe", help="the cross-attention weights of trained runs"))
+    return parser
+
+
+def subcommand_argv(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``argv`` spelled with its subcommand: an old command line (a mode flag ``--sensitivity
+    [VARIANT]``, ``--ablation [VARIANT]``, ``--sites``, or none: ``run``) gets a FutureWarning
+    naming the new one; usage errors for the old flag combinations that never worked."""
+    if argv and argv[0] in (*SUBCOMMANDS, "-h", "--help"):
+        return argv
+    modes: dict[str, list[str]] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        flag, has_value, value = argv[i].partition("=")
+        if flag in GRID_FLAGS:  # an optional VARIANT, taken as the old nargs="?" took it
+            if has_value:
+                modes[flag] = [value]
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                modes[flag] = [argv[i + 1]]
+                i += 1
+            else:
+                modes[flag] = []
+        elif argv[i] == "--sites":
+            modes["--sites"] = []
+        else:
+            rest.append(argv[i])
+        i += 1
+    grids = [flag for flag in GRID_FLAGS if flag in modes]
+    if len(grids) == 2:
+        parser.error("give --sensitivity or --ablation, not both")
+    if grids and any(a.partition("=")[0] == "--variants" for a in rest):
+        parser.error(f"{grids[0]} makes its own variants; leave out --variants")
+    if {"--full-grid", "--full_grid"} & set(rest) and "--sensitivity" not in modes:
+        parser.error("--full-grid needs --sensitivity")
+    if grids and "--sites" in modes:
+        parser.error(f"give --sites or {grids[0]}, not both")
+    mode = grids[0] if grids else "--sites" if "--sites" in modes else None
+    new = [mode.removeprefix("--"), *modes[mode]] if mode else ["run"]
+    renamed(f"{PROG} {shlex.join(argv)}", f"{PROG} {shlex.join([*new, *rest])}")
+    return [*new, *rest]
+
+
+def main(argv: list[str] | None = None) -> list[Any]:
+    """Run the detection study's subcommand; returns its rows (runs in table order, the probe's
+    rows, or none for ``sites``)."""
+    log_to_stderr()
+    for noisy in ("lightning", "lightning.pytorch", "lightning.fabric"):  # the cost models' build
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    spelled = subcommand_argv(argv, parser)
+    if spelled[:1] == ["sites"] and spelled != argv:
+        # An old --sites line may carry flags of the training modes: sites never used them.
+        args, ignored = parser.parse_known_args(spelled)
+        if ignored:
+            log.warning("ignored (sites trains nothing): %s", shlex.join(ignored))
+    else:
+        args = parser.parse_args(spelled)
+    command = command_line(PROG, argv)
+    if args.subcommand == "probe":
+        if args.batches < 1:
+            parser.error(f"--batches must be >= 1, got {args.batches}")
+        try:
+            return probe.probe_runs(args, command=command)
+        except FileNotFoundError as error:
+            parser.error(str(error))
+    check_overrides(parser, args.set)
+    if args.subcommand == "sites":
+        write_sites(
+            args.out, site_costs(variants(args.variants), overrides=args.set), command=command
+        )
+        log.info("wrote %s_sites.md and %s_sites.csv", args.out, args.out)
+        return []
+    if args.subcommand == "run":
+        if args.variants is None:
+            parser.error("--variants is required (names, or all for the whole study)")
+        return run_study(args, variants(args.variants), command=command)
+    try:
+        points = grid_variants(
+            args.subcommand, args.variant, full=getattr(args, "full_grid", False)
+        )
+    except ValueError as error:
+        parser.error(f"{args.subcommand}: {error}")
+    return run_grid(args, args.subcommand, points, command=command)

@@ -1,0 +1,105 @@
+"""The detection study's runs: variants (or a grid's points) over seeds, then costs and tables.
+
+``run_study`` is what the ``run``, ``sensitivity`` and ``ablation`` subcommands share: each
+(variant, seed) is a ``train.py fit`` run of ``studies.runner`` (``--jobs`` at once) stacked on
+``configs/detection/base.yaml``, the tables are rewritten after every run (without the cost
+columns, so a long study can be inspected part-way), then every variant's model is measured
+(``detection.costs``) and the tables, the per-site table and the val mAP curves are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attn_lightning.results.curves import append_curves
+from attn_lightning.results.records import RunResult
+from attn_lightning.studies.detection.costs import measure, site_costs, write_sites
+from attn_lightning.studies.detection.sensitivity import (
+    ABLATIONS,
+    GRID,
+    GridPoint,
+    sensitivity_grid,
+)
+from attn_lightning.studies.detection.tables import CURVE, read_earlier, write, write_sensitivity
+from attn_lightning.studies.detection.variants import CONFIGS, CONTROLS, variants
+from attn_lightning.studies.runner import Runner, Variant
+
+log = logging.getLogger("attn_lightning.studies.detection")
+HEADINGS = {
+    "sensitivity": "Sensitivity of optimization attention",
+    "ablation": "Ablation of optimization attention: one ingredient of the paper's form "
+    "swapped at a time",
+}
+
+
+def grid_variants(mode: str, centre: str, *, full: bool = False) -> list[GridPoint]:
+    """The points of ``mode``'s grid (``sensitivity``: ``GRID``, ``ablation``: ``ABLATIONS``)
+    around ``centre``; ValueError naming the variants a grid can centre on."""
+    return sensitivity_grid(centre, full=full, grid=GRID if mode == "sensitivity" else ABLATIONS)
+
+
+def run_study(
+    args: argparse.Namespace,
+    chosen: list[Variant],
+    *,
+    command: str,
+    grid: list[GridPoint] | None = None,
+    heading: str = HEADINGS["sensitivity"],
+) -> list[RunResult]:
+    """Train (or reuse) ``chosen`` over ``args.seeds``, measure their costs and write the tables
+    (a grid's tables, headed ``heading``, when ``grid`` is given); returns the runs in table
+    order. ``args`` holds the flags of ``arguments.add_run_arguments`` plus ``--earlier``,
+    ``--no-costs``, ``--batch`` and ``--repeats``."""
+
+    def tables(done: list[RunResult], costs: dict[str, dict[str, Any]]) -> None:
+        if grid:
+            write_sensitivity(
+                args.out, done, grid, costs, command=command, jobs=args.jobs, heading=heading
+            )
+        else:
+            write(args.out, done, costs, command=command, jobs=args.jobs)
+
+    earlier, earlier_curves = read_earlier(args.earlier)
+    runner = Runner(
+        earlier=earlier,
+        configs=(str(CONFIGS / "base.yaml"),),
+        overrides=tuple(args.set),
+        experiment=args.experiment,
+        runs_dir=Path("sweeps") / args.experiment,
+        resume=args.resume,
+        skip_runs=args.skip_runs,
+    )
+    results = runner.run_all(
+        [(v, s) for v in chosen for s in args.seeds],
+        parallel=args.jobs,
+        on_result=lambda _, done: tables(done, {}),
+    )
+    costs: dict[str, dict[str, Any]] = {}
+    if not args.no_costs:
+        torch.set_num_threads(1)
+        for v in chosen:
+            costs[v.name] = measure(v, overrides=args.set, batch=args.batch, repeats=args.repeats)
+        write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
+    tables(results, costs)
+    # Once, at the end: it reads every run's log folder.
+    append_curves(args.out, results, CURVE, earlier_curves)
+    log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
+    return results
+
+
+def run_grid(
+    args: argparse.Namespace, mode: str, points: list[GridPoint], *, command: str
+) -> list[RunResult]:
+    """The ``sensitivity`` or ``ablation`` subcommand: the grid's points and, for an ablation,
+    the centre's control at the same budget, in the same table."""
+    chosen = [point.variant for point in points]
+    centre = points[0].variant.name
+    if mode == "ablation" and centre in CONTROLS:
+        # The ladder's floor and ceiling: its control at the same budget, in the same table.
+        chosen += variants([CONTROLS[centre]])
+    return run_study(args, chosen, command=command, grid=points, heading=HEADINGS[mode])

@@ -1,0 +1,137 @@
+"""The detection study's tables: the variants with their costs and controls, a grid's table.
+
+``write`` is ``results.tables.write_tables`` with the study's metrics (``METRICS``), the cost
+columns (``detection.costs``) and, for each variant whose control also ran, the control, what
+differs and the paired-by-seed Δ (``detection.variants``). ``write_sensitivity`` opens the same
+tables with a grid's own (``detection.sensitivity``). ``read_earlier`` takes runs of earlier
+sessions back from the committed per-run and curve CSVs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.results.curves import read_curve_rows
+from attn_lightning.results.records import RunResult, read_runs_csv
+from attn_lightning.results.tables import column, write_tables
+from attn_lightning.studies.detection.sensitivity import (
+    KEYS90,
+    GridPoint,
+    grid_table,
+    optimization_sites,
+    sensitivity_cells,
+    title,
+)
+from attn_lightning.studies.detection.variants import COMPARED, comparisons
+
+METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
+CURVE = "val/mAP"  # <out>_curves.csv: every validation of every run
+
+
+def write(
+    out: Path,
+    results: list[RunResult],
+    costs: dict[str, dict[str, Any]],
+    *,
+    command: str,
+    jobs: int = 1,
+    cells: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """The study's tables: ``METRICS`` mean ± std per variant, its cost columns, the
+    comparison with its control where both ran (``CONTROLS``) and any other per-variant
+    ``cells`` (title -> value; the sensitivity grid's)."""
+    notes = []
+    if costs:
+        inputs = sorted({str(cost["input"]) for cost in costs.values()})
+        notes.append(
+            f"Cost columns: one CPU thread, input {', '.join(inputs)}, eval mode, no grad."
+        )
+    extra = {v: {k: x for k, x in cost.items() if k != "input"} for v, cost in costs.items()}
+    compared = comparisons(results)
+    for more in (compared, cells or {}):
+        for variant, row in more.items():
+            extra.setdefault(variant, {}).update(row)
+    # Every variant gets every column ("–" where it has none): the CSV needs one header.
+    titles = list(dict.fromkeys(t for row in extra.values() for t in row))
+    for variant in dict.fromkeys(r.variant for r in results):
+        row = extra.setdefault(variant, {})
+        extra[variant] = {t: row.get(t) for t in titles}
+    if compared:
+        notes.append(
+            f"Δ vs control: the variant's {column(COMPARED).title} minus its control's, paired "
+            "by seed: mean [95 % Student-t interval] (n seeds both finished; one seed: no "
+            "interval). The control differs in one thing only (optimization and pool: the "
+            "mixing, softmax with the same projections at the same sites; softmax no_qk: the "
+            "Q/K matrices)."
+        )
+    write_tables(
+        out,
+        results,
+        command=command,
+        metrics=METRICS,
+        label="variant",
+        jobs=jobs,
+        extra=extra,
+        notes=notes,
+    )
+
+
+def write_sensitivity(
+    out: Path,
+    results: list[RunResult],
+    grid: Sequence[GridPoint],
+    costs: dict[str, dict[str, Any]],
+    *,
+    command: str,
+    jobs: int = 1,
+    heading: str = "Sensitivity of optimization attention",
+) -> None:
+    """The sensitivity tables: ``<out>.md`` opens with the grid (its options, test mAP
+    mean ± std (n), AP50, AP75, the paired Δ vs the variant's own point, keys90 where reported),
+    then ``write``'s summary (with the same cells and the costs) and per-run tables; ``<out>.csv``
+    is that summary, ``<out>_runs.csv`` one row per run."""
+    cells = sensitivity_cells(results, grid)
+    own = grid[0]
+    point = ", ".join(f"{title(o)} = {v}" for o, v in own.options.items())
+    notes = [
+        f"Δ vs default: per seed, the point's {column(COMPARED).title} minus that of "
+        f"`{own.variant.name}` ({point}) with the same seed; mean [95 % Student-t interval] "
+        "(n seeds both finished; one seed: no interval)."
+    ]
+    if not any(KEYS90 in row for row in cells.values()):
+        notes.append(
+            f"No {KEYS90} column: the runs' metrics files hold no attention/<layer>/{KEYS90} "
+            "(AttentionDiagnostics logs it to TensorBoard only, under logs/<experiment>/<run>/)."
+        )
+    write(out, results, costs, command=command, jobs=jobs, cells=cells)
+    md = out.with_name(out.name + ".md")
+    where = ", ".join(f"`{site}`" for site in optimization_sites(own.variant.name))
+    head = [
+        f"# {heading}: `{own.variant.name}` ({where})",
+        "",
+        grid_table(results, grid, cells),
+        *(f"\n{note}" for note in notes),
+        "",
+        "## All columns and runs",
+        "",
+    ]
+    md.write_text("\n".join(head) + "\n" + md.read_text())
+
+
+def read_earlier(
+    prefixes: Sequence[Path],
+) -> tuple[dict[tuple[str, int], RunResult], list[dict[str, Any]]]:
+    """Runs of earlier sessions from committed tables (``--earlier``): by (variant, seed), the
+    run of the first ``<prefix>_runs.csv`` that holds it, and its rows of that prefix's
+    ``<prefix>_curves.csv``."""
+    earlier: dict[tuple[str, int], RunResult] = {}
+    curves: list[dict[str, Any]] = []
+    for prefix in prefixes:
+        runs = read_runs_csv(prefix.with_name(prefix.name + "_runs.csv"))
+        new = {(r.variant, r.seed): r for r in runs if (r.variant, r.seed) not in earlier}
+        earlier.update(new)
+        rows = read_curve_rows(prefix.with_name(prefix.name + "_curves.csv"))
+        curves += [c for c in rows if (c["variant"], c["seed"]) in new]
+    return earlier, curves

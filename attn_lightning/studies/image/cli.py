@@ -1,0 +1,45 @@
+"""The image-generation study's command line: ``python -m attn_lightning.studies.image samples``.
+
+``samples``: PNG grids of unconditional samples and occluded completions of a trained checkpoint
+(``image.samples``)::
+
+    python -m attn_lightning.studies.image samples --ckpt-path checkpoints/image/<run>/last.ckpt \\
+        --out docs/results/figures --prefix linear_
+
+The runs themselves are sweeps (``python -m attn_lightning.studies.sweep`` over the
+``configs/image/`` overlays). The old ``python -m attn_lightning.studies.image_samples`` still
+works, with a FutureWarning naming ``samples``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from attn_lightning.studies.arguments import log_to_stderr, study_parser
+from attn_lightning.studies.image import samples
+
+log = logging.getLogger("attn_lightning.studies.image")
+PROG = "python -m attn_lightning.studies.image"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The image study's CLI (see the module docstring)."""
+    parser = study_parser(PROG, __doc__)
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="samples")
+    samples.add_arguments(
+        sub.add_parser("samples", help="sample and completion grids of a checkpoint as PNG")
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    """Run the image study's subcommand; returns the files it wrote."""
+    log_to_stderr()
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    paths = samples.samples(args)
+    for path in paths:
+        log.info("wrote %s", path)
+    return paths

@@ -1,0 +1,245 @@
+"""The LoRA study: base, full fine-tuning and LoRA at every rank, over seeds, in one process.
+
+    nice -n 19 python -m attn_lightning.studies.lora mlp
+    nice -n 19 python -m attn_lightning.studies.lora variants      # after mlp
+    nice -n 19 python -m attn_lightning.studies.lora transformer
+    nice -n 19 python -m attn_lightning.studies.lora lrsweep       # the student's table
+    python -m attn_lightning.studies.lora lrsweep --plan   # runs planned, time estimate
+    python -m attn_lightning.studies.lora report           # tables only, from the CSVs
+
+Every run is a ``train.py`` run of ``attn_lightning.studies.runner`` (in this process, so ~150
+runs pay the import cost once). The parts (``jobs``): ``mlp`` adapts a base MLP to shifted
+digits (before adaptation, full fine-tuning, LoRA and LoRA from scratch at every rank);
+``variants`` compares LoRA's head and bias options at one rank; ``transformer`` adapts a reversal
+transformer's attention projections; ``lrsweep`` is the protocol against the student's table,
+3 learning rates per adaptation chosen on validation (``lrsweep``). Each part keeps its runs in
+``<out>_<part>_runs.csv`` (``runs``); ``report`` (also run after each part) writes ``<out>.md``,
+``<out>_summary.csv`` and ``<out>_lrsweep_summary.csv`` (``report``, ``lrsweep_report``).
+
+Old command lines still run: ``--part PART`` is the subcommand ``PART`` and ``--methods`` is
+``--adaptations``, with one notice naming the command line in today's spelling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from attn_lightning.data.domains import NORMALIZATIONS
+from attn_lightning.studies.arguments import log_to_stderr, renamed
+from attn_lightning.studies.lora.jobs import mlp_jobs, transformer_jobs, variant_jobs
+from attn_lightning.studies.lora.lrsweep import (
+    ADAPTATIONS,
+    HEADS,
+    SWEEP_LRS,
+    lrsweep_all_jobs,
+    run_lrsweep,
+)
+from attn_lightning.studies.lora.report import write_report
+from attn_lightning.studies.lora.runs import Job, pending, read_runs, run_part, runs_csv
+
+log = logging.getLogger("attn_lightning.studies.lora")
+PROG = "python -m attn_lightning.studies.lora"
+# --plan's estimate before any run is done: lrsweep fits on digits took 20-25 s at 60 epochs,
+# 6 s when stopped early at 15, on 2 cores shared with other jobs (load ≈ 5).
+SECONDS_PER_RUN = 20.0
+PARTS: dict[str, Callable[[argparse.Namespace], list[Job]]] = {
+    "mlp": mlp_jobs,
+    "variants": variant_jobs,
+    "transformer": transformer_jobs,
+    "lrsweep": lrsweep_all_jobs,
+}
+
+OLD_FLAGS = {"--methods": "--adaptations"}  # lrsweep's flags under their old names
+
+
+def log_plan(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
+    """Log how many runs the part plans, how many are done, and a time estimate for the rest."""
+    todo = jobs if args.fresh else pending(args, part, jobs)
+    ok = [r for r in read_runs(runs_csv(args.out, part)) if r.status == "ok" and r.seconds]
+    seconds = args.seconds_per_run
+    source = "--seconds-per-run"
+    if ok and not args.fresh:
+        seconds = sum(r.seconds or 0.0 for r in ok) / len(ok)
+        source = f"mean of the {len(ok)} runs done"
+    planned = Counter(str(info["adaptation"]) for _, _, info in jobs)
+    log.info(
+        "part %s: %d runs planned (%s), %d done, %d to run; ~%.0f s per run (%s): ~%.1f h",
+        part,
+        len(jobs),
+        ", ".join(f"{n} {adaptation}" for adaptation, n in planned.items()),
+        len(jobs) - len(todo),
+        len(todo),
+        seconds,
+        source,
+        len(todo) * seconds / 3600,
+    )
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a learning rate must be > 0, got {text!r}")
+    return value
+
+
+def _options(*adders: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    for add in adders:
+        add(parent)
+    return parent
+
+
+def _out(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="docs/results/lora", help="CSV/markdown prefix")
+
+
+def _runs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--work", default="sweeps/lora-study", help="logs, checkpoints, metrics")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--plan", action="store_true", help="log the runs planned; run nothing")
+    p.add_argument(
+        "--seconds-per-run", type=float, default=SECONDS_PER_RUN, help="--plan's estimate"
+    )
+    p.add_argument("--keep-checkpoints", action="store_true")
+    p.add_argument("--fresh", action="store_true", help="discard earlier runs of the part")
+
+
+def _shifts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--levels", type=int, default=2, help="grey levels of 'quantized'")
+    p.add_argument("--angle", type=float, default=90.0, help="degrees of 'rotated'")
+
+
+def _mlp(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--epochs", type=int, default=20, help="epochs of each adaptation")
+    p.add_argument("--lr", type=float, default=0.003, help="MLP runs (every adaptation)")
+
+
+def _ranks_and_domains(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--domains", nargs="+", default=["quantized", "rotated", "inverted"])
+
+
+def _add_lrsweep(sweep: argparse.ArgumentParser) -> None:
+    group = sweep.add_argument_group("learning rates per adaptation, chosen on validation")
+    for adaptation, flag in zip(SWEEP_LRS, ("base", "full", "lora", "scratch"), strict=True):
+        group.add_argument(
+            f"--lrs-{flag}",
+            nargs="+",
+            type=_positive,
+            default=SWEEP_LRS[adaptation],
+            help=f"learning rates of the {adaptation} runs (default: %(default)s)",
+        )
+    group.add_argument(
+        "--heads",
+        nargs="+",
+        choices=list(HEADS),
+        default=["lora", "frozen"],
+        help="the head in LoRA runs: adapted by LoRA (the student's), frozen, trained whole",
+    )
+    group.add_argument(
+        "--adaptations",
+        nargs="+",
+        choices=ADAPTATIONS,
+        default=list(ADAPTATIONS),
+        help="adaptations to run after the bases (a shard of the sweep)",
+    )
+    group.add_argument("--max-epochs", type=int, default=60)
+    group.add_argument("--patience", type=int, default=10, help="val/loss epochs; 0: no stop")
+    group.add_argument("--source", choices=("digits", "mnist"), default="digits")
+    group.add_argument("--data-root", default="data", help="MNIST IDX files (source mnist)")
+    group.add_argument(
+        "--normalize",
+        choices=NORMALIZATIONS,
+        default="none",
+        help="input normalisation after the shift (DomainImageDataModule's normalize)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The LoRA study's CLI: one subcommand per part, and ``report`` (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    names = "{" + ",".join([*PARTS, "report"]) + "}"
+    parts = parser.add_subparsers(dest="part", required=True, metavar=names)
+    out, runs = _options(_out), _options(_out, _runs)
+    mlp = parts.add_parser(
+        "mlp",
+        parents=[runs, _options(_shifts, _mlp, _ranks_and_domains)],
+        help="a base MLP on digits, adapted to shifted digits at every rank",
+    )
+    mlp.add_argument("--base-epochs", type=int, default=30)
+    variants = parts.add_parser(
+        "variants",
+        parents=[runs, _options(_shifts, _mlp)],
+        help="LoRA's head and bias options at one rank (after mlp)",
+    )
+    variants.add_argument("--variant-rank", type=int, default=8)
+    variants.add_argument("--variant-domains", nargs="+", default=["rotated", "inverted"])
+    transformer = parts.add_parser(
+        "transformer", parents=[runs], help="LoRA on a reversal transformer's q_proj/v_proj"
+    )
+    transformer.add_argument("--transformer-ranks", nargs="+", type=int, default=[1, 4, 16])
+    transformer.add_argument("--seq-len", type=int, default=12)
+    transformer.add_argument("--reversal-steps", type=int, default=800)
+    transformer.add_argument("--reversal-adapt-steps", type=int, default=300)
+    transformer.add_argument("--lr-full", type=float, default=0.001)
+    transformer.add_argument("--lr-lora", type=float, default=0.01)
+    sweep = parts.add_parser(
+        "lrsweep",
+        parents=[runs, _options(_shifts, _ranks_and_domains)],
+        help="the student's table: learning rates per adaptation, chosen on validation",
+    )
+    _add_lrsweep(sweep)
+    parts.add_parser("report", parents=[out], help="the tables from the per-run CSVs")
+    return parser
+
+
+def subcommand_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` in today's spelling: the old ``--part PART`` (or ``--part=PART``) as the
+    subcommand ``PART`` in front, ``--methods`` as ``--adaptations`` (``OLD_FLAGS``); one notice
+    naming the new command line when anything was respelled."""
+    spelled: list[str] = []
+    part = None
+    i = 0
+    while i < len(argv):
+        flag, equals, value = argv[i].partition("=")
+        if flag == "--part" and (equals or i + 1 < len(argv)):
+            part = value if equals else argv[i + 1]
+            i += 1 if equals else 2
+            continue
+        spelled.append(OLD_FLAGS[flag] + equals + value if flag in OLD_FLAGS else argv[i])
+        i += 1
+    if part is not None:
+        spelled.insert(0, part)
+    if spelled != list(argv):
+        renamed(f"{PROG} {shlex.join(argv)}", f"{PROG} {shlex.join(spelled)}")
+    return spelled
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run one part of the LoRA study (or none, for ``report``), then write its tables."""
+    log_to_stderr()
+    for noisy in ("lightning", "lightning.pytorch", "lightning.fabric", "tensorboard"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = build_parser().parse_args(subcommand_argv(sys.argv[1:] if argv is None else argv))
+    if args.part in PARTS:
+        if args.plan:
+            log_plan(args, args.part, PARTS[args.part](args))
+            return
+        if args.fresh:
+            runs_csv(args.out, args.part).unlink(missing_ok=True)
+        start = time.perf_counter()
+        if args.part == "lrsweep":
+            run_lrsweep(args)
+        else:
+            run_part(args, args.part, PARTS[args.part](args))
+        log.info("part %s: %.0f s of wall time", args.part, time.perf_counter() - start)
+    write_report(Path(args.out))

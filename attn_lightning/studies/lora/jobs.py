@@ -1,0 +1,150 @@
+"""The jobs of the LoRA study's parts ``mlp``, ``variants`` and ``transformer``.
+
+A job is a ``runner.Variant`` (a name plus overrides on ``configs/lora`` or
+``configs/lora_reversal``), a seed and the run's info (``runs.Job``). ``mlp``: per seed, a base
+MLP on the original digits, then per shifted domain its test accuracy before adaptation
+(``train.py test``, ``adaptation=full``), full fine-tuning, LoRA and LoRA-from-scratch at every
+rank. ``variants``: LoRA at one rank with the head frozen, the head in ``modules_to_save``, or
+every bias trained. ``transformer``: one reversal base (``configs/reversal/base.yaml``,
+shortened), then per seed full fine-tuning, LoRA on ``q_proj``/``v_proj`` at the transformer
+ranks and LoRA from scratch. The ``lrsweep`` part's jobs are in ``lrsweep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from attn_lightning.studies.lora.runs import (
+    MLP_CONFIG,
+    REV_CONFIG,
+    REVERSAL_BASE,
+    Job,
+    checkpoint_path,
+)
+from attn_lightning.studies.runner import Variant
+
+
+def _lora_jobs(
+    prefix: str,
+    config: str,
+    common: tuple[str, ...],
+    ranks: list[int],
+    seed: int,
+    info: dict[str, Any],
+    extra: tuple[str, ...] = (),
+) -> list[Job]:
+    """LoRA and LoRA from scratch at each rank: ``<prefix>-<adaptation>-r<rank>``, the
+    ``common`` overrides, then the adaptation's, then ``extra``."""
+    jobs: list[Job] = []
+    for adaptation in ("lora", "lora_scratch"):
+        for r in ranks:
+            options = (f"model.init_args.adaptation={adaptation}", f"model.init_args.lora_r={r}")
+            variant = Variant(f"{prefix}-{adaptation}-r{r}", (config,), (*common, *options, *extra))
+            jobs.append((variant, seed, {**info, "adaptation": adaptation, "rank": r}))
+    return jobs
+
+
+def mlp_jobs(args: argparse.Namespace) -> list[Job]:
+    """Per seed: the base MLP, then per domain before / full / LoRA / LoRA-from-scratch."""
+    jobs: list[Job] = []
+    lr = f"model.init_args.lr={args.lr}"
+    shifts = (f"data.init_args.levels={args.levels}", f"data.init_args.angle={args.angle}")
+    for seed in args.seeds:
+        base = Variant("base-mlp", (MLP_CONFIG,), (lr, f"trainer.max_epochs={args.base_epochs}"))
+        ckpt = checkpoint_path(args.work, base.name, seed)
+        info = {"part": "mlp", "domain": "original", "adaptation": "base", "rank": 0}
+        jobs.append((base, seed, {**info, "_keep": str(ckpt)}))
+        for domain in args.domains:
+            adapt = (
+                lr,
+                *shifts,
+                f"model.init_args.base_checkpoint={ckpt}",
+                f"trainer.max_epochs={args.epochs}",
+                "checkpoint.save_last=false",
+                f"data.init_args.domain={domain}",
+            )
+            info = {"part": "mlp", "domain": domain, "rank": 0}
+            full = (*adapt, "model.init_args.adaptation=full")
+            before = Variant(f"{domain}-before", (MLP_CONFIG,), full, subcommand="test")
+            jobs.append((before, seed, {**info, "adaptation": "before"}))
+            variant = Variant(f"{domain}-full", (MLP_CONFIG,), full)
+            jobs.append((variant, seed, {**info, "adaptation": "full"}))
+            jobs += _lora_jobs(domain, MLP_CONFIG, adapt, args.ranks, seed, info)
+    return jobs
+
+
+VARIANTS = {  # head and bias options of peft's LoraConfig, compared at one rank
+    "lora_head_frozen": ("model.init_args.target_modules=[fc1, fc2]",),
+    "lora_head_saved": (
+        "model.init_args.target_modules=[fc1, fc2]",
+        "model.init_args.modules_to_save=[fc3]",
+    ),
+    "lora_bias_all": ("model.init_args.lora_bias=all",),
+}
+
+
+def variant_jobs(args: argparse.Namespace) -> list[Job]:
+    """LoRA at ``--variant-rank`` with the head frozen / trained whole, or biases trained.
+
+    Needs the base checkpoints of the ``mlp`` part (same ``--work``, same seeds).
+    """
+    jobs: list[Job] = []
+    r = args.variant_rank
+    for seed in args.seeds:
+        ckpt = checkpoint_path(args.work, "base-mlp", seed)
+        for domain in args.variant_domains:
+            common = (
+                f"model.init_args.lr={args.lr}",
+                f"data.init_args.domain={domain}",
+                f"data.init_args.levels={args.levels}",
+                f"data.init_args.angle={args.angle}",
+                f"model.init_args.base_checkpoint={ckpt}",
+                "checkpoint.save_last=false",
+                f"trainer.max_epochs={args.epochs}",
+                "model.init_args.adaptation=lora",
+                f"model.init_args.lora_r={r}",
+            )
+            for adaptation, options in VARIANTS.items():
+                name = f"{domain}-{adaptation}-r{r}"
+                variant = Variant(name, (MLP_CONFIG,), (*common, *options))
+                info = {"part": "variants", "domain": domain, "adaptation": adaptation, "rank": r}
+                jobs.append((variant, seed, info))
+    return jobs
+
+
+def transformer_jobs(args: argparse.Namespace) -> list[Job]:
+    """One reversal base (seed 0), then per seed before / full / LoRA / LoRA from scratch."""
+    sizes = (
+        f"data.init_args.seq_len={args.seq_len}",
+        "model.init_args.max_len=32",
+        "data.init_args.train_size=10000",
+        "data.init_args.val_size=500",
+        "data.init_args.test_size=500",
+    )
+    pretrain = (
+        *sizes,
+        f"trainer.max_steps={args.reversal_steps}",
+        "trainer.val_check_interval=200",
+        "model.init_args.generate_every_n_epochs=0",
+    )
+    base = Variant("base-reversal", (REVERSAL_BASE,), pretrain)
+    ckpt = checkpoint_path(args.work, base.name, 0)
+    info = {"part": "transformer", "domain": "reversal", "adaptation": "base", "rank": 0}
+    jobs: list[Job] = [(base, 0, {**info, "_keep": str(ckpt)})]
+    common = (
+        *sizes,
+        f"model.init_args.base_checkpoint={ckpt}",
+        "checkpoint.save_last=false",
+        f"trainer.max_steps={args.reversal_adapt_steps}",
+    )
+    for seed in args.seeds:
+        info = {"part": "transformer", "domain": "reversal+1", "rank": 0}
+        full = (*common, "model.init_args.adaptation=full", f"model.init_args.lr={args.lr_full}")
+        before = Variant("rev-before", (REV_CONFIG,), full, subcommand="test")
+        jobs.append((before, seed, {**info, "adaptation": "before"}))
+        variant = Variant("rev-full", (REV_CONFIG,), full)
+        jobs.append((variant, seed, {**info, "adaptation": "full"}))
+        lr = (f"model.init_args.lr={args.lr_lora}",)
+        jobs += _lora_jobs("rev", REV_CONFIG, common, args.transformer_ranks, seed, info, lr)
+    return jobs

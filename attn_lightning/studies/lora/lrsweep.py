@@ -1,0 +1,200 @@
+"""The ``lrsweep`` part of the LoRA study: its jobs and its protocol check.
+
+Against the student's table, with a learning rate per adaptation chosen on validation: the base
+MLP at each base learning rate first (``lrsweep_base_jobs``); then, from the base learning rate
+chosen on validation (``chosen_base_lr``), per shifted domain the base before adaptation, full
+fine-tuning, LoRA and LoRA from scratch, each adaptation at each of its learning rates
+(``lrsweep_jobs``), up to ``--max-epochs`` with early stopping. A part's CSV holds one data and
+epoch protocol (``runs.PROTOCOL``): ``check_protocol`` refuses to resume into another.
+``studies.lora.cli`` is the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Any
+
+from attn_lightning.studies.lora.lrsweep_report import choose_lr
+from attn_lightning.studies.lora.runs import (
+    MLP_CONFIG,
+    PROTOCOL,
+    Job,
+    checkpoint_path,
+    read_runs,
+    run_part,
+    runs_csv,
+)
+from attn_lightning.studies.runner import Variant
+
+log = logging.getLogger("attn_lightning.studies.lora")
+SWEEP_LRS = {  # per-adaptation learning-rate grids, the defaults of --lrs-<adaptation>
+    "base": [1e-3, 3e-3, 1e-2],
+    "full": [3e-4, 1e-3, 3e-3],  # every weight moves: smaller steps
+    "lora": [1e-3, 3e-3, 1e-2],
+    "lora_scratch": [1e-3, 3e-3, 1e-2],
+}
+HEADS = {  # the head (fc3) in a LoRA run; the student's "LoRA on all three layers" is "lora"
+    "lora": ("model.init_args.target_modules=[fc1, fc2, fc3]",),  # adapted by LoRA: 1,050·r
+    "frozen": ("model.init_args.target_modules=[fc1, fc2]",),  # not adapted: 976·r
+    "trained": (  # trained whole (peft modules_to_save): 976·r + 650
+        "model.init_args.target_modules=[fc1, fc2]",
+        "model.init_args.modules_to_save=[fc3]",
+    ),
+}
+ADAPTATIONS = ("before", "full", "lora", "lora_scratch")  # run after the bases, --adaptations
+
+
+def _lr(value: float) -> str:
+    return f"{value:g}"  # the same string in job rows and in the CSV: resume compares them
+
+
+def _sweep_common(args: argparse.Namespace) -> tuple[str, ...]:
+    common = [
+        f"data.init_args.source={args.source}",
+        f"data.init_args.root={args.data_root}",
+        f"data.init_args.levels={args.levels}",
+        f"data.init_args.angle={args.angle}",
+        f"data.init_args.normalize={args.normalize}",
+        f"trainer.max_epochs={args.max_epochs}",
+        "checkpoint.filename=best",  # the best val/loss checkpoint: tested, and adapted from
+        "checkpoint.save_last=false",
+    ]
+    if args.patience > 0:
+        stop = {
+            "class_path": "lightning.pytorch.callbacks.EarlyStopping",
+            "init_args": {"monitor": "val/loss", "mode": "min", "patience": args.patience},
+        }
+        common.append(f"trainer.callbacks={json.dumps([stop])}")
+    return tuple(common)
+
+
+def _sweep_info(args: argparse.Namespace, **info: Any) -> dict[str, Any]:
+    protocol = {k: getattr(args, k) for k in PROTOCOL}
+    return {"part": "lrsweep", **protocol, "rank": 0, "head": "", "base_lr": "", **info}
+
+
+def lrsweep_base_jobs(args: argparse.Namespace) -> list[Job]:
+    """The base MLP on the original domain at each ``--lrs-base``, per seed (checkpoints kept)."""
+    jobs: list[Job] = []
+    for lr in args.lrs_base:
+        options = (
+            *_sweep_common(args),
+            f"model.init_args.lr={lr}",
+            "data.init_args.domain=original",
+        )
+        variant = Variant(f"lrs-base-lr{_lr(lr)}", (MLP_CONFIG,), options)
+        for seed in args.seeds:
+            keep = str(checkpoint_path(args.work, variant.name, seed, "best"))
+            info = _sweep_info(args, domain="original", adaptation="base", lr=_lr(lr), _keep=keep)
+            jobs.append((variant, seed, info))
+    return jobs
+
+
+def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
+    """Per domain: the base before adaptation, full fine-tuning, LoRA and LoRA from scratch.
+
+    Each adaptation at each of its learning rates, per seed, up to ``--max-epochs`` with early
+    stopping on ``val/loss`` (``--patience``); LoRA per head setting (``HEADS``) and rank. "With
+    and without the head adapted" is ``lora`` (LoRA on fc3 too: the student's "LoRA on all three
+    layers", 1,050·r parameters) against ``frozen`` (LoRA on fc1, fc2 only); ``trained`` (fc3
+    trained whole, best in the ``variants`` part) is opt-in through ``--heads``. Every run but
+    LoRA from scratch starts from seed s's base at ``base_lr``, the base learning rate chosen on
+    validation (``None``: not known yet, for ``--plan``). ``--adaptations`` keeps a subset of
+    them (``ADAPTATIONS``), so that disjoint shards of the sweep can run side by side, each with
+    its own ``--out`` and one shared ``--work`` holding the bases.
+    """
+    base = f"lrs-base-lr{base_lr or '?'}"
+    chosen = set(args.adaptations)
+    specs: list[tuple[str, int, str, list[float]]] = [("full", 0, "", args.lrs_full)]
+    for adaptation, lrs in (("lora", args.lrs_lora), ("lora_scratch", args.lrs_scratch)):
+        specs += [(adaptation, r, head, lrs) for head in args.heads for r in args.ranks]
+    specs = [spec for spec in specs if spec[0] in chosen]
+    jobs: list[Job] = []
+    for domain in args.domains:
+        common = (*_sweep_common(args), f"data.init_args.domain={domain}")
+        for seed in args.seeds if "before" in chosen else ():
+            path = checkpoint_path(args.work, base, seed, "best")
+            before = (*common, f"model.init_args.base_checkpoint={path}")
+            before += ("model.init_args.adaptation=full",)
+            variant = Variant(f"lrs-{domain}-before", (MLP_CONFIG,), before, subcommand="test")
+            info = _sweep_info(
+                args, domain=domain, adaptation="before", lr="", base_lr=base_lr or "?"
+            )
+            jobs.append((variant, seed, info))
+        for adaptation, r, head, lrs in specs:
+            from_base = adaptation != "lora_scratch"
+            for lr in lrs:
+                name = f"lrs-{domain}-{adaptation}"
+                name += (f"-r{r}-h{head}" if r else "") + f"-lr{_lr(lr)}"
+                options = [
+                    *common,
+                    f"model.init_args.adaptation={adaptation}",
+                    f"model.init_args.lr={lr}",
+                ]
+                if r:
+                    options += [f"model.init_args.lora_r={r}", *HEADS[head]]
+                info = _sweep_info(
+                    args, domain=domain, adaptation=adaptation, rank=r, head=head, lr=_lr(lr)
+                )
+                info["base_lr"] = (base_lr or "?") if from_base else ""
+                for seed in args.seeds:
+                    path = checkpoint_path(args.work, base, seed, "best")
+                    load = (f"model.init_args.base_checkpoint={path}",) if from_base else ()
+                    variant = Variant(name, (MLP_CONFIG,), (*options, *load))
+                    jobs.append((variant, seed, info))
+    return jobs
+
+
+def chosen_base_lr(args: argparse.Namespace) -> str | None:
+    """The base learning rate with the best mean validation accuracy (None: no base run yet)."""
+    lrs, seeds = {_lr(lr) for lr in args.lrs_base}, set(args.seeds)
+    bases = [
+        r
+        for r in read_runs(runs_csv(args.out, "lrsweep"))
+        if r.info["adaptation"] == "base" and r.info["lr"] in lrs and r.seed in seeds
+    ]
+    return next((choice.lr for choice in choose_lr(bases).values()), None)
+
+
+def _protocol_value(info: dict[str, Any], key: str) -> str:
+    value = info.get(key)
+    if value in (None, ""):  # a CSV from before ``normalize`` existed reads as "none"
+        return "none" if key == "normalize" else ""
+    return str(value)
+
+
+def check_protocol(args: argparse.Namespace) -> None:
+    """ValueError when the lrsweep CSV holds runs of another data or epoch protocol."""
+    path = runs_csv(args.out, "lrsweep")
+    ours = tuple(str(getattr(args, k)) for k in PROTOCOL)
+    for run in read_runs(path):
+        theirs = tuple(_protocol_value(run.info, k) for k in PROTOCOL)
+        if theirs != ours:
+            raise ValueError(
+                f"{path} holds runs with {dict(zip(PROTOCOL, theirs, strict=True))}, not "
+                f"{dict(zip(PROTOCOL, ours, strict=True))}: resuming would mix them; give "
+                f"another --out (and --work) or --fresh"
+            )
+
+
+def lrsweep_all_jobs(args: argparse.Namespace) -> list[Job]:
+    """Every run of the part, the adaptations from the base chosen so far (for ``--plan``)."""
+    if not args.fresh:  # --fresh would discard the CSV: neither its protocol nor its base count
+        check_protocol(args)
+    base_lr = None if args.fresh else chosen_base_lr(args)
+    return [*lrsweep_base_jobs(args), *lrsweep_jobs(args, base_lr)]
+
+
+def run_lrsweep(args: argparse.Namespace) -> None:
+    """The bases first; then, from the base learning rate chosen on validation, the rest."""
+    check_protocol(args)
+    run_part(args, "lrsweep", lrsweep_base_jobs(args))
+    base_lr = chosen_base_lr(args)
+    if base_lr is None:
+        raise RuntimeError(
+            f"no base run of the lr sweep finished (see {runs_csv(args.out, 'lrsweep')})"
+        )
+    log.info("base learning rate chosen on validation: %s", base_lr)
+    run_part(args, "lrsweep", lrsweep_jobs(args, base_lr))

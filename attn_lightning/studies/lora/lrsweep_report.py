@@ -1,0 +1,245 @@
+"""The ``lrsweep`` part's report: our learning-rate sweep beside the student's table.
+
+Per row (``runs.SWEEP_GROUP``: domain, adaptation, rank, head and the base adapted),
+``choose_lr`` picks the learning rate with the best mean validation accuracy over seeds, never
+reading a test value; ``sweep_section`` puts that learning rate's test accuracy beside the
+student's number (``student_numbers``, from ``docs/references/lora_student.csv``) and
+``sweep_summary`` gives every learning rate's means (the rows of
+``<out>_lrsweep_summary.csv``). ``studies.lora.report`` writes both into the study's report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from attn_lightning.results.files import markdown_table
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.references import reference
+from attn_lightning.results.tables import format_mean_std, mean_std
+from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, SWEEP_GROUP
+
+RowKey = tuple[str, str, int, str]  # a row of the table: domain, adaptation, rank, head
+HEAD_LABELS = {
+    "lora": "LoRA (fc1-fc3)",
+    "frozen": "frozen (LoRA on fc1, fc2)",
+    "trained": "trained whole (modules_to_save)",
+}
+SWEEP_ADAPTATIONS = ("base", "before", "full", "lora", "lora_scratch")  # table order
+# The columns of <out>_lrsweep_summary.csv that say which runs a row holds.
+SUMMARY_KEYS = (*(ADAPTATION_COLUMN if k == "adaptation" else k for k in SWEEP_GROUP), "lr")
+
+
+def student_numbers() -> dict[RowKey, float]:
+    """The student's test accuracies (%) we compare with, keyed as the table's rows.
+
+    Their base and full fine-tunes, and LoRA on the inverted base at r = 16 and 64 (every layer
+    adapted): ``docs/references/lora_student.csv`` cites where each comes from. The student's
+    other LoRA numbers are not among them: those rows are left without one.
+    """
+    _, rows = reference("lora_student")
+    return {
+        (r["domain"], r["adaptation"], int(r["rank"]), r["head"]): float(r["test_acc"])
+        for r in rows
+    }
+
+
+@dataclass(frozen=True)
+class LRChoice:
+    """A row's learning rate, chosen on validation.
+
+    Attributes:
+        lr: the chosen learning rate, as written in the CSV.
+        val_by_lr: mean validation accuracy of each learning rate tried (None: none logged).
+        runs: the chosen learning rate's ok runs: their test accuracy is the row's result.
+    """
+
+    lr: str
+    val_by_lr: dict[str, float | None]
+    runs: list[RunResult]
+
+
+def _values(runs: Sequence[RunResult], key: str) -> list[float]:
+    """A metric's (or, for ``epochs``, an info's) values over ``runs`` that have one."""
+    found = (r.metrics.get(key, r.info.get(key)) for r in runs)
+    return [float(v) for v in found if v not in (None, "")]
+
+
+def _mean(runs: Sequence[RunResult], key: str) -> float | None:
+    values = _values(runs, key)
+    return statistics.fmean(values) if values else None
+
+
+def choose_lr(runs: Sequence[RunResult]) -> dict[tuple[Any, ...], LRChoice]:
+    """Per ``SWEEP_GROUP``, the learning rate with the highest mean ``val_acc`` over its ok runs.
+
+    Test accuracy is never read here. Ties go to the smaller learning rate. A group without any
+    validation value (the test-only ``before`` runs) keeps its one learning rate, or gets no
+    choice when it has several; so does a group whose runs all crashed.
+    """
+    groups: dict[tuple[Any, ...], dict[str, list[RunResult]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for run in runs:
+        if run.status == "ok":
+            groups[tuple(run.info[k] for k in SWEEP_GROUP)][run.info["lr"]].append(run)
+    choices = {}
+    for group, by_lr in groups.items():
+        val = {lr: _mean(lr_runs, "val_acc") for lr, lr_runs in by_lr.items()}
+        scored = sorted((lr for lr, v in val.items() if v is not None), key=lambda x: float(x))
+        if scored:
+            lr = max(scored, key=lambda x: val[x] or 0.0)  # first maximum: the smaller lr
+        elif len(by_lr) == 1:
+            lr = next(iter(by_lr))
+        else:
+            continue
+        choices[group] = LRChoice(lr, val, by_lr[lr])
+    return choices
+
+
+def current_sweep(runs: Sequence[RunResult]) -> tuple[str | None, list[RunResult]]:
+    """The base learning rate chosen on validation, and the runs that use no other base."""
+    bases = [r for r in runs if r.info["adaptation"] == "base"]
+    base = next(iter(choose_lr(bases).values()), None)
+    if base is None:
+        return None, list(runs)
+    return base.lr, [r for r in runs if r.info["base_lr"] in ("", base.lr)]
+
+
+def _sweep_order(key: RowKey, domains: list[str]) -> tuple[int, ...]:
+    domain, adaptation, rank, head = key
+    heads = ["", *HEAD_LABELS]
+    order = SWEEP_ADAPTATIONS
+    return (
+        domains.index(domain) if domain in domains else len(domains),
+        order.index(adaptation) if adaptation in order else len(order),
+        heads.index(head) if head in heads else len(heads),
+        rank,
+    )
+
+
+def _row_key(run: RunResult) -> RowKey:
+    info = run.info
+    return (info["domain"], info["adaptation"], int(info["rank"]), info["head"])
+
+
+def missing_runs(runs: Sequence[RunResult]) -> dict[RowKey, int]:
+    """Per row of the table, the runs it still lacks: every learning rate tried for its
+    adaptation anywhere in ``runs``, at every seed of the sweep. A row with some missing picked
+    its learning rate from a partial grid (a sweep stopped part-way)."""
+    lrs: dict[str, set[str]] = defaultdict(set)
+    seeds = {r.seed for r in runs}
+    done: dict[RowKey, set[tuple[str, int]]] = defaultdict(set)
+    for r in runs:
+        if r.status == "ok":
+            lrs[r.info["adaptation"]].add(r.info["lr"])
+            done[_row_key(r)].add((r.info["lr"], r.seed))
+    return {key: len(lrs[key[1]]) * len(seeds) - len(found) for key, found in done.items()}
+
+
+def _sweep_cells(
+    key: RowKey, choice: LRChoice | None, student: dict[RowKey, float], missing: int = 0
+) -> list[str]:
+    domain, adaptation, rank, head = key
+    theirs = f"{student[key]:.2f}".rstrip("0").rstrip(".") if key in student else ""
+    every = "every weight" if adaptation in ("base", "full") else "–"
+    cells = [domain, LABELS.get(adaptation, adaptation), str(rank or "–")]
+    cells.append(HEAD_LABELS.get(head) or every)
+    if choice is None:
+        return [*cells, "–", theirs, "–", "–", "–", "–", "–"]
+    tests = _values(choice.runs, "acc")
+    ours = format_mean_std(*mean_std(tests), scale=100, digits=1) + f" ({len(tests)})"
+    val = choice.val_by_lr[choice.lr]
+    tried = [
+        (f"**{lr}: {v * 100:.1f}**" if lr == choice.lr else f"{lr}: {v * 100:.1f}")
+        for lr, v in sorted(choice.val_by_lr.items(), key=lambda item: float(item[0] or 0))
+        if v is not None
+    ]
+    epochs = _mean(choice.runs, "epochs")
+    params = choice.runs[0].metrics.get("trainable_params")
+    return [
+        *cells,
+        f"{int(params):,}" if params else "–",
+        theirs,
+        ours,
+        "–" if val is None else f"{val * 100:.1f}",
+        (choice.lr or "–") + (f" (partial grid: {missing} runs missing)" if missing else ""),
+        " · ".join(tried) or "–",
+        "–" if epochs is None else f"{epochs:.0f}",
+    ]
+
+
+HEADER = [
+    "domain",
+    ADAPTATION_COLUMN,
+    "r",
+    "head",
+    "trainable params",
+    "student (%)",
+    "ours: test (%) (n)",
+    "val (%)",
+    "lr",
+    "val (%) per lr",
+    "epochs",
+]
+
+
+def sweep_section(runs: Sequence[RunResult]) -> list[str]:
+    """The student-vs-ours table of the ``lrsweep`` part, row by row."""
+    if not runs:
+        return ["(not run yet: `python -m attn_lightning.studies.lora lrsweep`)", ""]
+    student = student_numbers()
+    base_lr, current = current_sweep(runs)
+    choices = {group[:4]: choice for group, choice in choose_lr(current).items()}
+    seen = ["original", *(r.info["domain"] for r in current), *(k[0] for k in student)]
+    domains = list(dict.fromkeys(seen))
+    keys = sorted({*choices, *student}, key=lambda k: _sweep_order(k, domains))
+
+    def values(key: str) -> str:
+        return ", ".join(sorted({str(r.info[key]) for r in current}))
+
+    lines = [
+        f"Data: {values('source')} at 28×28 (quantized: {values('levels')} grey levels; rotated: "
+        f"{values('angle')}°). Up to {values('max_epochs')} epochs, early stopping after "
+        f"{values('patience')} epochs without a lower `val/loss` (0: none); every run is "
+        "scored at its best-`val/loss` checkpoint. Per row, the learning rate with the highest "
+        "mean validation accuracy over seeds is chosen (bold in the last-but-one column); only "
+        "its test accuracy is reported (mean ± std, n seeds). The base learning rate chosen "
+        f"this way is {base_lr or '–'}: every row but LoRA from scratch adapts that base.",
+        "",
+        "Student: MNIST, from their report (`docs/references/lora_student.csv`); empty where "
+        "their number is not known to us."
+        + ("" if values("source") == "mnist" else " Ours are **not** on MNIST (see Data)."),
+        "",
+    ]
+    missing = missing_runs(current)
+    body = [_sweep_cells(k, choices.get(k), student, missing.get(k, 0)) for k in keys]
+    lines += markdown_table(HEADER, body).splitlines()
+    if any(missing.values()):
+        lines += [
+            "",
+            "Rows marked *partial grid* chose their learning rate among the runs that finished; "
+            "they are not comparable with the complete rows.",
+        ]
+    return [*lines, ""]
+
+
+def sweep_summary(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """One row per (``SWEEP_GROUP``, lr): runs, val/test mean ± std, epochs, chosen or not."""
+    chosen = {group: choice.lr for group, choice in choose_lr(runs).items()}
+    groups: dict[tuple[Any, ...], list[RunResult]] = defaultdict(list)
+    for run in runs:
+        groups[(*(run.info[k] for k in SWEEP_GROUP), run.info["lr"])].append(run)
+    summary = []
+    for key, group in groups.items():
+        ok = [r for r in group if r.status == "ok"]
+        entry: dict[str, Any] = dict(zip(SUMMARY_KEYS, key, strict=True))
+        entry.update(runs=len(group), crashed=len(group) - len(ok))
+        for metric in ("val_acc", "acc", "epochs"):
+            entry[f"{metric}_mean"], entry[f"{metric}_std"] = mean_std(_values(ok, metric))
+        entry["chosen"] = chosen.get(key[:-1]) == key[-1]
+        summary.append(entry)
+    return summary

@@ -1,0 +1,199 @@
+"""Tables of the LoRA study from its per-run CSVs: mean ± std over seeds.
+
+Reads ``<out>_<part>_runs.csv`` of the parts ``mlp``, ``variants`` and ``transformer``
+(whichever exist; mean ± std by ``results.tables``), writes ``<out>_summary.csv`` and
+``<out>.md``. Text between ``<!-- notes:begin -->`` and ``<!-- notes:end -->`` in an existing
+``<out>.md`` (the hand-written discussion) is kept. The ``lrsweep`` part gets its own table
+beside the student's numbers and ``<out>_lrsweep_summary.csv``, both made by
+``studies.lora.lrsweep_report`` (learning rates chosen on validation, never on test).
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.results.files import markdown_table, write_csv
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.tables import format_mean_std, mean_std
+from attn_lightning.studies.lora.lrsweep_report import sweep_section, sweep_summary
+from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, read_runs, runs_csv
+
+PARTS = ("mlp", "variants", "transformer")
+NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
+COMMANDS = """```bash
+nice -n 19 python -m attn_lightning.studies.lora mlp          # ~130 runs
+nice -n 19 python -m attn_lightning.studies.lora variants     # ~18 runs, after mlp
+nice -n 19 python -m attn_lightning.studies.lora transformer  # ~25 runs
+nice -n 19 python -m attn_lightning.studies.lora lrsweep      # 801 runs (--plan: count)
+python -m attn_lightning.studies.lora report                  # tables from the CSVs
+```
+
+`mlp` and `transformer` can run at the same time (separate CSVs); `variants` reuses the base
+checkpoints of `mlp`. A part re-run skips the runs already in its CSV (`--fresh` starts over).
+Options: `--seeds`, `--ranks`, `--domains`, `--levels`, `--angle`, `--epochs`, `--lr`,
+`--transformer-ranks`, `--reversal-adapt-steps`, ... (`<part> --help`)."""
+
+
+def _values(runs: Sequence[RunResult], key: str) -> list[float]:
+    found = (r.seconds if key == "seconds" else r.metrics.get(key) for r in runs)
+    return [float(v) for v in found if v is not None]
+
+
+def summarize(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """One row per (part, domain, adaptation, rank): counts and mean/std of the metrics."""
+    groups: dict[tuple[str, str, str, int], list[RunResult]] = defaultdict(list)
+    for run in runs:
+        info = run.info
+        groups[(info["part"], info["domain"], info["adaptation"], info["rank"])].append(run)
+    summary = []
+    for (part, domain, adaptation, rank), group in groups.items():
+        ok = [r for r in group if r.status == "ok"]
+        entry: dict[str, Any] = {
+            "part": part,
+            "domain": domain,
+            ADAPTATION_COLUMN: adaptation,
+            "rank": int(rank),
+            "runs": len(group),
+            "crashed": len(group) - len(ok),
+            "seeds": " ".join(str(r.seed) for r in ok),
+            "trainable_params": ok[0].metrics.get("trainable_params") if ok else None,
+        }
+        for key in ("acc", "exact_acc", "seconds"):
+            entry[f"{key}_mean"], entry[f"{key}_std"] = mean_std(_values(ok, key))
+        summary.append(entry)
+    return summary
+
+
+def _pct(entry: dict[str, Any] | None, key: str = "acc") -> str:
+    if entry is None:
+        return "–"
+    return format_mean_std(entry[f"{key}_mean"], entry[f"{key}_std"], scale=100, digits=1)
+
+
+def _params(entry: dict[str, Any] | None) -> str:
+    if entry is None or not entry["trainable_params"]:  # 0: not logged by that run
+        return "–"
+    return f"{int(entry['trainable_params']):,}"
+
+
+def _label(entry: dict[str, Any]) -> str:
+    return LABELS.get(entry[ADAPTATION_COLUMN], entry[ADAPTATION_COLUMN])
+
+
+def _mlp_tables(summary: list[dict[str, Any]]) -> list[str]:
+    index = {
+        (e["domain"], e[ADAPTATION_COLUMN], e["rank"]): e for e in summary if e["part"] == "mlp"
+    }
+    base = index.get(("original", "base", 0))
+    lines = [
+        f"Base MLP (784-64-64-10, {_params(base)} parameters) on the original domain: "
+        f"test accuracy {_pct(base)} % (seeds {base['seeds'] if base else '–'}).",
+        "",
+    ]
+    domains = list(dict.fromkeys(e["domain"] for e in summary if e["part"] == "mlp"))
+    for domain in (d for d in domains if d != "original"):
+        before, full = index.get((domain, "before", 0)), index.get((domain, "full", 0))
+        ranks = sorted({e["rank"] for e in summary if e["domain"] == domain and e["rank"] > 0})
+        lines += [
+            f"### {domain}",
+            "",
+            f"Before adaptation: {_pct(before)} %. Full fine-tune ({_params(full)} trainable): "
+            f"{_pct(full)} %. Seeds: {full['seeds'] if full else '–'}.",
+            "",
+        ]
+        body = []
+        for r in ranks:
+            lora, scratch = index.get((domain, "lora", r)), index.get((domain, "lora_scratch", r))
+            seconds = lora["seconds_mean"] if lora and lora["seconds_mean"] else 0.0
+            body.append([r, _params(lora or scratch), _pct(lora), _pct(scratch), f"{seconds:.0f}"])
+        header = ["r", "trainable params", "LoRA acc (%)", "LoRA from scratch acc (%)", "s / run"]
+        lines += [markdown_table(header, body), ""]
+    return lines
+
+
+def _variants_table(summary: list[dict[str, Any]]) -> list[str]:
+    entries = [e for e in summary if e["part"] == "variants"]
+    if not entries:
+        return ["(not run yet)", ""]
+    header = ["domain", "variant", "r", "trainable params", "test acc (%)", "seeds"]
+    body = [[e["domain"], _label(e), e["rank"], _params(e), _pct(e), e["seeds"]] for e in entries]
+    return [markdown_table(header, body), ""]
+
+
+def _transformer_table(summary: list[dict[str, Any]]) -> list[str]:
+    entries = [e for e in summary if e["part"] == "transformer"]
+    if not entries:
+        return ["(not run yet)", ""]
+    header = ["task", ADAPTATION_COLUMN, "r", "trainable params", "token acc (%)"]
+    header += ["exact-seq acc (%)", "runs", "s / run"]
+    body = []
+    for e in entries:
+        crashed = f" ({e['crashed']} crashed)" if e["crashed"] else ""
+        cells = [e["domain"], _label(e), e["rank"] or "–", _params(e), _pct(e)]
+        cells += [_pct(e, "exact_acc"), f"{e['runs'] - e['crashed']}{crashed}"]
+        body.append([*cells, f"{e['seconds_mean'] or 0:.0f}"])
+    return [markdown_table(header, body), ""]
+
+
+def _notes(md: Path) -> str:
+    """The hand-written discussion of an existing ``md`` (a placeholder for a new one)."""
+    if md.exists() and NOTES[0] in (text := md.read_text()) and NOTES[1] in text:
+        return text[text.index(NOTES[0]) : text.index(NOTES[1]) + len(NOTES[1])]
+    return f"{NOTES[0]}\n(discussion goes here)\n{NOTES[1]}"
+
+
+def write_report(out: Path) -> None:
+    """Write ``<out>_summary.csv`` and ``<out>.md`` from the parts' run CSVs (none: nothing)."""
+    runs = [run for part in PARTS for run in read_runs(runs_csv(out, part))]
+    sweep = read_runs(runs_csv(out, "lrsweep"))
+    if not runs and not sweep:
+        return
+    summary = summarize(runs)
+    for path, table in (
+        (f"{out}_summary.csv", summary),
+        (f"{out}_lrsweep_summary.csv", sweep_summary(sweep)),
+    ):
+        if table:
+            write_csv(Path(path), table)
+    walls: dict[str, float] = defaultdict(float)
+    for run in (*runs, *sweep):
+        walls[run.info["part"]] += run.seconds or 0.0
+    crashed = sum(r.status != "ok" for r in (*runs, *sweep))
+    md = out.with_suffix(".md")
+    lines = [
+        "# LoRA adaptation study (peft)",
+        "",
+        "Generated by `attn_lightning.studies.lora` (tables) — the discussion between the",
+        "notes markers is hand-written and kept on regeneration.",
+        "",
+        _notes(md),
+        "",
+        "## Regenerate",
+        "",
+        COMMANDS,
+        "",
+        f"Machine: {platform.platform()}, Python {platform.python_version()}, CPU only, "
+        f"each part runs its runs one after another under `nice -n 19`. Sum of run wall times: "
+        + ", ".join(f"{part} {seconds / 60:.1f} min" for part, seconds in walls.items())
+        + f". Runs: {len(runs) + len(sweep)}, crashed: {crashed}. Per-run rows: "
+        "`lora_mlp_runs.csv`, `lora_variants_runs.csv`, `lora_transformer_runs.csv`, "
+        "`lora_lrsweep_runs.csv`; means: `lora_summary.csv`, `lora_lrsweep_summary.csv`.",
+        "",
+        "## Against the student's table (learning rates chosen on validation)",
+        "",
+        *sweep_section(sweep),
+        "## MLP on shifted digits (test accuracy, mean ± std over seeds)",
+        "",
+        *_mlp_tables(summary),
+        "### LoRA variants: the head and the biases",
+        "",
+        *_variants_table(summary),
+        "## LoRA on the attention projections of a reversal transformer",
+        "",
+        *_transformer_table(summary),
+    ]
+    md.write_text("\n".join(lines) + "\n")

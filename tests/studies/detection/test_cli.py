@@ -1,0 +1,191 @@
+"""The detection study's command line: tables from metrics files, the paired comparison with
+each variant's control, and the old spellings (mode flags, no subcommand) still working."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shlex
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from attn_lightning.results import read_csv
+from attn_lightning.results.records import RunResult
+from attn_lightning.studies.detection import main
+from attn_lightning.studies.detection.cli import build_parser, subcommand_argv
+from attn_lightning.studies.detection.variants import (
+    DELTA_VS_CONTROL,
+    WHAT_DIFFERS,
+    comparisons,
+)
+
+
+def _fake_metrics(folder, variant: str, seed: int, m_ap: float) -> None:
+    record = {
+        "fit_seconds": 100.0 + seed,
+        "global_step": 500,
+        "metrics": {"val/mAP": m_ap + 0.01, "val/loss": 1.0},
+        "test": {"test/mAP": m_ap, "test/AP50": 2 * m_ap, "test/AP75": m_ap / 2, "test/loss": 1.0},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{variant}-s{seed}.json").write_text(json.dumps(record))
+
+
+def test_tables_from_existing_metrics_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "sweeps" / "detection_report"
+    _fake_metrics(runs, "softmax", 0, 0.1)
+    _fake_metrics(runs, "softmax", 1, 0.3)
+    _fake_metrics(runs, "mean", 0, 0.05)  # mean seed 1 never finished
+    out = tmp_path / "table"
+    argv = ["--variants", "softmax", "mean", "--seeds", "0", "1", "--out", str(out)]
+    results = main(["run", *argv, "--skip-runs", "--no-costs"])
+    assert [(r.variant, r.seed, r.status) for r in results] == [
+        ("softmax", 0, "ok"),
+        ("softmax", 1, "ok"),
+        ("mean", 0, "ok"),
+        ("mean", 1, "crashed"),
+    ]
+    md = (tmp_path / "table.md").read_text()
+    head = "| variant | runs | crashed | test mAP | test AP50 | test AP75 | val mAP |"
+    assert head + " wall time / run (s) |" in md
+    assert (
+        "| `softmax` | 2 | 0 | 0.200 ± 0.141 | 0.400 ± 0.283 | 0.100 ± 0.071 | 0.210 ± 0.141 |"
+        in md
+    )
+    assert "| `mean` | 2 | 1 | 0.050 ± 0.000 |" in md
+    assert "python -m attn_lightning.studies.detection run --variants softmax mean" in md
+    assert "test loss" not in md and "not converged" not in md
+    with (tmp_path / "table_runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["seconds"] for r in rows] == ["100.0", "101.0", "100.0", ""]
+    assert rows[1]["test/mAP"] == "0.3"
+    # The old spelling (no subcommand) is run, with one warning naming the new one, and writes
+    # the same tables but for the command it records.
+    with pytest.warns(FutureWarning, match="detection run --variants softmax mean") as caught:
+        again = main([*argv, "--skip-runs", "--no-costs"])
+    assert len(caught) == 1 and again == results
+    old = (tmp_path / "table.md").read_text()
+    assert old == md.replace("detection run --variants", "detection --variants")
+
+
+def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "sweeps" / "detection_report"
+    for seed, m_ap in enumerate((0.20, 0.30)):
+        _fake_metrics(runs, "softmax_no_qk_encoder_self", seed, m_ap)
+    for seed, m_ap in enumerate((0.15, 0.21)):  # per-seed Δ -0.05, -0.09
+        _fake_metrics(runs, "optimization_encoder_self", seed, m_ap)
+    _fake_metrics(runs, "pool_encoder_self", 0, 0.25)  # seed 1 never finished
+    names = ["softmax_no_qk_encoder_self", "optimization_encoder_self", "pool_encoder_self"]
+    argv = ["run", "--variants", *names, "--seeds", "0", "1", "--out", str(tmp_path / "t")]
+    results = main([*argv, "--skip-runs", "--no-costs"])
+    md = (tmp_path / "t.md").read_text()
+    assert "| control | what differs from the control | Δ test mAP vs control [95 % CI] |" in md
+    assert "| `optimization_encoder_self` | 2 | 0 | 0.180 ± 0.042 |" in md
+    # Paired by seed: mean -0.07, half-width t(0.975, 1) · sd(Δ) / √2 = 12.706 · 0.0283 / 1.414.
+    change = "encoder_self: softmax → optimization"
+    assert f"| `softmax_no_qk_encoder_self` | {change} | -0.070 [-0.324, +0.184] (n=2) |" in md
+    change = "encoder_self: softmax → pool"  # one shared seed: no interval
+    assert f"| `softmax_no_qk_encoder_self` | {change} | +0.050 (n=1) |" in md
+    assert "Δ vs control: the variant's test mAP minus its control's, paired by seed" in md
+    # The control itself has no control among these runs (softmax did not run): cells "–".
+    with (tmp_path / "t.csv").open() as f:
+        rows = {r["variant"]: r for r in csv.DictReader(f)}
+    assert rows["softmax_no_qk_encoder_self"]["control"] == ""
+    assert rows["pool_encoder_self"]["Δ test mAP vs control [95 % CI]"] == "+0.050 (n=1)"
+    # A control whose runs all crashed gives no difference, not a wrong one.
+    crashed = [r for r in results if r.variant != "softmax_no_qk_encoder_self"]
+    crashed.append(RunResult("softmax_no_qk_encoder_self", 0, None, "crashed"))
+    got = comparisons(crashed)["optimization_encoder_self"]
+    assert got == {
+        "control": "`softmax_no_qk_encoder_self`",
+        WHAT_DIFFERS: "encoder_self: softmax → optimization",
+        DELTA_VS_CONTROL: None,
+    }
+
+
+def test_variants_are_required_by_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--out", str(tmp_path / "t")])
+    assert exc.value.code == 2 and "--variants is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc, pytest.warns(FutureWarning, match="detection run --out"):
+        main(["--out", str(tmp_path / "t")])  # the old spelling: run
+    assert exc.value.code == 2 and "--variants is required" in capsys.readouterr().err
+
+
+def test_help_names_every_subcommand(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and "run|sensitivity|ablation|sites|probe" in out
+
+
+OUT = ["--out", "x"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (["--variants", "all", *OUT], ["run", "--variants", "all", *OUT]),
+        (["--sensitivity", "optimization_all", *OUT], ["sensitivity", "optimization_all", *OUT]),
+        (["--seeds", "0", "--sensitivity", *OUT], ["sensitivity", "--seeds", "0", *OUT]),
+        (
+            ["--sensitivity=optimization_all", "--full-grid", *OUT],
+            ["sensitivity", "optimization_all", "--full-grid", *OUT],
+        ),
+        (["--ablation", *OUT], ["ablation", *OUT]),
+        ([*OUT, "--sites"], ["sites", *OUT]),
+    ],
+)
+def test_old_mode_flags_become_subcommands_with_one_warning(old, new):
+    parser = build_parser()
+    with pytest.warns(FutureWarning) as caught:
+        assert subcommand_argv(old, parser) == new
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert message.endswith(f"use python -m attn_lightning.studies.detection {shlex.join(new)}")
+    assert parser.parse_args(new).subcommand == new[0]
+
+
+def test_new_spellings_pass_unchanged_and_silent():
+    parser = build_parser()
+    for argv in (["run", "--variants", "all", "--out", "x"], ["probe", "--variants", "a"], ["-h"]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert subcommand_argv(argv, parser) == argv
+
+
+def test_an_old_sites_line_ignores_the_training_flags(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "s"
+    small = ["--set", "model.init_args.d_model=32", "--set", "model.init_args.d_ff=32"]
+    argv = ["--sites", "--variants", "softmax", "--seeds", "0", "1", *small, "--out", str(out)]
+    with pytest.warns(FutureWarning, match="detection sites --variants softmax --seeds 0 1"):
+        assert main(argv) == []
+    assert "ignored (sites trains nothing): --seeds 0 1" in caplog.text
+    meta, rows = read_csv(out.with_name("s_sites.csv"))
+    assert meta["command"] == "python -m attn_lightning.studies.detection " + shlex.join(argv)
+    assert [r["site"] for r in rows] == ["encoder_self", "decoder_self", "decoder_cross"]
+    assert main(["sites", "--variants", "softmax", *small, "--out", str(out)]) == []
+    assert read_csv(out.with_name("s_sites.csv"))[1] == rows
+
+
+def test_the_old_probe_module_runs_the_probe_subcommand_with_a_warning(tmp_path):
+    argv = ["--variants", "softmax", "--seeds", "7", "--out", str(tmp_path / "p")]
+    done = subprocess.run(
+        [sys.executable, "-m", "attn_lightning.studies.detection_probe", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "default"},
+    )
+    assert done.returncode == 2
+    warning = [line for line in done.stderr.splitlines() if "FutureWarning" in line]
+    assert len(warning) == 1
+    assert "use python -m attn_lightning.studies.detection probe" in warning[0]
+    assert "no metrics file sweeps/detection_report/softmax-s7.json" in done.stderr

@@ -1,0 +1,81 @@
+"""The LoRA study's report: tables from per-run CSVs, and the committed tables regenerated from
+the committed per-run CSVs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attn_lightning.results.files import read_csv, write_csv
+from attn_lightning.studies.lora.report import write_report
+from attn_lightning.studies.lora.runs import FIELDS
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    write_csv(path, rows, fields=FIELDS)
+
+
+def test_report_tables_from_fake_rows(tmp_path):
+    ok = {"status": "ok", "exact_acc": "", "seconds": "10"}
+    mlp = [
+        {**ok, "part": "mlp", "domain": "original", "method": "base", "rank": 0, "seed": s}
+        | {"trainable_params": 55050, "acc": a}
+        for s, a in ((0, 0.96), (1, 0.98))
+    ]
+    mlp += [
+        {**ok, "part": "mlp", "domain": "rotated", "method": m, "rank": r, "seed": 0}
+        | {"trainable_params": p, "acc": a}
+        for m, r, p, a in (
+            ("before", 0, 55050, 0.2),
+            ("full", 0, 55050, 0.9),
+            ("lora", 4, 4200, 0.85),
+            ("lora_scratch", 4, 4200, 0.5),
+        )
+    ]
+    transformer = [
+        {**ok, "part": "transformer", "domain": "reversal+1", "method": "lora", "rank": 4}
+        | {"seed": 0, "trainable_params": 2048, "acc": 0.99, "exact_acc": 0.9},
+        {"part": "transformer", "domain": "reversal+1", "method": "lora", "rank": 4, "seed": 1}
+        | {"status": "crashed", "seconds": "1"},
+    ]
+    _write_rows(tmp_path / "lora_mlp_runs.csv", mlp)
+    _write_rows(tmp_path / "lora_transformer_runs.csv", transformer)
+    (tmp_path / "lora.md").write_text("<!-- notes:begin -->\nkept\n<!-- notes:end -->\n")
+    write_report(tmp_path / "lora")
+    md = (tmp_path / "lora.md").read_text()
+    assert "<!-- notes:begin -->\nkept\n<!-- notes:end -->" in md
+    assert "test accuracy 97.0 ± 1.4 % (seeds 0 1)" in md
+    assert "Before adaptation: 20.0 ± 0.0 %. Full fine-tune (55,050 trainable): 90.0 ± 0.0 %" in md
+    assert "| 4 | 4,200 | 85.0 ± 0.0 | 50.0 ± 0.0 | 10 |" in md
+    assert "| reversal+1 | LoRA | 4 | 2,048 | 99.0 ± 0.0 | 90.0 ± 0.0 | 1 (1 crashed) | 10 |" in md
+    assert "### LoRA variants: the head and the biases\n\n(not run yet)" in md
+    _, rows = read_csv(tmp_path / "lora_summary.csv")
+    summary = {(r["domain"], r["method"]): r for r in rows}
+    assert float(summary[("original", "base")]["acc_mean"]) == pytest.approx(0.97)
+    assert summary[("reversal+1", "lora")]["crashed"] == "1"
+
+
+def test_the_committed_tables_regenerate_from_the_committed_runs(tmp_path):
+    for path in DOCS.glob("lora_*_runs.csv"):
+        shutil.copy(path, tmp_path)
+    shutil.copy(DOCS / "lora.md", tmp_path)
+    write_report(tmp_path / "lora")
+    for name in ("lora_summary.csv", "lora_lrsweep_summary.csv"):
+        assert (tmp_path / name).read_bytes() == (DOCS / name).read_bytes(), name
+    # The page too, but for the machine that wrote it.
+    machine = re.compile(r"^Machine: [^,]*,", flags=re.M)
+    ours = machine.sub("Machine: (this one),", (tmp_path / "lora.md").read_text())
+    assert ours == machine.sub("Machine: (this one),", (DOCS / "lora.md").read_text())
+    _, rows = read_csv(tmp_path / "lora_lrsweep_summary.csv")
+    assert len(rows) == 267 and sum(r["chosen"] == "True" for r in rows) > 0
+    # The comparison can fail: one changed run changes the summary.
+    runs = (tmp_path / "lora_mlp_runs.csv").read_text()
+    assert ",0.9630996584892273," in runs
+    (tmp_path / "lora_mlp_runs.csv").write_text(runs.replace(",0.9630996584892273,", ",0.5,"))
+    write_report(tmp_path / "lora")
+    assert (tmp_path / "lora_summary.csv").read_bytes() != (DOCS / "lora_summary.csv").read_bytes()
