@@ -29,7 +29,6 @@ import logging
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +47,7 @@ from attn_lightning.benchmarks.budget import extrapolate, growth_exponent, run_b
 from attn_lightning.benchmarks.specs import BackendSpec
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim
 from attn_lightning.models.sequence import SequenceTransformer
+from attn_lightning.models.specs import PixelSpec, TransformerSpec
 
 log = logging.getLogger(__name__)
 
@@ -103,20 +103,21 @@ def build_model(
         ValueError: unknown model, or an odd or too small N for ``reversal`` (x SEP y needs N/2).
     """
     g = torch.Generator().manual_seed(0)
-    sizes: dict[str, Any] = {
-        "d_model": width,
-        "num_heads": settings.heads,
-        "num_layers": settings.layers,
-        "d_ff": 4 * width,
-        "attention": {"name": spec.name, **spec.options},
-    }
+    # Each model keeps its own spec's other defaults (positions: sinusoidal / learned).
+    sizes: dict[str, Any] = {"d_model": width, "num_heads": settings.heads, "d_ff": 4 * width}
+    sizes["num_layers"] = settings.layers
+    attention = {"name": spec.name, **spec.options}
     device, b = settings.device, settings.batch
     torch.manual_seed(0)  # the same weights and random features for every backend
     if model == "reversal":
         if n < 2 or n % 2:
             raise ValueError(f"reversal needs an even N >= 2 (x SEP y of N/2 each), got {n}")
         net = SequenceTransformer(
-            vocab_size=REVERSAL_SYMBOLS + 1, num_outputs=REVERSAL_SYMBOLS, max_len=n, **sizes
+            TransformerSpec(**sizes),
+            vocab_size=REVERSAL_SYMBOLS + 1,
+            num_outputs=REVERSAL_SYMBOLS,
+            max_len=n,
+            attention=attention,
         ).to(device)
         source = torch.randint(REVERSAL_SYMBOLS, (b, n // 2), generator=g).to(device)
         target = source.flip(1)
@@ -129,7 +130,12 @@ def build_model(
 
         return net, reversal_loss
     if model == "pixel":
-        pix = PixelTransformer(levels=PIXEL_LEVELS, seq_len=n, **sizes).to(device)
+        pix = PixelTransformer(
+            PixelSpec(**sizes),
+            levels=PIXEL_LEVELS,
+            seq_len=n,
+            attention=attention,
+        ).to(device)
         pixels = torch.randint(PIXEL_LEVELS, (b, n), generator=g).to(device)  # (B, N)
         return pix, lambda: bits_per_dim(pix.log_likelihood(pixels))
     raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")

@@ -142,9 +142,9 @@ def condense(message: str, option_strings: Iterable[str] = ()) -> str:
     if rejected:
         options = class_options(class_path)
         # A model size misspelt at the task level may mean a field of its ``net`` spec.
-        nested = {f: f"net.{f}" for f in group_options(class_path, "net") if f not in options}
-        guess = nearest(rejected.group(1), [*options, *nested])
-        guess = nested.get(guess, guess) if guess else None
+        in_spec = {f: f"net.{f}" for f in group_options(class_path, "net") if f not in options}
+        guess = nearest(rejected.group(1), [*options, *in_spec])
+        guess = in_spec.get(guess, guess) if guess else None
         hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(options)}"
         return f"{where}: option {rejected.group(1)!r} is not accepted; {hint}"
     keys, expected, given = _KEY.findall(block), _EXPECTED.findall(block), _GIVEN.findall(block)

@@ -6,11 +6,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.cli.checkpoints import CheckpointError, load_checkpoint, saved_class
+from attn_lightning.cli.checkpoints import (
+    CheckpointError,
+    load_checkpoint,
+    load_task,
+    saved_class,
+)
 from attn_lightning.models.pixel import PixelTransformer
-from attn_lightning.tasks.image import ImageGenerationTask
 
-SIZES = ("image_size", "levels", "d_model", "num_heads", "num_layers", "d_ff", "output")
+SIZES = ("image_size", "levels")  # the data's; the model's own are its net spec
 
 
 def format_attention_spec(attention: Mapping[str, Any]) -> str:
@@ -22,6 +26,10 @@ def format_attention_spec(attention: Mapping[str, Any]) -> str:
 
     options = [f"{k}={value(v)}" for k, v in attention.items() if k != "name"]
     return str(attention["name"]) + (":" + ",".join(options) if options else "")
+
+
+def _net_sizes(net: Mapping[str, Any]) -> list[str]:
+    return [f"{k}={net[k]}" for k in ("d_model", "num_heads", "num_layers", "d_ff", "output")]
 
 
 def load_pixel_model(path: str | Path) -> tuple[PixelTransformer, dict[str, Any]]:
@@ -42,11 +50,8 @@ def load_pixel_model(path: str | Path) -> tuple[PixelTransformer, dict[str, Any]
     class_path = saved_class(checkpoint, "hyper_parameters")
     if class_path is not None and class_path.rsplit(".", 1)[-1] != "ImageGenerationTask":
         raise CheckpointError(f"{foreign} (its task is {class_path})")
-    # LightningCLI adds "_class_path" / "_instantiator" entries: not constructor arguments.
-    hparams = {k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k[:1] != "_"}
     try:
-        task = ImageGenerationTask(**hparams)
-        task.load_state_dict(checkpoint["state_dict"])
+        task = load_task(path)
     except (TypeError, ValueError, RuntimeError) as err:  # other hparams, missing/extra weights
         reason = " ".join(str(err).split())[:160]
         raise CheckpointError(f"{foreign} ({type(err).__name__}: {reason})") from None
@@ -55,6 +60,8 @@ def load_pixel_model(path: str | Path) -> tuple[PixelTransformer, dict[str, Any]
         "name": task.attention_config["name"],
         "run": path.parent.name,
         "step": checkpoint.get("global_step", ""),
-        "model": " ".join(f"{k}={task.hparams[k]}" for k in SIZES),
+        "model": " ".join(
+            [*(f"{k}={task.hparams[k]}" for k in SIZES), *_net_sizes(task.hparams["net"])]
+        ),
     }
     return task.net.eval(), info

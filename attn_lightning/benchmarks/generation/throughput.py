@@ -22,6 +22,7 @@ import torch
 from attn_lightning.attention import parse_attention_spec
 from attn_lightning.benchmarks.measure import is_out_of_memory, peak_bytes, time_calls
 from attn_lightning.models.pixel import PixelTransformer, sample_pixels
+from attn_lightning.models.specs import PixelSpec
 
 log = logging.getLogger("attn_lightning.benchmarks.generation")
 
@@ -92,13 +93,13 @@ def measure(spec: str, method: str, *, args: argparse.Namespace) -> Row:
     """Best of ``args.repeats`` timed batches of ``args.batch`` images of a random model."""
     torch.manual_seed(0)
     device = torch.device(args.device)
+    sizes = PixelSpec(
+        d_model=args.d_model, num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff
+    )
     model = PixelTransformer(
+        sizes,
         levels=args.levels,
         seq_len=args.image_size**2,
-        d_model=args.d_model,
-        num_heads=args.num_heads,
-        num_layers=args.num_layers,
-        d_ff=args.d_ff,
         attention=parse_attention_spec(spec),
     ).eval()
     model.to(device)

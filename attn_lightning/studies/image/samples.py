@@ -21,6 +21,7 @@ import torch
 from torchvision.utils import save_image
 
 from attn_lightning.callbacks.images import completion_grid, grid_generator, sample_grid
+from attn_lightning.cli import checkpoints
 from attn_lightning.data.pixels import PixelDataModule
 from attn_lightning.models.generation import METHODS
 from attn_lightning.tasks.image import ImageGenerationTask
@@ -28,9 +29,10 @@ from attn_lightning.tasks.image import ImageGenerationTask
 
 def load_task(ckpt_path: str | Path, *, device: str = "cpu") -> tuple[ImageGenerationTask, dict]:
     """The task (eval mode) and the DataModule hyper-parameters saved with it."""
-    task = ImageGenerationTask.load_from_checkpoint(str(ckpt_path), map_location=device)
-    checkpoint = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)
-    saved = checkpoint.get("datamodule_hyper_parameters", {})
+    task = checkpoints.load_task(ckpt_path, map_location=device)
+    if not isinstance(task, ImageGenerationTask):
+        raise ValueError(f"{ckpt_path}: a {type(task).__name__} checkpoint, not an image model's")
+    saved = checkpoints.load_checkpoint(ckpt_path).get("datamodule_hyper_parameters", {})
     # LightningCLI adds "_class_path" / "_instantiator" entries: not constructor arguments.
     data_hparams = {k: v for k, v in saved.items() if not k.startswith("_")}
     return task.eval(), data_hparams
