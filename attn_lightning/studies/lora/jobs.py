@@ -117,7 +117,7 @@ def transformer_jobs(args: argparse.Namespace) -> list[Job]:
     """One reversal base (seed 0), then per seed before / full / LoRA / LoRA from scratch."""
     sizes = (
         f"data.init_args.seq_len={args.seq_len}",
-        "model.init_args.max_len=32",
+        "model.init_args.net.max_len=32",
         "data.init_args.train_size=10000",
         "data.init_args.val_size=500",
         "data.init_args.test_size=500",

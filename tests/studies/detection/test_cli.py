@@ -163,7 +163,7 @@ def test_new_spellings_pass_unchanged_and_silent():
 def test_an_old_sites_line_ignores_the_training_flags(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "s"
-    small = ["--set", "model.init_args.d_model=32", "--set", "model.init_args.d_ff=32"]
+    small = ["--set", "model.init_args.net.d_model=32", "--set", "model.init_args.net.d_ff=32"]
     argv = ["--sites", "--variants", "softmax", "--seeds", "0", "1", *small, "--out", str(out)]
     with pytest.warns(FutureWarning, match="detection sites --variants softmax --seeds 0 1"):
         assert main(argv) == []

@@ -9,7 +9,7 @@ from attn_lightning.studies.detection.variants import variants
 def test_measure_builds_each_variant_through_the_train_cli(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plain, no_proj = variants(["softmax", "softmax_no_projections"])
-    small = ["model.init_args.d_model=32", "model.init_args.d_ff=32"]
+    small = ["model.init_args.net.d_model=32", "model.init_args.net.d_ff=32"]
     cost = measure(plain, overrides=small, batch=1, repeats=1)
     bare = measure(no_proj, overrides=small, batch=1, repeats=1)
     assert cost["input"] == "1×3×48×48"
