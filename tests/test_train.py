@@ -14,8 +14,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from attn_lightning.attention import available_attentions
-from attn_lightning.cli import main
+from tests.runs import skip_unregistered, train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -42,34 +41,15 @@ class StepRecorder(Callback):
 
 
 def run(subcommand: str, tmp: Path, *configs: Path, extra: tuple[str, ...] = ()):
-    args = [subcommand]
-    for config in (BASE, *configs):
-        args += ["--config", str(config)]
-    args += [
-        *TINY,
-        f"--trainer.logger.init_args.save_dir={tmp / 'logs'}",
-        f"--checkpoint.root={tmp / 'checkpoints'}",
-        *extra,
-    ]
-    return main(args)
+    return train(subcommand, tmp, (BASE, *configs), options=TINY, extra=extra)
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])  # the CLI gets its args from main(args)
-
-
-def _backend_name(config: Path) -> str:
-    import yaml
-
-    return yaml.safe_load(config.read_text())["model"]["init_args"]["attention"]["name"]
+pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 @pytest.mark.parametrize("config", BACKENDS, ids=[p.stem for p in BACKENDS])
 def test_fast_dev_run_per_backend(config, tmp_path):
-    if _backend_name(config) not in available_attentions():
-        pytest.skip(f"backend of {config.name} is not registered")
+    skip_unregistered(config)
     cli = run(
         "fit",
         tmp_path,

@@ -52,6 +52,10 @@ from torch import Tensor, nn
 State = tuple[Tensor, ...]
 # (rows, cols) of the token map, raster order: see ``grid`` in the module docstring.
 Grid = tuple[int, int]
+# How the keys are laid out: on a grid, or (None) a plain sequence.
+Layout = Grid | None
+# A key padding mask, (B, S) bool, True = real token; None: every key is real.
+Mask = Tensor | None
 
 CHECK_FINITE_ENV = "ATTN_LIGHTNING_CHECK_FINITE"
 # The process-wide switch, in a dict so the setters need no ``global``.
@@ -219,14 +223,7 @@ class Attention(nn.Module, abc.ABC):
     # ------------------------------------------------------------------ for subclasses
     @abc.abstractmethod
     def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        grid: Grid | None,
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor: ...
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:

@@ -12,7 +12,7 @@ import abc
 import torch
 from torch import Tensor
 
-from attn_lightning.attention.base import Attention, Grid, State, accumulation_dtype
+from attn_lightning.attention.base import Attention, Layout, Mask, State, accumulation_dtype
 from attn_lightning.attention.ops.linear_kernels import (
     DEFAULT_EPS,
     causal_linear_attention,
@@ -48,14 +48,7 @@ class FeatureMapAttention(Attention):
             return self.feature_map(x.to(accumulation_dtype(x.dtype)), is_query=is_query)
 
     def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        grid: Grid | None,
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         phi_q = self.features(q, is_query=True)
         phi_k = self.features(k, is_query=False)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.base import Attention, Grid, accumulation_dtype
+from attn_lightning.attention.base import Attention, Layout, Mask, accumulation_dtype
 from attn_lightning.attention.ops.lasso import (
     SOLVERS,
     admm_codes,
@@ -220,14 +220,7 @@ class OptimizationAttention(Attention):
 
     # ------------------------------------------------------------------ contract
     def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        grid: Grid | None,
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         atoms = self._dictionary(q, k, v)
         dtype = accumulation_dtype(torch.promote_types(torch.result_type(q, k), v.dtype))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.base import Attention, Grid, State, accumulation_dtype
+from attn_lightning.attention.base import Attention, Layout, Mask, State, accumulation_dtype
 from attn_lightning.attention.ops import kv_cache
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.power_exact import blocked_keys, exact_power_attention
@@ -147,14 +147,7 @@ class PolynomialAttention(Attention):
 
     # ------------------------------------------------------------------ contract
     def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        grid: Grid | None,
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         return self._exact(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
 

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.base import Grid, State, accumulation_dtype
+from attn_lightning.attention.base import Layout, Mask, State, accumulation_dtype
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.ops import polysketch_eval
 from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
@@ -237,14 +237,7 @@ class PolySketchAttention(FeatureMapAttention):
         return phi_q, phi_k, v.to(acc), qn, kn
 
     def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        grid: Grid | None,
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         if not self.local_block:
             kernel_form = uses_kernel_form(

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.base import Attention, Grid, accumulation_dtype
+from attn_lightning.attention.base import Attention, Layout, Mask, accumulation_dtype
 
 _SPATIAL_SHAPE_REMOVED = (
     "PoolAttention.spatial_shape was removed: pass the token grid per call, "
@@ -81,14 +81,7 @@ class PoolAttention(Attention):
         raise AttributeError(_SPATIAL_SHAPE_REMOVED)
 
     def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        grid: Grid | None,
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         b, h, l_q, _ = q.shape
         s, dv = v.shape[2], v.shape[3]

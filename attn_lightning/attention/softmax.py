@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.base import Attention, Grid, State
+from attn_lightning.attention.base import Attention, Layout, Mask, State
 from attn_lightning.attention.ops import kv_cache
 
 
@@ -48,14 +48,7 @@ class SoftmaxAttention(Attention):
         self.cache_size = cache_size
 
     def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        grid: Grid | None,
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         if key_padding_mask is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)

@@ -98,13 +98,16 @@ def _configured_class(config: Any, section: str) -> str | None:
     return class_path if isinstance(class_path, str) else None
 
 
-def load_task(path: str | Path, *, map_location: str | torch.device = "cpu") -> Any:
+def load_task(
+    path: str | Path, *, map_location: str | torch.device = "cpu", default: type | None = None
+) -> Any:
     """The task a checkpoint holds, rebuilt from its saved hyper-parameters and weights.
 
     For tools that read a trained model outside ``train.py`` (sample grids, generation
     benchmarks). Unlike ``LightningModule.load_from_checkpoint`` it reads checkpoints of every
     layout this project has written: a class path that has moved, model sizes saved before they
     moved under ``net`` (``cli.upgrades``). The task is in eval mode on ``map_location``.
+    ``default`` is the class of a checkpoint that names none (saved by a plain ``Trainer``).
 
     Raises:
         CheckpointError: not a checkpoint, or one that names no task class.
@@ -113,7 +116,7 @@ def load_task(path: str | Path, *, map_location: str | torch.device = "cpu") -> 
 
     checkpoint = load_checkpoint(path)
     class_path = saved_class(checkpoint, "hyper_parameters")
-    task_class = resolve_class(class_path) if class_path else None
+    task_class = resolve_class(class_path) if class_path else default
     if not isinstance(task_class, type):
         raise CheckpointError(
             f"{str(path)!r} names no task class in its hyper-parameters ({class_path!r}); "

@@ -92,7 +92,8 @@ class PixelDataModule(SplitDataModule[PixelDataset]):
         self.num_workers = num_workers
         native = 8 if source == "digits" else 28
         self.height = self.width = image_size if image_size is not None else native
-        self.image_size = image_size
+        # The side the images have (native when not resized): what the model is sized for.
+        self.image_size = self.height
         self.datasets = {}
 
     @property

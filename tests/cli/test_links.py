@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,7 @@ from attn_lightning.tasks import SequenceReversalTask
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])
+pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 def build(*args: str):
@@ -52,11 +48,19 @@ def test_classification_and_detection_sizes_follow_the_data():
     assert detection.model.num_classes == 2 and detection.model.category_ids == [1, 2]
 
 
-def test_a_task_paired_with_data_that_lacks_a_size_says_which():
+def test_a_task_paired_with_data_that_lacks_a_size_says_which(tmp_path):
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(
+        "model: {class_path: attn_lightning.tasks.SequenceReversalTask}\n"
+        "data: {class_path: attn_lightning.data.PixelDataModule}\n"
+    )
     with pytest.raises(ValueError, match=r"SequenceReversalTask needs num_symbols from its Data"):
-        build(
-            "--config",
-            str(CONFIGS / "image" / "base.yaml"),
-            "--model=attn_lightning.tasks.SequenceReversalTask",
-        )
+        build("--config", str(mixed))
     assert SequenceReversalTask(num_symbols=4).num_symbols == 4  # outside the CLI: given directly
+
+
+def test_native_pixel_images_give_the_model_their_own_size():
+    cli = build(
+        "--config", str(CONFIGS / "image" / "base.yaml"), "--data.init_args.image_size=null"
+    )
+    assert cli.datamodule.image_size == 8 and cli.model.image_size == 8  # the digits' 8×8

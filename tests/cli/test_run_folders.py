@@ -5,7 +5,6 @@ every subcommand ends with where its outputs went."""
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,10 +31,7 @@ TINY = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])
+pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 def _fit(*extra: str):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,6 @@ BASE = CONFIGS / "base.yaml"
 DEBUG = ROOT / "configs" / "presets" / "debug.yaml"
 VARIANTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "base.yaml")
 SMALL = {"net": {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32}}
-
-
-@pytest.fixture
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])  # the CLI gets its args from main(args)
 
 
 def run(tmp: Path, *configs: Path, extra: tuple[str, ...] = ()):
@@ -80,7 +73,7 @@ def test_the_comparison_has_its_configs():
     assert control["attention"] == {"name": "softmax"}
 
 
-@pytest.mark.usefixtures("_isolated")
+@pytest.mark.usefixtures("cli_workdir")
 @pytest.mark.parametrize("config", [None, *VARIANTS], ids=["base", *(p.stem for p in VARIANTS)])
 def test_fast_dev_run_per_config(config, tmp_path):
     configs = () if config is None else (config,)
@@ -99,7 +92,7 @@ def test_fast_dev_run_per_config(config, tmp_path):
         assert layer.backend.name == "optimization" and layer.q_proj is None
 
 
-@pytest.mark.usefixtures("_isolated")
+@pytest.mark.usefixtures("cli_workdir")
 def test_the_model_takes_image_size_and_classes_from_the_data(tmp_path):
     cli = run(tmp_path, extra=("--trainer.fast_dev_run=true", "--data.init_args.image_size=12"))
     assert cli.model.net.image_size == 12 and cli.model.hparams["image_size"] == 12

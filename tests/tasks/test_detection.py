@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,10 +26,7 @@ TINY = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])
+pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 def run(tmp: Path, *configs: Path, extra: tuple[str, ...] = ()):

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from attn_lightning.attention import available_attentions
-from attn_lightning.cli import main
 from attn_lightning.models.pixel import bits_per_dim
 from attn_lightning.tasks.image import ImageGenerationTask
+from tests.runs import skip_unregistered, train
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -31,27 +29,11 @@ TINY = ["--data.init_args.batch_size=8", "--trainer.enable_progress_bar=false"]
 SMALL = {"net": {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32}, "levels": 16}
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])
+pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 def run(subcommand, tmp, *configs, extra=()):
-    args = [subcommand]
-    for config in (BASE, *configs):
-        args += ["--config", str(config)]
-    args += [
-        *TINY,
-        f"--trainer.logger.init_args.save_dir={tmp / 'logs'}",
-        f"--checkpoint.root={tmp / 'checkpoints'}",
-        *extra,
-    ]
-    return main(args)
-
-
-def _backend_name(config):
-    return yaml.safe_load(config.read_text())["model"]["init_args"]["attention"]["name"]
+    return train(subcommand, tmp, (BASE, *configs), options=TINY, extra=extra)
 
 
 def test_every_paper_backend_has_a_config():
@@ -60,8 +42,7 @@ def test_every_paper_backend_has_a_config():
 
 @pytest.mark.parametrize("config", BACKENDS, ids=[p.stem for p in BACKENDS])
 def test_fast_dev_run_per_backend(config, tmp_path):
-    if _backend_name(config) not in available_attentions():
-        pytest.skip(f"backend of {config.name} is not registered")
+    skip_unregistered(config)
     cli = run(
         "fit",
         tmp_path,

@@ -3,7 +3,6 @@ and one tiny train.py run per ``configs/lora`` file."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -151,12 +150,6 @@ def test_old_mode_name_still_reads_with_a_warning(base_path):
 
 
 # ---------------------------------------------------------------------- train.py end to end
-@pytest.fixture
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])  # the CLI gets its args from main(args)
-
-
 def _run(subcommand: str, tmp: Path, *configs: Path, extra: tuple[str, ...] = ()):
     args = [subcommand]
     for config in (CONFIGS / "base.yaml", *configs):
@@ -170,7 +163,7 @@ def _run(subcommand: str, tmp: Path, *configs: Path, extra: tuple[str, ...] = ()
     return main(args)
 
 
-@pytest.mark.usefixtures("_isolated")
+@pytest.mark.usefixtures("cli_workdir")
 def test_old_mode_in_yaml_is_saved_as_adaptation(tmp_path):
     old = tmp_path / "old.yaml"
     old.write_text("model:\n  init_args:\n    mode: lora_scratch\n")
@@ -180,7 +173,7 @@ def test_old_mode_in_yaml_is_saved_as_adaptation(tmp_path):
     assert cli.model.hparams["adaptation"] == "lora_scratch" and "mode" not in cli.model.hparams
 
 
-@pytest.mark.usefixtures("_isolated")
+@pytest.mark.usefixtures("cli_workdir")
 @pytest.mark.parametrize("config", [None, *STACKED], ids=["base", *(p.stem for p in STACKED)])
 def test_fast_dev_run_per_config(config, tmp_path, base_path):
     configs = () if config is None else (config,)
@@ -199,7 +192,7 @@ def test_fast_dev_run_per_config(config, tmp_path, base_path):
     assert float(metrics["test/trainable_params"]) == cli.model.num_trainable
 
 
-@pytest.mark.usefixtures("_isolated")
+@pytest.mark.usefixtures("cli_workdir")
 def test_base_then_lora_then_validate_from_the_lora_checkpoint(tmp_path):
     _run("fit", tmp_path, DEBUG, extra=("--run_name=base",))
     base = tmp_path / "checkpoints" / "debug" / "base" / "last.ckpt"

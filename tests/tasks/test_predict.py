@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,10 +25,7 @@ SPLIT_SIZES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py"])
+pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 def fit_then_predict(tmp: Path, experiment: str, *options: str, predict: tuple[str, ...] = ()):

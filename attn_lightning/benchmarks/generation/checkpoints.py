@@ -13,6 +13,7 @@ from attn_lightning.cli.checkpoints import (
     saved_class,
 )
 from attn_lightning.models.pixel import PixelTransformer
+from attn_lightning.tasks.image import ImageGenerationTask
 
 SIZES = ("image_size", "levels")  # the data's; the model's own are its net spec
 
@@ -51,7 +52,7 @@ def load_pixel_model(path: str | Path) -> tuple[PixelTransformer, dict[str, Any]
     if class_path is not None and class_path.rsplit(".", 1)[-1] != "ImageGenerationTask":
         raise CheckpointError(f"{foreign} (its task is {class_path})")
     try:
-        task = load_task(path)
+        task = load_task(path, default=ImageGenerationTask)
     except (TypeError, ValueError, RuntimeError) as err:  # other hparams, missing/extra weights
         reason = " ".join(str(err).split())[:160]
         raise CheckpointError(f"{foreign} ({type(err).__name__}: {reason})") from None

@@ -1,0 +1,46 @@
+"""Helpers of the tests that run ``train.py``'s CLI in-process from the real configs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from attn_lightning.attention import available_attentions
+from attn_lightning.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+DEBUG = CONFIGS / "presets" / "debug.yaml"
+
+
+def train(
+    subcommand: str,
+    tmp: Path,
+    configs: Sequence[Path],
+    *,
+    options: Sequence[str] = (),
+    extra: Sequence[str] = (),
+) -> Any:
+    """``train.py <subcommand> --config ...`` with logs and checkpoints under ``tmp``."""
+    args = [subcommand]
+    for config in configs:
+        args += ["--config", str(config)]
+    args += [
+        *options,
+        f"--trainer.logger.init_args.save_dir={tmp / 'logs'}",
+        f"--checkpoint.root={tmp / 'checkpoints'}",
+        *extra,
+    ]
+    return main(args)
+
+
+def skip_unregistered(config: Path) -> None:
+    """Skip a test of a backend overlay whose backend is not registered."""
+    init = (yaml.safe_load(config.read_text()).get("model") or {}).get("init_args") or {}
+    name = (init.get("attention") or {}).get("name")
+    if name is not None and name not in available_attentions():
+        pytest.skip(f"backend of {config.name} is not registered")
