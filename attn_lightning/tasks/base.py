@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import warnings
@@ -125,45 +126,55 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
 class AttentionTask(pl.LightningModule):
     """Base LightningModule: optimiser/schedule, override-aware loading, hparams-tab metrics.
 
-    Subclasses call ``save_hyperparameters(ignore=["attention_override"])`` and set
+    A subclass declares its options in its own ``__init__`` — the model's sizes as ``net`` (of
+    type ``net_spec``), the AdamW schedule as ``lr``, ``weight_decay``, ``warmup_steps`` and
+    ``min_lr_ratio`` — calls ``super().__init__()`` and then ``init_task``, and sets
     ``hp_metrics`` to the metric names (logged in validation) shown in the hparams tab.
     """
 
     hp_metrics: tuple[str, ...] = ()
     net_spec: ClassVar[type | None] = None  # the spec type of ``net`` (models.specs)
 
-    def __init__(
-        self,
-        *,
-        lr: float,
-        weight_decay: float,
-        warmup_steps: int,
-        min_lr_ratio: float,
-        attention_override: Mapping[str, Any] | None,
-    ) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr!r}")
-        if not 0.0 <= min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}")
-        if warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps!r}")
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.warmup_steps = warmup_steps
-        self.min_lr_ratio = min_lr_ratio
-        self.attention_override = dict(attention_override) if attention_override else None
+        self.attention_override: dict[str, Any] | None = None
         self._rng_to_restore: dict[str, Any] | None = None
         self._log_means = nn.ModuleDict()  # filled by log_mean; metric states are not saved
 
-    def take_spec(self, net: Any) -> Any:
-        """``net`` (a spec, or its dict from a checkpoint) as ``net_spec``, saved as a plain dict
-        in the hyper-parameters (checkpoints load with ``weights_only=True``). Call after
-        ``save_hyperparameters``."""
+    def init_task(
+        self,
+        net: Any = None,
+        *,
+        attention_override: Mapping[str, Any] | None = None,
+        ignore: tuple[str, ...] = (),
+    ) -> Any:
+        """Save the calling ``__init__``'s arguments as hyper-parameters, check the schedule's and
+        return ``net`` as the task's ``net_spec`` (None for a task without one).
+
+        ``attention_override`` is kept on the task but never saved (see the module docstring),
+        nor are ``ignore``'s names; ``net`` (a spec, or its dict from a checkpoint) is saved as a
+        plain dict so checkpoints load with ``weights_only=True``.
+
+        Raises:
+            ValueError: ``lr`` not > 0, ``min_lr_ratio`` outside [0, 1], ``warmup_steps`` < 0, or
+                an unknown size in ``net``.
+        """
+        caller = inspect.currentframe()
+        self.save_hyperparameters(
+            ignore=["attention_override", *ignore], frame=caller.f_back if caller else None
+        )
+        hp = self.hparams
+        if not hp["lr"] > 0:
+            raise ValueError(f"lr must be > 0, got {hp['lr']!r}")
+        if not 0.0 <= hp["min_lr_ratio"] <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {hp['min_lr_ratio']!r}")
+        if hp["warmup_steps"] < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {hp['warmup_steps']!r}")
+        self.attention_override = dict(attention_override) if attention_override else None
         if self.net_spec is None:
-            raise TypeError(f"{type(self).__name__} declares no net_spec")
+            return None
         spec = as_spec(self.net_spec, net)
-        self.hparams["net"] = spec_dict(spec)
+        hp["net"] = spec_dict(spec)
         return spec
 
     # ------------------------------------------------------------------ optimisation
@@ -174,16 +185,17 @@ class AttentionTask(pl.LightningModule):
             if param.requires_grad:
                 # Norms, biases, embeddings and positional tables are not weight-decayed.
                 (decay if param.dim() >= 2 and "embed" not in name else no_decay).append(param)
+        hp = self.hparams
         optimizer = torch.optim.AdamW(
             [
-                {"params": decay, "weight_decay": self.weight_decay, "name": "decay"},
+                {"params": decay, "weight_decay": hp["weight_decay"], "name": "decay"},
                 {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
             ],
-            lr=self.lr,
+            lr=hp["lr"],
             betas=(0.9, 0.98),
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup, floor = min(self.warmup_steps, total), self.min_lr_ratio
+        warmup, floor = min(hp["warmup_steps"], total), hp["min_lr_ratio"]
 
         def factor(step: int) -> float:
             if step < warmup:

@@ -43,26 +43,19 @@ class ImageClassificationTask(ClassifierSteps, AttentionTask):
     def __init__(
         self,
         *,
+        image_size: int = 8,
+        num_classes: int = 10,
         net: VitSpec = VitSpec(),
         attention: dict[str, Any] | None = None,
         attention_override: dict[str, Any] | None = None,
-        image_size: int = 8,
-        num_classes: int = 10,
         lr: float = 2e-3,
         weight_decay: float = 0.05,
         warmup_steps: int = 50,
         min_lr_ratio: float = 0.1,
     ) -> None:
-        super().__init__(
-            lr=lr,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            min_lr_ratio=min_lr_ratio,
-            attention_override=attention_override,
-        )
-        self.save_hyperparameters(ignore=["attention_override"])
+        super().__init__()
         require_from_data(self, image_size=image_size, num_classes=num_classes)
-        spec = self.take_spec(net)
+        spec = self.init_task(net, attention_override=attention_override)
         self.attention_config = resolve_attention(attention, attention_override)
         self.num_classes = num_classes
         self.net = VisionTransformer(

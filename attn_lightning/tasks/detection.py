@@ -83,6 +83,8 @@ class DetectionTask(AttentionTask):
     def __init__(
         self,
         *,
+        num_classes: int = 3,
+        category_ids: list[int] | None = None,
         net: DetrSpec = DetrSpec(),
         attention: dict[str, Any] | None = None,
         attention_override: dict[str, Any] | None = None,
@@ -90,8 +92,6 @@ class DetectionTask(AttentionTask):
         encoder_self: dict[str, Any] | None = None,
         decoder_self: dict[str, Any] | None = None,
         decoder_cross: dict[str, Any] | None = None,
-        num_classes: int = 3,
-        category_ids: list[int] | None = None,
         eos_coef: float = 0.1,
         bbox_weight: float = 5.0,
         giou_weight: float = 2.0,
@@ -100,16 +100,9 @@ class DetectionTask(AttentionTask):
         warmup_steps: int = 100,
         min_lr_ratio: float = 0.1,
     ) -> None:
-        super().__init__(
-            lr=lr,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            min_lr_ratio=min_lr_ratio,
-            attention_override=attention_override,
-        )
-        self.save_hyperparameters(ignore=["attention_override"])
+        super().__init__()
         require_from_data(self, num_classes=num_classes)
-        spec = self.take_spec(net)
+        spec = self.init_task(net, attention_override=attention_override)
         if category_ids is not None and len(category_ids) != num_classes:
             raise ValueError(
                 f"category_ids has {len(category_ids)} ids for num_classes={num_classes}; "

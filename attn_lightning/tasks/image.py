@@ -61,11 +61,11 @@ class ImageGenerationTask(AttentionTask):
     def __init__(
         self,
         *,
+        image_size: int = 8,
+        levels: int = 256,
         net: PixelSpec = PixelSpec(),
         attention: dict[str, Any] | None = None,
         attention_override: dict[str, Any] | None = None,
-        image_size: int = 8,
-        levels: int = 256,
         observed_pixels: int | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
@@ -73,13 +73,8 @@ class ImageGenerationTask(AttentionTask):
         min_lr_ratio: float = 0.1,
         decode_method: str = "auto",
     ) -> None:
-        super().__init__(
-            lr=lr,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            min_lr_ratio=min_lr_ratio,
-            attention_override=attention_override,
-        )
+        super().__init__()
+        require_from_data(self, image_size=image_size, levels=levels)
         if not isinstance(image_size, int) or image_size <= 0:
             raise ValueError(f"image_size must be a positive int, got {image_size!r}")
         seq_len = image_size * image_size
@@ -90,9 +85,7 @@ class ImageGenerationTask(AttentionTask):
                 f"observed_pixels must be in [0, {seq_len}) for {image_size}x{image_size} "
                 f"images, got {observed_pixels!r}"
             )
-        self.save_hyperparameters(ignore=["attention_override"])
-        require_from_data(self, image_size=image_size, levels=levels)
-        spec = self.take_spec(net)
+        spec = self.init_task(net, attention_override=attention_override)
         self.image_size = image_size
         self.levels = levels
         self.observed_pixels = observed_pixels

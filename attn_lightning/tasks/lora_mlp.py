@@ -78,20 +78,11 @@ class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
     ) -> None:
         if mode is not None:
             adaptation = _renamed_mode(mode, adaptation)
-        super().__init__(
-            adaptation=adaptation,
-            base_checkpoint=base_checkpoint,
-            lr=lr,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            min_lr_ratio=min_lr_ratio,
-            attention_override=None,
-        )
-        self.save_hyperparameters(ignore=["mode"])
+        super().__init__(adaptation=adaptation, base_checkpoint=base_checkpoint)
+        require_from_data(self, input_size=input_size, num_classes=num_classes)
+        spec = self.init_task(net, ignore=("mode",))
         # Under LightningCLI the saved values are the config's: store mode's under its new name.
         self.hparams["adaptation"] = adaptation
-        require_from_data(self, input_size=input_size, num_classes=num_classes)
-        spec = self.take_spec(net)
         mlp = MLP(input_size=input_size, hidden_sizes=spec.hidden_sizes, num_classes=num_classes)
         self.net = mlp
         self.adapt(

@@ -71,12 +71,12 @@ class SequenceReversalTask(AttentionTask):
     def __init__(
         self,
         *,
-        net: SequenceSpec = SequenceSpec(),
-        attention: dict[str, Any] | None = None,
-        attention_override: dict[str, Any] | None = None,
         mode: str = "decoder",
         num_symbols: int = 10,
         seq_len: int | None = None,
+        net: SequenceSpec = SequenceSpec(),
+        attention: dict[str, Any] | None = None,
+        attention_override: dict[str, Any] | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
@@ -85,22 +85,15 @@ class SequenceReversalTask(AttentionTask):
         generate_max_batches: int = 2,
         decode_method: str = "auto",
     ) -> None:
-        super().__init__(
-            lr=lr,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            min_lr_ratio=min_lr_ratio,
-            attention_override=attention_override,
-        )
+        super().__init__()
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
         if decode_method not in METHODS:
             raise ValueError(
                 f"unknown decode_method {decode_method!r}; allowed: {', '.join(METHODS)}"
             )
-        self.save_hyperparameters(ignore=["attention_override"])
         require_from_data(self, num_symbols=num_symbols)
-        spec = self.take_spec(net)
+        spec = self.init_task(net, attention_override=attention_override)
         needed = None if seq_len is None else (seq_len if mode == "encoder" else 2 * seq_len)
         if needed is not None and needed > spec.max_len:
             raise ValueError(
