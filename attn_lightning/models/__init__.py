@@ -8,6 +8,7 @@ from attn_lightning.models.positional import (
 )
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.transformer import (
+    BlockSizes,
     DecoderBlock,
     EncoderBlock,
     FeedForward,
@@ -17,6 +18,7 @@ from attn_lightning.models.transformer import (
 from attn_lightning.models.vit import VisionTransformer
 
 __all__ = [
+    "BlockSizes",
     "DecoderBlock",
     "EncoderBlock",
     "FeedForward",

@@ -110,9 +110,8 @@ class DETR(nn.Module):
         sites: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__()
-        num_queries, d_model, num_heads = spec.num_queries, spec.d_model, spec.num_heads
+        num_queries, d_model = spec.num_queries, spec.d_model
         num_encoder_layers, num_decoder_layers = spec.num_encoder_layers, spec.num_decoder_layers
-        d_ff, dropout = spec.d_ff, spec.dropout
         if num_classes < 1 or num_queries < 1:
             raise ValueError(
                 f"num_classes and num_queries must be >= 1, got {num_classes}, {num_queries}"
@@ -145,23 +144,13 @@ class DETR(nn.Module):
         decoder_self, decoder_projections = split_site(self.sites["decoder_self"])
         decoder_cross, cross_projections = split_site(self.sites["decoder_cross"])
         self.encoder = nn.ModuleList(
-            EncoderBlock(
-                d_model=d_model,
-                num_heads=num_heads,
-                d_ff=d_ff,
-                dropout=dropout,
-                attention=encoder_self,
-                projections=encoder_projections,
-            )
+            EncoderBlock(spec, attention=encoder_self, projections=encoder_projections)
             for _ in range(num_encoder_layers)
         )
         self.encoder_norm = nn.LayerNorm(d_model) if num_encoder_layers else nn.Identity()
         self.decoder = nn.ModuleList(
             DecoderBlock(
-                d_model=d_model,
-                num_heads=num_heads,
-                d_ff=d_ff,
-                dropout=dropout,
+                spec,
                 attention=decoder_self,
                 projections=decoder_projections,
                 cross_attention=decoder_cross,

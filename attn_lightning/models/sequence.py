@@ -45,7 +45,9 @@ class SequenceTransformer(nn.Module):
         self.embed = nn.Embedding(vocab_size, spec.d_model)
         self.positional = build_positional_encoding(spec.positional, spec.d_model, max_len=max_len)
         self.dropout = nn.Dropout(spec.dropout)
-        self.encoder = TransformerEncoder(**spec.encoder_sizes(), attention=attention)
+        self.encoder = TransformerEncoder(
+            spec, num_layers=spec.num_layers, attention=attention, projections=spec.projections
+        )
         self.head = nn.Linear(spec.d_model, num_outputs or vocab_size)
 
     @property

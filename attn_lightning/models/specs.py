@@ -21,41 +21,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attn_lightning.models.transformer import Projections
+from attn_lightning.models.transformer import BlockSizes, Projections
 
 
 @dataclass(frozen=True)
-class TransformerSpec:
-    """A pre-norm transformer stack (``models.transformer.TransformerEncoder``).
+class TransformerSpec(BlockSizes):
+    """A pre-norm transformer stack (``models.transformer.TransformerEncoder``): the block sizes
+    (``d_model``, ``num_heads``, ``d_ff``, ``dropout``) and
 
     Attributes:
-        d_model: E, the width of every token.
-        num_heads: H; E must be a multiple of H (head_dim = E / H).
         num_layers: encoder blocks.
-        d_ff: hidden width of each block's feed-forward.
-        dropout: dropout after embeddings, attention and feed-forward.
         positional: ``sinusoidal`` or ``learned`` position encodings.
         projections: ``true`` (Q, K, V, out), ``no_qk`` (V, out) or ``false`` (none).
     """
 
-    d_model: int = 64
-    num_heads: int = 4
     num_layers: int = 2
-    d_ff: int = 256
-    dropout: float = 0.0
     positional: str = "sinusoidal"
     projections: Projections = True
-
-    def encoder_sizes(self) -> dict[str, Any]:
-        """The ``TransformerEncoder`` keyword arguments of this spec."""
-        return {
-            "num_layers": self.num_layers,
-            "d_model": self.d_model,
-            "num_heads": self.num_heads,
-            "d_ff": self.d_ff,
-            "dropout": self.dropout,
-            "projections": self.projections,
-        }
 
 
 @dataclass(frozen=True)
@@ -97,12 +79,12 @@ class VitSpec(TransformerSpec):
 
 
 @dataclass(frozen=True)
-class DetrSpec:
-    """DETR (``models.detr.DETR``); the attention at each site is the task's, not a size.
+class DetrSpec(BlockSizes):
+    """DETR (``models.detr.DETR``): the block sizes of its encoder and decoder (``d_model``,
+    ``num_heads``, ``d_ff``, ``dropout``) and the rest; the attention at each site is the task's.
 
     Attributes:
         num_queries: N object queries (the most objects an image can yield).
-        d_model, num_heads, d_ff, dropout: transformer sizes.
         num_encoder_layers: 0 is allowed (DETR's "no encoder" ablation).
         num_decoder_layers: at least 1.
         backbone: ``small_cnn`` or ``resnet18`` (random init), sized by ``backbone_width`` and
@@ -110,12 +92,8 @@ class DetrSpec:
     """
 
     num_queries: int = 10
-    d_model: int = 64
-    num_heads: int = 4
     num_encoder_layers: int = 2
     num_decoder_layers: int = 2
-    d_ff: int = 256
-    dropout: float = 0.0
     backbone: str = "small_cnn"
     backbone_width: int = 32
     backbone_stages: int = 3

@@ -27,6 +27,7 @@ the module, so one model can decode several batches at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from torch import Tensor, nn
@@ -155,6 +156,23 @@ class MultiHeadAttention(nn.Module):
         return self._out(mixed), state
 
 
+@dataclass(frozen=True)
+class BlockSizes:
+    """The sizes every block of a stack shares (the specs of ``models.specs`` extend it).
+
+    Attributes:
+        d_model: E, the width of every token.
+        num_heads: H; E must be a multiple of H (head_dim = E / H).
+        d_ff: hidden width of each block's feed-forward.
+        dropout: on the feed-forward's hidden layer and on each residual branch.
+    """
+
+    d_model: int = 64
+    num_heads: int = 4
+    d_ff: int = 256
+    dropout: float = 0.0
+
+
 class FeedForward(nn.Sequential):
     """Position-wise MLP ``W_2 · act(W_1 x)``, O(N·E·F); ValueError for ``d_ff < 1``."""
 
@@ -177,29 +195,22 @@ class EncoderBlock(nn.Module):
     Causal or not per call; ``pos`` (DETR's encoder) is optional.
 
     Args:
-        d_model, num_heads, attention, projections: the self-attention (``MultiHeadAttention``).
-        d_ff: hidden width of the MLP.
-        dropout: on the MLP's hidden layer and on each residual branch.
+        sizes: d_model, num_heads, d_ff (the MLP's hidden width) and dropout (``BlockSizes``).
+        attention, projections: the self-attention's backend and projections.
     """
 
     def __init__(
-        self,
-        *,
-        d_model: int,
-        num_heads: int,
-        attention: Mapping[str, Any],
-        d_ff: int,
-        dropout: float = 0.0,
-        projections: Projections = True,
+        self, sizes: BlockSizes, *, attention: Mapping[str, Any], projections: Projections = True
     ) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(d_model)
+        e = sizes.d_model
+        self.norm1 = nn.LayerNorm(e)
         self.attn = MultiHeadAttention(
-            d_model=d_model, num_heads=num_heads, attention=attention, projections=projections
+            d_model=e, num_heads=sizes.num_heads, attention=attention, projections=projections
         )
-        self.norm2 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.norm2 = nn.LayerNorm(e)
+        self.mlp = FeedForward(d_model=e, d_ff=sizes.d_ff, dropout=sizes.dropout)
+        self.dropout = nn.Dropout(sizes.dropout)
 
     def forward(
         self,
@@ -234,40 +245,33 @@ class DecoderBlock(nn.Module):
     ``x += mlp(LN x)``, with ``qp`` the queries' positions and ``pos`` the memory's.
 
     Args:
-        d_model, num_heads: sizes of both attentions.
+        sizes: d_model and num_heads of both attentions, d_ff and dropout (``BlockSizes``).
         attention, projections: backend dict and projections choice of the self-attention.
         cross_attention, cross_projections: the same for the cross-attention.
-        d_ff: hidden width of the MLP.
-        dropout: on the MLP's hidden layer and on each residual branch.
     """
 
     def __init__(
         self,
+        sizes: BlockSizes,
         *,
-        d_model: int,
-        num_heads: int,
         attention: Mapping[str, Any],
         cross_attention: Mapping[str, Any],
-        d_ff: int,
-        dropout: float = 0.0,
         projections: Projections = True,
         cross_projections: Projections = True,
     ) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(d_model)
+        e, h = sizes.d_model, sizes.num_heads
+        self.norm1 = nn.LayerNorm(e)
         self.self_attn = MultiHeadAttention(
-            d_model=d_model, num_heads=num_heads, attention=attention, projections=projections
+            d_model=e, num_heads=h, attention=attention, projections=projections
         )
-        self.norm2 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(e)
         self.cross_attn = MultiHeadAttention(
-            d_model=d_model,
-            num_heads=num_heads,
-            attention=cross_attention,
-            projections=cross_projections,
+            d_model=e, num_heads=h, attention=cross_attention, projections=cross_projections
         )
-        self.norm3 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.norm3 = nn.LayerNorm(e)
+        self.mlp = FeedForward(d_model=e, d_ff=sizes.d_ff, dropout=sizes.dropout)
+        self.dropout = nn.Dropout(sizes.dropout)
 
     def forward(
         self,
@@ -292,9 +296,9 @@ class TransformerEncoder(nn.Module):
     """A stack of ``EncoderBlock``s and a final LayerNorm; causal=True makes it a decoder-only LM.
 
     Args:
+        sizes: every block's sizes (``BlockSizes``; a ``TransformerSpec`` is one).
         num_layers: number of blocks (0 leaves only the final norm).
-        d_model, num_heads, d_ff, dropout, projections: as in ``EncoderBlock``.
-        attention: backend dict shared by all layers.
+        attention, projections: backend dict and projections of every layer.
 
     Raises:
         ValueError: a negative ``num_layers``, or a bad size (from the blocks).
@@ -302,30 +306,20 @@ class TransformerEncoder(nn.Module):
 
     def __init__(
         self,
+        sizes: BlockSizes,
         *,
         num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
         attention: Mapping[str, Any],
-        dropout: float = 0.0,
         projections: Projections = True,
     ) -> None:
         super().__init__()
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
         self.layers = nn.ModuleList(
-            EncoderBlock(
-                d_model=d_model,
-                num_heads=num_heads,
-                attention=attention,
-                d_ff=d_ff,
-                dropout=dropout,
-                projections=projections,
-            )
+            EncoderBlock(sizes, attention=attention, projections=projections)
             for _ in range(num_layers)
         )
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(sizes.d_model)
 
     @property
     def supports_recurrence(self) -> bool:

@@ -90,7 +90,9 @@ class VisionTransformer(nn.Module):
             spec.positional, spec.d_model, max_len=self.num_tokens
         )
         self.dropout = nn.Dropout(spec.dropout)
-        self.encoder = TransformerEncoder(**spec.encoder_sizes(), attention=attention)
+        self.encoder = TransformerEncoder(
+            spec, num_layers=spec.num_layers, attention=attention, projections=spec.projections
+        )
         self.head = nn.Linear(spec.d_model, num_classes)
 
     def forward(self, images: Tensor) -> Tensor:

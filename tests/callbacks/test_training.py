@@ -13,7 +13,7 @@ from attn_lightning.callbacks import (
     redraw_all_features,
     redraw_generator,
 )
-from attn_lightning.models import TransformerEncoder
+from attn_lightning.models import BlockSizes, TransformerEncoder
 
 
 class Drawn(nn.Module):
@@ -58,21 +58,11 @@ def test_feature_redraw_schedule():
 @pytest.mark.skipif("performer" not in available_attentions(), reason="performer not registered")
 def test_redraw_reaches_performer_layers():
     torch.manual_seed(0)
-    enc = TransformerEncoder(
-        num_layers=2,
-        d_model=8,
-        num_heads=2,
-        d_ff=8,
-        attention={"name": "performer", "num_features": 4},
-    )
+    sizes = BlockSizes(d_model=8, num_heads=2, d_ff=8)
+    performer = {"name": "performer", "num_features": 4}
+    enc = TransformerEncoder(sizes, num_layers=2, attention=performer)
     torch.manual_seed(1)
-    other = TransformerEncoder(
-        num_layers=2,
-        d_model=8,
-        num_heads=2,
-        d_ff=8,
-        attention={"name": "performer", "num_features": 4},
-    )
+    other = TransformerEncoder(sizes, num_layers=2, attention=performer)
     assert redraw_all_features(enc, seed=0, step=7) == 2
     redraw_all_features(other, seed=0, step=7)
     for la, lb in zip(enc.layers, other.layers, strict=True):

@@ -31,7 +31,7 @@ def test_as_spec_takes_a_spec_a_mapping_or_none():
 def test_unknown_sizes_are_named_with_the_allowed_ones():
     with pytest.raises(ValueError, match=r"unknown size\(s\) 'd_modl' in net \(SequenceSpec\)"):
         as_spec(SequenceSpec, {"d_modl": 3})
-    with pytest.raises(ValueError, match="allowed: num_queries, d_model"):
+    with pytest.raises(ValueError, match="allowed: d_model, num_heads, d_ff, dropout, num_queries"):
         as_spec(DetrSpec, {"num_layers": 3})
     with pytest.raises(ValueError, match="net must be a VitSpec or a mapping"):
         as_spec(VitSpec, 3)

@@ -9,6 +9,7 @@ import torch
 
 from attn_lightning.attention import available_attentions
 from attn_lightning.models import (
+    BlockSizes,
     DecoderBlock,
     EncoderBlock,
     FeedForward,
@@ -18,6 +19,7 @@ from attn_lightning.models import (
 
 B, L, S, E, H = 2, 7, 5, 12, 3
 D = E // H
+SIZES = BlockSizes(d_model=E, num_heads=H, d_ff=24)
 RECURRENT = [
     ("softmax", {}),
     ("linear", {}),
@@ -159,11 +161,7 @@ def test_mha_step_equals_causal_forward(name, options):
 def test_encoder_stack_step_equals_causal_forward(name, options):
     torch.manual_seed(0)
     enc = (
-        TransformerEncoder(
-            num_layers=2, d_model=E, num_heads=H, d_ff=24, attention={"name": name, **options}
-        )
-        .double()
-        .eval()
+        TransformerEncoder(SIZES, num_layers=2, attention={"name": name, **options}).double().eval()
     )
     x = torch.randn(B, L, E, dtype=torch.float64)
     full = enc(x, causal=True)
@@ -177,9 +175,7 @@ def test_encoder_stack_step_equals_causal_forward(name, options):
 
 def test_encoder_padding_mask_ignores_padded_tokens():
     torch.manual_seed(0)
-    enc = TransformerEncoder(
-        num_layers=2, d_model=E, num_heads=H, d_ff=24, attention={"name": "linear"}
-    ).eval()
+    enc = TransformerEncoder(SIZES, num_layers=2, attention={"name": "linear"}).eval()
     x = torch.randn(B, L, E)
     mask = torch.ones(B, L, dtype=torch.bool)
     mask[:, -2:] = False
@@ -196,21 +192,14 @@ def _record_inputs(mha: MultiHeadAttention, seen: dict, site: str) -> None:
 
 def test_decoder_block_sites_have_their_own_backend_and_projections():
     block = DecoderBlock(
-        d_model=E,
-        num_heads=H,
-        d_ff=24,
-        attention={"name": "softmax"},
-        projections=False,
-        cross_attention={"name": "linear"},
+        SIZES, attention={"name": "softmax"}, projections=False, cross_attention={"name": "linear"}
     )
     assert block.self_attn.backend.name == "softmax" and block.self_attn.q_proj is None
     assert block.cross_attn.backend.name == "linear" and block.cross_attn.q_proj is not None
     out = block(torch.randn(B, L, E), torch.randn(B, S, E))
     assert out.shape == (B, L, E)
     paper = DecoderBlock(
-        d_model=E,
-        num_heads=H,
-        d_ff=24,
+        SIZES,
         attention={"name": "softmax"},
         projections="no_qk",
         cross_attention={"name": "softmax"},
@@ -218,20 +207,14 @@ def test_decoder_block_sites_have_their_own_backend_and_projections():
     )
     for mha in (paper.self_attn, paper.cross_attn):
         assert mha.projections == "no_qk" and mha.q_proj is None and mha.v_proj is not None
-    encoder = EncoderBlock(
-        d_model=E, num_heads=H, d_ff=24, attention={"name": "softmax"}, projections="no_qk"
-    )
+    encoder = EncoderBlock(SIZES, attention={"name": "softmax"}, projections="no_qk")
     assert encoder.attn.k_proj is None and encoder.attn.out_proj is not None
 
 
 def test_decoder_block_adds_positions_to_queries_and_keys_not_values():
     torch.manual_seed(0)
     block = DecoderBlock(
-        d_model=E,
-        num_heads=H,
-        d_ff=24,
-        attention={"name": "softmax"},
-        cross_attention={"name": "softmax"},
+        SIZES, attention={"name": "softmax"}, cross_attention={"name": "softmax"}
     ).eval()
     seen: dict = {}
     _record_inputs(block.self_attn, seen, "self")
@@ -251,7 +234,7 @@ def test_decoder_block_adds_positions_to_queries_and_keys_not_values():
 
 def test_encoder_block_adds_positions_to_queries_and_keys_not_values():
     torch.manual_seed(0)
-    block = EncoderBlock(d_model=E, num_heads=H, d_ff=24, attention={"name": "softmax"}).eval()
+    block = EncoderBlock(SIZES, attention={"name": "softmax"}).eval()
     seen: dict = {}
     _record_inputs(block.attn, seen, "self")
     x, pos = torch.randn(B, L, E), torch.randn(1, L, E)
@@ -266,7 +249,7 @@ def test_constructors_are_keyword_only():
     with pytest.raises(TypeError):
         MultiHeadAttention(E, H, {"name": "softmax"})  # type: ignore[misc]
     with pytest.raises(TypeError):
-        EncoderBlock(E, H, {"name": "softmax"}, d_ff=24)  # type: ignore[misc]
+        EncoderBlock(SIZES, {"name": "softmax"})  # type: ignore[misc]
 
 
 def test_clear_errors():
@@ -285,9 +268,7 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="d_ff must be >= 1, got 0"):
         FeedForward(d_model=E, d_ff=0)
     with pytest.raises(ValueError, match="num_layers must be >= 0, got -1"):
-        TransformerEncoder(
-            num_layers=-1, d_model=E, num_heads=H, d_ff=24, attention={"name": "softmax"}
-        )
+        TransformerEncoder(SIZES, num_layers=-1, attention={"name": "softmax"})
 
 
 @pytest.mark.parametrize("name", ["linear", "performer", "polysketch", "mean"])
