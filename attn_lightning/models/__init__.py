@@ -1,6 +1,6 @@
 """Plain ``nn.Module``s shared by the experiments (no Lightning imports here)."""
 
-from attn_lightning.models.generation import categorical, generate, greedy
+from attn_lightning.models.decoding import categorical, generate, greedy
 from attn_lightning.models.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,

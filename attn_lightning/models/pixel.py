@@ -4,7 +4,7 @@ The input is ``[START, x_0, …, x_{N−2}]`` (START = ``levels``, an extra toke
 predicts ``x_i``; so the model is a ``SequenceTransformer`` with ``levels + 1`` input ids and an
 output distribution over ``levels`` values (categorical or a discretised logistic mixture,
 ``models/logistic_mixture.py``). ``forward`` and ``step`` return normalised log-probabilities,
-which makes it a decodable model for ``models/generation.py``: recurrent ``step`` (O(1) state per
+which makes it a decodable model for ``models/decoding.py``: recurrent ``step`` (O(1) state per
 layer for kernel backends, a KV cache for softmax) or prefix recompute.
 
 Katharopoulos et al. 2020 ("Transformers are RNNs", arXiv 2006.16236) §4.2.1: MNIST 784 pixels,
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attn_lightning.models.generation import categorical, generate
+from attn_lightning.models.decoding import categorical, generate
 from attn_lightning.models.logistic_mixture import build_output
 from attn_lightning.models.sequence import DecodeState, SequenceTransformer
 from attn_lightning.models.specs import PixelSpec

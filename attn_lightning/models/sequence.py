@@ -2,7 +2,7 @@
 
 Used causally (decoder-only LM over ``x SEP y``, pixel-by-pixel image models) or bidirectionally
 (an encoder that labels every position). ``step`` decodes one token at a time through the
-backends' recurrent forms; ``attn_lightning.models.generation`` drives it.
+backends' recurrent forms; ``attn_lightning.models.decoding`` drives it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ with a ``FutureWarning``.)
 
 Throughput (``throughput``): a ``PixelTransformer`` samples ``batch`` whole images of
 ``image_size²`` pixels, unconditionally (no observed pixels, temperature 1), through
-``models/generation.py``: ``step`` (recurrent state for kernel backends, a preallocated KV cache
+``models/decoding.py``: ``step`` (recurrent state for kernel backends, a preallocated KV cache
 for softmax) or prefix recompute (the uncached reference). ``--backends``: randomly initialised
 models of the given sizes (speed does not depend on the weights), ``--recompute`` names the specs
 also timed uncached. ``--checkpoints``: the trained ``ImageGenerationTask`` checkpoints, each

@@ -1,7 +1,7 @@
 """Images/s of whole-image sampling per backend: random-weight models and trained checkpoints.
 
 A ``PixelTransformer`` samples ``batch`` whole images of ``image_size²`` pixels, unconditionally
-(no observed pixels, temperature 1), through ``models/generation.py``: ``step`` (recurrent state
+(no observed pixels, temperature 1), through ``models/decoding.py``: ``step`` (recurrent state
 for kernel backends, a preallocated KV cache for softmax) or prefix recompute (the uncached
 reference). ``measure``: a randomly initialised model of the given sizes (speed does not depend on
 the weights). ``measure_checkpoint``: a trained checkpoint at every requested batch, ``max`` being
