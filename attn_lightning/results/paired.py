@@ -1,14 +1,23 @@
 """Paired differences between a variant and its control over the seeds both ran.
 
 Runs with the same seed share the initialisation stream, the batch order and the data, so the
-per-seed difference removes that shared variance: the study reports ``mean Δ`` with a 95 %
-Student-t interval over the seeds (``n − 1`` degrees of freedom), not two overlapping
+per-seed difference removes that shared variance. Two summaries of the per-seed Δ:
+
+* ``paired_delta``: mean Δ with a 95 % Student-t interval (``n − 1`` degrees of freedom), for
+  roughly normal, unbounded outcomes (detection mAP at convergence);
+* ``seed_deltas``: every per-seed Δ, how many are positive / negative / zero, and a percentile
+  bootstrap interval of the mean Δ, for bimodal or bounded outcomes (a reversal run converges or
+  not): it never runs past the largest |Δ| observed, where a t-interval over {−100, +3, ...}
+  can leave the metric's range.
+
+Both report, not two overlapping
 ``mean ± std``.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +65,79 @@ def paired_delta(
     half = float(stats.t.ppf((1 + level) / 2, len(deltas) - 1)) * statistics.stdev(deltas)
     half /= math.sqrt(len(deltas))
     return PairedDelta(len(deltas), mean, mean - half, mean + half, level)
+
+
+@dataclass(frozen=True)
+class SeedDeltas:
+    """Per-seed ``variant − control`` values, their signs, and a bootstrap interval of the mean.
+
+    Attributes:
+        deltas: ``{seed: Δ}`` over the seeds both ran, in seed order.
+        low, high: the ``level`` percentile-bootstrap interval of the mean Δ.
+        positive, negative, zero: how many seeds have Δ > 0, < 0, = 0.
+    """
+
+    deltas: dict[int, float]
+    low: float
+    high: float
+    level: float = 0.95
+
+    @property
+    def n(self) -> int:
+        return len(self.deltas)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.deltas.values())
+
+    @property
+    def positive(self) -> int:
+        return sum(d > 0 for d in self.deltas.values())
+
+    @property
+    def negative(self) -> int:
+        return sum(d < 0 for d in self.deltas.values())
+
+    @property
+    def zero(self) -> int:
+        return self.n - self.positive - self.negative
+
+    def format(self, *, scale: float = 1.0, digits: int = 2) -> str:
+        """``−51.41 [−96.48, −5.47] (n=5: 1+ 4− 0=)``; one seed has no interval."""
+        body = f"{self.mean * scale:+.{digits}f}"
+        if self.n > 1:
+            body += f" [{self.low * scale:+.{digits}f}, {self.high * scale:+.{digits}f}]"
+        return f"{body} (n={self.n}: {self.positive}+ {self.negative}− {self.zero}=)"
+
+    def per_seed(self, *, scale: float = 1.0, digits: int = 2) -> str:
+        """``s0 −46.88, s1 +3.12, ...``: every seed's Δ."""
+        return ", ".join(f"s{s} {d * scale:+.{digits}f}" for s, d in self.deltas.items())
+
+
+def seed_deltas(
+    variant: Mapping[int, float],
+    control: Mapping[int, float],
+    *,
+    level: float = 0.95,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> SeedDeltas | None:
+    """``variant[s] − control[s]`` over the shared seeds with a percentile bootstrap interval of
+    their mean (``resamples`` draws of n seeds with replacement, a fixed ``seed``: the same
+    numbers every time); None when no seed is shared."""
+    seeds = sorted(set(variant) & set(control))
+    if not seeds:
+        return None
+    deltas = {s: variant[s] - control[s] for s in seeds}
+    values = list(deltas.values())
+    if len(values) == 1:
+        return SeedDeltas(deltas, values[0], values[0], level)
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(resamples))
+    tail = (1 - level) / 2
+    low = means[round(tail * (resamples - 1))]
+    high = means[round((1 - tail) * (resamples - 1))]
+    return SeedDeltas(deltas, low, high, level)
 
 
 def per_seed(results: Sequence[RunResult], name: str, key: str) -> dict[int, float]:

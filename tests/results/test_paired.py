@@ -27,3 +27,22 @@ def test_one_pair_has_no_interval_and_no_pair_gives_none():
     one = paired_delta({0: 2.0}, {0: 3.0})
     assert one is not None and one.format(scale=100, digits=0) == "-100 (n=1)"
     assert paired_delta({0: 1.0}, {1: 1.0}) is None
+
+
+def test_seed_deltas_count_signs_and_stay_within_the_observed_range():
+    from attn_lightning.results.paired import seed_deltas
+
+    variant = {0: 0.0, 1: 1.0, 2: 0.9, 3: 0.0, 4: 1.0}
+    control = {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 0.95, 9: 0.5}
+    got = seed_deltas(variant, control)
+    assert got is not None and got.n == 5
+    assert (got.positive, got.negative, got.zero) == (1, 3, 1)
+    assert got.mean == pytest.approx((-1 + 0 - 0.1 - 1 + 0.05) / 5)
+    # A t-interval here would reach below −1 (−100 pp); the bootstrap's stays within the Δs.
+    assert -1.0 <= got.low < got.mean < got.high <= 0.05
+    assert seed_deltas(variant, control) == got  # a fixed bootstrap seed: reproducible
+    assert got.format(scale=100).startswith("-41.00 [") and got.format().endswith("(n=5: 1+ 3− 1=)")
+    assert got.per_seed(scale=100).startswith("s0 -100.00, s1 +0.00")
+    assert seed_deltas({0: 1.0}, {1: 1.0}) is None
+    one = seed_deltas({0: 0.5}, {0: 0.25})
+    assert one is not None and one.format() == "+0.25 (n=1: 1+ 0− 0=)"

@@ -115,7 +115,8 @@ def curves_table(runs: Sequence[RunResult]) -> list[str]:
 
 
 def paired_table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Paired ``variant − control`` per ``PAIRED`` column: mean [95 % interval] (n)."""
+    """Paired ``variant − control`` per ``PAIRED`` column: mean [95 % bootstrap interval]
+    (n: positive+ negative− zero=)."""
     header = ["variant", "control", *(title for title, *_ in PAIRED)]
     body = []
     for row in rows:
@@ -170,7 +171,8 @@ def report_markdown(
 def paired_section(rows: Sequence[dict[str, Any]], control: str) -> str:
     """The paragraph and table of paired differences against ``control``."""
     return (
-        f"\nPaired differences, variant − `{control}`, over the seeds both ran: mean "
-        "[95 % Student-t interval] (n seeds); steps to threshold over the seeds where both "
-        "reached it.\n\n" + "\n".join(paired_table(rows)) + "\n"
+        f"\nPaired differences, variant − `{control}`, over the seeds both ran: mean Δ "
+        "[95 % percentile-bootstrap interval of the mean, 10,000 resamples] (n seeds: how many "
+        "with Δ > 0, < 0, = 0); steps to threshold over the seeds where both reached it. Every "
+        "seed's Δ: `<out>_paired.csv`.\n\n" + "\n".join(paired_table(rows)) + "\n"
     )

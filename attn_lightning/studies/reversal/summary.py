@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from attn_lightning.results.paired import paired_delta
+from attn_lightning.results.paired import seed_deltas
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import median_iqr
 from attn_lightning.studies.reversal.dynamics import GROUPS, SpikeGradient
@@ -91,7 +91,9 @@ PAIRED: tuple[tuple[str, Callable[[RunResult], float | None], float, int], ...] 
 def paired_rows(
     runs: Sequence[RunResult], names: Sequence[str], control: str
 ) -> list[dict[str, Any]]:
-    """Per variant, the paired ``variant − control`` of each ``PAIRED`` value over shared seeds.
+    """Per variant, the paired ``variant − control`` of each ``PAIRED`` value over shared seeds
+    (``results.paired.seed_deltas``: every seed's Δ, sign counts, a bootstrap interval of the
+    mean — outcomes are bimodal and bounded, where a t-interval can leave the metric's range).
 
     Steps-to pairs only the seeds where both runs reached the threshold. A cell is None when no
     seed is shared.
@@ -110,20 +112,26 @@ def paired_rows(
             continue
         row: dict[str, Any] = {"variant": name, "control": control}
         for title, value, _, _ in PAIRED:
-            row[title] = paired_delta(values(name, value), values(control, value))
+            row[title] = seed_deltas(values(name, value), values(control, value))
         rows.append(row)
     return rows
 
 
 def paired_csv_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Numbers, scaled as shown: ``<title> mean|low|high|n`` per ``PAIRED`` column."""
+    """Numbers, scaled as shown, per ``PAIRED`` column: ``<title> mean|low|high`` (the bootstrap
+    interval), ``n``, the seeds with Δ ``> 0|< 0|= 0`` and ``per seed`` (``s0 +1.00, ...``)."""
     flat = []
     for row in rows:
         out: dict[str, Any] = {"variant": row["variant"], "control": row["control"]}
-        for title, _, scale, _ in PAIRED:
+        for title, _, scale, digits in PAIRED:
             delta = row[title]
             for part in ("mean", "low", "high"):
                 out[f"{title} {part}"] = None if delta is None else getattr(delta, part) * scale
-            out[f"{title} n"] = None if delta is None else delta.n
+            for part, attr in (("n", "n"), ("> 0", "positive"), ("< 0", "negative")):
+                out[f"{title} {part}"] = None if delta is None else getattr(delta, attr)
+            out[f"{title} = 0"] = None if delta is None else delta.zero
+            out[f"{title} per seed"] = (
+                None if delta is None else delta.per_seed(scale=scale, digits=digits)
+            )
         flat.append(out)
     return flat

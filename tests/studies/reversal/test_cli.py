@@ -65,7 +65,7 @@ def test_control_adds_paired_differences_over_shared_seeds(study, tmp_path):
     assert float(row["Δ test loss mean"]) == pytest.approx(0.01 - 0.001)
     assert float(row["Δ token acc (pp) mean"]) == pytest.approx((0.999 - 1.0) * 100)
     text = out.with_name("paired.md").read_text()
-    assert f"| `{POLY}` | `softmax` | +0.00900 (n=1) |" in text
+    assert f"| `{POLY}` | `softmax` | +0.00900 (n=1: 1+ 0− 0=) |" in text
 
 
 def test_a_subcommand_is_required(tmp_path, capsys):
@@ -103,7 +103,9 @@ def _commands(module: str) -> list[list[str]]:
         text = path.read_text().replace("\\\n", " ")
         for match in re.finditer(rf"python -m {re.escape(module)} ([^`\n]*)", text):
             line = re.sub(r"<[^>]*>", "X", match[1].split("#")[0])  # <placeholders>
-            commands.append(shlex.split(line))
+            args = shlex.split(line)
+            if any(a.startswith("--") for a in args):  # a bare subcommand names it, not a run
+                commands.append(args)
     return commands
 
 
