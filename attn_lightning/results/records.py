@@ -51,10 +51,10 @@ def read_runs_csv(path: Path, *, label: str = "variant") -> list[RunResult]:
             RunResult(
                 variant=row[label],
                 seed=int(row["seed"]),
-                seconds=float(row["seconds"]) if row["seconds"] else None,
+                seconds=float(row["seconds"]) if row.get("seconds") else None,
                 status=row["status"],
                 metrics=metrics,
-                global_step=int(row["global_step"]) if row["global_step"] else None,
+                global_step=int(row["global_step"]) if row.get("global_step") else None,
             )
         )
     return results

@@ -1,4 +1,9 @@
-"""The command line of the reversal study: ``report`` writes a sweep's report.
+"""The command line of the reversal study: ``report`` writes a sweep's report; ``tables``
+rebuilds its outcome tables from committed per-run CSVs (``committed``).
+
+    python -m attn_lightning.studies.reversal tables \\
+        --runs docs/results/polynomial_len256_runs.csv --control softmax \\
+        --out docs/results/polynomial_len256_outcomes
 
     python -m attn_lightning.studies.reversal report --experiment polynomial-len50 \\
         --out docs/results/polynomial_len50 [--variants LABEL ...] [--threshold 0.99] \\
@@ -25,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.studies.reversal.committed import tables
 from attn_lightning.studies.reversal.report import DEFAULT_THRESHOLD, PROG, report
 
 log = logging.getLogger("attn_lightning.studies.reversal")
@@ -35,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{report}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{report,tables}")
     sub = commands.add_parser(
         "report",
         help="a sweep's report: outcomes over seeds, steps to the threshold, loss spikes",
@@ -53,6 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--root", type=Path, default=Path(), help="folder holding sweeps/ and logs/")
     add("--control", default=None, help="label or spec: paired differences vs this variant")
+    tab = commands.add_parser(
+        "tables",
+        help="outcome tables (k/n, median [IQR], paired Δ) from committed per-run CSVs",
+        description="Rebuild a reversal study's outcome tables from its committed "
+        "<name>_runs.csv files (see attn_lightning.studies.reversal.committed).",
+    )
+    tab.add_argument("--runs", nargs="+", required=True, type=Path, help="<name>_runs.csv files")
+    tab.add_argument("--out", required=True, type=Path, help="output path without extension")
+    tab.add_argument("--variants", nargs="+", default=None, help="labels in table order")
+    tab.add_argument("--control", default=None, help="label or spec of the paired control")
+    tab.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    tab.add_argument(
+        "--paired-only",
+        action="store_true",
+        help="only <out>_paired.csv and the paired section of the existing <out>.md",
+    )
     return parser
 
 
@@ -64,6 +86,19 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "tables":
+        try:
+            return tables(
+                args.runs,
+                args.out,
+                command=f"{PROG} {shlex.join(argv)}",
+                variants=args.variants,
+                control=args.control,
+                threshold=args.threshold,
+                paired_only=args.paired_only,
+            )
+        except (FileNotFoundError, ValueError) as error:
+            parser.error(str(error))
     try:
         summary = report(
             args.experiment,

@@ -1,0 +1,87 @@
+"""Reversal tables rebuilt from committed per-run CSVs: sweep and report layouts, paired Δ."""
+
+from __future__ import annotations
+
+import pytest
+
+from attn_lightning.results import write_csv
+from attn_lightning.studies.reversal.cli import main
+from attn_lightning.studies.reversal.committed import read_runs
+
+
+def _sweep_csv(path):
+    # A sweep's layout: label column "backend", seconds; softmax converges on 2 seeds of 3.
+    rows = []
+    for seed, (soft, lin) in enumerate([(1.0, 0.5), (0.999, 0.6), (0.4, 0.995)]):
+        for backend, acc in (("softmax", soft), ("linear", lin)):
+            rows.append(
+                {
+                    "backend": backend,
+                    "seed": seed,
+                    "status": "ok",
+                    "seconds": 10.0 + seed,
+                    "global_step": 100,
+                    "test/token_acc": acc,
+                    "test/exact_acc": acc / 2,
+                    "test/loss": 1 - acc,
+                }
+            )
+    return write_csv(path, rows)
+
+
+def test_tables_give_k_of_n_median_iqr_and_seed_deltas(tmp_path):
+    runs = _sweep_csv(tmp_path / "sweep_runs.csv")
+    out = tmp_path / "outcomes"
+    main(["tables", "--runs", str(runs), "--control", "softmax", "--out", str(out)])
+    text = out.with_suffix(".md").read_text()
+    assert "| `softmax` | 2/3 | 0 | 99.90 [69.95, 99.95] |" in text
+    assert "| `linear` | 1/3 | 0 |" in text and "±" not in text
+    paired = (tmp_path / "outcomes_paired.csv").read_text()
+    assert "s0 -50.00, s1 -39.90, s2 +59.50" in paired  # every seed's Δ token acc (pp)
+    assert "(n=3: 1+ 2− 0=)" in text
+
+
+def test_paired_only_replaces_the_section_of_a_report_page(tmp_path):
+    runs = _sweep_csv(tmp_path / "sweep_runs.csv")
+    page = tmp_path / "report.md"
+    page.write_text("tables from logs\n\nPaired differences, variant − `softmax`, old t-table\n")
+    argv = [
+        "tables",
+        "--runs",
+        str(runs),
+        "--control",
+        "softmax",
+        "--out",
+        str(page.with_suffix("")),
+    ]
+    main([*argv, "--paired-only"])
+    text = page.read_text()
+    assert text.startswith("tables from logs\n") and "old t-table" not in text
+    assert "percentile-bootstrap" in text and "Recomputed from the per-run CSV" in text
+    assert not (tmp_path / "report.csv").exists()
+    with pytest.raises(SystemExit):
+        main(["tables", "--runs", str(runs), "--out", str(tmp_path / "nope"), "--paired-only"])
+
+
+def test_a_report_layout_keeps_its_facts_in_info(tmp_path):
+    path = write_csv(
+        tmp_path / "report_runs.csv",
+        [
+            {
+                "variant": "softmax",
+                "seed": 0,
+                "status": "ok",
+                "test/token_acc": 1.0,
+                "steps_to_threshold": 250,
+                "spikes": 2,
+                "fit_seconds": 12.5,
+                "global_step": 600,
+                "max_grad_norm": 1.5,
+            }
+        ],
+    )
+    (run,) = read_runs(path)
+    assert run.info == {"steps_to_threshold": 250, "spikes": 2, "max_grad_norm": 1.5}
+    assert run.seconds == 12.5 and run.metrics == {"test/token_acc": 1.0}
+    with pytest.raises(FileNotFoundError, match=r"absent_runs\.csv"):
+        read_runs(tmp_path / "absent_runs.csv")
