@@ -2,7 +2,10 @@
 
 Linear (Katharopoulos), Performer (FAVOR+), PolySketch and mean pooling only define φ; the
 non-causal, causal-chunked and recurrent forms all come from ``linear_kernels`` (one kernel, no
-per-variant copies).
+per-variant copies). ``implementation`` picks the kernel of the causal product: ``torch`` (our
+chunked ``causal_product``), ``fla`` (flash-linear-attention's fused Triton kernel, CUDA only:
+``ops/fla.py``) or ``auto`` (fla for half-precision CUDA tensors when fla-core is installed,
+torch otherwise). The non-causal product and ``step`` are the same under every choice.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention.base import Attention, Layout, Mask, State, accumulation_dtype
+from attn_lightning.attention.ops import fla
 from attn_lightning.attention.ops.linear_kernels import (
     DEFAULT_EPS,
     causal_linear_attention,
     linear_attention,
     linear_attention_step,
 )
-from attn_lightning.attention.options import check_eps, check_int
+from attn_lightning.attention.options import check_choice, check_eps, check_int
 
 
 class FeatureMapAttention(Attention):
@@ -28,15 +32,34 @@ class FeatureMapAttention(Attention):
     Subclasses implement ``feature_map`` and may set ``normalizer_offset`` (c). Feature maps are
     evaluated in float32 at least, with autocast off, so exp-type features cannot overflow in
     half precision.
+
+    Args:
+        head_dim: D.
+        chunk_size: tokens per chunk of the torch causal kernel (fla's kernel uses its own 64).
+        eps: added to the normaliser.
+        implementation: ``auto``, ``torch`` or ``fla``, the causal product's kernel (module
+            docstring). ``fla`` without fla-core fails here; on a non-CUDA tensor, in forward.
     """
 
     supports_recurrence = True
     normalizer_offset: float = 0.0
 
-    def __init__(self, *, head_dim: int, chunk_size: int = 64, eps: float = DEFAULT_EPS) -> None:
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        chunk_size: int = 64,
+        eps: float = DEFAULT_EPS,
+        implementation: str = "auto",
+    ) -> None:
         super().__init__(head_dim=head_dim)
         self.chunk_size = check_int("chunk_size", chunk_size, minimum=1, what="tokens per chunk")
         self.eps = check_eps(eps)
+        self.implementation = check_choice(
+            "implementation", implementation, fla.IMPLEMENTATIONS, backend=self.name
+        )
+        if implementation == "fla":  # a missing package fails at build time, before training
+            fla.check_installed(self.name)
 
     @abc.abstractmethod
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
@@ -50,15 +73,20 @@ class FeatureMapAttention(Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
+        kernel = fla.resolve(self.implementation, v, backend=self.name)  # refuses before φ
         phi_q = self.features(q, is_query=True)
         phi_k = self.features(k, is_query=False)
         if key_padding_mask is not None:
             # Zero features: a masked key adds to neither Σφ(k)vᵀ nor Σφ(k).
             phi_k = phi_k.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
-        kwargs = {"offset": self.normalizer_offset, "eps": self.eps}
-        if causal:
-            return causal_linear_attention(phi_q, phi_k, v, chunk_size=self.chunk_size, **kwargs)
-        return linear_attention(phi_q, phi_k, v, **kwargs)
+        offset, eps = self.normalizer_offset, self.eps
+        if not causal:
+            return linear_attention(phi_q, phi_k, v, offset=offset, eps=eps)
+        if kernel == "fla":
+            return fla.fla_causal_linear_attention(phi_q, phi_k, v, offset=offset, eps=eps)
+        return causal_linear_attention(
+            phi_q, phi_k, v, chunk_size=self.chunk_size, offset=offset, eps=eps
+        )
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
         phi_q = self.features(q, is_query=True)

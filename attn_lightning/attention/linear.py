@@ -73,6 +73,7 @@ class LinearAttention(FeatureMapAttention):
         feature_map: one of ``FEATURE_MAPS`` (elu, relu, softplus, squared_relu).
         chunk_size: tokens per chunk in the causal kernel.
         eps: added to the normaliser (a query whose keys all have zero features gets 0).
+        implementation: the causal kernel, ``auto``, ``torch`` or ``fla`` (``feature_map``).
     """
 
     name = "linear"
@@ -84,8 +85,11 @@ class LinearAttention(FeatureMapAttention):
         feature_map: str = "elu",
         chunk_size: int = 64,
         eps: float = DEFAULT_EPS,
+        implementation: str = "auto",
     ) -> None:
-        super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
+        super().__init__(
+            head_dim=head_dim, chunk_size=chunk_size, eps=eps, implementation=implementation
+        )
         check_choice("feature_map", feature_map, FEATURE_MAPS, backend=self.name)
         self.feature_map_name = feature_map
         self._phi = FEATURE_MAPS[feature_map]

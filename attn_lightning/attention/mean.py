@@ -19,8 +19,17 @@ class MeanAttention(FeatureMapAttention):
 
     name = "mean"
 
-    def __init__(self, *, head_dim: int, chunk_size: int = 64, eps: float = DEFAULT_EPS) -> None:
-        super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        chunk_size: int = 64,
+        eps: float = DEFAULT_EPS,
+        implementation: str = "auto",
+    ) -> None:
+        super().__init__(
+            head_dim=head_dim, chunk_size=chunk_size, eps=eps, implementation=implementation
+        )
 
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
         return torch.ones_like(x[..., :1])

@@ -85,6 +85,8 @@ class PerformerAttention(FeatureMapAttention):
         projection: ``orthogonal`` (lower estimator MSE) or ``iid``.
         chunk_size: tokens per chunk in the causal kernel.
         eps: added to the normaliser (paper stabiliser 1e-6).
+        implementation: the causal kernel, ``auto``, ``torch`` or ``fla`` (``feature_map``; not
+            to be confused with ``kernel``, the random features' kind).
     """
 
     name = "performer"
@@ -99,8 +101,11 @@ class PerformerAttention(FeatureMapAttention):
         projection: str = "orthogonal",
         chunk_size: int = 64,
         eps: float = DEFAULT_EPS,
+        implementation: str = "auto",
     ) -> None:
-        super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
+        super().__init__(
+            head_dim=head_dim, chunk_size=chunk_size, eps=eps, implementation=implementation
+        )
         self.kernel = check_choice("kernel", kernel, KERNELS, backend=self.name)
         self.projection = check_choice("projection", projection, PROJECTIONS, backend=self.name)
         what = "m, the number of random projections"

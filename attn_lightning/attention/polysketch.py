@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from attn_lightning.attention.base import Layout, Mask, State, accumulation_dtype
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.ops import polysketch_eval
+from attn_lightning.attention.ops import fla, polysketch_eval
 from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS, uses_kernel_form
@@ -90,6 +90,7 @@ class PolySketchAttention(FeatureMapAttention):
             the same scores; an implementation choice, not a change of method.
         chunk_size: tokens per chunk in the causal kernel.
         eps: added to the normaliser.
+        implementation: the causal kernel of the feature form, ``auto``, ``torch`` or ``fla``.
     """
 
     name = "polysketch"
@@ -112,8 +113,11 @@ class PolySketchAttention(FeatureMapAttention):
         evaluation: str = "auto",
         chunk_size: int = 64,
         eps: float = DEFAULT_EPS,
+        implementation: str = "auto",
     ) -> None:
-        super().__init__(head_dim=head_dim, chunk_size=chunk_size, eps=eps)
+        super().__init__(
+            head_dim=head_dim, chunk_size=chunk_size, eps=eps, implementation=implementation
+        )
         self.evaluation = check_choice("evaluation", evaluation, EVALUATIONS, backend=self.name)
         self.sketch_kind = check_choice("sketch", sketch, SKETCH_KINDS, backend=self.name)
         check_norm(norm, self.name)
@@ -239,6 +243,7 @@ class PolySketchAttention(FeatureMapAttention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
+        fla.resolve(self.implementation, v, backend=self.name)  # refuses whichever form runs
         if not self.local_block:
             kernel_form = uses_kernel_form(
                 self.evaluation,

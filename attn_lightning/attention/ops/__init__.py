@@ -9,6 +9,8 @@ that ``polynomial`` and ``polysketch`` share.
 
 * ``causal_product``: the chunked causal product ``Σ_{j≤i} (q_iᵀk_j) v_j``, hand-written backward.
 * ``linear_kernels``: feature-map attention, non-causal, causal (chunked) and one recurrent step.
+* ``fla``: flash-linear-attention's fused kernel as the CUDA causal product of the feature-map
+  backends (``implementation: auto | torch | fla``), imported on first use.
 * ``power_exact``: exact normalised power / learned-polynomial attention by tiles.
 * ``block_local``: PolySketch's mixed form, exact inside blocks and features between them.
 * ``polysketch_eval``: PolySketch's score-matrix form and the cost model choosing it.

@@ -1,0 +1,243 @@
+"""fla's kernel under every feature-map backend, on a GPU (skipped without CUDA or fla-core).
+
+The matrix: each backend × {fp32, bf16} × {causal, non-causal, padded} against the plain formula
+in float64 (``naive_kernel_attention`` on a float64 copy of the backend's own features), outputs
+and gradients; fla against the torch kernel; ``step`` against the fla forward with the state
+handed from one kernel to the other; a future NaN; and one bf16-mixed training step of each
+experiment whose config uses a feature-map backend. Run with ``pytest -m gpu`` or
+``python -m attn_lightning.benchmark gpu-report``. Tolerances are relative norm errors: fla runs
+fp32 inputs as TF32 and bf16 inputs in bf16 (``attention/ops/fla.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from attn_lightning.attention import FeatureMapAttention, build_attention
+from attn_lightning.attention.naive import naive_kernel_attention
+from attn_lightning.attention.ops import fla
+from attn_lightning.attention.registry import ATTENTIONS
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.skipif(fla.missing_reason() is not None, reason=f"{fla.missing_reason()}"),
+]
+
+CUDA = torch.device("cuda")
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+B, H, N, D = 2, 4, 200, 32  # N > 64 and not a multiple of it: several fla chunks, a ragged tail
+BACKENDS = [
+    ("linear", {}),
+    ("linear", {"feature_map": "relu"}),
+    ("performer", {"num_features": 64}),
+    ("performer", {"kernel": "hyperbolic", "num_features": 32}),
+    ("polysketch", {"sketch_size": 8, "evaluation": "features"}),
+    ("polysketch", {"learned_coefficients": True, "sketch_size": 8, "evaluation": "features"}),
+    ("mean", {}),
+]
+IDS = [name + "".join(f"-{k}={v}" for k, v in opts.items()) for name, opts in BACKENDS]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+TOLERANCE = {torch.float32: 5e-3, torch.bfloat16: 3e-2}  # TF32 / bf16 rounding, relative norm
+CASES = {"causal": (True, False), "noncausal": (False, False), "causal-padded": (True, True)}
+
+
+def build(name: str, options: dict, implementation: str = "fla") -> FeatureMapAttention:
+    torch.manual_seed(0)
+    attn = build_attention(name, head_dim=D, implementation=implementation, **options)
+    assert isinstance(attn, FeatureMapAttention)
+    return attn.to(CUDA)
+
+
+def inputs(dtype: torch.dtype, n: int = N, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(B, H, n, D, generator=g).to(CUDA, dtype).requires_grad_(True) for _ in "qkv"
+    ]
+
+
+def padding(n: int = N) -> torch.Tensor:
+    mask = torch.ones(B, n, dtype=torch.bool, device=CUDA)
+    mask[0, 7] = False
+    mask[1, -50:] = False
+    return mask
+
+
+def rel(got: torch.Tensor | None, want: torch.Tensor) -> float:
+    assert got is not None
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
+
+
+def reference(attn: FeatureMapAttention, qkv, *, causal: bool, mask) -> tuple[torch.Tensor, list]:
+    """The plain formula in float64 on a float64 copy of the backend (same φ, offset, eps)."""
+    ref = copy.deepcopy(attn).double()
+    leaves = [t.detach().double().requires_grad_(True) for t in qkv]
+    q, k, v = leaves
+    phi_q, phi_k = ref.features(q, is_query=True), ref.features(k, is_query=False)
+    out = naive_kernel_attention(
+        phi_q,
+        phi_k,
+        v,
+        causal=causal,
+        key_padding_mask=mask,
+        offset=ref.normalizer_offset,
+        eps=ref.eps,
+    )
+    return out, leaves
+
+
+def grads(out: torch.Tensor, leaves: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(5))
+    return list(
+        torch.autograd.grad(out, leaves, cotangent.to(out.device, out.dtype), allow_unused=True)
+    )
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize(("name", "options"), BACKENDS, ids=IDS)
+def test_outputs_and_gradients_match_float64_reference(name, options, dtype, case):
+    causal, padded = CASES[case]
+    attn = build(name, options)
+    qkv = inputs(dtype)
+    mask = padding() if padded else None
+    out = attn(*qkv, causal=causal, key_padding_mask=mask)
+    assert out.dtype == dtype
+    want, leaves = reference(attn, qkv, causal=causal, mask=mask)
+    tol = TOLERANCE[dtype]
+    assert rel(out, want) < tol
+    for got_grad, want_grad in zip(grads(out, qkv), grads(want, leaves)):
+        if want_grad is None:  # mean ignores q and k
+            continue
+        assert rel(got_grad, want_grad) < tol * 2
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize(("name", "options"), BACKENDS, ids=IDS)
+def test_fla_matches_the_torch_kernel(name, options, dtype):
+    qkv = inputs(dtype, n=1000)
+    mask = padding(1000)
+    outs = [
+        build(name, options, kernel)(*qkv, causal=True, key_padding_mask=mask)
+        for kernel in ("fla", "torch")
+    ]
+    assert rel(outs[0], outs[1]) < TOLERANCE[dtype]
+    for a, b in zip(grads(outs[0], qkv), grads(outs[1], qkv)):
+        if b is not None:
+            assert rel(a, b) < TOLERANCE[dtype] * 2
+
+
+@pytest.mark.parametrize(("name", "options"), BACKENDS, ids=IDS)
+def test_step_continues_a_state_from_either_kernel(name, options):
+    # A prefix stepped with the torch kernel's backend, continued by the fla one's step: every
+    # output equals the fla forward's; the state stays float32 under bf16.
+    fast, plain = build(name, options, "fla"), build(name, options, "torch")
+    q, k, v = (t.detach() for t in inputs(torch.bfloat16, n=80))
+    full = fast(q, k, v, causal=True)
+    state = None
+    for t in range(80):
+        attn = plain if t < 40 else fast
+        one = slice(t, t + 1)
+        out, state = attn.step(q[:, :, one], k[:, :, one], v[:, :, one], state)
+        assert rel(out, full[:, :, one]) < TOLERANCE[torch.bfloat16]
+    assert all(s.dtype == torch.float32 for s in state)
+
+
+def test_auto_takes_fla_for_bf16_on_cuda(monkeypatch):
+    calls = []
+    real = fla.chunk_op()
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].dtype)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fla, "chunk_op", lambda: spy)
+    attn = build("linear", {}, "auto")
+    q, k, v = inputs(torch.float32)
+    attn(q, k, v, causal=True)  # fp32: the torch kernel (fla would run it as TF32)
+    assert calls == []
+    attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
+    assert calls == [torch.bfloat16]
+
+
+def test_a_future_nan_does_not_reach_earlier_outputs():
+    attn = build("linear", {})
+    q, k, v = (t.detach() for t in inputs(torch.bfloat16, n=150))
+    clean = attn(q, k, v, causal=True)
+    k_bad = k.clone()
+    k_bad[:, :, 100] = math.nan
+    out = attn(q, k_bad, v, causal=True)
+    torch.testing.assert_close(out[:, :, :100], clean[:, :, :100], rtol=0, atol=0)
+    assert torch.isnan(out[:, :, 100:]).all()
+
+
+def test_float64_with_fla_is_refused():
+    attn = build("linear", {})
+    x = torch.zeros(1, 1, 3, D, dtype=torch.float64, device=CUDA)
+    with pytest.raises(ValueError, match="no float64 kernel"):
+        attn(x, x, x, causal=True)
+
+
+# ------------------------------------------------------------------ bf16-mixed training steps
+FEATURE_MAP_NAMES = {n for n, cls in ATTENTIONS.items() if issubclass(cls, FeatureMapAttention)}
+TINY_DATA = {
+    "reversal": ["--data.init_args.train_size=64", "--data.init_args.val_size=32"],
+    "image": ["--data.init_args.batch_size=8"],
+    "detection": [
+        "--data.init_args.train_size=32",
+        "--data.init_args.val_size=16",
+        "--model.init_args.net.d_model=32",
+        "--model.init_args.net.d_ff=32",
+    ],
+}
+
+
+def _attention_names(node: object) -> set[str]:
+    if isinstance(node, dict):
+        own = {node["name"]} if isinstance(node.get("name"), str) else set()
+        return own.union(*(_attention_names(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_attention_names(v) for v in node))
+    return set()
+
+
+def feature_map_overlays() -> list[Path]:
+    """Every experiment overlay that selects a feature-map backend somewhere."""
+    return [
+        path
+        for experiment in TINY_DATA
+        for path in sorted((CONFIGS / experiment).glob("*.yaml"))
+        if path.name != "base.yaml"
+        and _attention_names(yaml.safe_load(path.read_text())) & FEATURE_MAP_NAMES
+    ]
+
+
+@pytest.mark.usefixtures("cli_workdir")
+@pytest.mark.parametrize(
+    "overlay", feature_map_overlays(), ids=lambda p: f"{p.parent.name}-{p.stem}"
+)
+def test_bf16_mixed_training_step_of_each_experiment_is_finite(overlay, tmp_path):
+    from tests.runs import DEBUG, train  # the CLI (Lightning) only for this test
+
+    experiment = overlay.parent.name
+    cli = train(
+        "fit",
+        tmp_path,
+        [overlay.parent / "base.yaml", overlay, CONFIGS / "presets" / "bf16.yaml", DEBUG],
+        options=TINY_DATA[experiment],
+        extra=[
+            "--trainer.accelerator=gpu",
+            "--trainer.devices=1",
+            "--trainer.fast_dev_run=true",
+            "--trainer.enable_progress_bar=false",
+        ],
+    )
+    losses = {k: v for k, v in cli.trainer.callback_metrics.items() if k.endswith("/loss")}
+    assert losses, f"no loss was logged: {sorted(cli.trainer.callback_metrics)}"
+    assert all(torch.isfinite(v) for v in losses.values()), losses
