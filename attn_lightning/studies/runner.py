@@ -40,6 +40,9 @@ CONFIGS = Path("configs").resolve()
 ROOT = CONFIGS.parent  # the checkout, as the LoRA study still spells it
 
 
+SEED = "{seed}"
+
+
 def run_label(spec: str) -> str:
     """A file-name-safe label: ``polynomial:form=sketch`` -> ``polynomial_form-sketch``."""
     return spec.replace(":", "_").replace("=", "-").replace(",", "_").replace("/", "-")
@@ -134,7 +137,8 @@ class Runner:
         args = [variant.subcommand]
         for config in (*self.configs, *variant.configs):
             args += ["--config", str(config)]
-        args += [f"--{o}" for o in variant.overrides]
+        # ``{seed}`` in a variant's override is the run's seed (e.g. a per-seed checkpoint path).
+        args += [f"--{o.replace(SEED, str(seed))}" for o in variant.overrides]
         args += [
             f"--seed_everything={seed}",
             f"--experiment={self.experiment}",

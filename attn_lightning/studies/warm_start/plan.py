@@ -1,0 +1,107 @@
+"""The runs of the warm-start study, per task: one softmax base, then for each efficient backend
+the base's weights zero-shot, fine-tuned (Performer with and without feature redraw), and the same
+backend trained from scratch for the fine-tune's steps and for the base's steps plus those.
+
+Every run is a ``train.py`` run of ``studies.runner``: the base a plain ``fit``; zero-shot a
+``test`` of the base's ``last.ckpt`` with ``attention_override`` (no training: the backend's own
+tensors are freshly drawn, the rest is the base's); a fine-tune a ``fit --init_from`` of that
+checkpoint with the backend set (``cli.warm_start``: new optimizer, step 0). ``{seed}`` in an
+override is the run's seed, so each seed's runs start from that seed's base.
+
+Conditions (the ``condition`` of a row), each against the others of the same backend and seed:
+
+* ``zero-shot``: the base's weights, the backend swapped, no training;
+* ``fine-tune``: ``finetune_steps`` from the base's weights (Performer: feature redraw off);
+* ``fine-tune + redraw``: the same with Performer's features redrawn every ``redraw_every`` steps;
+* ``scratch``: the backend trained from random weights for ``finetune_steps`` (same steps);
+* ``scratch, base + fine-tune steps``: for ``base_steps + finetune_steps`` (same total steps).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from attn_lightning.studies.runner import SEED, Variant, run_label
+
+# The backends swapped in (the issue's list), as attention specs.
+BACKENDS: dict[str, dict] = {
+    "performer_m64": {"name": "performer", "num_features": 64},
+    "performer_m256": {"name": "performer", "num_features": 256},
+    "linear": {"name": "linear"},
+    "polysketch": {"name": "polysketch"},
+}
+PERFORMERS = ("performer_m64", "performer_m256")
+CONDITIONS = (
+    "zero-shot",
+    "fine-tune",
+    "fine-tune + redraw",
+    "scratch",
+    "scratch, base + fine-tune steps",
+)
+# What each experiment's runs need: its base config and its headline metrics.
+TASKS = {
+    "reversal": ("configs/reversal/base.yaml", ("test/token_acc", "test/exact_acc", "test/loss")),
+    "digits": ("configs/digits/base.yaml", ("test/acc", "test/loss")),
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The budgets of one task's study (optimiser steps)."""
+
+    task: str
+    base_steps: int
+    finetune_steps: int
+    redraw_every: int
+    experiment: str
+
+    def base_checkpoint(self) -> str:
+        """The base run's ``last.ckpt`` of the run's seed (``{seed}`` is filled per run)."""
+        return f"checkpoints/{self.experiment}/{run_label('softmax')}-s{SEED}/last.ckpt"
+
+    def variants(self) -> list[tuple[Variant, str, str]]:
+        """``(variant, backend, condition)`` in run order: the base first (the others read it)."""
+        base = Variant("softmax", overrides=(f"trainer.max_steps={self.base_steps}",))
+        runs: list[tuple[Variant, str, str]] = [(base, "softmax", "base")]
+        ckpt = self.base_checkpoint()
+        for key, spec in BACKENDS.items():
+            attention = f"model.init_args.attention={json.dumps(spec)}"
+            zero = Variant(
+                f"{key}@zero-shot",
+                subcommand="test",
+                overrides=(
+                    f"ckpt_path={ckpt}",
+                    f"model.init_args.attention_override={json.dumps(spec)}",
+                ),
+            )
+            runs.append((zero, key, "zero-shot"))
+            tune = (attention, f"init_from={ckpt}", f"trainer.max_steps={self.finetune_steps}")
+            runs.append(
+                (Variant(f"{key}@fine-tune", overrides=(*tune, NO_REDRAW)), key, "fine-tune")
+            )
+            if key in PERFORMERS:
+                redraw = f"feature_redraw.every_n_steps={self.redraw_every}"
+                runs.append(
+                    (Variant(f"{key}@fine-tune-redraw", overrides=(*tune, redraw)), key,
+                     "fine-tune + redraw")
+                )  # fmt: skip
+            for steps, condition in (
+                (self.finetune_steps, "scratch"),
+                (self.base_steps + self.finetune_steps, "scratch, base + fine-tune steps"),
+            ):
+                scratch = (attention, f"trainer.max_steps={steps}", NO_REDRAW)
+                runs.append((Variant(f"{key}@scratch-{steps}", overrides=scratch), key, condition))
+        return runs
+
+
+# Feature redraw off: the fine-tune's control for "with redraw", and every run but that one.
+NO_REDRAW = "feature_redraw.every_n_steps=0"
+
+
+def config(task: str) -> Path:
+    """The base config of ``task`` (a ValueError naming the allowed tasks)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; allowed: {', '.join(TASKS)}")
+    return Path(TASKS[task][0])

@@ -1,0 +1,152 @@
+"""The warm-start study's tables: every condition per backend, and the paired Δs that answer
+the review's claim — fine-tuned from softmax against the same backend trained from scratch.
+
+Cells are mean ± std over seeds (``results.tables``) with the converged count where the task has
+a threshold; a paired Δ is every seed's difference with its sign counts and a bootstrap interval
+of the mean (``results.paired.seed_deltas``: accuracies are bounded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.results.environment import machine_line
+from attn_lightning.results.files import markdown_table, write_csv
+from attn_lightning.results.paired import seed_deltas
+from attn_lightning.results.records import RunResult
+from attn_lightning.results.tables import column, format_mean_std, mean_std
+from attn_lightning.studies.warm_start.plan import CONDITIONS
+
+# The comparisons of the paired table: (condition, against, what it asks).
+PAIRS = (
+    ("fine-tune", "scratch", "warm start vs scratch, same steps"),
+    ("fine-tune", "scratch, base + fine-tune steps", "warm start vs scratch, same total steps"),
+    ("fine-tune + redraw", "fine-tune", "redrawing Performer's features while fine-tuning"),
+    ("zero-shot", "fine-tune", "what the fine-tune adds"),
+)
+
+
+def _values(runs: Sequence[RunResult], backend: str, condition: str, key: str) -> dict[int, float]:
+    return {
+        r.seed: v
+        for r in runs
+        if r.info.get("backend") == backend
+        and r.info.get("condition") == condition
+        and r.status == "ok"
+        and (v := r.value(key)) is not None
+    }
+
+
+def condition_rows(
+    runs: Sequence[RunResult], backends: Sequence[str], metrics: Sequence[str]
+) -> list[dict[str, Any]]:
+    """One row per (backend, condition that ran): n and each metric's mean and std."""
+    rows = []
+    for backend in backends:
+        for condition in ("base", *CONDITIONS):
+            n = len(_values(runs, backend, condition, metrics[0]))
+            if not n:
+                continue
+            row: dict[str, Any] = {"backend": backend, "condition": condition, "n": n}
+            for key in metrics:
+                values = list(_values(runs, backend, condition, key).values())
+                row[f"{key}_mean"], row[f"{key}_std"] = mean_std(values)
+            rows.append(row)
+    return rows
+
+
+def paired_rows(
+    runs: Sequence[RunResult], backends: Sequence[str], metrics: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Per backend and ``PAIRS`` entry with shared seeds: each metric's paired Δ."""
+    rows = []
+    for backend in backends:
+        for condition, control, question in PAIRS:
+            deltas = {
+                key: seed_deltas(
+                    _values(runs, backend, condition, key), _values(runs, backend, control, key)
+                )
+                for key in metrics
+            }
+            if all(d is None for d in deltas.values()):
+                continue
+            row: dict[str, Any] = {
+                "backend": backend,
+                "comparison": f"{condition} − {control}",
+                "question": question,
+            }
+            for key, delta in deltas.items():
+                shown = column(key)
+                row[key] = None if delta is None else delta.format(scale=shown.scale, digits=2)
+                row[f"{key} per seed"] = (
+                    None if delta is None else delta.per_seed(scale=shown.scale, digits=2)
+                )
+            rows.append(row)
+    return rows
+
+
+def write(
+    out: Path,
+    runs: Sequence[RunResult],
+    *,
+    backends: Sequence[str],
+    metrics: Sequence[str],
+    command: str,
+    heading: str,
+    notes: Sequence[str] = (),
+) -> None:
+    """``<out>.md``, ``<out>.csv`` (conditions), ``<out>_paired.csv`` and ``<out>_runs.csv``."""
+    rows = condition_rows(runs, backends, metrics)
+    paired = paired_rows(runs, backends, metrics)
+    write_csv(out.with_name(out.name + ".csv"), rows)
+    write_csv(out.with_name(out.name + "_paired.csv"), paired)
+    per_run = [
+        {
+            "variant": r.variant,
+            "backend": r.info.get("backend"),
+            "condition": r.info.get("condition"),
+            "seed": r.seed,
+            "status": r.status,
+            "seconds": None if r.seconds is None else round(r.seconds, 1),
+            "global_step": r.global_step,
+            **{k: r.value(k) for k in metrics},
+        }
+        for r in runs
+    ]
+    write_csv(out.with_name(out.name + "_runs.csv"), per_run)
+    titles = [column(k).title for k in metrics]
+    body = [
+        [
+            f"`{row['backend']}`",
+            row["condition"],
+            row["n"],
+            *(
+                format_mean_std(
+                    row[f"{k}_mean"],
+                    row[f"{k}_std"],
+                    scale=column(k).scale,
+                    digits=column(k).digits,
+                )
+                for k in metrics
+            ),
+        ]
+        for row in rows
+    ]
+    pairs = [
+        [f"`{p['backend']}`", p["comparison"], *(p[k] or "–" for k in metrics)] for p in paired
+    ]
+    text = [
+        f"# {heading}\n",
+        f"Regenerate with:\n\n```bash\n{command}\n```\n",
+        machine_line() + "\n",
+        *notes,
+        "Test split, best-by-validation checkpoint (zero-shot: the base's `last.ckpt`); mean ± std "
+        "over seeds.\n",
+        markdown_table(["backend", "condition", "n", *titles], body),
+        "\nPaired by seed: mean Δ [95 % bootstrap interval] (n: seeds with Δ > 0, < 0, = 0); "
+        "every seed's Δ in `_paired.csv`.\n",
+        markdown_table(["backend", "comparison", *titles], pairs),
+    ]
+    out.with_name(out.name + ".md").write_text("\n".join(text) + "\n")

@@ -1,0 +1,61 @@
+"""The warm-start study's plan and tables (the runs themselves: test_cli)."""
+
+from __future__ import annotations
+
+import pytest
+
+from attn_lightning.results.records import RunResult
+from attn_lightning.studies.runner import Runner
+from attn_lightning.studies.warm_start import tables
+from attn_lightning.studies.warm_start.plan import BACKENDS, PERFORMERS, Plan, config
+
+
+def test_the_plan_has_one_control_per_question_and_the_base_first():
+    plan = Plan("reversal", base_steps=1500, finetune_steps=300, redraw_every=100, experiment="w")
+    runs = plan.variants()
+    assert runs[0][1:] == ("softmax", "base")
+    per_backend = {b: [c for _, bb, c in runs if bb == b] for b in BACKENDS}
+    for backend, conditions in per_backend.items():
+        expected = {"zero-shot", "fine-tune", "scratch", "scratch, base + fine-tune steps"}
+        expected |= {"fine-tune + redraw"} if backend in PERFORMERS else set()
+        assert set(conditions) == expected, backend
+    by_name = {v.name: v for v, _, _ in runs}
+    tune, redraw = by_name["performer_m64@fine-tune"], by_name["performer_m64@fine-tune-redraw"]
+    # fine-tune and its redraw control differ in the redraw only
+    assert set(tune.overrides) ^ set(redraw.overrides) == {
+        "feature_redraw.every_n_steps=0",
+        "feature_redraw.every_n_steps=100",
+    }
+    # each seed starts from its own base: {seed} is filled per run
+    args = Runner(experiment="w").train_args(tune, seed=3)
+    assert "--init_from=checkpoints/w/softmax-s3/last.ckpt" in args
+    assert by_name["linear@scratch-1800"].overrides[1] == "trainer.max_steps=1800"
+    assert by_name["linear@zero-shot"].subcommand == "test"
+    with pytest.raises(ValueError, match="unknown task 'vision'; allowed: reversal, digits"):
+        config("vision")
+
+
+def _run(backend, condition, seed, acc):
+    run = RunResult(
+        f"{backend}@{condition}", seed, 1.0, "ok", {"test/acc": acc, "test/loss": 1 - acc}
+    )
+    run.info.update(backend=backend, condition=condition)
+    return run
+
+
+def test_tables_pair_the_fine_tune_with_scratch_per_seed(tmp_path):
+    runs = [_run("linear", "fine-tune", s, a) for s, a in enumerate([0.9, 0.92, 0.95])] + [
+        _run("linear", "scratch", s, a) for s, a in enumerate([0.5, 0.6, 0.96])
+    ]
+    tables.write(
+        tmp_path / "w",
+        runs,
+        backends=["linear"],
+        metrics=["test/acc", "test/loss"],
+        command="c",
+        heading="h",
+    )
+    text = (tmp_path / "w.md").read_text()
+    assert "| `linear` | fine-tune | 3 | 92.33 ± 2.52 |" in text
+    assert "| `linear` | fine-tune − scratch | +23.67 [" in text and "(n=3: 2+ 1− 0=)" in text
+    assert "s0 +40.00, s1 +32.00, s2 -1.00" in (tmp_path / "w_paired.csv").read_text()
