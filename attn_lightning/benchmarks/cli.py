@@ -33,6 +33,7 @@ from attn_lightning.benchmarks import (
     approximation_report,
     decode,
     generation,
+    gpu_report,
     kernel_shapes,
     latency,
     model_step,
@@ -94,6 +95,13 @@ COMMANDS: dict[str, Benchmark] = {
         generation.add_arguments,
         generation.run,
         generation.__doc__,
+    ),
+    "gpu-report": Benchmark(
+        "measure a GPU within a budget: CUDA tests, per-call and training-step speed (torch vs "
+        "fla kernels), decode; one page and one archive",
+        gpu_report.add_arguments,
+        gpu_report.run,
+        gpu_report.__doc__,
     ),
 }
 

@@ -272,7 +272,15 @@ def test_the_subcommands_are_the_rows_of_the_command_table():
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert list(sub.choices) == list(COMMANDS)
-    assert list(COMMANDS) == ["latency", "decode", "approx", "kernels", "model", "generation"]
+    assert list(COMMANDS) == [
+        "latency",
+        "decode",
+        "approx",
+        "kernels",
+        "model",
+        "generation",
+        "gpu-report",
+    ]
     for name, command in COMMANDS.items():  # each row's own flags reach its subparser
         flags = {s for a in sub.choices[name]._actions for s in a.option_strings}
         probe = argparse.ArgumentParser()
