@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 import attn_lightning
+from attn_lightning.attention.ops import fla
 from attn_lightning.benchmarks.arguments import UsageError
 from attn_lightning.benchmarks.gpu_report import page, plan
 from attn_lightning.benchmarks.gpu_report.runner import run_stages
@@ -119,6 +120,11 @@ def run(args: argparse.Namespace) -> str:
         plan.smoke_plan(out, tests_root) if args.smoke else plan.cuda_plan(out, minutes, tests_root)
     )
     found = versions()
+    missing = fla.missing_reason()
+    if missing and not args.smoke:
+        log.warning(
+            "gpu-report: %s: the fla rows and the anchor will fail (%s)", missing, fla.INSTALL
+        )
     write_csv(out / "versions.csv", [{"what": k, "version": v} for k, v in found.items()])
     budget_s = max(0.0, minutes * 60 - RESERVE_S)
     results, stopped = run_stages(
@@ -129,6 +135,7 @@ def run(args: argparse.Namespace) -> str:
         torch.device("cpu"),
         command=args.command_line,
         versions=", ".join(f"{k} {v}" for k, v in found.items()),
+        fla=missing or "fla-core usable (its kernels: implementation=fla and the anchor)",
         budget_minutes=f"{minutes:g}",
         ran_s=f"{time.monotonic() - began:.0f}",
         stopped_by=stopped or "nothing (ran to its end or its budget)",
