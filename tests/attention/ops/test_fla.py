@@ -11,6 +11,7 @@ feature-map backend are checked here; the kernels themselves only on a GPU
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -27,13 +28,17 @@ from attn_lightning.attention.ops.linear_kernels import causal_linear_attention
 B, H, N, F, DV = 2, 3, 70, 5, 4  # N > 64 and not a multiple of it: more than one fla chunk
 
 
-def fla_naive() -> ModuleType:
-    """fla's ``naive.py`` as a standalone module (skips the test when fla-core is missing)."""
+def fla_file(relative: str) -> Path:
+    """A file of the installed fla package (skips the test when fla-core is missing)."""
     spec = importlib.util.find_spec("fla")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("fla-core is not installed (pip install -e '.[gpu]')")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    path = root / "ops" / "linear_attn" / "naive.py"
+    return Path(next(iter(spec.submodule_search_locations))) / relative
+
+
+def fla_naive() -> ModuleType:
+    """fla's ``naive.py`` as a standalone module (skips the test when fla-core is missing)."""
+    path = fla_file("ops/linear_attn/naive.py")
     module_spec = importlib.util.spec_from_file_location("fla_linear_attn_naive", path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
@@ -67,6 +72,21 @@ def to_fla(x: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ fla's conventions
+def test_installed_chunk_op_takes_what_the_adapter_passes():
+    # Read from the source (importing fla needs a GPU driver for its kernels): the adapter calls
+    # chunk_linear_attn(q, k, v, scale=..., normalize=False) and reads (out, state).
+    tree = ast.parse(fla_file("ops/linear_attn/chunk.py").read_text())
+    func = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef) and n.name == "chunk_linear_attn"
+    )
+    names = [a.arg for a in func.args.args + func.args.kwonlyargs]
+    assert names[:3] == ["q", "k", "v"] and {"scale", "normalize"} <= set(names)
+    assert "head_first" not in names  # [B, T, H, K] is the only layout
+    assert fla.missing_reason() is None, fla.missing_reason()
+
+
 def test_fla_reference_is_our_causal_product_in_its_layout(naive):
     phi_q, phi_k, v = features(dtype=torch.float32)
     ours = causal_product(phi_q, phi_k, v, 10)  # N = 70 = 7 chunks of 10
