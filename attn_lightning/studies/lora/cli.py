@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from attn_lightning.data.domains import NORMALIZATIONS
+from attn_lightning.data.images import SOURCES
 from attn_lightning.studies.arguments import log_to_stderr, renamed
 from attn_lightning.studies.lora.jobs import mlp_jobs, transformer_jobs, variant_jobs
 from attn_lightning.studies.lora.lrsweep import (
@@ -152,7 +153,7 @@ def _add_lrsweep(sweep: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--max-epochs", type=int, default=60)
     group.add_argument("--patience", type=int, default=10, help="val/loss epochs; 0: no stop")
-    group.add_argument("--source", choices=("digits", "mnist"), default="digits")
+    group.add_argument("--source", choices=SOURCES, default="digits")
     group.add_argument("--data-root", default="data", help="MNIST IDX files (source mnist)")
     group.add_argument(
         "--normalize",
