@@ -2,9 +2,12 @@
 
 Each experiment runs ``train.py fit`` three times in subprocesses: uninterrupted; interrupted by
 a real SIGKILL at a random step after the first checkpoint; resumed from that run's
-``last.ckpt``. The per-step training losses, the final validation metrics and the final weights
-must be equal exactly. Dropout is on, so the RNG states must be restored as well as the data
-order. The other DataModules' loaders are covered by ``tests/data/test_sampling.py``.
+``last.ckpt``. The per-step training losses, every TensorBoard curve (train, validation, epoch
+averages, gradients, learning rate), the final validation metrics, the best checkpoint (its step
+and score), the test of it (``--test_after_fit``) and the final weights must be equal exactly.
+Dropout is on, so the RNG states must be restored as well as the data order. A run killed before
+its first checkpoint is retried under the same ``--run_name`` and equals the uninterrupted run
+too. The other DataModules' loaders are covered by ``tests/data/test_sampling.py``.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
-# Checkpoint every EVERY steps; the first is deferred to the first validation (step 9 or 10), so
-# the kill step is drawn from 11 on.
+# last.ckpt every EVERY steps from step EVERY on, before the first validation (step 9 or 10) too,
+# so the kill step is drawn from EVERY + 1 on; a kill before it leaves no checkpoint.
 EVERY = 7
 TINY_MODEL = [
     "--model.init_args.net.d_model=32",
@@ -47,13 +51,11 @@ COMMON = [
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
     f"--checkpoint.every_n_train_steps={EVERY}",
-    # Lightning 2.6 drops a step checkpoint deferred for a missing val/loss when it saves at train
-    # epoch end; saving at validation end writes it there.
-    "--checkpoint.save_on_train_epoch_end=false",
+    "--test_after_fit=true",
     "--trainer.callbacks+=tests.test_resume.StepLog",
 ]
 EXPERIMENTS = {
-    # 10 batches an epoch: checkpoints at 10 (deferred from 7), 14, 21, 28, 35; validation at 10s.
+    # 10 batches an epoch: last.ckpt at 7, 14, 21, 28, 35; validation (and the best) at 10s.
     "reversal": (
         40,
         [
@@ -116,8 +118,10 @@ def _env(**extra: str) -> dict[str, str]:
 class Run:
     """One ``train.py fit`` subprocess writing ``<name>.log|.json|.weights|.stderr`` in ``tmp``."""
 
-    def __init__(self, tmp: Path, name: str, args: list[str], *extra: str, **env: str) -> None:
-        self.tmp, self.name = tmp, name
+    def __init__(
+        self, tmp: Path, experiment: str, name: str, args: list[str], *extra: str, **env: str
+    ) -> None:
+        self.tmp, self.experiment, self.name = tmp, experiment, name
         cmd = [
             sys.executable,
             str(ROOT / "train.py"),
@@ -149,32 +153,53 @@ class Run:
         return {int(step): loss for step, loss in steps}
 
 
+def _wait_and_kill(run: Run) -> None:
+    """SIGKILL ``run`` once it reached its kill step (a real kill -9: nothing runs after it)."""
+    deadline = time.monotonic() + 300
+    while not (run.tmp / f"{run.name}.ready").exists():
+        assert run.proc.poll() is None, run.error()
+        assert time.monotonic() < deadline, "the run to kill never reached its kill step"
+        time.sleep(0.1)
+    os.kill(run.proc.pid, signal.SIGKILL)
+    assert run.proc.wait(timeout=60) == -signal.SIGKILL
+
+
+def _scalars(run: Run) -> dict[str, dict[int, float]]:
+    """Every TensorBoard curve of ``run``: tag -> {step: value} (hex: NaN equals NaN)."""
+    events = EventAccumulator(str(run.tmp / "logs" / run.experiment / run.name))
+    events.Reload()
+    return {
+        tag: {e.step: float(e.value).hex() for e in events.Scalars(tag)}
+        for tag in events.Tags()["scalars"]
+    }
+
+
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
     """Per experiment: the uninterrupted run, the losses logged before the kill, the step of the
-    checkpoint resumed from, and the resumed run. All runs of a phase share the cores."""
+    checkpoint resumed from, the resumed run, and (reversal) the retry of a run killed before
+    its first checkpoint. All runs of a phase share the cores."""
     started: list[Run] = []
     try:
-        phase: dict[str, tuple[Path, int, Run, Run]] = {}
+        phase: dict[str, tuple[Path, int, Run, Run, Run | None]] = {}
         for experiment, (max_steps, args) in EXPERIMENTS.items():
             tmp = tmp_path_factory.mktemp(experiment)
             args = [*args, f"--trainer.max_steps={max_steps}"]
             # After the first checkpoint; ATTN_RESUME_KILL_AT replays a failure's step.
-            kill_at = int(os.environ.get("ATTN_RESUME_KILL_AT", random.randint(11, max_steps - 3)))
-            full = Run(tmp, "full", args)
-            doomed = Run(tmp, "crash", args, RESUME_TEST_KILL_AT=str(kill_at))
-            started += [full, doomed]
-            phase[experiment] = (tmp, kill_at, full, doomed)
-        for tmp, _, _, doomed in phase.values():
-            deadline = time.monotonic() + 300
-            while not (tmp / "crash.ready").exists():
-                assert doomed.proc.poll() is None, doomed.error()
-                assert time.monotonic() < deadline, "the run to kill never reached its kill step"
-                time.sleep(0.1)
-            os.kill(doomed.proc.pid, signal.SIGKILL)  # a real kill -9: nothing runs after it
-            assert doomed.proc.wait(timeout=60) == -signal.SIGKILL
+            drawn = random.randint(EVERY + 1, max_steps - 3)
+            kill_at = int(os.environ.get("ATTN_RESUME_KILL_AT", drawn))
+            full = Run(tmp, experiment, "full", args)
+            doomed = Run(tmp, experiment, "crash", args, RESUME_TEST_KILL_AT=str(kill_at))
+            early = None
+            if experiment == "reversal":  # killed before its first checkpoint (step EVERY)
+                early = Run(tmp, experiment, "early", args, RESUME_TEST_KILL_AT=str(EVERY - 2))
+            started += [full, doomed, *([early] if early else [])]
+            phase[experiment] = (tmp, kill_at, full, doomed, early)
+        for _, _, _, doomed, early in phase.values():
+            for run in (doomed, *([early] if early else [])):
+                _wait_and_kill(run)
         results = {}
-        for experiment, (tmp, kill_at, full, doomed) in phase.items():
+        for experiment, (tmp, kill_at, full, doomed, early) in phase.items():
             full.finish()
             last = tmp / "checkpoints" / experiment / "crash" / "last.ckpt"
             saved_at = torch.load(last, weights_only=True)["global_step"]
@@ -182,11 +207,17 @@ def resumed(tmp_path_factory):
             (tmp / "crash.log").rename(tmp / "crash-before-kill.log")
             max_steps, args = EXPERIMENTS[experiment]
             args = [*args, f"--trainer.max_steps={max_steps}"]
-            again = Run(tmp, "crash", args, f"--ckpt_path={last}")
-            started.append(again)
-            results[experiment] = (full, before_kill, kill_at, saved_at, again)
-        for *_, again in results.values():
-            again.finish()
+            again = Run(tmp, experiment, "crash", args, f"--ckpt_path={last}")
+            retry = None
+            if early is not None:
+                assert not list((tmp / "checkpoints").rglob("early/*.ckpt"))
+                (tmp / "early.log").unlink()
+                retry = Run(tmp, experiment, "early", args)  # the same command, run again
+            started += [again, *([retry] if retry else [])]
+            results[experiment] = (full, before_kill, kill_at, saved_at, again, retry)
+        for *_, again, retry in results.values():
+            for run in (again, *([retry] if retry else [])):
+                run.finish()
         yield results
     finally:
         for run in started:
@@ -198,7 +229,7 @@ def resumed(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_kill_and_resume_equals_the_uninterrupted_run(experiment, resumed):
-    full, before_kill, kill_at, saved_at, again = resumed[experiment]
+    full, before_kill, kill_at, saved_at, again, retry = resumed[experiment]
     max_steps = EXPERIMENTS[experiment][0]
     context = f"killed at step {kill_at}, resumed from step {saved_at}"
     assert EVERY <= saved_at < kill_at, context
@@ -206,16 +237,31 @@ def test_kill_and_resume_equals_the_uninterrupted_run(experiment, resumed):
     assert sorted(reference) == list(range(1, max_steps + 1))
     assert before_kill == {s: reference[s] for s in range(1, kill_at + 1)}, context
     assert after == {s: reference[s] for s in range(saved_at + 1, max_steps + 1)}, context
+    _assert_same_outcome(full, again, context)
+    if retry is not None:  # killed before its first checkpoint, then run again from scratch
+        assert retry.losses() == reference
+        _assert_same_outcome(full, retry, "killed before the first checkpoint and retried")
 
-    metrics = [json.loads((run.tmp / f"{run.name}.json").read_text()) for run in (full, again)]
-    assert metrics[0]["global_step"] == metrics[1]["global_step"] == max_steps
+
+def _assert_same_outcome(full: Run, other: Run, context: str) -> None:
+    """Curves, final metrics, best checkpoint, its test and final weights equal exactly."""
+    curves = [_scalars(run) for run in (full, other)]
+    assert curves[0].keys() == curves[1].keys(), context
+    for tag, points in curves[0].items():
+        assert curves[1][tag] == points, f"{tag} differs; {context}"
+    records = [json.loads((run.tmp / f"{run.name}.json").read_text()) for run in (full, other)]
+    assert records[0]["global_step"] == records[1]["global_step"]
 
     def val(record: dict[str, Any]) -> dict[str, float]:
         return {k: v for k, v in record["metrics"].items() if k.startswith(("val/", "hp/"))}
 
-    assert val(metrics[0]) and val(metrics[1]) == val(metrics[0]), context
+    assert val(records[0]) and val(records[1]) == val(records[0]), context
+    best = [Path(record["best_model_path"]).name for record in records]
+    assert best[0].startswith("best-step=") and best[1] == best[0], context
+    assert records[1]["best_model_score"] == records[0]["best_model_score"], context
+    assert records[0]["test"] and records[1]["test"] == records[0]["test"], context
     weights = [
-        torch.load(run.tmp / f"{run.name}.weights", weights_only=True) for run in (full, again)
+        torch.load(run.tmp / f"{run.name}.weights", weights_only=True) for run in (full, other)
     ]
     assert weights[0].keys() == weights[1].keys()
     for key, tensor in weights[0].items():

@@ -1,4 +1,5 @@
-"""Lightning callbacks: random-feature redraw, run checkpoints, attention diagnostics, logging
+"""Lightning callbacks: random-feature redraw, run checkpoints (resumable from the first step,
+ranked on fresh scores, written atomically, saved on Ctrl-C/SIGTERM), attention diagnostics, logging
 from the first validation batch (one base: sample tables, image grids, detections), adapter
 export and prediction files.
 
@@ -8,6 +9,7 @@ skips tasks without it.
 """
 
 from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
+from attn_lightning.callbacks.checkpoints import AtomicCheckpointIO, RunCheckpoint, is_partial
 from attn_lightning.callbacks.detections import DetectionImages, Detector
 from attn_lightning.callbacks.diagnostics import AttentionDiagnostics, collect_diagnostics
 from attn_lightning.callbacks.gradients import (
@@ -24,7 +26,6 @@ from attn_lightning.callbacks.samples import (
 )
 from attn_lightning.callbacks.training import (
     FeatureRedraw,
-    RunCheckpoint,
     redraw_all_features,
     redraw_generator,
 )
@@ -32,6 +33,7 @@ from attn_lightning.callbacks.training import (
 __all__ = [
     "AdapterExport",
     "AdapterExporter",
+    "AtomicCheckpointIO",
     "AttentionDiagnostics",
     "DetectionImages",
     "Detector",
@@ -48,6 +50,7 @@ __all__ = [
     "SampleRows",
     "ValidationBatchLogger",
     "collect_diagnostics",
+    "is_partial",
     "redraw_all_features",
     "redraw_generator",
 ]

@@ -169,6 +169,8 @@ class GradientTracker(Callback):
         # After the strategy has wrapped and moved the model: these are the parameters it steps.
         self._groups = ParameterGroups(pl_module)
         self._step = trainer.global_step
+        window = self.spikes.losses  # a resumed run's window comes from the CPU checkpoint
+        window.extend([window.popleft().to(pl_module.device) for _ in range(len(window))])
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
@@ -218,13 +220,23 @@ class GradientTracker(Callback):
                 log.debug("loss spike at step %d (%d so far)", step, count)
 
     def state_dict(self) -> dict[str, Any]:
-        # The running count continues across a resume; the median window refills.
+        # The running count and the median window continue across a resume.
         pending = self.spikes.pending
         flagged = int(torch.stack([f for _, f in pending]).sum().item()) if pending else 0
-        return {"loss_spikes": self.spikes.count + flagged}
+        window = [float(loss) for loss in self.spikes.losses]
+        return {"loss_spikes": self.spikes.count + flagged, "loss_window": window}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.spikes.count = int(state_dict.get("loss_spikes", 0))
+        self.spikes.losses.clear()
+        self.spikes.losses.extend(torch.tensor(v) for v in state_dict.get("loss_window", []))
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Flags still pending would be lost to a run resumed from this checkpoint: write them.
+        if self._active(trainer):
+            self._flush(trainer)
 
 
 def _log(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:

@@ -1,15 +1,15 @@
-"""Callbacks of every training run: random-feature redraw and run checkpoint folders."""
+"""Random-feature redraw: the same draw on every DDP rank and in a resumed run as in an
+uninterrupted one (checkpoints: ``callbacks.checkpoints``)."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 log = logging.getLogger(__name__)
@@ -69,42 +69,3 @@ class FeatureRedraw(Callback):
         count = redraw_all_features(pl_module, seed=self.seed, step=step)
         if count:
             log.debug("redrew random features of %d module(s) at step %d", count, step)
-
-
-class RunCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that writes to ``<root>/<experiment>/<run>/``.
-
-    ``experiment`` is the first logger's ``name`` and ``run`` the last part of its log dir (the
-    logger's ``version``: ``version_N`` or the ``--run_name`` given), so logs and checkpoints of
-    a run share their names. Both are broadcast from rank 0. An explicit ``dirpath`` wins; with no
-    logger it falls back to ``<root>/default/run``.
-
-    Args:
-        root: top folder of all checkpoints.
-        **kwargs: ``ModelCheckpoint`` arguments (monitor, save_last, save_top_k, ...).
-    """
-
-    def __init__(self, *, root: str = "checkpoints", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.root = root
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.dirpath is None:
-            experiment, run = "default", "run"
-            if trainer.loggers:
-                log_dir = trainer.log_dir  # broadcast from rank 0 by the trainer
-                # A logger may have no name (TensorBoardLogger(name=None)) or no log dir
-                # (save_dir=None): keep "default" / "run" rather than a folder named "None".
-                experiment = str(trainer.strategy.broadcast(trainer.loggers[0].name) or experiment)
-                if log_dir:
-                    run = Path(log_dir).name
-            self.dirpath = str(Path(self.root) / experiment / run)
-        self._stage = stage
-        super().setup(trainer, pl_module, stage)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if getattr(self, "_stage", "fit") != "fit":
-            # validate/test/predict save nothing: no "dirpath has changed" warning for them.
-            self.best_model_path = state_dict["best_model_path"]
-            return
-        super().load_state_dict(state_dict)

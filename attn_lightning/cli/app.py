@@ -15,8 +15,12 @@ under their own top-level keys:
 * a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
 
 Top-level options: ``experiment`` and ``run_name`` name the logger (and so the checkpoint folder;
-without ``run_name`` runs are ``version_0``, ``version_1``, ...); ``metrics_file`` writes the final
-metrics as JSON (the sweep reads it); ``test_after_fit`` tests the best checkpoint after fitting.
+without ``run_name`` runs are ``version_0``, ``version_1``, ...; a fresh fit into a folder that
+holds a run is refused, one without a checkpoint is started afresh: ``run_folders``);
+``metrics_file`` writes the final metrics as JSON (the sweep reads it); ``test_after_fit`` tests
+the best checkpoint after fitting; ``threads`` sets torch's CPU threads (``threads``). After each
+subcommand: ``records``. ``<subcommand> --help`` is short, ``--help <group>``/``all`` in full
+(``help``).
 
 With ``--ckpt_path``, LightningCLI (2.5.5+, checked on 2.6) parses the checkpoint's saved model
 hyper-parameters *over* the config and the command line: ``--model.init_args.attention`` or a
@@ -31,14 +35,12 @@ names one fails before parsing with the new path (as does a backend overlay give
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -64,25 +66,33 @@ from attn_lightning.callbacks import (
     PredictionWriter,
     RunCheckpoint,
     SamplePredictions,
-    collect_diagnostics,
 )
 from attn_lightning.cli.checkpoints import check_classes, load_checkpoint, resolve_class
-from attn_lightning.cli.config_checks import check_command_line, rename_moved
+from attn_lightning.cli.config_checks import check_command_line, expand_help_names, rename_moved
 from attn_lightning.cli.errors import (
     AppArgumentParser,
     constructor_error,
     debug_requested,
 )
+from attn_lightning.cli.help import (
+    CKPT_PATH_HELP,
+    DESCRIPTION,
+    SUBCOMMANDS,
+    help_request,
+    print_help,
+)
+from attn_lightning.cli.noise import quiet
 from attn_lightning.cli.progress import (
     progress_callbacks,
-    summary_lines,
     terminal,
 )
+from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
     RunConfigSaver,
+    prepare_run_folder,
     purge_replayed_steps,
-    refuse_existing_run,
 )
+from attn_lightning.cli.threads import set_threads
 from attn_lightning.cli.upgrades import (
     LINKED_FROM_DATA,
     AcceptedLinks,
@@ -94,8 +104,9 @@ TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 log = logging.getLogger("attn_lightning")
 
 
-class AttnLightningCLI(LightningCLI):
-    """LightningCLI with run naming, always-on callbacks and a metrics file."""
+class AttnLightningCLI(AfterRun, LightningCLI):
+    """LightningCLI with run naming, always-on callbacks, a thread count, a short ``--help`` and a
+    metrics file and summary after each subcommand (``records.AfterRun``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
@@ -122,6 +133,13 @@ class AttnLightningCLI(LightningCLI):
             type=bool,
             default=False,
             help="After fit, test the best checkpoint (by the checkpoint monitor).",
+        )
+        parser.add_argument(
+            "--threads",
+            type=int | None,
+            default=None,
+            help="torch CPU threads per process (default: OMP_NUM_THREADS when set, else half "
+            "the CPUs: a shared machine stays fast; see attn_lightning.cli.threads).",
         )
         parser.add_argument(
             "--debug",
@@ -161,6 +179,26 @@ class AttnLightningCLI(LightningCLI):
                 apply_on="instantiate",
             )
 
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        # LightningCLI's own, with one-line descriptions (it cuts Trainer docstrings mid-sentence)
+        # and no table of metrics after validate/test (the summary lists them once).
+        self._subcommand_parsers: dict[str, LightningArgumentParser] = {}
+        subcommands = parser.add_subcommands()
+        for subcommand in self.subcommands():
+            sub = self._prepare_subcommand_parser(
+                Trainer,
+                subcommand,
+                description=SUBCOMMANDS[subcommand],
+                **kwargs.get(subcommand, {}),
+            )
+            if subcommand in ("validate", "test"):
+                sub.set_defaults(verbose=False)
+            for action in sub._actions:  # Lightning's text for it is 25 lines long
+                if action.dest == "ckpt_path":
+                    action.help = CKPT_PATH_HELP[subcommand]
+            self._subcommand_parsers[subcommand] = sub
+            subcommands.add_subcommand(subcommand, sub, help=SUBCOMMANDS[subcommand])
+
     def _add_instantiators(self) -> None:
         # LightningCLI's own (2.6: one _InstantiatorFn per key) with the model's wrapped so that
         # the hyper-parameters keep only the data links the task takes (``AcceptedLinks``).
@@ -178,11 +216,16 @@ class AttnLightningCLI(LightningCLI):
         # Name the file and the fix for two mistakes jsonargparse reports as a long union error.
         raw = sys.argv[1:] if args is None else args
         if isinstance(raw, Sequence) and not isinstance(raw, str):
+            subcommands = getattr(self, "_subcommand_parsers", {})  # none when run=False
+            asked = help_request([str(a) for a in raw], list(subcommands))
+            if asked:
+                print_help(subcommands[asked[0]], *asked)
             message = check_command_line([str(a) for a in raw])
             if message:
                 parser.error(message)
             given = [str(a) for a in raw]
-            upgraded = upgrade_args(given)  # configs and flags of older layouts
+            # configs and flags of older layouts; --model.help by class name
+            upgraded = expand_help_names(upgrade_args(given))
             if upgraded != given and args is None:
                 sys.argv[1:] = upgraded  # LightningCLI warns when given args and sys.argv both
             elif upgraded != given:
@@ -231,8 +274,9 @@ class AttnLightningCLI(LightningCLI):
                 logger.init_args.name = config.experiment
             if config.run_name is not None:
                 logger.init_args.version = config.run_name
+        set_threads(config.get("threads"))
         if self.subcommand == "fit":
-            refuse_existing_run(config)
+            prepare_run_folder(config)
         self._started = time.perf_counter()
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
@@ -258,106 +302,18 @@ class AttnLightningCLI(LightningCLI):
             raise cause from None
         if self.trainer is None:
             return
-        callbacks = self.trainer.callbacks  # type: ignore[attr-defined]  # set in Trainer.__init__
+        callbacks = self.trainer.callbacks
         if not self.trainer.loggers:  # the LR monitor needs a logger
             callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
-        self.trainer.callbacks = progress_callbacks(  # type: ignore[attr-defined]
-            callbacks, terminal=terminal()
-        )
+        self.trainer.callbacks = progress_callbacks(callbacks, terminal=terminal())
         if self.subcommand == "fit":
             purge_replayed_steps(self.trainer.logger, getattr(self, "_ckpt_step", 0))
-
-    # ------------------------------------------------------------------ after each subcommand
-    def after_fit(self) -> None:
-        fit_seconds = time.perf_counter() - self._started
-        record: dict[str, Any] = {"fit_seconds": fit_seconds, **self._fit_record()}
-        if self._config_value("test_after_fit"):
-            best_path = getattr(self.trainer.checkpoint_callback, "best_model_path", None)
-            ckpt = "best" if best_path else None
-            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
-            record["test"] = _scalars(self.trainer.callback_metrics, prefix="test/")
-        self._write_metrics(record)
-        self._summarize(best=record["best_model_path"], last=record["last_model_path"])
-
-    def after_validate(self) -> None:
-        self._write_metrics({"validate": _scalars(self.trainer.callback_metrics)})
-        self._summarize()
-
-    def after_test(self) -> None:
-        self._write_metrics({"test": _scalars(self.trainer.callback_metrics, prefix="test/")})
-        self._summarize()
-
-    def after_predict(self) -> None:
-        written = [path for c in self.trainer.callbacks for path in getattr(c, "written", [])]  # type: ignore[attr-defined]
-        self._summarize(predictions=written)
-
-    def _summarize(
-        self,
-        *,
-        best: str | None = None,
-        last: str | None = None,
-        predictions: Sequence[Path] = (),
-    ) -> None:
-        """Log where the run's outputs went and its final metrics (rank 0)."""
-        # trainer.log_dir broadcasts from rank 0: every rank must ask before rank 0 alone logs.
-        log_dir = self.trainer.log_dir if self.trainer.loggers else None
-        if not self.trainer.is_global_zero:
-            return
-        lines = summary_lines(
-            str(self.subcommand),
-            seconds=time.perf_counter() - self._started,
-            metrics=self.trainer.callback_metrics,
-            global_step=self.trainer.global_step if self.subcommand == "fit" else None,
-            best=best or None,
-            last=last or None,
-            log_dir=log_dir,
-            predictions=predictions,
-        )
-        log.info("\n".join(lines))
-
-    def _fit_record(self) -> dict[str, Any]:
-        ckpt = self.trainer.checkpoint_callback
-        best = getattr(ckpt, "best_model_score", None)
-        return {
-            "global_step": self.trainer.global_step,
-            "epoch": self.trainer.current_epoch,
-            # + the backends' diagnostics after the last step (e.g. optimization's keys90), so
-            # studies can tabulate them without reading TensorBoard.
-            "metrics": {
-                **_scalars(self.trainer.callback_metrics),
-                **collect_diagnostics(self.model),
-            },
-            "best_model_score": None if best is None else float(best),
-            "best_model_path": getattr(ckpt, "best_model_path", None),
-            "last_model_path": getattr(ckpt, "last_model_path", None),
-            "log_dir": self.trainer.log_dir,
-        }
-
-    def _config_value(self, key: str) -> Any:
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        return config.get(key)
-
-    def _write_metrics(self, record: dict[str, Any]) -> None:
-        path = self._config_value("metrics_file")
-        if not path or not self.trainer.is_global_zero:
-            return
-        record = {"subcommand": self.subcommand, **record}
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def data_fact(name: str, data: Any) -> Any:
     """The DataModule's ``name`` (e.g. ``num_symbols``), or None when it has none: a task that
     needs it then says so (``tasks.base.require_from_data``)."""
     return getattr(data, name, None)
-
-
-def _scalars(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    return {
-        k: float(v)
-        for k, v in sorted(metrics.items())
-        if k.startswith(prefix) and (not isinstance(v, torch.Tensor) or v.numel() == 1)
-    }
 
 
 def cli_options() -> dict[str, Any]:
@@ -369,6 +325,8 @@ def cli_options() -> dict[str, Any]:
         "subclass_mode_data": True,
         "save_config_callback": RunConfigSaver,
         "parser_class": AppArgumentParser,
+        "parser_kwargs": {"description": DESCRIPTION},
+        "auto_configure_optimizers": False,  # every task configures its own optimiser
         "trainer_defaults": {
             "logger": {
                 "class_path": TENSORBOARD,
@@ -388,6 +346,7 @@ def main(args: list[str] | None = None, *, run: bool = True) -> AttnLightningCLI
     """
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; fp32 elsewhere
+    quiet()  # Lightning's advertisement and a deprecation warning of its own code
     debug = debug_requested(sys.argv[1:] if args is None else args)
     AppArgumentParser.debug = debug
     if debug:  # name the tensor and position of the first NaN/inf an attention layer gets

@@ -33,6 +33,22 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"--ckpt_path {str(path)!r}: no such file")
+    checkpoint, problem = _read(path)
+    if problem:
+        # A checkpoint cut short (a full disk, a copy killed midway): name the newest one beside it
+        # that reads, so the run can go on from there.
+        intact = newest_intact(path.parent, besides=path)
+        also = (
+            f"; the newest intact checkpoint in its folder is {str(intact[0])!r} (step {intact[1]})"
+            if intact
+            else ""
+        )
+        raise CheckpointError(f"--ckpt_path {str(path)!r} {problem}{also}")
+    return checkpoint
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The checkpoint at ``path`` and None, or {} and why it is not a Lightning checkpoint."""
     try:
         checkpoint = torch.load(path, weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as e:
@@ -41,15 +57,20 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         # torch's own advice (retry with weights_only=False) is not passed on.
         reason = str(e).split(".")[0].strip()
         detail = "" if "weights_only" in str(e) else f": {' '.join(reason.split())[:120]}"
-        raise CheckpointError(
-            f"--ckpt_path {str(path)!r} is corrupt or not a Lightning checkpoint "
-            f"({type(e).__name__}{detail})"
-        ) from None
+        return {}, f"is corrupt or not a Lightning checkpoint ({type(e).__name__}{detail})"
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(
-            f"--ckpt_path {str(path)!r} is not a Lightning checkpoint (no 'state_dict' entry)"
-        )
-    return checkpoint
+        return {}, "is not a Lightning checkpoint (no 'state_dict' entry)"
+    return checkpoint, None
+
+
+def newest_intact(folder: Path, *, besides: Path | None = None) -> tuple[Path, int] | None:
+    """The most recently written checkpoint in ``folder`` that loads, and its step (or None)."""
+    candidates = [p for p in folder.glob("*.ckpt") if p.is_file() and p != besides]
+    for candidate in sorted(candidates, key=lambda p: p.stat().st_mtime, reverse=True):
+        checkpoint, problem = _read(candidate)
+        if not problem:
+            return candidate, int(checkpoint.get("global_step", 0))
+    return None
 
 
 def saved_class(checkpoint: dict[str, Any], key: str) -> str | None:

@@ -68,9 +68,19 @@ def check_command_line(args: Sequence[str]) -> str | None:
         if not path.is_file():
             return None  # jsonargparse reports a missing file well
         try:
-            loaded.append((path, yaml.safe_load(path.read_text())))
-        except yaml.YAMLError:
-            return None  # and a YAML syntax error too
+            tree = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:  # jsonargparse names "<unicode string>", not the file
+            return _yaml_error(path, error)
+        if not isinstance(tree, Mapping):
+            what = "is empty" if tree is None else f"holds a {type(tree).__name__}"
+            return (
+                f"{path} {what}; a config is a YAML mapping of options, "
+                f"e.g. 'trainer: {{max_steps: 100}}'"
+            )
+        loaded.append((path, tree))
+    message = _short_help_name(args)
+    if message:
+        return message
     for path, tree in loaded:
         for key, value in _class_paths(tree):
             if value in MOVED_CLASS_PATHS:
@@ -83,6 +93,58 @@ def check_command_line(args: Sequence[str]) -> str | None:
             if old in arg:
                 return f"{arg!r}: class path {old!r} has moved; use {new!r}"
     return _lone_overlay(loaded, args)
+
+
+def _yaml_error(path: Path, error: yaml.YAMLError) -> str:
+    """``path:line:column: problem`` for a YAML syntax error (lines counted from 1)."""
+    mark = getattr(error, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(error, "problem", None) or str(error)
+    context = getattr(error, "context", None)
+    return f"{where}: YAML syntax error: {problem}" + (f" ({context})" if context else "")
+
+
+# Where ``--model.help`` / ``--data.help`` look up a class given by its name alone.
+HELP_PACKAGES = {"model": "attn_lightning.tasks", "data": "attn_lightning.data"}
+
+
+def expand_help_names(args: Sequence[str]) -> list[str]:
+    """``--model.help SequenceReversalTask`` -> ``--model.help attn_lightning.tasks.Sequence…``
+    (jsonargparse takes only a dotted path there); other arguments unchanged."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        for section, package in HELP_PACKAGES.items():
+            flag = f"--{section}.help"
+            if arg == flag and i + 1 < len(out) and "." not in out[i + 1]:
+                if out[i + 1] in _exported(package):
+                    out[i + 1] = f"{package}.{out[i + 1]}"
+            elif arg.startswith(flag + "=") and "." not in arg.split("=", 1)[1]:
+                name = arg.split("=", 1)[1]
+                if name in _exported(package):
+                    out[i] = f"{flag}={package}.{name}"
+    return out
+
+
+def _short_help_name(args: Sequence[str]) -> str | None:
+    """An unknown class name given to ``--model.help``/``--data.help`` (after expansion)."""
+    expanded = expand_help_names(args)
+    for i, arg in enumerate(expanded):
+        for section, package in HELP_PACKAGES.items():
+            flag = f"--{section}.help"
+            name = expanded[i + 1] if arg == flag and i + 1 < len(expanded) else None
+            if arg.startswith(flag + "="):
+                name = arg.split("=", 1)[1]
+            if name is not None and "." not in name:
+                return f"{flag}: unknown class {name!r}; one of: {', '.join(_exported(package))}"
+    return None
+
+
+def _exported(package: str) -> list[str]:
+    """The classes a package exports (``__all__``)."""
+    import importlib
+
+    module = importlib.import_module(package)
+    return [n for n in getattr(module, "__all__", []) if isinstance(getattr(module, n), type)]
 
 
 def _lone_overlay(loaded: list[tuple[Path, Any]], args: Sequence[str]) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 from attn_lightning.cli.app import main
 from attn_lightning.cli.errors import HINT, debug_requested, one_line
@@ -22,7 +23,7 @@ def command_line(args: list[str] | None = None) -> None:
     """
     argv = sys.argv[1:] if args is None else args
     if not log.handlers:  # progress lines and the end-of-run summary, on stderr
-        handler = logging.StreamHandler()
+        handler = StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
@@ -37,6 +38,22 @@ def command_line(args: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     finally:
         _close_process_group()
+
+
+class StderrHandler(logging.StreamHandler):
+    """A handler writing to ``sys.stderr`` as it is when a line is logged: a handler that kept
+    the stream of its creation writes into a closed one once tests or tools have swapped it."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always sys.stderr
 
 
 def _close_process_group() -> None:

@@ -15,6 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
@@ -115,8 +116,30 @@ def _class_problem(message: str) -> tuple[str, str] | None:
     return None
 
 
+_REQUIRED = re.compile(r"the following arguments are required: (.*)")
+
+
+def _no_experiment(message: str) -> str | None:
+    """A command line that names no task or DataModule: the fix is an experiment's config."""
+    required = _REQUIRED.search(message)
+    missing = (
+        [m.strip().rpartition(".")[2] for m in required.group(1).split(",")] if required else []
+    )
+    if not {"model", "data"} & set(missing):
+        return None
+    found = sorted(p.parent.name for p in Path("configs").glob("*/base.yaml"))
+    which = f" (here: {', '.join(found)})" if found else ""
+    return (
+        f"no task or data given ({', '.join(missing)}): start from an experiment's config, "
+        f"--config configs/<experiment>/base.yaml{which}, e.g. --config configs/reversal/base.yaml"
+    )
+
+
 def condense(message: str, option_strings: Iterable[str] = ()) -> str:
     """One line for a jsonargparse error message, with a suggestion where a name is misspelt."""
+    no_experiment = _no_experiment(message)
+    if no_experiment:
+        return no_experiment
     unrecognized = _UNRECOGNIZED.search(message)
     problem = _class_problem(message)
     nested = None

@@ -18,7 +18,16 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback, ProgressBar, RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import (
+    Callback,
+    ModelSummary,
+    ProgressBar,
+    RichModelSummary,
+    RichProgressBar,
+    TQDMProgressBar,
+)
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 log = logging.getLogger("attn_lightning")
 
@@ -101,24 +110,55 @@ class PlainProgress(Callback):
         log.info(" · ".join(parts))
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or not trainer.is_global_zero:
+        # During fit only: ``validate`` ends with its summary, which names the checkpoint's step.
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if trainer.sanity_checking or not fitting or not trainer.is_global_zero:
             return
         items = _metric_items(_scalars(trainer.callback_metrics), prefix="val/")
         if items:
             log.info("validation at step %d · %s", trainer.global_step, " · ".join(items))
 
 
+class ModelLine(ModelSummary):
+    """The model in one line instead of Lightning's table (which, for a task, lists a few
+    containers and "Total FLOPs: 0" unless the task sets ``example_input_array``):
+    ``model: SequenceReversalTask (net: SequenceTransformer) · 101 K parameters, 101 K trainable
+    · 0.4 MB``."""
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        summary = self._summary(trainer, pl_module)
+        if not trainer.is_global_zero:
+            return
+        parts = [
+            f"{name}: {type(child).__name__}"
+            for name, child in pl_module.named_children()
+            if any(True for _ in child.parameters())
+        ]
+        line = f"model: {type(pl_module).__name__}" + (f" ({', '.join(parts)})" if parts else "")
+        trainable = get_human_readable_count(int(summary.trainable_parameters))
+        line += f" · {get_human_readable_count(int(summary.total_parameters))} parameters, "
+        line += f"{trainable} trainable · {summary.model_size:.1f} MB"
+        flops = int(getattr(summary, "total_flops", 0) or 0)
+        if flops:
+            line += f" · {get_human_readable_count(flops)} FLOPs a forward pass"
+        log.info(line)
+
+
 class RunStarted(Callback):
     """Marks that a subcommand got past setup: errors from then on are the run's, not the
-    configuration's (``cli.command_line`` keeps their traceback). Class-level: one run per
-    process at a time."""
+    configuration's (``cli.command_line`` keeps their traceback). For ``fit``, setup includes
+    the task's ``on_fit_start`` (a LoRA task loads its base checkpoint there). Class-level: one
+    run per process at a time."""
 
     started: bool = False
 
     def _mark(self) -> None:
         type(self).started = True
 
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mark()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._mark()
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -133,12 +173,15 @@ class RunStarted(Callback):
 
 def progress_callbacks(callbacks: Sequence[Callback], *, terminal: bool) -> list[Callback]:
     """Swap Lightning's default bar for ``StepProgressBar`` on a terminal, for ``PlainProgress``
-    elsewhere; a progress bar the user configured is left alone, and no bar stays no bar."""
+    elsewhere, and its model table for ``ModelLine``; a progress bar or summary the user
+    configured is left alone, and no bar stays no bar."""
     out = list(callbacks)
     for i, callback in enumerate(out):
         # Lightning's defaults (Rich when installed, else TQDM), not a user's subclass.
         if type(callback) in (TQDMProgressBar, RichProgressBar):
             out[i] = StepProgressBar() if terminal else PlainProgress()
+        elif type(callback) in (ModelSummary, RichModelSummary):
+            out[i] = ModelLine()
     if not any(isinstance(c, ProgressBar | PlainProgress) for c in out) and not terminal:
         out.append(PlainProgress())
     return [*out, RunStarted()]
@@ -150,15 +193,22 @@ def summary_lines(
     seconds: float,
     metrics: Mapping[str, Any],
     global_step: int | None = None,
+    checkpoint: tuple[str, int] | None = None,
     best: str | None = None,
     last: str | None = None,
     log_dir: str | None = None,
     predictions: Sequence[Path] = (),
 ) -> list[str]:
-    """The lines a subcommand ends with (paths only where something was written)."""
+    """The lines a subcommand ends with (paths only where something was written).
+
+    ``global_step`` is where a fit ended; ``checkpoint`` the path and step of the checkpoint
+    that validate, test or predict evaluated.
+    """
     head = f"{subcommand} done in {_duration(seconds)}"
     if global_step is not None:
         head += f" at step {global_step}"
+    if checkpoint is not None:
+        head += f" (checkpoint of step {checkpoint[1]}: {checkpoint[0]})"
     lines = [head]
     if best:
         lines.append(f"  best checkpoint: {best}")

@@ -4,17 +4,24 @@ saves its config beside the logs.
 
 Without this, a fresh ``fit --run_name X`` over an old ``X`` wrote ``last-v1.ckpt`` beside the old
 ``last.ckpt`` (so "resume from last.ckpt" restored the wrong run) and both runs' events went into
-one TensorBoard folder.
+one TensorBoard folder. A folder without a checkpoint is not a run: a fit that stopped before its
+first save (an error, Ctrl-C, ``kill -9``) leaves one, and retrying it starts afresh there.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+from attn_lightning.callbacks import is_partial
+
+log = logging.getLogger("attn_lightning")
 
 
 class RunFolderError(ValueError):
@@ -41,21 +48,60 @@ def run_folders(config: Any) -> list[Path]:
     return folders
 
 
-def refuse_existing_run(config: Any) -> None:
-    """RunFolderError when a fresh fit (no ``ckpt_path``) would write into a non-empty run folder.
+# What a fit writes into its run folders before its first checkpoint: TensorBoard events, the
+# saved config(s), Lightning's hparams file, and a checkpoint being written when it stopped.
+ATTEMPT_FILES = ("events.out.tfevents.*", "config.yaml", "config-*.yaml", "hparams.yaml")
 
-    Names the folder and both ways out: resume it, or choose a new ``--run_name``.
+
+def prepare_run_folder(config: Any) -> list[Path]:
+    """Check the run folders of a fresh fit (no ``ckpt_path``) before anything is written.
+
+    A folder that holds a checkpoint holds a run: RunFolderError names it and both ways out
+    (resume it, or another ``--run_name``). A folder without one is what a fit that stopped
+    before its first save left (an error, Ctrl-C, ``kill -9``): nothing there can be resumed, so
+    its files are removed and the fit starts afresh in it; any file such a fit does not write
+    is the user's, and RunFolderError names it and the folder to delete instead. Only global
+    rank 0 looks: DDP's other processes start after it and find the folder as rank 0 left it.
+
+    Returns:
+        The files removed (empty when the folders were new or empty).
+
+    Raises:
+        RunFolderError: a folder holds a checkpoint, or files a fit does not write.
     """
-    if config.get("ckpt_path"):
-        return
-    for folder in run_folders(config):
-        if folder.is_dir() and any(folder.iterdir()):
-            last = next(iter(sorted(folder.rglob("last.ckpt"))), None)
-            resume = f"--ckpt_path {last}" if last else "--ckpt_path <its last.ckpt>"
-            raise RunFolderError(
-                f"run folder {str(folder)!r} already holds a run; resume it with {resume} "
-                f"--run_name {config.get('run_name')}, or start a new one with another --run_name"
-            )
+    if config.get("ckpt_path") or getattr(rank_zero_only, "rank", 0) > 0:
+        return []
+    folders = [f for f in run_folders(config) if f.is_dir() and any(f.iterdir())]
+    checkpoints = sorted(
+        (p for f in folders for p in f.rglob("*.ckpt") if not is_partial(p)),
+        key=lambda p: p.stat().st_mtime,
+    )
+    run = config.get("run_name")
+    if checkpoints:
+        last = next((p for p in reversed(checkpoints) if p.name == "last.ckpt"), checkpoints[-1])
+        raise RunFolderError(
+            f"run folder {str(last.parent)!r} already holds a run; resume it with --ckpt_path "
+            f"{last} --run_name {run}, or start a new one with another --run_name"
+        )
+    attempt = [p for f in folders for pattern in ATTEMPT_FILES for p in f.glob(pattern)]
+    attempt += [p for f in folders for p in f.iterdir() if is_partial(p)]
+    other = [p for f in folders for p in f.iterdir() if p not in attempt]
+    if other:
+        raise RunFolderError(
+            f"run folder {str(other[0].parent)!r} holds no checkpoint but files a fit does not "
+            f"write ({', '.join(sorted(p.name for p in other))}); delete it "
+            f"(rm -r {other[0].parent}) or start the run with another --run_name"
+        )
+    for path in attempt:
+        path.unlink()
+    if attempt:
+        log.info(
+            "run folder %s held no checkpoint (a fit stopped before its first save): starting it "
+            "afresh, removed %s",
+            ", ".join(str(f) for f in folders),
+            ", ".join(sorted(p.name for p in attempt)),
+        )
+    return attempt
 
 
 def purge_replayed_steps(logger: Any, step: int) -> None:

@@ -1,4 +1,4 @@
-"""Callbacks of every run: rank-independent feature redraws, checkpoint folders."""
+"""Feature redraws: rank-independent, on schedule, reaching Performer layers."""
 
 from __future__ import annotations
 
@@ -7,12 +7,7 @@ import torch
 from torch import nn
 
 from attn_lightning.attention import available_attentions
-from attn_lightning.callbacks import (
-    FeatureRedraw,
-    RunCheckpoint,
-    redraw_all_features,
-    redraw_generator,
-)
+from attn_lightning.callbacks import FeatureRedraw, redraw_all_features, redraw_generator
 from attn_lightning.models import BlockSizes, TransformerEncoder
 
 
@@ -69,40 +64,3 @@ def test_redraw_reaches_performer_layers():
         torch.testing.assert_close(
             la.attn.backend.projection_matrix, lb.attn.backend.projection_matrix
         )
-
-
-class _Strategy:
-    @staticmethod
-    def broadcast(obj):
-        return obj
-
-
-class _Logger:
-    def __init__(self, name):
-        self.name = name
-
-
-class _Trainer:
-    def __init__(self, name, log_dir):
-        self.loggers = [_Logger(name)]
-        self.log_dir = log_dir
-        self.strategy = _Strategy()
-        self.is_global_zero = False
-
-
-@pytest.mark.parametrize(
-    ("name", "expected"), [("reversal", "reversal"), (None, "default"), ("", "default")]
-)
-def test_run_checkpoint_folder_follows_the_logger(tmp_path, name, expected):
-    callback = RunCheckpoint(root=str(tmp_path))
-    callback.setup(_Trainer(name, "logs/x/my-run"), None, "fit")
-    assert callback.dirpath == str(tmp_path / expected / "my-run")
-    explicit = RunCheckpoint(root=str(tmp_path), dirpath=str(tmp_path / "here"))
-    explicit.setup(_Trainer(name, "logs/x/my-run"), None, "fit")
-    assert explicit.dirpath == str(tmp_path / "here")
-
-
-def test_run_checkpoint_without_a_log_dir_uses_run_not_none(tmp_path):
-    callback = RunCheckpoint(root=str(tmp_path))
-    callback.setup(_Trainer("exp", None), None, "fit")
-    assert callback.dirpath == str(tmp_path / "exp" / "run")

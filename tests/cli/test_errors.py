@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -120,6 +121,58 @@ def test_bad_checkpoints_are_one_line_without_unsafe_hints(kind, tmp_path, capsy
     line = _fails_in_one_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
     assert str(path) in line and "weights_only" not in line
     assert ("no such file" if kind == "missing" else "not a Lightning checkpoint") in line
+
+
+def test_a_corrupt_last_checkpoint_names_the_newest_intact_one(tmp_path, capsys):
+    folder = tmp_path / "checkpoints" / "reversal" / "r"
+    folder.mkdir(parents=True)
+    for step in (20, 30):
+        torch.save({"state_dict": {}, "global_step": step}, folder / f"best-step={step}.ckpt")
+        os.utime(folder / f"best-step={step}.ckpt", (step, step))  # written in step order
+    last = folder / "last.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(1000)}, "global_step": 40}, last)
+    last.write_bytes(last.read_bytes()[:700])  # a copy killed midway
+    line = _fails_in_one_line(["fit", *BASE, *TINY, "--ckpt_path", str(last)], capsys)
+    assert "is corrupt" in line and "newest intact checkpoint in its folder is " in line
+    assert line.endswith(f"'{folder / 'best-step=30.ckpt'}' (step 30)")
+
+
+def test_a_missing_lora_base_checkpoint_is_one_line(tmp_path, capsys):
+    # Loaded in the task's on_fit_start: setup, not the run; was a 35-line traceback, exit 1.
+    lora = ["--config", str(ROOT / "configs" / "lora_reversal" / "base.yaml")]
+    missing = tmp_path / "nowhere" / "last.ckpt"
+    args = ["fit", *lora, *TINY, f"--model.init_args.base_checkpoint={missing}"]
+    line = _fails_in_one_line(args, capsys)
+    assert "base_checkpoint" in line and "does not exist" in line and str(missing) in line
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "is empty; a config is a YAML mapping of options"),
+        ("- trainer\n", "holds a list; a config is a YAML mapping of options"),
+        ("trainer:\n  max_steps: [1\n  devices: 1\n", ":3:10: YAML syntax error: "),
+    ],
+)
+def test_a_bad_yaml_file_is_one_line_naming_it(text, expected, tmp_path, capsys):
+    config = tmp_path / "mine.yaml"
+    config.write_text(text)
+    line = _fails_in_one_line(["fit", *BASE, "--config", str(config)], capsys)
+    assert f"error: {config}" in line and expected in line
+
+
+def test_no_config_names_the_experiment_config(capsys):
+    line = _fails_in_one_line(["fit", "--trainer.max_steps=3"], capsys)
+    assert "--config configs/<experiment>/base.yaml" in line and "(data, model)" in line
+
+
+def test_model_help_takes_a_class_name(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        command_line(["fit", "--model.help", "SequenceReversalTask"])
+    assert exit_info.value.code == 0
+    assert "--model.net.d_model" in capsys.readouterr().out
+    line = _fails_in_one_line(["fit", "--model.help", "SequenceReversal"], capsys)
+    assert "unknown class 'SequenceReversal'; one of: " in line and "SequenceReversalTask" in line
 
 
 def test_debug_keeps_the_traceback(monkeypatch):

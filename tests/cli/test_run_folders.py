@@ -5,9 +5,11 @@ every subcommand ends with where its outputs went."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
+from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attn_lightning.cli import main
@@ -46,7 +48,8 @@ def _steps(log_dir: Path, tag: str) -> list[int]:
 
 def test_fresh_fit_into_an_existing_run_folder_is_refused(tmp_path):
     _fit("--run_name=r", "--trainer.max_steps=2")
-    with pytest.raises(RunFolderError, match=r"logs/exp/r' already holds a run; resume it with"):
+    held = r"exp/r' already holds a run; resume it with --ckpt_path checkpoints/exp/r/last"
+    with pytest.raises(RunFolderError, match=held):
         _fit("--run_name=r", "--trainer.max_steps=2")
     # Both ways out work: another run name, or resuming the run.
     _fit("--run_name=r2", "--trainer.max_steps=2")
@@ -54,6 +57,46 @@ def test_fresh_fit_into_an_existing_run_folder_is_refused(tmp_path):
     cli = _fit("--run_name=r", "--trainer.max_steps=4", "--ckpt_path", str(last))
     assert cli.trainer.global_step == 4
     assert sorted(p.name for p in last.parent.glob("last*.ckpt")) == ["last.ckpt"]
+
+
+class FailAtStep(Callback):
+    """Raises ``error`` at the start of step 2: after logging began, before any checkpoint."""
+
+    error: type[BaseException] = RuntimeError
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == 2:
+            raise self.error("stopped before the first checkpoint")
+
+
+class InterruptAtStep(FailAtStep):
+    error = KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("callback", "raised"), [("FailAtStep", RuntimeError), ("InterruptAtStep", SystemExit)]
+)
+def test_a_run_stopped_before_its_first_checkpoint_can_be_retried(tmp_path, callback, raised):
+    # An error or Ctrl-C after the logger wrote its first events but before any checkpoint: the
+    # folder holds no run to resume, so the same --run_name starts afresh in it.
+    with pytest.raises(raised):
+        _fit("--run_name=r", "--trainer.max_steps=4", f"--trainer.callbacks+={__name__}.{callback}")
+    logs = tmp_path / "logs" / "exp" / "r"
+    assert list(logs.glob("events.out.tfevents.*")) and not list(tmp_path.rglob("*.ckpt"))
+    cli = _fit("--run_name=r", "--trainer.max_steps=4")
+    assert cli.trainer.global_step == 4
+    steps = _steps(logs, "train/loss_step")
+    assert steps == [0, 1, 2, 3], steps  # the stopped attempt's points are gone
+    assert sorted(p.name for p in logs.glob("config*.yaml")) == ["config.yaml"]
+
+
+def test_a_folder_without_a_checkpoint_but_other_files_names_what_to_delete(tmp_path):
+    stray = tmp_path / "logs" / "exp" / "r" / "notes.txt"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("mine")
+    with pytest.raises(RunFolderError, match=r"holds no checkpoint.*notes\.txt.*delete"):
+        _fit("--run_name=r", "--trainer.max_steps=2")
+    assert stray.read_text() == "mine"
 
 
 def test_resume_appends_one_point_per_step_to_tensorboard(tmp_path):
@@ -76,17 +119,23 @@ def test_checkpoint_of_another_task_is_refused(tmp_path):
         main(["validate", *image, "--ckpt_path", str(last)])
 
 
-def test_every_subcommand_ends_with_a_summary(tmp_path, caplog):
+def test_every_subcommand_ends_with_a_summary(tmp_path, caplog, capfd):
     with caplog.at_level(logging.INFO, logger="attn_lightning"):
         _fit("--run_name=r", "--trainer.max_steps=2")
         last = tmp_path / "checkpoints" / "exp" / "r" / "last.ckpt"
         main(["test", *REVERSAL, *TINY, "--ckpt_path", str(last)])
+        main(["validate", *REVERSAL, *TINY, "--ckpt_path", str(last)])
     text = caplog.text
     assert (
         "fit done in" in text and f"last checkpoint: {Path('checkpoints/exp/r/last.ckpt')}" in text
     )
     assert "logs: logs/exp/r   (tensorboard --logdir logs/exp)" in text
     assert "test done in" in text and "test/token_acc" in text
+    # The checkpoint's step, not the fresh trainer's 0; its metrics once (no table, no hp/ twins).
+    assert re.search(rf"validate done in \d+s \(checkpoint of step 2: {last}\)", text)
+    printed = text + capfd.readouterr().out
+    assert "validation at step 0" not in printed and "hp/val_loss" not in printed
+    assert printed.count("val/token_acc") == 1
 
 
 def test_plain_progress_lines_when_not_a_terminal(caplog):
