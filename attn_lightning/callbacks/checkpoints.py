@@ -32,7 +32,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
@@ -105,12 +105,14 @@ class RunCheckpoint(ModelCheckpoint):
     logger's ``version``: ``version_N`` or the ``--run_name`` given), so logs and checkpoints of
     a run share their names. Both are broadcast from rank 0. An explicit ``dirpath`` wins; with no
     logger it falls back to ``<root>/default/run``. After a run stopped by a signal, ``stopped_by``
-    says which ("Ctrl-C" or "SIGTERM").
+    (and the class's ``last_stop``) says which ("Ctrl-C" or "SIGTERM").
 
     Args:
         root: top folder of all checkpoints.
         **kwargs: ``ModelCheckpoint`` arguments (monitor, save_last, save_top_k, ...).
     """
+
+    last_stop: ClassVar[str | None] = None  # how the last run of this process was stopped
 
     def __init__(self, *, root: str = "checkpoints", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -173,6 +175,7 @@ class RunCheckpoint(ModelCheckpoint):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)
         self.stopped_by = None
+        type(self).last_stop = None
         self._trainer = trainer
         if threading.current_thread() is threading.main_thread():
             self._sigint = signal.signal(signal.SIGINT, self._on_ctrl_c)
@@ -261,6 +264,17 @@ class RunCheckpoint(ModelCheckpoint):
         # KeyboardInterrupt or an error may have cut a step midway, so nothing is saved for it.
         if isinstance(exception, SIGTERMException):
             self._save_resume_point(trainer)
+            type(self).last_stop = self.stopped_by
+            if trainer.is_global_zero:
+                saved = self.last_model_path and self._last_global_step_saved == trainer.global_step
+                log.info(
+                    "stopped by %s after step %d; %s",
+                    self.stopped_by,
+                    trainer.global_step,
+                    f"resume with --ckpt_path {self.last_model_path}"
+                    if saved
+                    else "no checkpoint saved (save_last off or no step done)",
+                )
         super().on_exception(trainer, pl_module, exception)
         self._restore_sigint()
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from typing import Any
 
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from attn_lightning.callbacks import RunCheckpoint
 from attn_lightning.cli.app import main
 from attn_lightning.cli.errors import HINT, debug_requested, one_line
 from attn_lightning.cli.progress import RunStarted
@@ -19,7 +23,8 @@ def command_line(args: list[str] | None = None) -> None:
     A ValueError, FileNotFoundError or NotImplementedError raised before the run starts (an
     unknown backend or option, a wrong type, missing data files, a bad checkpoint, a class
     mismatch) prints ``error: …`` and a hint and exits 2; ``--debug`` or ``ATTN_LIGHTNING_DEBUG=1``
-    keeps the traceback. Errors once training has started keep theirs.
+    keeps the traceback. Errors once training has started keep theirs. A run stopped by Ctrl-C
+    or SIGTERM (after saving ``last.ckpt``) exits 130 or 143.
     """
     argv = sys.argv[1:] if args is None else args
     if not log.handlers:  # progress lines and the end-of-run summary, on stderr
@@ -36,6 +41,11 @@ def command_line(args: list[str] | None = None) -> None:
             raise
         sys.stderr.write(f"error: {one_line(error)}\n{HINT}\n")
         raise SystemExit(2) from None
+    except SIGTERMException:
+        # Stopped at a step's end by Ctrl-C or SIGTERM (RunCheckpoint said where it saved). A
+        # SystemExit without a code would exit 0, as if the run had finished: 128 + the signal.
+        stop = signal.SIGINT if RunCheckpoint.last_stop == "Ctrl-C" else signal.SIGTERM
+        raise SystemExit(128 + stop) from None
     finally:
         _close_process_group()
 
