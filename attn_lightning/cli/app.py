@@ -99,6 +99,7 @@ from attn_lightning.cli.upgrades import (
     upgrade_args,
     upgraded_hparams,
 )
+from attn_lightning.cli.warm_start import warm_start_from_config
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 log = logging.getLogger("attn_lightning")
@@ -133,6 +134,21 @@ class AttnLightningCLI(AfterRun, LightningCLI):
             type=bool,
             default=False,
             help="After fit, test the best checkpoint (by the checkpoint monitor).",
+        )
+        parser.add_argument(
+            "--init_from",
+            type=str | None,
+            default=None,
+            help="fit only: start a NEW run from this checkpoint's model weights, with the "
+            "attention the configs name (backend tensors fresh; new optimizer, step 0). Unlike "
+            "--ckpt_path, which resumes a run. See attn_lightning.cli.warm_start.",
+        )
+        parser.add_argument(
+            "--freeze_except",
+            type=list[str] | None,
+            default=None,
+            help="with --init_from: glob patterns of the parameters that train (e.g. '*.attn.*'); "
+            "every other parameter is frozen",
         )
         parser.add_argument(
             "--threads",
@@ -308,6 +324,13 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         self.trainer.callbacks = progress_callbacks(callbacks, terminal=terminal())
         if self.subcommand == "fit":
             purge_replayed_steps(self.trainer.logger, getattr(self, "_ckpt_step", 0))
+        record = warm_start_from_config(
+            self.config[self.subcommand] if self.subcommand else self.config,
+            self.subcommand,
+            self.model,
+        )
+        if record is not None:
+            log.info(record.line())
 
 
 def data_fact(name: str, data: Any) -> Any:

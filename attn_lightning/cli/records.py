@@ -104,6 +104,7 @@ class AfterRun:
             "best_model_path": getattr(ckpt, "best_model_path", None),
             "last_model_path": getattr(ckpt, "last_model_path", None),
             "log_dir": self.trainer.log_dir,
+            "init_from": self._config_value("init_from"),
         }
 
     def _config_value(self, key: str) -> Any:

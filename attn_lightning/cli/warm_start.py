@@ -156,3 +156,32 @@ def _freeze(task: nn.Module, patterns: Sequence[str], record: WarmStart) -> None
             record.trainable += 1
         else:
             record.frozen += 1
+
+
+def warm_start_from_config(config: Any, subcommand: str | None, task: Any) -> WarmStart | None:
+    """``--init_from`` / ``--freeze_except`` of a parsed subcommand applied to the task just built;
+    None without ``--init_from``. The source is recorded on the task (``init_from``: in the
+    TensorBoard hyper-parameters and the checkpoints it writes).
+
+    Raises:
+        ValueError: ``--freeze_except`` without ``--init_from``, ``--init_from`` outside ``fit`` or
+            beside ``--ckpt_path`` (which resumes a run); CheckpointError from ``warm_start``.
+    """
+    source, keep = config.get("init_from"), config.get("freeze_except")
+    if not source:
+        if keep:
+            raise ValueError("--freeze_except goes with --init_from (a warm-started fit)")
+        return None
+    if subcommand != "fit":
+        raise ValueError(
+            f"--init_from starts a fit from a checkpoint's weights; for {subcommand} give the "
+            f"checkpoint as --ckpt_path"
+        )
+    if config.get("ckpt_path"):
+        raise ValueError(
+            "--init_from starts a new run from a checkpoint's weights and --ckpt_path resumes "
+            "one: give one of them"
+        )
+    record = warm_start(task, source, freeze_except=keep or ())
+    task.init_from = str(source)
+    return record

@@ -138,6 +138,7 @@ class AttentionTask(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.attention_override: dict[str, Any] | None = None
+        self.init_from: str | None = None  # a warm start's source checkpoint (cli.warm_start)
         self._rng_to_restore: dict[str, Any] | None = None
         self._log_means = nn.ModuleDict()  # filled by log_mean; metric states are not saved
 
@@ -251,11 +252,15 @@ class AttentionTask(pl.LightningModule):
                 data = getattr(self.trainer, "datamodule", None)  # logged beside the task's
                 merged = {**(data.hparams if data is not None else {}), **self.hparams}
                 hparams = {k: v for k, v in merged.items() if not k.startswith("_")}
+                if self.init_from:  # a run warm-started from another's weights says which
+                    hparams["init_from"] = self.init_from
                 logger.log_hyperparams(hparams, {name: float("nan") for name in self.hp_metrics})
 
     # ------------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = rng_states()
+        if self.init_from:
+            checkpoint["init_from"] = self.init_from
 
     def on_train_start(self) -> None:
         # Restored here rather than on load: the sanity check and loaders run in between, and the

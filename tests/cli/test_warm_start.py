@@ -67,3 +67,48 @@ def test_freeze_except_keeps_only_the_named_parameters_trainable(softmax_ckpt):
     assert "frozen" in record.line()
     with pytest.raises(CheckpointError, match=r"\['\*nope\*'\] matches no parameter"):
         warm_start(SequenceReversalTask(net=NET), softmax_ckpt, freeze_except=["*nope*"])
+
+
+# ---------------------------------------------------------------------------- through train.py
+def _fit(tmp_path, *extra):
+    from tests.runs import CONFIGS, DEBUG, train
+
+    base = CONFIGS / "reversal" / "base.yaml"
+    small = ["--data.init_args.train_size=256", "--data.init_args.val_size=16"]
+    small += ["--data.init_args.test_size=16", "--model.init_args.net.d_model=16"]
+    small += ["--model.init_args.net.num_heads=2", "--model.init_args.net.d_ff=16"]
+    return train("fit", tmp_path, (base, DEBUG), options=small, extra=extra)
+
+
+@pytest.mark.usefixtures("cli_workdir")
+def test_fit_init_from_starts_a_fresh_run_with_another_backend(tmp_path, caplog):
+    source = _fit(tmp_path, "--run_name=softmax")
+    ckpt = tmp_path / "checkpoints" / "debug" / "softmax" / "last.ckpt"
+    assert ckpt.is_file() and source.trainer.global_step == 4
+    performer = "{name: performer, num_features: 8}"
+    with caplog.at_level("INFO", logger="attn_lightning"):
+        cli = _fit(
+            tmp_path,
+            "--run_name=warm",
+            f"--init_from={ckpt}",
+            f"--model.init_args.attention={performer}",
+            "--trainer.max_steps=2",
+        )
+    assert "warm start from" in caplog.text and "new (attention backends)" in caplog.text
+    assert cli.model.attention_config["name"] == "performer"
+    assert cli.trainer.global_step == 2  # step 0, its own schedule: not the source's 4 steps
+    saved = torch.load(tmp_path / "checkpoints" / "debug" / "warm" / "last.ckpt", weights_only=True)
+    assert saved["init_from"] == str(ckpt) and saved["global_step"] == 2
+    # the optimizer state is the new run's: one state per trained parameter, 2 steps taken
+    (state,) = saved["optimizer_states"]
+    assert all(int(s["step"]) == 2 for s in state["state"].values())
+
+
+@pytest.mark.usefixtures("cli_workdir")
+def test_init_from_with_ckpt_path_or_outside_fit_is_one_clear_error(tmp_path):
+    _fit(tmp_path, "--run_name=softmax")
+    ckpt = tmp_path / "checkpoints" / "debug" / "softmax" / "last.ckpt"
+    with pytest.raises(ValueError, match="give one of them"):
+        _fit(tmp_path, "--run_name=x", f"--init_from={ckpt}", f"--ckpt_path={ckpt}")
+    with pytest.raises(ValueError, match="--freeze_except goes with --init_from"):
+        _fit(tmp_path, "--run_name=y", "--freeze_except=['*attn*']")
