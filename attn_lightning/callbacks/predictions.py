@@ -13,11 +13,13 @@ batch (one prediction = the i-th row of every tensor) or a list with one entry p
 Under DDP every rank predicts part of the test split; the predictions are gathered to rank 0,
 which writes one set of files, the same whatever the number of processes (Lightning's predict
 sampler gives each example to one rank; an example seen twice, e.g. by a padding sampler, is kept
-once).
+once). Every process of a DDP run destroys its process group at exit
+(``close_process_group_at_exit``).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -110,6 +112,8 @@ class PredictionWriter(BasePredictionWriter):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
+        if trainer.world_size > 1:
+            close_process_group_at_exit()
         if stage == "predict":
             self.folder, self.written = None, []
 
@@ -155,6 +159,32 @@ class PredictionWriter(BasePredictionWriter):
         )
 
 
+_REGISTERED = False
+
+
+def close_process_group_at_exit() -> None:
+    """Destroy this process's ``torch.distributed`` group when the interpreter exits (registered
+    once per process; nothing to do if the group is gone by then).
+
+    A DDP process that exits with its gloo group alive leaves the group's threads to the C++
+    runtime's teardown, which sometimes destroys them while still joinable: the process aborts
+    ("terminate called without an active exception", SIGABRT) after a run that finished, more
+    often on a loaded machine. ``train.py``'s processes destroy the group on their way out
+    (``cli.entry``), but the workers of ``strategy="ddp_spawn"`` return to multiprocessing, not
+    there; ``atexit`` runs in every process, before the interpreter tears anything down.
+    """
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    _REGISTERED = True
+    atexit.register(_destroy_process_group)
+
+
+def _destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _gather_to_rank_zero(
     trainer: pl.Trainer, examples: list[Any], indices: list[int]
 ) -> tuple[list[Any], list[int]]:
@@ -173,4 +203,10 @@ def _gather_to_rank_zero(
     return [pairs[i] for i in order], order
 
 
-__all__ = ["PredictionSaver", "PredictionWriter", "in_dataset_order", "unbatch"]
+__all__ = [
+    "PredictionSaver",
+    "PredictionWriter",
+    "close_process_group_at_exit",
+    "in_dataset_order",
+    "unbatch",
+]

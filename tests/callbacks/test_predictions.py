@@ -4,6 +4,9 @@ and one set of files from two DDP processes."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -13,7 +16,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from attn_lightning.callbacks import PredictionSaver, PredictionWriter
+from attn_lightning.callbacks import PredictionSaver, PredictionWriter, predictions
 from attn_lightning.callbacks.predictions import in_dataset_order, unbatch
 
 
@@ -116,6 +119,36 @@ def test_a_task_without_save_predictions_writes_nothing(tmp_path):
     (first, *_) = _trainer(tmp_path, writer).predict(Silent(size=5))
     assert writer.written == [] and int(first["y"][1]) == 2
     assert not (tmp_path / "logs" / "exp" / "run" / "predictions").exists()
+
+
+def test_the_process_group_is_destroyed_at_exit(tmp_path):
+    # The workers of ddp_spawn leave through multiprocessing: atexit is their only way out that
+    # runs our code. The check is registered first, so it runs after the destroy (LIFO).
+    script = f"""
+import atexit, os
+import torch.distributed as dist
+from attn_lightning.callbacks.predictions import close_process_group_at_exit
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{29400 + os.getpid() % 500}")
+dist.init_process_group("gloo", rank=0, world_size=1)
+atexit.register(lambda: print("alive at exit:", dist.is_initialized()))
+close_process_group_at_exit()
+close_process_group_at_exit()  # once per process
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "alive at exit: False"
+
+
+def test_ddp_setup_registers_the_destroy(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(predictions, "close_process_group_at_exit", lambda: calls.append(1))
+    trainer = _trainer(tmp_path, PredictionWriter())
+    monkeypatch.setattr(type(trainer), "world_size", property(lambda self: 2))
+    PredictionWriter().setup(trainer, Doubler(), "predict")
+    assert calls == [1]
 
 
 @pytest.mark.slow  # two spawned processes re-import torch and Lightning

@@ -1,5 +1,6 @@
-"""``--help``: whole sentences, a short ``fit --help`` that names every option group, each group and
-every option one flag away; a run prints no advertisement, deprecation or empty FLOPs count."""
+"""What a newcomer reads: ``--help`` in whole sentences, a short ``fit --help`` that names every
+option group, each group and every option one flag away; a run that prints no advertisement,
+deprecation or empty FLOPs count; the README's count of backends."""
 
 from __future__ import annotations
 
@@ -75,3 +76,26 @@ def test_a_run_prints_no_tip_no_deprecation_and_the_model_in_one_line(tmp_path, 
     model = r"model: SequenceReversalTask \(net: SequenceTransformer\) · [\d.]+ K parameters"
     assert re.search(model, printed)
     assert not [w for w in caught if "LeafSpec" in str(w.message)]
+
+
+def test_the_readme_counts_the_registered_backends():
+    from attn_lightning.attention import available_attentions
+
+    words = [
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+    ]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    counts = re.findall(r"\b(\w+) (?:attention )?backends\b", readme)
+    stated = [words.index(c) + 1 for c in counts if c in words]
+    assert stated and set(stated) == {len(available_attentions())}, counts
