@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,17 @@ def train(
         *extra,
     ]
     return main(args)
+
+
+# One training step, one validation and the test split (``fit --test_after_fit``).
+SMOKE = ("--trainer.fast_dev_run=true", "--test_after_fit=true")
+
+
+def smoke_fit(run: Callable[..., Any], config: Path, tmp: Path) -> Any:
+    """``run("fit", tmp, config, DEBUG, extra=SMOKE)`` for one backend overlay (skipped when its
+    backend is not registered); the CLI object."""
+    skip_unregistered(config)
+    return run("fit", tmp, config, DEBUG, extra=SMOKE)
 
 
 def skip_unregistered(config: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from tests.runs import skip_unregistered, train
+from tests.runs import smoke_fit, train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -49,14 +49,7 @@ pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 @pytest.mark.parametrize("config", BACKENDS, ids=[p.stem for p in BACKENDS])
 def test_fast_dev_run_per_backend(config, tmp_path):
-    skip_unregistered(config)
-    cli = run(
-        "fit",
-        tmp_path,
-        config,
-        DEBUG,
-        extra=("--trainer.fast_dev_run=true", "--test_after_fit=true"),
-    )
+    cli = smoke_fit(run, config, tmp_path)
     metrics = cli.trainer.callback_metrics
     assert torch.isfinite(metrics["test/loss"])
     assert 0.0 <= float(metrics["test/token_acc"]) <= 1.0
@@ -203,32 +196,37 @@ def _ddp_env() -> dict[str, str]:
     return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
-def test_two_process_ddp_on_cpu(tmp_path):
-    # strategy=ddp re-launches the script per rank, so it must run in a fresh process.
-    env = _ddp_env()
-    cmd = [
-        sys.executable,
-        str(ROOT / "train.py"),
-        "fit",
-        "--config",
-        str(BASE),
-        "--config",
-        str(CONFIGS / "reversal" / "performer.yaml"),
-        "--config",
-        str(DEBUG),
+def _ddp_fit(tmp: Path, *args: str | Path) -> subprocess.CompletedProcess:
+    """``train.py fit`` of the base and debug configs (plus ``args``: config paths or options) on
+    two CPU processes, run ``ddp`` under ``tmp``; asserts it exited 0."""
+    configs = [BASE, *(a for a in args if isinstance(a, Path)), DEBUG]
+    cmd = [sys.executable, str(ROOT / "train.py"), "fit"]
+    for config in configs:
+        cmd += ["--config", str(config)]
+    cmd += [
         *TINY,
+        *(a for a in args if isinstance(a, str)),
         "--trainer.accelerator=cpu",
         "--trainer.devices=2",
         "--trainer.strategy=ddp",
-        "--feature_redraw.every_n_steps=2",
         "--run_name=ddp",
-        f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}",
-        f"--checkpoint.root={tmp_path / 'checkpoints'}",
-        f"--metrics_file={tmp_path / 'metrics.json'}",
-        "--data.init_args.train_size=128",  # 4 batches of 16 per rank
+        f"--trainer.logger.init_args.save_dir={tmp / 'logs'}",
+        f"--checkpoint.root={tmp / 'checkpoints'}",
+        f"--metrics_file={tmp / 'metrics.json'}",
     ]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=tmp, env=_ddp_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def test_two_process_ddp_on_cpu(tmp_path):
+    # strategy=ddp re-launches the script per rank, so it must run in a fresh process.
+    _ddp_fit(
+        tmp_path,
+        CONFIGS / "reversal" / "performer.yaml",
+        "--feature_redraw.every_n_steps=2",
+        "--data.init_args.train_size=128",  # 4 batches of 16 per rank
+    )
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert record["global_step"] == 4
     assert (tmp_path / "checkpoints" / "debug" / "ddp" / "last.ckpt").is_file()
@@ -247,30 +245,7 @@ UNEVEN = (
 
 
 def test_ddp_metrics_equal_single_process_metrics(tmp_path):
-    cmd = [
-        sys.executable,
-        str(ROOT / "train.py"),
-        "fit",
-        "--config",
-        str(BASE),
-        "--config",
-        str(DEBUG),
-        *TINY,
-        *UNEVEN,
-        "--trainer.accelerator=cpu",
-        "--trainer.devices=2",
-        "--trainer.strategy=ddp",
-        "--trainer.max_steps=2",
-        "--run_name=ddp",
-        "--test_after_fit=true",
-        f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}",
-        f"--checkpoint.root={tmp_path / 'checkpoints'}",
-        f"--metrics_file={tmp_path / 'metrics.json'}",
-    ]
-    proc = subprocess.run(
-        cmd, cwd=tmp_path, env=_ddp_env(), capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = _ddp_fit(tmp_path, *UNEVEN, "--trainer.max_steps=2", "--test_after_fit=true")
     assert "sync_dist" not in proc.stderr  # every epoch-level scalar is reduced over the ranks
     ddp = json.loads((tmp_path / "metrics.json").read_text())
     # The end-of-fit validation ran on the step-2 weights, which last.ckpt holds.

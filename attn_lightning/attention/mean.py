@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 
 
 class MeanAttention(FeatureMapAttention):
@@ -18,18 +17,6 @@ class MeanAttention(FeatureMapAttention):
     reviewers of optimization-based attention)."""
 
     name = "mean"
-
-    def __init__(
-        self,
-        *,
-        head_dim: int,
-        chunk_size: int = 64,
-        eps: float = DEFAULT_EPS,
-        implementation: str = "auto",
-    ) -> None:
-        super().__init__(
-            head_dim=head_dim, chunk_size=chunk_size, eps=eps, implementation=implementation
-        )
 
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
         return torch.ones_like(x[..., :1])

@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
-from attn_lightning.data.images import SOURCES, check_download, load_images, prepare_mnist
+from attn_lightning.data.images import SOURCES, ImageSource, check_download
 
 DOMAINS = ("original", "quantized", "rotated", "inverted")
 # Input normalisation after the shift. ``mnist``: torchvision's customary MNIST transform
@@ -59,7 +59,7 @@ def _as_dict(rows: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
     return {"image": torch.stack(images), "label": torch.stack(labels)}
 
 
-class DomainImageDataModule(SplitDataModule[TensorDataset]):
+class DomainImageDataModule(ImageSource, SplitDataModule[TensorDataset]):
     """Digit images of one domain; batches are ``{"image": (B, H, W), "label": (B,)}``.
 
     The train/val/test splits are ``load_images``'s (fixed, independent of the seed); the shift
@@ -127,25 +127,13 @@ class DomainImageDataModule(SplitDataModule[TensorDataset]):
         """Features per flattened image (what the classifier's first layer must take)."""
         return self.image_size * self.image_size
 
-    def prepare_data(self) -> None:
-        # Lightning runs this on one process per node while the others wait, before any setup:
-        # DDP ranks never download into the same files at once, and setup then finds them.
-        if self.source == "mnist" and self.download:
-            prepare_mnist(self.root, download=True)
-
     def setup(self, stage: str | None = None) -> None:
         # Small in-memory tensors: every stage builds every split once.
         if self.datasets:
             return
         shifted = {}
         for split in SPLITS:
-            images, labels = load_images(
-                self.source,
-                split=split,
-                root=self.root,
-                image_size=self.image_size,
-                download=self.download,  # a no-op once prepare_data has fetched the files
-            )
+            images, labels = self.load_split(split)
             images = apply_domain(images, self.domain, levels=self.levels, angle=self.angle)
             shifted[split] = (images, labels)
         mean, std = self.normalization(shifted["train"][0])

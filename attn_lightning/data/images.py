@@ -138,6 +138,32 @@ def check_download(source: str, download: bool) -> None:
         )
 
 
+class ImageSource:
+    """What image DataModules with ``source``, ``root``, ``image_size`` and ``download`` share:
+    the opt-in MNIST download in ``prepare_data`` (Lightning runs it on one process per node
+    while the others wait, before any setup, so DDP ranks never download into the same files at
+    once) and ``load_split``."""
+
+    source: str
+    root: str
+    image_size: int
+    download: bool
+
+    def prepare_data(self) -> None:
+        if self.source == "mnist" and self.download:
+            prepare_mnist(self.root, download=True)
+
+    def load_split(self, split: str) -> tuple[Tensor, Tensor]:
+        """``load_images`` of this source's ``split`` at ``image_size``: (images, labels)."""
+        return load_images(
+            self.source,
+            split=split,
+            root=self.root,
+            image_size=self.image_size,
+            download=self.download,  # a no-op once prepare_data has fetched the files
+        )
+
+
 def prepare_mnist(root: str | Path = "data", *, download: bool = False) -> Path:
     """Make the four uncompressed IDX files exist under ``<root>/MNIST/raw/``; return that folder.
 

@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
-from attn_lightning.data.images import SOURCES, check_download, load_images, prepare_mnist
+from attn_lightning.data.images import SOURCES, ImageSource, check_download
 
 
 def quantize(images: Tensor, levels: int) -> Tensor:
@@ -48,7 +48,7 @@ class PixelDataset(Dataset):
         return {"pixels": self.pixels[index], "label": self.labels[index]}
 
 
-class PixelDataModule(SplitDataModule[PixelDataset]):
+class PixelDataModule(ImageSource, SplitDataModule[PixelDataset]):
     """Train/val/test pixel sequences for image generation and completion.
 
     Args:
@@ -104,23 +104,11 @@ class PixelDataModule(SplitDataModule[PixelDataset]):
         """Tokens per image, H·W."""
         return self.height * self.width
 
-    def prepare_data(self) -> None:
-        # Lightning runs this on one process per node while the others wait, before any setup:
-        # DDP ranks never download into the same files at once, and setup then finds them.
-        if self.source == "mnist" and self.download:
-            prepare_mnist(self.root, download=True)
-
     def setup(self, stage: str | None = None) -> None:
         # Every stage builds every split: cheap, and validate/test after fit reuse them.
         for split in SPLITS:
             if split not in self.datasets:
-                images, labels = load_images(
-                    self.source,
-                    split=split,
-                    root=self.root,
-                    image_size=self.image_size,
-                    download=self.download,  # a no-op once prepare_data has fetched the files
-                )
+                images, labels = self.load_split(split)
                 if images.shape[1:] != (self.height, self.width):
                     raise ValueError(
                         f"{self.source} images are {tuple(images.shape[1:])}, expected "

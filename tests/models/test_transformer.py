@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -140,6 +141,18 @@ def test_projection_names_for_lora():
     assert names == {"q_proj", "k_proj", "v_proj", "out_proj"}
 
 
+def _assert_steps_equal_causal_forward(module: torch.nn.Module) -> Any:
+    """Token-by-token ``step`` of ``module`` equals its causal forward; the final state."""
+    x = torch.randn(B, L, E, dtype=torch.float64)
+    full = module(x, causal=True)
+    state, steps = None, []
+    for t in range(L):
+        out, state = module.step(x[:, t : t + 1], state)
+        steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    return state
+
+
 @pytest.mark.parametrize(("name", "options"), _recurrent_cases())
 def test_mha_step_equals_causal_forward(name, options):
     torch.manual_seed(0)
@@ -148,13 +161,7 @@ def test_mha_step_equals_causal_forward(name, options):
         .double()
         .eval()
     )
-    x = torch.randn(B, L, E, dtype=torch.float64)
-    full = mha(x, causal=True)
-    state, steps = None, []
-    for t in range(L):
-        out, state = mha.step(x[:, t : t + 1], state)
-        steps.append(out)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    _assert_steps_equal_causal_forward(mha)
 
 
 @pytest.mark.parametrize(("name", "options"), _recurrent_cases())
@@ -163,14 +170,7 @@ def test_encoder_stack_step_equals_causal_forward(name, options):
     enc = (
         TransformerEncoder(SIZES, num_layers=2, attention={"name": name, **options}).double().eval()
     )
-    x = torch.randn(B, L, E, dtype=torch.float64)
-    full = enc(x, causal=True)
-    state, steps = None, []
-    for t in range(L):
-        out, state = enc.step(x[:, t : t + 1], state)
-        steps.append(out)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full)
-    assert len(state) == 2
+    assert len(_assert_steps_equal_causal_forward(enc)) == 2
 
 
 def test_encoder_padding_mask_ignores_padded_tokens():

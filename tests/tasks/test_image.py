@@ -11,7 +11,7 @@ import yaml
 
 from attn_lightning.models.pixel import bits_per_dim
 from attn_lightning.tasks.image import ImageGenerationTask
-from tests.runs import skip_unregistered, train
+from tests.runs import SMOKE, smoke_fit, train
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -42,14 +42,7 @@ def test_every_paper_backend_has_a_config():
 
 @pytest.mark.parametrize("config", BACKENDS, ids=[p.stem for p in BACKENDS])
 def test_fast_dev_run_per_backend(config, tmp_path):
-    skip_unregistered(config)
-    cli = run(
-        "fit",
-        tmp_path,
-        config,
-        DEBUG,
-        extra=("--trainer.fast_dev_run=true", "--test_after_fit=true"),
-    )
+    cli = smoke_fit(run, config, tmp_path)
     metrics = cli.trainer.callback_metrics
     bpd = float(metrics["test/bits_per_dim"])
     assert 0 < bpd < 9 and math.isfinite(float(metrics["test/completion_bpd"]))
@@ -63,7 +56,7 @@ def test_size28_overlay_trains_at_784_tokens_with_the_mixture(tmp_path):
         SIZE28,
         CONFIGS / "image" / "linear.yaml",
         DEBUG,
-        extra=("--trainer.fast_dev_run=true", "--test_after_fit=true"),
+        extra=SMOKE,
     )
     assert (
         cli.model.hparams.image_size == 28 and cli.model.hparams.net["output"] == "logistic_mixture"
