@@ -18,6 +18,7 @@ from attn_lightning.studies.lora.lrsweep_report import (
     SWEEP_ADAPTATIONS,
     choose_lr,
     missing_runs,
+    outcome_cell,
     student_numbers,
     sweep_section,
 )
@@ -96,6 +97,15 @@ def test_student_numbers_are_data_read_from_the_references(tmp_path, monkeypatch
         student_numbers()
 
 
+def test_outcome_cell_counts_seeds_above_chance_in_seed_order():
+    runs = [
+        RunResult("lora", seed, 1.0, "ok", metrics={"acc": acc})
+        for seed, acc in ((2, 0.948), (0, 0.096), (1, 0.948))
+    ]
+    assert outcome_cell(runs) == "94.8 [52.2, 94.8] · 2/3 > 20 % · 9.6 / 94.8 / 94.8"
+    assert outcome_cell([]) == "–"
+
+
 def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
     base = [
         _row("base", lr, 0, val, test, domain="original", base_lr="")
@@ -112,13 +122,18 @@ def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
     md = (tmp_path / "lora.md").read_text()
     assert (
         "| original | base, trained on the original task | – | every weight | 55,050 | 93.2 "
-        "| 90.0 ± 0.0 (1) | 95.0 | 0.003 | **0.003: 95.0** · 0.01: 90.0 | 20 |"
+        "| 90.0 [90.0, 90.0] · 1/1 > 20 % · 90.0 "
+        "| 95.0 | 0.003 | **0.003: 95.0** · 0.01: 90.0 | 20 |"
     ) in md
     assert (
-        "| inverted | full fine-tune | – | every weight | 55,050 | 76.41 | 50.0 ± 0.0 (1) | 80.0 "
+        "| inverted | full fine-tune | – | every weight | 55,050 | 76.41 "
+        "| 50.0 [50.0, 50.0] · 1/1 > 20 % · 50.0 | 80.0 "
         "| 0.003 | 0.001: 70.0 · **0.003: 80.0** | 20 |"
     ) in md
-    assert "| inverted | LoRA | 2 | frozen (LoRA on fc1, fc2) | 1,952 |  | 30.0 ± 0.0 (1) |" in md
+    assert (
+        "| inverted | LoRA | 2 | frozen (LoRA on fc1, fc2) | 1,952 |  "
+        "| 30.0 [30.0, 30.0] · 1/1 > 20 % · 30.0 |"
+    ) in md
     assert "| inverted | LoRA | 64 | LoRA (fc1-fc3) | – | 71.9 | – | – | – | – | – |" in md
     assert "| quantized | full fine-tune | – | every weight | – | 93.57 | – |" in md
     assert "99.0" not in md  # the run from the base not chosen is left out
