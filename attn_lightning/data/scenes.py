@@ -203,8 +203,8 @@ def write_coco(dataset: SyntheticScenes, root: str | Path, split: str) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> None:
-    """CLI: write the synthetic train/val/test splits as a COCO folder."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m attn_lightning.data.scenes``."""
     parser = argparse.ArgumentParser(prog="python -m attn_lightning.data.scenes")
     parser.add_argument("--out", required=True, type=Path, help="COCO folder to write")
     parser.add_argument(
@@ -217,7 +217,12 @@ def main(argv: list[str] | None = None) -> None:
         default={},
         help="scene options as JSON, e.g. '{\"max_objects\": 5}'",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: write the synthetic train/val/test splits as a COCO folder."""
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     options: Mapping[str, Any] = args.options
     for index, (split, size) in enumerate(zip(SPLITS, args.sizes, strict=True)):
