@@ -28,7 +28,7 @@ from attn_lightning.studies.arguments import (
 )
 from attn_lightning.studies.runner import Runner
 from attn_lightning.studies.warm_start import tables
-from attn_lightning.studies.warm_start.plan import BACKENDS, TASKS, Plan, config
+from attn_lightning.studies.warm_start.plan import BACKENDS, CONVERGED, TASKS, Plan, config
 
 PROG = "python -m attn_lightning.studies.warm_start"
 log = logging.getLogger("attn_lightning.studies.warm_start")
@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
             metrics=TASKS[args.task][1],
             command=command,
             heading=f"Warm start from softmax: {args.task}",
+            converged=CONVERGED.get(args.task),
         )
 
     bases = runner.run_all([(chosen[0][0], s) for s in args.seeds], parallel=args.jobs)

@@ -45,6 +45,9 @@ TASKS = {
     "reversal": ("configs/reversal/base.yaml", ("test/token_acc", "test/exact_acc", "test/loss")),
     "digits": ("configs/digits/base.yaml", ("test/acc", "test/loss")),
 }
+# Tasks whose runs converge or stall (bimodal): the metric and threshold of "converged", the
+# reversal pages' rule.
+CONVERGED: dict[str, tuple[str, float]] = {"reversal": ("test/token_acc", 0.99)}
 
 
 @dataclass(frozen=True)

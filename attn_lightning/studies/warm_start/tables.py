@@ -1,9 +1,11 @@
 """The warm-start study's tables: every condition per backend, and the paired Δs that answer
 the review's claim — fine-tuned from softmax against the same backend trained from scratch.
 
-Cells are mean ± std over seeds (``results.tables``) with the converged count where the task has
-a threshold; a paired Δ is every seed's difference with its sign counts and a bootstrap interval
-of the mean (``results.paired.seed_deltas``: accuracies are bounded).
+Cells are mean ± std over seeds (``results.tables``); where the task has a convergence threshold
+(reversal: test token accuracy ≥ 99 %, as on every reversal page) its outcomes are bimodal (a run
+learns reversal or stalls), so the table shows k/n converged and median [25th, 75th percentile]
+instead (the CSV keeps both). A paired Δ is every seed's difference with its sign counts and a
+bootstrap interval of the mean (``results.paired.seed_deltas``: accuracies are bounded).
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.results.paired import seed_deltas
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import column, format_mean_std, mean_std
+from attn_lightning.results.tables import (
+    column,
+    format_mean_std,
+    format_median_iqr,
+    mean_std,
+    median_iqr,
+)
 from attn_lightning.studies.warm_start.plan import CONDITIONS
 
 # The comparisons of the paired table: (condition, against, what it asks).
@@ -40,9 +48,13 @@ def _values(runs: Sequence[RunResult], backend: str, condition: str, key: str) -
 
 
 def condition_rows(
-    runs: Sequence[RunResult], backends: Sequence[str], metrics: Sequence[str]
+    runs: Sequence[RunResult],
+    backends: Sequence[str],
+    metrics: Sequence[str],
+    converged: tuple[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per (backend, condition that ran): n and each metric's mean and std."""
+    """One row per (backend, condition that ran): n, each metric's mean, std, median and
+    quartiles, and with ``converged = (metric, threshold)`` how many runs reach it."""
     rows = []
     for backend in backends:
         for condition in ("base", *CONDITIONS):
@@ -50,11 +62,26 @@ def condition_rows(
             if not n:
                 continue
             row: dict[str, Any] = {"backend": backend, "condition": condition, "n": n}
+            if converged is not None:
+                key, threshold = converged
+                reached = _values(runs, backend, condition, key).values()
+                row["converged"] = sum(v >= threshold for v in reached)
             for key in metrics:
                 values = list(_values(runs, backend, condition, key).values())
                 row[f"{key}_mean"], row[f"{key}_std"] = mean_std(values)
+                row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"] = median_iqr(values)
             rows.append(row)
     return rows
+
+
+def _cell(row: dict[str, Any], key: str, bimodal: bool) -> str:
+    shown = column(key)
+    if bimodal:
+        spread = (row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"])
+        return format_median_iqr(*spread, scale=shown.scale, digits=shown.digits)
+    return format_mean_std(
+        row[f"{key}_mean"], row[f"{key}_std"], scale=shown.scale, digits=shown.digits
+    )
 
 
 def paired_rows(
@@ -96,9 +123,11 @@ def write(
     command: str,
     heading: str,
     notes: Sequence[str] = (),
+    converged: tuple[str, float] | None = None,
 ) -> None:
-    """``<out>.md``, ``<out>.csv`` (conditions), ``<out>_paired.csv`` and ``<out>_runs.csv``."""
-    rows = condition_rows(runs, backends, metrics)
+    """``<out>.md``, ``<out>.csv`` (conditions), ``<out>_paired.csv`` and ``<out>_runs.csv``;
+    ``converged = (metric, threshold)`` for a task whose outcomes are bimodal (module doc)."""
+    rows = condition_rows(runs, backends, metrics, converged)
     paired = paired_rows(runs, backends, metrics)
     write_csv(out.with_name(out.name + ".csv"), rows)
     write_csv(out.with_name(out.name + "_paired.csv"), paired)
@@ -117,23 +146,25 @@ def write(
     ]
     write_csv(out.with_name(out.name + "_runs.csv"), per_run)
     titles = [column(k).title for k in metrics]
+    bimodal = converged is not None
+    count = ["converged"] if bimodal else ["n"]
     body = [
         [
             f"`{row['backend']}`",
             row["condition"],
-            row["n"],
-            *(
-                format_mean_std(
-                    row[f"{k}_mean"],
-                    row[f"{k}_std"],
-                    scale=column(k).scale,
-                    digits=column(k).digits,
-                )
-                for k in metrics
-            ),
+            f"{row['converged']}/{row['n']}" if bimodal else row["n"],
+            *(_cell(row, k, bimodal) for k in metrics),
         ]
         for row in rows
     ]
+    if converged is not None:
+        key, threshold = converged
+        spread = (
+            f"median [25th, 75th percentile] over seeds; converged = {column(key).title} ≥ "
+            f"{threshold * column(key).scale:g} (outcomes are bimodal)"
+        )
+    else:
+        spread = "mean ± std over seeds"
     pairs = [
         [f"`{p['backend']}`", p["comparison"], *(p[k] or "–" for k in metrics)] for p in paired
     ]
@@ -142,9 +173,9 @@ def write(
         f"Regenerate with:\n\n```bash\n{command}\n```\n",
         machine_line() + "\n",
         *notes,
-        "Test split, best-by-validation checkpoint (zero-shot: the base's `last.ckpt`); mean ± std "
-        "over seeds.\n",
-        markdown_table(["backend", "condition", "n", *titles], body),
+        "Test split, best-by-validation checkpoint (zero-shot: the base's `last.ckpt`); "
+        f"{spread}.\n",
+        markdown_table(["backend", "condition", *count, *titles], body),
         "\nPaired by seed: mean Δ [95 % bootstrap interval] (n: seeds with Δ > 0, < 0, = 0); "
         "every seed's Δ in `_paired.csv`.\n",
         markdown_table(["backend", "comparison", *titles], pairs),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from attn_lightning.results.files import read_csv
 from attn_lightning.results.records import RunResult
 from attn_lightning.studies.runner import Runner
 from attn_lightning.studies.warm_start import tables
@@ -59,3 +60,23 @@ def test_tables_pair_the_fine_tune_with_scratch_per_seed(tmp_path):
     assert "| `linear` | fine-tune | 3 | 92.33 ± 2.52 |" in text
     assert "| `linear` | fine-tune − scratch | +23.67 [" in text and "(n=3: 2+ 1− 0=)" in text
     assert "s0 +40.00, s1 +32.00, s2 -1.00" in (tmp_path / "w_paired.csv").read_text()
+
+
+def test_a_task_with_a_threshold_shows_k_of_n_converged_and_median_iqr(tmp_path):
+    runs = [_run("linear", "fine-tune", s, a) for s, a in enumerate([0.2, 0.995, 1.0])]
+    tables.write(
+        tmp_path / "w",
+        runs,
+        backends=["linear"],
+        metrics=["test/acc"],
+        command="c",
+        heading="h",
+        converged=("test/acc", 0.99),
+    )
+    text = (tmp_path / "w.md").read_text()
+    assert "| backend | condition | converged |" in text
+    assert "| `linear` | fine-tune | 2/3 | 99.50 [59.75, 99.75] |" in text
+    assert "converged = " in text and "≥ 99" in text
+    row = read_csv(tmp_path / "w.csv")[1][0]
+    assert row["converged"] == "2"
+    assert float(row["test/acc_mean"]) == pytest.approx(0.7317, abs=1e-4)
