@@ -36,9 +36,9 @@ SUMMARY_KEYS = (*(ADAPTATION_COLUMN if k == "adaptation" else k for k in SWEEP_G
 def student_numbers() -> dict[RowKey, float]:
     """The student's test accuracies (%) we compare with, keyed as the table's rows.
 
-    Their base and full fine-tunes, and LoRA on the inverted base at r = 16 and 64 (every layer
-    adapted): ``docs/references/lora_student.csv`` cites where each comes from. The student's
-    other LoRA numbers are not among them: those rows are left without one.
+    Their base, full fine-tunes, and both LoRA tables (on the trained base and from scratch,
+    every layer adapted, r = 1 … 64, each shift): ``docs/references/lora_student.csv`` cites
+    where they come from. Rows the student did not run (the frozen head, "before") get none.
     """
     _, rows = reference("lora_student")
     return {

@@ -73,16 +73,19 @@ def test_choose_lr_follows_validation_where_test_disagrees(tmp_path):
     assert choose_lr(_as_runs(tmp_path, tie, "tie.csv"))[FULL].lr == "0.001"
 
 
-def test_student_table_holds_the_known_numbers_only():
+def test_student_table_holds_every_number_of_their_report():
     student = student_numbers()
-    assert student == {
-        ("original", "base", 0, ""): 93.2,
-        ("quantized", "full", 0, ""): 93.57,
-        ("rotated", "full", 0, ""): 91.97,
-        ("inverted", "full", 0, ""): 76.41,
-        ("inverted", "lora", 16, "lora"): 62.3,
-        ("inverted", "lora", 64, "lora"): 71.9,
-    }
+    # Base and full fine-tunes, then both LoRA tables: 3 shifts x 7 ranks x (base, scratch).
+    assert len(student) == 4 + 2 * 3 * 7
+    assert student[("original", "base", 0, "")] == 93.2
+    assert student[("inverted", "full", 0, "")] == 76.41
+    assert student[("inverted", "lora", 16, "lora")] == 62.26
+    assert student[("inverted", "lora", 64, "lora")] == 71.88
+    assert student[("rotated", "lora_scratch", 1, "lora")] == 25.91
+    assert student[("quantized", "lora", 64, "lora")] == 93.19
+    assert student[("inverted", "lora_scratch", 64, "lora")] == 86.01
+    ranks = {rank for (_, adaptation, rank, _) in student if adaptation == "lora_scratch"}
+    assert ranks == {1, 2, 4, 8, 16, 32, 64}
     for _, adaptation, rank, head in student:  # keyed as the sweep's rows are
         assert adaptation in SWEEP_ADAPTATIONS and (head in HEAD_LABELS) == (rank > 0)
 
@@ -134,7 +137,7 @@ def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
         "| inverted | LoRA | 2 | frozen (LoRA on fc1, fc2) | 1,952 |  "
         "| 30.0 [30.0, 30.0] · 1/1 > 20 % · 30.0 |"
     ) in md
-    assert "| inverted | LoRA | 64 | LoRA (fc1-fc3) | – | 71.9 | – | – | – | – | – |" in md
+    assert "| inverted | LoRA | 64 | LoRA (fc1-fc3) | – | 71.88 | – | – | – | – | – |" in md
     assert "| quantized | full fine-tune | – | every weight | – | 93.57 | – |" in md
     assert "99.0" not in md  # the run from the base not chosen is left out
     summary = {
