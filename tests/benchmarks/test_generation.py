@@ -77,11 +77,16 @@ def test_checkpoint_mode_times_trained_weights_with_ratios(checkpoints, tmp_path
             "--batches",
             "1",
             "2",
+            "--repeats",
+            "3",
             "--out",
             str(out),
         ]
     )
     rows = _rows(out)
+    # The rate comes from the best of the repeats; the median of the same repeats is kept.
+    assert all(r["repeats"] == "3" for r in rows)
+    assert all(float(r["seconds"]) <= float(r["seconds_median"]) for r in rows)
     got = [(r["backend"], r["run"], r["method"], r["batch"]) for r in rows]
     assert got == [
         ("softmax", "softmax-s0", "step", "1"),

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,8 @@ FIRST_MAX = 32  # `max` doubles from here
 
 def time_generation(
     model: PixelTransformer, *, batch: int, method: str, repeats: int, device: torch.device
-) -> float:
-    """Best of ``repeats`` wall times (s) of sampling ``batch`` whole images unconditionally."""
+) -> list[float]:
+    """The ``repeats`` wall times (s) of sampling ``batch`` whole images unconditionally."""
     observed = torch.empty(batch, 0, dtype=torch.long, device=device)
     # Sampling draws on the model's device: a CPU generator would copy every step's probabilities.
     generator = torch.Generator(device=device)
@@ -44,7 +46,7 @@ def time_generation(
         generator.manual_seed(next(seed))
         sample_pixels(model, observed=observed, generator=generator, method=method)
 
-    return min(time_calls(sample, repeats=repeats, device=device))
+    return list(time_calls(sample, repeats=repeats, device=device))
 
 
 def largest_batch(
@@ -77,13 +79,18 @@ def largest_batch(
     return batch
 
 
-def _row(backend: str, method: str, batch: int, tokens: int, seconds: float) -> Row:
+def _row(backend: str, method: str, batch: int, tokens: int, times: Sequence[float]) -> Row:
+    """One timed row: ``seconds`` (and the rates) from the best of the repeats, the least
+    disturbed by other work on a shared machine; ``seconds_median`` and ``repeats`` beside it."""
+    seconds = min(times)
     return {
         "backend": backend,
         "method": method,
         "batch": batch,
         "tokens": tokens,
         "seconds": round(seconds, 3),
+        "seconds_median": round(statistics.median(times), 3),
+        "repeats": len(times),
         "images_per_s": round(batch / seconds, 3),
         "ms_per_pixel": round(1e3 * seconds / tokens, 4),
     }
@@ -103,10 +110,10 @@ def measure(spec: str, method: str, *, args: argparse.Namespace) -> Row:
         attention=parse_attention_spec(spec),
     ).eval()
     model.to(device)
-    seconds = time_generation(
+    times = time_generation(
         model, batch=args.batch, method=method, repeats=args.repeats, device=device
     )
-    row = _row(spec, method, args.batch, args.image_size**2, seconds)
+    row = _row(spec, method, args.batch, args.image_size**2, times)
     log.info("%-40s %-9s %.2f images/s", spec, method, row["images_per_s"])
     return row
 
@@ -152,7 +159,7 @@ def measure_checkpoint(
                 continue
             while True:
                 try:
-                    seconds = time_generation(
+                    times = time_generation(
                         model, batch=batch, method=method, repeats=args.repeats, device=device
                     )
                     break
@@ -163,7 +170,7 @@ def measure_checkpoint(
                     batch //= 2
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
-            row = {**_row(info["backend"], method, batch, model.seq_len, seconds), **labels}
+            row = {**_row(info["backend"], method, batch, model.seq_len, times), **labels}
             row["requested_batch"] = requested
             row["checkpoint"] = str(path)
             log.info(

@@ -55,13 +55,14 @@ def throughput_table(rows: Sequence[Row]) -> str:
     """The markdown table of the rows (with run and train step columns for checkpoints)."""
     checkpoint_mode = any("run" in r for r in rows)
     header = ["backend", *(["run", "train step"] if checkpoint_mode else [])]
-    header += ["decoding", "batch", "pixels/image", "seconds/batch", "images/s"]
+    header += ["decoding", "batch", "pixels/image", "seconds/batch (best)", "median", "images/s"]
     header += ["ms per pixel step", "× softmax KV cache", "× softmax recompute"]
     body = []
     for r in rows:
         batch = f"max → {r['batch']}" if r.get("requested_batch") == "max" else r["batch"]
         run = [r["run"], r["train_step"]] if checkpoint_mode else []
-        timing = [r["tokens"], r["seconds"], r["images_per_s"], r["ms_per_pixel"]]
+        median = r.get("seconds_median", "")  # absent from CSVs written before it was kept
+        timing = [r["tokens"], r["seconds"], median, r["images_per_s"], r["ms_per_pixel"]]
         ratios = [r["vs_softmax_kv_cache"], r["vs_softmax_recompute"]]
         body.append([f"`{r['backend']}`", *run, METHODS[r["method"]], batch, *timing, *ratios])
     return markdown_table(header, body)
@@ -82,7 +83,8 @@ def write_throughput(rows: list[Row], out: Path, command: str, args: argparse.Na
     lines = [
         f"Regenerate with:\n\n```bash\n{command}\n```\n",
         f"{machine_line(threads=True)} Torch {torch.__version__}, device {args.device}. "
-        f"{models}; unconditional sampling, temperature 1; best of {args.repeats} batch(es). "
+        f"{models}; unconditional sampling, temperature 1; best of {args.repeats} batch(es), "
+        "the median beside it. "
         "× softmax KV cache / × softmax recompute: images/s over softmax's step (preallocated KV "
         "cache) / prefix recompute at the same requested batch (`max`: each row at its own "
         "largest batch that fits).\n",
