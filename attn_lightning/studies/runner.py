@@ -203,8 +203,9 @@ class Runner:
             }
             result.global_step = record.get("global_step")
             result.log_dir = record.get("log_dir")
-            if result.seconds is None:
-                result.seconds = record.get("fit_seconds")
+            # The fit's own time as train.py measured it, whether the run trained now or is
+            # reused: one definition per column (the process time adds start-up and the test).
+            result.seconds = record.get("fit_seconds", result.seconds)
         elif status == "ok":
             result.status = "crashed"
             log.warning("run %s wrote no metrics file %s", label, metrics_file)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -104,32 +105,31 @@ def test_runs_spawn_the_package_cli_not_a_script_path(tmp_path, caplog):
 def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "results" / "tiny"
-    results = main(
-        [
-            "--config",
-            str(ROOT / "configs" / "reversal" / "base.yaml"),
-            "--config",
-            str(ROOT / "configs" / "presets" / "debug.yaml"),
-            "--backends",
-            "linear:feature_map=relu",
-            "--seeds",
-            "0",
-            "--set",
-            "data.init_args.train_size=32",
-            "--set",
-            "data.init_args.val_size=16",
-            "--set",
-            "data.init_args.test_size=16",
-            "--set",
-            "data.init_args.batch_size=16",
-            "--set",
-            "trainer.max_steps=2",
-            "--curve",
-            "train/loss",
-            "--out",
-            str(out),
-        ]
-    )
+    args = [
+        "--config",
+        str(ROOT / "configs" / "reversal" / "base.yaml"),
+        "--config",
+        str(ROOT / "configs" / "presets" / "debug.yaml"),
+        "--backends",
+        "linear:feature_map=relu",
+        "--seeds",
+        "0",
+        "--set",
+        "data.init_args.train_size=32",
+        "--set",
+        "data.init_args.val_size=16",
+        "--set",
+        "data.init_args.test_size=16",
+        "--set",
+        "data.init_args.batch_size=16",
+        "--set",
+        "trainer.max_steps=2",
+        "--curve",
+        "train/loss",
+        "--out",
+        str(out),
+    ]
+    results = main(args)
     assert [(r.status, r.global_step) for r in results] == [("ok", 2)]
     with (out.parent / "tiny_curves.csv").open() as f:  # read back from the run's TensorBoard
         assert {r["variant"] for r in csv.DictReader(f)} == {"linear:feature_map=relu"}
@@ -143,6 +143,11 @@ def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
         assert len(list(csv.DictReader(f))) == 1
     ckpt_dir = tmp_path / "checkpoints" / "sweep-tiny" / "linear_feature_map-relu-s0"
     assert (ckpt_dir / "last.ckpt").is_file()
+    # A run's seconds are its fit's own time, the same whether it trained now or is reused.
+    (record,) = [json.loads(p.read_text()) for p in tmp_path.rglob("*-s0.json")]
+    assert results[0].seconds == record["fit_seconds"]
+    (again,) = main([*args, "--resume"])
+    assert again.seconds == record["fit_seconds"] and again.metrics == results[0].metrics
 
 
 FAKE_OVERLAY_TRAIN = """
