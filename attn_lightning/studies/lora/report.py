@@ -139,6 +139,45 @@ def _transformer_table(summary: list[dict[str, Any]]) -> list[str]:
     return [markdown_table(header, body), ""]
 
 
+def _not_run(ran: Sequence[str]) -> str:
+    missing = [part for part in (*PARTS, "lrsweep") if part not in ran]
+    return f" Not run into this prefix (no tables below): {', '.join(missing)}." if missing else ""
+
+
+def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
+    """The ``lrsweep`` command of these runs, rebuilt from what their CSV rows record."""
+    if not sweep:
+        return []
+
+    def values(key: str) -> list[str]:
+        return sorted({str(r.info.get(key, "")) for r in sweep} - {""}, key=_natural)
+
+    seeds = " ".join(sorted({str(r.seed) for r in sweep}, key=int))
+    options = [f"--out {out}", f"--seeds {seeds}"]
+    for key, flag in (("source", "--source"), ("max_epochs", "--max-epochs")):
+        options += [f"{flag} {v}" for v in values(key)[:1]]
+    options += [f"--patience {v}" for v in values("patience")[:1]]
+    heads = values("head")
+    if heads:
+        options.append("--heads " + " ".join(heads))
+    return [
+        "These runs (`lrsweep`; add `--work DIR` for where its logs and checkpoints go):",
+        "",
+        "```bash",
+        "python -m attn_lightning.studies.lora lrsweep " + " ".join(options),
+        f"python -m attn_lightning.studies.lora report --out {out}",
+        "```",
+        "",
+    ]
+
+
+def _natural(value: str) -> tuple[int, float | str]:
+    try:
+        return (0, float(value))
+    except ValueError:
+        return (1, value)
+
+
 def _notes(md: Path) -> str:
     """The hand-written discussion of an existing ``md`` (a placeholder for a new one)."""
     if md.exists() and NOTES[0] in (text := md.read_text()) and NOTES[1] in text:
@@ -153,16 +192,15 @@ def write_report(out: Path) -> None:
     if not runs and not sweep:
         return
     summary = summarize(runs)
-    for path, table in (
-        (f"{out}_summary.csv", summary),
-        (f"{out}_lrsweep_summary.csv", sweep_summary(sweep)),
-    ):
+    written = (("", summary), ("lrsweep_", sweep_summary(sweep)))
+    for name, table in written:
         if table:
-            write_csv(Path(path), table)
+            write_csv(Path(f"{out}_{name}summary.csv"), table)
     walls: dict[str, float] = defaultdict(float)
     for run in (*runs, *sweep):
         walls[run.info["part"]] += run.seconds or 0.0
     crashed = sum(r.status != "ok" for r in (*runs, *sweep))
+    ran = [part for part in (*PARTS, "lrsweep") if part in walls]
     md = out.with_suffix(".md")
     lines = [
         "# LoRA adaptation study (peft)",
@@ -176,24 +214,36 @@ def write_report(out: Path) -> None:
         "",
         COMMANDS,
         "",
+        *_sweep_command(sweep, out),
         f"Machine: {platform.platform()}, Python {platform.python_version()}, CPU only, "
-        f"each part runs its runs one after another under `nice -n 19`. Sum of run wall times: "
+        "each part runs its runs one after another. Sum of run wall times: "
         + ", ".join(f"{part} {seconds / 60:.1f} min" for part, seconds in walls.items())
         + f". Runs: {len(runs) + len(sweep)}, crashed: {crashed}. Per-run rows: "
-        "`lora_mlp_runs.csv`, `lora_variants_runs.csv`, `lora_transformer_runs.csv`, "
-        "`lora_lrsweep_runs.csv`; means: `lora_summary.csv`, `lora_lrsweep_summary.csv`.",
+        + ", ".join(f"`{out.name}_{part}_runs.csv`" for part in ran)
+        + "; summaries: "
+        + ", ".join(f"`{out.name}_{name}summary.csv`" for name, rows in written if rows)
+        + "."
+        + _not_run(ran),
         "",
-        "## Against the student's table (learning rates chosen on validation)",
-        "",
-        *sweep_section(sweep),
-        "## MLP on shifted digits (test accuracy, mean ± std over seeds)",
-        "",
-        *_mlp_tables(summary),
-        "### LoRA variants: the head and the biases",
-        "",
-        *_variants_table(summary),
-        "## LoRA on the attention projections of a reversal transformer",
-        "",
-        *_transformer_table(summary),
     ]
+    if sweep:
+        lines += [
+            "## Against the student's table (learning rates chosen on validation)",
+            "",
+            *sweep_section(sweep),
+        ]
+    if "mlp" in walls:
+        lines += [
+            "## MLP on shifted digits (test accuracy, mean ± std over seeds)",
+            "",
+            *_mlp_tables(summary),
+        ]
+    if "variants" in walls:
+        lines += ["### LoRA variants: the head and the biases", "", *_variants_table(summary)]
+    if "transformer" in walls:
+        lines += [
+            "## LoRA on the attention projections of a reversal transformer",
+            "",
+            *_transformer_table(summary),
+        ]
     md.write_text("\n".join(lines) + "\n")
