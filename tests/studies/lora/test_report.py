@@ -85,3 +85,16 @@ def test_the_committed_tables_regenerate_from_the_committed_runs(tmp_path):
     (tmp_path / "lora_mlp_runs.csv").write_text(runs.replace(",0.9630996584892273,", ",0.5,"))
     write_report(tmp_path / "lora")
     assert (tmp_path / "lora_summary.csv").read_bytes() != (DOCS / "lora_summary.csv").read_bytes()
+
+
+def test_the_committed_mnist5k_tables_regenerate_from_their_runs(tmp_path):
+    shutil.copy(DOCS / "lora_mnist5k_lrsweep_runs.csv", tmp_path)
+    shutil.copy(DOCS / "lora_mnist5k.md", tmp_path)
+    write_report(tmp_path / "lora_mnist5k")
+    name = "lora_mnist5k_lrsweep_summary.csv"
+    assert (tmp_path / name).read_bytes() == (DOCS / name).read_bytes()
+    machine = re.compile(r"^Machine: [^,]*,", flags=re.M)
+    ours = (tmp_path / "lora_mnist5k.md").read_text().replace(str(tmp_path), "docs/results")
+    assert machine.sub("M,", ours) == machine.sub("M,", (DOCS / "lora_mnist5k.md").read_text())
+    assert "lrsweep --out docs/results/lora_mnist5k --seeds 0 1 2 --source mnist5k" in ours
+    assert not (tmp_path / "lora_mnist5k_summary.csv").exists()  # no mlp/variants/transformer
