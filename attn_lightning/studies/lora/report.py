@@ -154,9 +154,8 @@ def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
 
     seeds = " ".join(sorted({str(r.seed) for r in sweep}, key=int))
     options = [f"--out {out}", f"--seeds {seeds}"]
-    for key, flag in (("source", "--source"), ("max_epochs", "--max-epochs")):
-        options += [f"{flag} {v}" for v in values(key)[:1]]
-    options += [f"--patience {v}" for v in values("patience")[:1]]
+    for key in ("source", "max_epochs", "patience"):  # one value per sweep
+        options += [f"--{key.replace('_', '-')} {v}" for v in values(key)[:1]]
     heads = values("head")
     if heads:
         options.append("--heads " + " ".join(heads))
