@@ -1,10 +1,16 @@
-"""The image-generation study's command line: ``python -m attn_lightning.studies.image samples``.
+"""The image-generation study's command line: ``python -m attn_lightning.studies.image``.
 
 ``samples``: PNG grids of unconditional samples and occluded completions of a trained checkpoint
 (``image.samples``)::
 
     python -m attn_lightning.studies.image samples --ckpt-path checkpoints/image/<run>/last.ckpt \\
         --out docs/results/figures --prefix linear_
+
+``tables``: per-seed and paired-by-seed tables of a sweep's committed ``<out>_runs.csv``, no
+training (``image.tables``)::
+
+    python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k_runs.csv \\
+        --control softmax --out docs/results/image28_mnist5k_paired
 
 The runs themselves are sweeps (``python -m attn_lightning.studies.sweep`` over the
 ``configs/image/`` overlays). The old ``python -m attn_lightning.studies.image_samples`` still
@@ -19,7 +25,7 @@ import sys
 from pathlib import Path
 
 from attn_lightning.studies.arguments import log_to_stderr, study_parser
-from attn_lightning.studies.image import samples
+from attn_lightning.studies.image import samples, tables
 
 log = logging.getLogger("attn_lightning.studies.image")
 PROG = "python -m attn_lightning.studies.image"
@@ -28,9 +34,12 @@ PROG = "python -m attn_lightning.studies.image"
 def build_parser() -> argparse.ArgumentParser:
     """The image study's CLI (see the module docstring)."""
     parser = study_parser(PROG, __doc__)
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="samples")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{samples,tables}")
     samples.add_arguments(
         sub.add_parser("samples", help="sample and completion grids of a checkpoint as PNG")
+    )
+    tables.add_arguments(
+        sub.add_parser("tables", help="per-seed and paired tables from a committed runs CSV")
     )
     return parser
 
@@ -38,8 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> list[Path]:
     """Run the image study's subcommand; returns the files it wrote."""
     log_to_stderr()
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    paths = samples.samples(args)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.subcommand == "tables":
+        try:
+            paths = tables.tables(args, prog=PROG, argv=argv)
+        except (FileNotFoundError, ValueError) as error:
+            parser.error(str(error))
+    else:
+        paths = samples.samples(args)
     for path in paths:
         log.info("wrote %s", path)
     return paths

@@ -1,0 +1,85 @@
+"""The image study's ``tables``: per-seed and paired-by-seed tables from a committed runs CSV.
+
+    python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k_runs.csv \\
+        --control softmax --out docs/results/image28_mnist5k_paired \\
+        [--metrics test/bits_per_dim test/completion_bpd] [--variants softmax linear ...]
+
+A sweep's ``<out>_runs.csv`` keeps every run's test metrics and fit time after the runs' own
+files (git-ignored ``sweeps/``, ``logs/``) are gone. This rebuilds from it, with no training:
+``<out>.md`` with one row per backend (``mean ± std`` and every seed's value of each metric,
+fit time per seed) and one per backend other than ``--control`` (its Δ vs the control on every
+seed both ran, the sign count, the bootstrap interval of the mean Δ from five seeds up), and
+``<out>.csv`` / ``<out>_deltas.csv`` with their rows. For unimodal outcomes (bits/dim); the
+reversal study's bimodal ones have ``python -m attn_lightning.studies.reversal tables``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.results.environment import command_line
+from attn_lightning.results.files import markdown_records, write_csv
+from attn_lightning.results.records import read_runs_csv
+from attn_lightning.results.seed_tables import MIN_INTERVAL_SEEDS, delta_rows, seed_rows
+
+DEFAULT_METRICS = ("test/bits_per_dim", "test/completion_bpd")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``tables`` flags."""
+    add = parser.add_argument
+    add("--runs", type=Path, required=True, help="a sweep's <out>_runs.csv")
+    add("--out", type=Path, required=True, help="output path without extension")
+    add("--control", default=None, help="the variant every other is paired against (by seed)")
+    add("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="metric columns")
+    add("--variants", nargs="+", default=None, help="variants in table order (default: all)")
+
+
+def tables(args: argparse.Namespace, *, prog: str, argv: list[str]) -> list[Path]:
+    """Write ``<out>.md``, ``<out>.csv`` and (with a control) ``<out>_deltas.csv``; returns them.
+
+    Raises:
+        FileNotFoundError: no such runs CSV.
+        ValueError: a ``--variants``/``--control`` name or a metric the CSV does not have,
+            naming what it has.
+    """
+    label = "variant"
+    runs = read_runs_csv(args.runs, label=label)
+    present = list(dict.fromkeys(r.variant for r in runs))
+    names = list(args.variants) if args.variants else present
+    wanted = names + ([args.control] if args.control else [])
+    unknown = [n for n in wanted if n not in present]
+    if unknown:
+        raise ValueError(f"{args.runs} has no runs of {unknown}; it has {present}")
+    reported = {k for r in runs for k in r.metrics}
+    missing = [m for m in args.metrics if m not in reported]
+    if missing:
+        raise ValueError(f"{args.runs} has no metric {missing}; it has {sorted(reported)}")
+    per_variant = seed_rows(runs, names, args.metrics, label="backend")
+    paired: list[dict[str, Any]] = []
+    if args.control:
+        paired = delta_rows(runs, names, args.control, args.metrics, label="backend")
+    lines = [
+        f"Regenerate with:\n\n```bash\n{command_line(prog, argv)}\n```\n",
+        f"From `{args.runs.name}` (finished runs only), no training. Mean ± std over seeds, "
+        "every seed's value beside it; fit time is `train.py`'s own.\n",
+        markdown_records(per_variant),
+    ]
+    if paired:
+        lines += [
+            "",
+            f"Paired by seed (the same seed: the same data order and initialisation stream): "
+            f"each backend's value minus `{args.control}`'s on every seed both finished, how many "
+            "Δ are positive / negative, and the mean Δ with a 95 % percentile-bootstrap interval "
+            f"from {MIN_INTERVAL_SEEDS} seeds up (below that the sign count is the evidence).\n",
+            markdown_records(paired),
+        ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    page = args.out.with_name(args.out.name + ".md")
+    page.write_text("\n".join(lines) + "\n")
+    written = [page, write_csv(args.out.with_name(args.out.name + ".csv"), per_variant)]
+    if paired:
+        written.append(write_csv(args.out.with_name(args.out.name + "_deltas.csv"), paired))
+    return written
