@@ -19,6 +19,7 @@ from typing import Any
 from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import format_mean_std, mean_std
+from attn_lightning.studies.lora.lrsweep_pattern import pattern_section
 from attn_lightning.studies.lora.lrsweep_report import sweep_section, sweep_summary
 from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, read_runs, runs_csv
 
@@ -231,6 +232,12 @@ def write_report(out: Path) -> None:
             "",
             *sweep_section(sweep),
         ]
+        if pattern := pattern_section(sweep):
+            lines += [
+                "### LoRA on the base against LoRA from scratch, paired by seed",
+                "",
+                *pattern,
+            ]
     if "mlp" in walls:
         lines += [
             "## MLP on shifted digits (test accuracy, mean ± std over seeds)",

@@ -1,0 +1,102 @@
+"""The student's qualitative claim, tested per shift and rank: LoRA on the base vs from scratch.
+
+The student's table says LoRA on the trained base beats LoRA from scratch on the quantized and
+(at low rank) rotated shifts, and loses to it on the inverted shift. ``pattern_section`` sets,
+for every (shift, rank) the student ran with the head adapted by LoRA, their two numbers and
+their difference beside ours: the median test accuracy of each at the learning rate chosen on
+validation (``lrsweep_report.choose_lr``, never a test value), and our difference paired by seed
+(the same seed: the same LoRA initialisation and batch order on the same data) with its sign
+count. With three seeds there is no interval: the sign count is the evidence.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from attn_lightning.results.files import markdown_table
+from attn_lightning.results.records import RunResult
+from attn_lightning.studies.lora.lrsweep_report import choose_lr, current_sweep, student_numbers
+
+HEAD = "lora"  # the student's rows: every layer, the head included, adapted by LoRA
+METHODS = ("lora", "lora_scratch")
+
+
+def _by_seed(runs: Sequence[RunResult]) -> dict[int, float]:
+    return {r.seed: 100 * r.metrics["acc"] for r in runs if "acc" in r.metrics}
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _signs(deltas: Sequence[float]) -> str:
+    """``2+ 0− of 3 (1 equal)``: seeds favouring the base, scratch, neither."""
+    up, down = sum(d > 0 for d in deltas), sum(d < 0 for d in deltas)
+    equal = len(deltas) - up - down
+    return f"{up}+ {down}− of {len(deltas)}" + (f" ({equal} equal)" if equal else "")
+
+
+def pattern_section(runs: Sequence[RunResult]) -> list[str]:
+    """Markdown lines: one row per (shift, rank) with both methods in the student's table and
+    in ours; nothing when no such row ran."""
+    student = student_numbers()
+    _, current = current_sweep(runs)
+    chosen = {group[:4]: choice for group, choice in choose_lr(current).items()}
+    domains = list(dict.fromkeys(k[0] for k in student))  # the student's order of shifts
+    keys = sorted(
+        {(d, r) for (d, m, r, h) in chosen if m in METHODS and h == HEAD and d != "original"},
+        key=lambda k: (domains.index(k[0]) if k[0] in domains else len(domains), *k),
+    )
+    body = []
+    seeds_seen: set[int] = set()
+    for domain, rank in keys:
+        base, scratch = (chosen.get((domain, m, rank, HEAD)) for m in METHODS)
+        if base is None or scratch is None:
+            continue
+        ours_base, ours_scratch = _by_seed(base.runs), _by_seed(scratch.runs)
+        seeds = sorted(set(ours_base) & set(ours_scratch))
+        seeds_seen.update(seeds)
+        deltas = [ours_base[s] - ours_scratch[s] for s in seeds]
+        theirs = [student.get((domain, m, rank, HEAD)) for m in METHODS]
+        their_base, their_scratch = theirs
+        their_delta = (
+            None if their_base is None or their_scratch is None else their_base - their_scratch
+        )
+        body.append(
+            [
+                domain,
+                str(rank),
+                _number(theirs[0], 2),
+                _number(statistics.median(ours_base.values()) if ours_base else None),
+                _number(theirs[1], 2),
+                _number(statistics.median(ours_scratch.values()) if ours_scratch else None),
+                " / ".join(f"{d:+.1f}" for d in deltas) or "–",
+                _signs(deltas),
+                "–" if their_delta is None else f"{their_delta:+.1f}",
+            ]
+        )
+    if not body:
+        return []
+    seed_list = " / ".join(map(str, sorted(seeds_seen)))
+    header = [
+        "shift",
+        "r",
+        "LoRA on the base: student",
+        "ours",
+        "LoRA from scratch: student",
+        "ours",
+        f"base − scratch, ours per seed ({seed_list})",
+        "sign count",
+        "student",
+    ]
+    return [
+        "Per shift and rank, LoRA on the trained base against LoRA from scratch (the head "
+        "adapted by LoRA, as in the student's table): their test accuracies (%) and ours (median "
+        "over seeds at each row's learning rate chosen on validation), then base − scratch: ours "
+        "on every seed (paired: the same seed on both), how many seeds favour the base / "
+        "scratch, and the student's single difference.",
+        "",
+        *markdown_table(header, body).splitlines(),
+        "",
+    ]
