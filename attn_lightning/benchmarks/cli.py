@@ -13,6 +13,7 @@ Examples::
     python -m attn_lightning.benchmark latency --protocol fixed-batch --out docs/figures
     python -m attn_lightning.benchmark approx --out docs/figures
     python -m attn_lightning.benchmark kernels --checkpoint checkpoints/last.ckpt
+    python -m attn_lightning.benchmark learned --checkpoints checkpoints/<study>/*/best-*.ckpt
     python -m attn_lightning.benchmark model --models reversal pixel \\
         --backends softmax linear performer polysketch --lengths 256 1024 4096 16384 \\
         --widths 64 256 --out docs/figures
@@ -36,6 +37,7 @@ from attn_lightning.benchmarks import (
     gpu_report,
     kernel_shapes,
     latency,
+    learned_kernels,
     model_step,
 )
 from attn_lightning.benchmarks.arguments import UsageError
@@ -82,6 +84,12 @@ COMMANDS: dict[str, Benchmark] = {
         kernel_shapes.add_arguments,
         kernel_shapes.run,
         kernel_shapes.__doc__,
+    ),
+    "learned": Benchmark(
+        "learned polynomial coefficients and q'/k' LayerNorm scales of trained checkpoints",
+        learned_kernels.add_arguments,
+        learned_kernels.run,
+        learned_kernels.__doc__,
     ),
     "model": Benchmark(
         "tokens/s of a whole training step of the real models, and its attention share",

@@ -1,0 +1,73 @@
+"""``benchmark learned``: the coefficients and q'/k' LayerNorm scales of real attention modules,
+read back per layer and checkpoint; a file without them is a usage error naming it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attn_lightning.attention.polynomial import PolynomialAttention
+from attn_lightning.attention.polysketch import PolySketchAttention
+from attn_lightning.benchmarks.cli import main
+from attn_lightning.results.files import read_csv
+
+
+class Model(nn.Module):
+    """Two attention sites with learned coefficients, named as a study's checkpoint names them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exact = PolynomialAttention(head_dim=16, degree=4, learned_coefficients=True)
+        self.sketch = PolySketchAttention(head_dim=16, sketch_size=8, learned_coefficients=True)
+
+
+def _save(tmp_path, model: nn.Module, run: str = "poly-s3"):
+    path = tmp_path / run / "best-step=600.ckpt"
+    path.parent.mkdir(parents=True)
+    torch.save({"state_dict": model.state_dict()}, path)
+    return path
+
+
+def test_reads_every_layers_coefficients_and_gamma_norm(tmp_path, capsys):
+    model = Model()
+    with torch.no_grad():  # what training could have done: scale γ, move a coefficient
+        model.exact.qk_norm.weight.mul_(1.5)
+        model.exact.coefficient_logits[2] = math.log(math.expm1(0.25))
+    path = _save(tmp_path, model)
+    assert main(["learned", "--checkpoints", str(path), "--out", str(tmp_path / "o")]) == 0
+    _, rows = read_csv(tmp_path / "o" / "learned_kernels.csv")
+    exact, sketch = rows
+    assert exact["run"] == "poly-s3" and exact["layer"] == "exact" and exact["form"] == "exact"
+    got = [float(exact[f"a{i}"]) for i in range(5)]
+    assert got == pytest.approx([1, 1, 0.25, 1 / 6, 1 / 24], rel=1e-5)  # 1/i! but a2
+    # γ starts at D^{-1/4} per entry: ‖γ‖ = D^{1/4} = 2 at D = 16; here scaled by 1.5.
+    assert float(exact["gamma_norm_init"]) == pytest.approx(2.0)
+    assert float(exact["gamma_norm"]) == pytest.approx(3.0)
+    assert float(exact["gamma_min"]) == pytest.approx(0.75)
+    assert sketch["form"] == "linear-time, even" and sketch["a1"] == sketch["a3"] == ""
+    assert float(sketch["a4"]) == pytest.approx(1 / 24, rel=1e-5)
+    assert float(sketch["gamma_norm"]) == pytest.approx(2.0)
+    assert "| poly-s3 | exact | exact | 1 | 1 | 0.25 |" in capsys.readouterr().out
+
+
+def test_a_checkpoint_without_learned_coefficients_is_a_usage_error(tmp_path, capsys):
+    path = _save(tmp_path, PolynomialAttention(head_dim=16, degree=4))
+    good = _save(tmp_path, Model(), run="good-s0")
+    with pytest.raises(SystemExit) as exc:
+        main(["learned", "--checkpoints", str(good), str(path), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    assert str(path) in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing written for the good one either
+
+
+@pytest.mark.parametrize("content", [None, b"not a checkpoint"])
+def test_a_missing_or_corrupt_file_is_a_usage_error_naming_it(tmp_path, capsys, content):
+    path = tmp_path / "x.ckpt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SystemExit):
+        main(["learned", "--checkpoints", str(path), "--out", str(tmp_path / "o")])
+    assert str(path) in capsys.readouterr().err
