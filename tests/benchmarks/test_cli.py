@@ -277,6 +277,7 @@ def test_the_subcommands_are_the_rows_of_the_command_table():
         "decode",
         "approx",
         "kernels",
+        "learned",
         "model",
         "generation",
         "gpu-report",
