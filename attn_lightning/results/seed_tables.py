@@ -24,6 +24,13 @@ from attn_lightning.results.tables import column, format_mean_std, mean_std
 MIN_INTERVAL_SEEDS = 5
 
 
+def sign_count(deltas: Sequence[float]) -> str:
+    """``2+ 0− of 3 (1 equal)``: how many Δ are positive, negative, zero (said only when any)."""
+    up, down = sum(d > 0 for d in deltas), sum(d < 0 for d in deltas)
+    equal = len(deltas) - up - down
+    return f"{up}+ {down}− of {len(deltas)}" + (f" ({equal} equal)" if equal else "")
+
+
 def _joined(values: Sequence[float], *, scale: float, digits: int, sign: bool = False) -> str:
     spec = f"{'+' if sign else ''}.{digits}f"
     return " / ".join(format(v * scale, spec) for v in values) or "–"
@@ -86,9 +93,7 @@ def delta_rows(
             row[f"{title} Δ per seed"] = _joined(
                 list(deltas.deltas.values()), scale=shown.scale, digits=shown.digits, sign=True
             )
-            row[f"{title} sign count"] = f"{deltas.positive}+ {deltas.negative}− of {deltas.n}" + (
-                f" ({deltas.zero} equal)" if deltas.zero else ""
-            )
+            row[f"{title} sign count"] = sign_count(list(deltas.deltas.values()))
             mean = f"{deltas.mean * shown.scale:+.{shown.digits}f}"
             if deltas.n >= MIN_INTERVAL_SEEDS:
                 low, high = (

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.records import RunResult
+from attn_lightning.results.seed_tables import sign_count
 from attn_lightning.studies.lora.lrsweep_report import choose_lr, current_sweep, student_numbers
 
 HEAD = "lora"  # the student's rows: every layer, the head included, adapted by LoRA
@@ -28,13 +29,6 @@ def _by_seed(runs: Sequence[RunResult]) -> dict[int, float]:
 
 def _number(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _signs(deltas: Sequence[float]) -> str:
-    """``2+ 0− of 3 (1 equal)``: seeds favouring the base, scratch, neither."""
-    up, down = sum(d > 0 for d in deltas), sum(d < 0 for d in deltas)
-    equal = len(deltas) - up - down
-    return f"{up}+ {down}− of {len(deltas)}" + (f" ({equal} equal)" if equal else "")
 
 
 def pattern_section(runs: Sequence[RunResult]) -> list[str]:
@@ -72,7 +66,7 @@ def pattern_section(runs: Sequence[RunResult]) -> list[str]:
                 _number(theirs[1], 2),
                 _number(statistics.median(ours_scratch.values()) if ours_scratch else None),
                 " / ".join(f"{d:+.1f}" for d in deltas) or "–",
-                _signs(deltas),
+                sign_count(deltas),
                 "–" if their_delta is None else f"{their_delta:+.1f}",
             ]
         )
