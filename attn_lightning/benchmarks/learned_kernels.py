@@ -14,13 +14,16 @@ through γ: scaling q' and k' by c scales the similarity d = q'ᵀk' by c², whi
 kernel as a larger temperature would. The run's name is the checkpoint's folder (a study's
 ``<variant>-s<seed>``), so per-seed tables come straight from the CSV.
 
-Writes ``<out>/<tag>.csv`` and ``<out>/<tag>.md``.
+Writes ``<out>/<tag>.csv`` (one row per layer and checkpoint), ``<out>/<tag>_ranges.csv`` (per
+variant and layer, the min – max over its runs) and ``<out>/<tag>.md`` with both.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +34,10 @@ import torch.nn.functional as F
 from attn_lightning.benchmarks import report
 from attn_lightning.benchmarks.arguments import UsageError, add_output
 from attn_lightning.benchmarks.kernel_shapes import EVEN_SUFFIX, SUFFIX
+from attn_lightning.results import files
 
 GAMMA = "qk_norm.weight"
+SEED_SUFFIX = re.compile(r"-s\d+$")  # a study's run folder: <variant>-s<seed>
 DEGREE = 4  # columns a0 … a4: the thesis's learned polynomial and the even linear-time form
 
 
@@ -125,13 +130,34 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return report.markdown_table([*header, "‖γ‖ (at start)", "γ min … max"], body)
 
 
+def ranges(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (variant, layer, form) over its runs (the run name less ``-s<seed>``): how many,
+    which seeds, and ``min – max`` of every coefficient and of ‖γ‖."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(SEED_SUFFIX.sub("", row["run"]), row["layer"], row["form"])].append(row)
+    out = []
+    for (variant, layer, form), members in groups.items():
+        entry: dict[str, Any] = {"variant": variant, "layer": layer, "form": form}
+        entry["runs"] = len(members)
+        for key in [*(f"a{i}" for i in range(DEGREE + 1)), "gamma_norm"]:
+            values = [m[key] for m in members if m.get(key) is not None]
+            entry[key] = f"{min(values):.3g} – {max(values):.3g}" if values else "–"
+        out.append(entry)
+    return out
+
+
 def run(args: argparse.Namespace) -> str:
     """Read every checkpoint (all before writing: one bad file writes nothing)."""
     rows = [row for path in args.checkpoints for row in learned_rows(path)]
     meta = report.environment(torch.device("cpu"), command=args.command_line)
+    spread = ranges(rows)
     text = (
         "## learned coefficients a = softplus(logits) (1/i! at initialisation) and the q'/k' "
-        "LayerNorm scale γ\n\n" + table(rows)
+        "LayerNorm scale γ\n\n" + table(rows) + "\n\n## range over runs (min – max), per "
+        "variant and layer; ‖γ‖ starts at D^{1/4}\n\n" + files.markdown_records(spread)
     )
-    report.write_report(args.out, args.tag or "learned_kernels", meta, rows, text)
+    tag = args.tag or "learned_kernels"
+    report.write_report(args.out, tag, meta, rows, text)
+    report.write_csv(args.out / f"{tag}_ranges.csv", spread, meta)
     return text + "\n"

@@ -71,3 +71,18 @@ def test_a_missing_or_corrupt_file_is_a_usage_error_naming_it(tmp_path, capsys, 
     with pytest.raises(SystemExit):
         main(["learned", "--checkpoints", str(path), "--out", str(tmp_path / "o")])
     assert str(path) in capsys.readouterr().err
+
+
+def test_ranges_group_a_variants_seeds_per_layer(tmp_path):
+    paths = []
+    for seed, scale in ((0, 1.0), (1, 2.0)):
+        model = Model()
+        with torch.no_grad():
+            model.exact.qk_norm.weight.mul_(scale)
+        paths.append(str(_save(tmp_path, model, run=f"poly-s{seed}")))
+    main(["learned", "--checkpoints", *paths, "--out", str(tmp_path / "o")])
+    _, rows = read_csv(tmp_path / "o" / "learned_kernels_ranges.csv")
+    exact = next(r for r in rows if r["layer"] == "exact")
+    assert exact["variant"] == "poly" and exact["runs"] == "2"
+    assert exact["gamma_norm"] == "2 – 4" and exact["a0"] == "1 – 1"
+    assert next(r for r in rows if r["layer"] == "sketch")["a1"] == "–"
