@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.environment import command_line
-from attn_lightning.results.files import markdown_records, write_csv
+from attn_lightning.results.files import markdown_records, read_csv, write_csv
 from attn_lightning.results.records import read_runs_csv
 from attn_lightning.results.seed_tables import MIN_INTERVAL_SEEDS, delta_rows, seed_rows
 
@@ -45,7 +45,9 @@ def tables(args: argparse.Namespace, *, prog: str, argv: list[str]) -> list[Path
         ValueError: a ``--variants``/``--control`` name or a metric the CSV does not have,
             naming what it has.
     """
-    label = "variant"
+    # A sweep labels its runs "variant" (config overlays) or "backend" (attention specs).
+    _, rows = read_csv(args.runs)
+    label = "backend" if rows and "backend" in rows[0] else "variant"
     runs = read_runs_csv(args.runs, label=label)
     present = list(dict.fromkeys(r.variant for r in runs))
     names = list(args.variants) if args.variants else present

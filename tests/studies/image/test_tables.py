@@ -55,3 +55,10 @@ def test_a_missing_runs_csv_is_an_error_naming_it(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["tables", "--runs", str(tmp_path / "none_runs.csv"), "--out", str(tmp_path / "t")])
     assert "none_runs.csv" in capsys.readouterr().err
+
+
+def test_a_sweep_over_backends_labels_its_runs_backend(tmp_path):
+    runs = tmp_path / "b_runs.csv"
+    runs.write_text(RUNS.read_text().replace("variant,seed", "backend,seed", 1))
+    main(["tables", "--runs", str(runs), "--control", "softmax", "--out", str(tmp_path / "b")])
+    assert "| linear | +0.0141 / +0.0274 / +0.0061 |" in (tmp_path / "b.md").read_text()
