@@ -4,6 +4,7 @@ read back per layer and checkpoint; a file without them is a usage error naming 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -86,3 +87,26 @@ def test_ranges_group_a_variants_seeds_per_layer(tmp_path):
     assert exact["variant"] == "poly" and exact["runs"] == "2"
     assert exact["gamma_norm"] == "2 – 4" and exact["a0"] == "1 – 1"
     assert next(r for r in rows if r["layer"] == "sketch")["a1"] == "–"
+
+
+def test_the_polynomial_page_quotes_the_committed_per_seed_csv():
+    """Every range polynomial.md gives for the learned kernels is the min – max of the
+    committed per-seed, per-layer CSV that ``learned`` wrote."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results"
+    _, rows = read_csv(docs / "polynomial_len50_learned.csv")
+    page = " ".join((docs / "polynomial.md").read_text().split())
+
+    def span(form: str, key: str, digits: int, layer: str = "") -> str:
+        values = [float(r[key]) for r in rows if r["form"] == form and layer in r["layer"]]
+        return f"{min(values):.{digits}f}–{max(values):.{digits}f}"
+
+    exact, even = "exact", "linear-time, even"
+    digits = (2, 2, 2, 2, 3)
+    coefficients = ", ".join(span(exact, f"a{i}", d) for i, d in enumerate(digits))
+    assert f"a = ({coefficients})" in page
+    sketch = ", ".join(span(even, f"a{i}", d) for i, d in ((0, 2), (2, 2), (4, 3)))
+    assert f"(a₀, a₂, a₄) = ({sketch})" in page
+    gammas = [span(f, "gamma_norm", 2, f"layers.{n}.") for f in (exact, even) for n in (0, 1)]
+    assert f"to {gammas[0]} in layer 0 and {gammas[1]} in layer 1" in page
+    assert f"({gammas[2]} and {gammas[3]} in the linear-time form)" in page
+    assert len(rows) == 40  # 2 variants × 10 seeds × 2 layers
