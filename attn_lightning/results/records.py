@@ -14,10 +14,15 @@ from typing import Any
 
 from attn_lightning.results.files import read_csv
 
+# A run a study asked for but neither trained nor found (``--skip-runs`` without its metrics
+# file): not a failure, so tables leave it out of every count and name it apart.
+NOT_RUN = "not run"
+
 
 @dataclass
 class RunResult:
-    """One (variant, seed) run: ``status`` is ``ok``, ``crashed``, ``timeout`` or ``dry-run``."""
+    """One (variant, seed) run: ``status`` is ``ok``, ``crashed``, ``timeout``, ``dry-run`` or
+    ``NOT_RUN``."""
 
     variant: str
     seed: int

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_lightning.attention import parse_attention_spec
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import NOT_RUN, RunResult
 
 if TYPE_CHECKING:
     from attn_lightning.cli import AttnLightningCLI
@@ -175,6 +175,9 @@ class Runner:
         metrics_file = self.metrics_file(variant, seed)
         if not metrics_file.exists() and (variant.name, seed) in self.earlier:
             return self.earlier[variant.name, seed]
+        if self.skip_runs and not metrics_file.exists():
+            log.info("run %s: not run (--skip-runs; no metrics file %s)", label, metrics_file)
+            return RunResult(variant.name, seed, None, NOT_RUN)
         reuse = self.skip_runs or (self.resume and metrics_file.exists())
         seconds: float | None = None
         status = "ok"

@@ -196,6 +196,20 @@ def test_sweep_variants_metrics_direction_and_jobs(tmp_path, monkeypatch):
     assert "| variant | runs | crashed | test bits/dim | test loss |" in md
     # --resume reuses the existing files and runs only what is missing (here: nothing).
     assert [r.status for r in main([*common, "--resume"])] == ["ok"] * 4
+    # --skip-runs over a seed never run: "not run", named under the table, in no count.
+    more = list(common)
+    seeds = more.index("--seeds")
+    more[seeds + 1 : seeds + 3] = ["0", "1", "2"]
+    skipped = main([*more, "--skip-runs"])
+    assert [r.status for r in skipped].count("not run") == 2
+    md = (tmp_path / "img.md").read_text()
+    assert "| `small` | 2 | 0 |" in md and "| `large` | 2 | 0 |" in md  # 2 runs, 0 crashed
+    assert (
+        "Not run yet (no metrics file; built with `--skip-runs`): `small` seeds 2; `large` seeds 2."
+        in md
+    )
+    with (tmp_path / "img_runs.csv").open() as f:
+        assert {row["status"] for row in csv.DictReader(f)} == {"ok"}
 
     # --pair: the paired Δ by seed (2.0 and 2.1: mean 2.05, t(0.975, 1) · 0.0707 / √2 = 0.635).
     main([*common, "--skip-runs", "--metrics", "test/loss", "--pair", "large", "small"])
