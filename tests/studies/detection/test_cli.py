@@ -48,7 +48,7 @@ def test_tables_from_existing_metrics_files(tmp_path, monkeypatch):
         ("softmax", 0, "ok"),
         ("softmax", 1, "ok"),
         ("mean", 0, "ok"),
-        ("mean", 1, "crashed"),
+        ("mean", 1, "not run"),  # no metrics file and --skip-runs: not a crash
     ]
     md = (tmp_path / "table.md").read_text()
     head = "| variant | runs | crashed | test mAP | test AP50 | test AP75 | val mAP |"
@@ -57,12 +57,13 @@ def test_tables_from_existing_metrics_files(tmp_path, monkeypatch):
         "| `softmax` | 2 | 0 | 0.200 ± 0.141 | 0.400 ± 0.283 | 0.100 ± 0.071 | 0.210 ± 0.141 |"
         in md
     )
-    assert "| `mean` | 2 | 1 | 0.050 ± 0.000 |" in md
+    assert "| `mean` | 1 | 0 | 0.050 ± 0.000 |" in md
+    assert "Not run yet (no metrics file; built with `--skip-runs`): `mean` seeds 1." in md
     assert "python -m attn_lightning.studies.detection run --variants softmax mean" in md
     assert "test loss" not in md and "not converged" not in md
     with (tmp_path / "table_runs.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert [r["seconds"] for r in rows] == ["100.0", "101.0", "100.0", ""]
+    assert [r["seconds"] for r in rows] == ["100.0", "101.0", "100.0"]
     assert rows[1]["test/mAP"] == "0.3"
     # The old spelling (no subcommand) is run, with one warning naming the new one, and writes
     # the same tables but for the command it records.
