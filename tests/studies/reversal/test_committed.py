@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from attn_lightning.results import write_csv
@@ -85,3 +87,21 @@ def test_a_report_layout_keeps_its_facts_in_info(tmp_path):
     assert run.seconds == 12.5 and run.metrics == {"test/token_acc": 1.0}
     with pytest.raises(FileNotFoundError, match=r"absent_runs\.csv"):
         read_runs(tmp_path / "absent_runs.csv")
+
+
+def test_the_committed_len256_3000_step_outcomes_regenerate_and_the_page_shows_them(tmp_path):
+    docs = Path(__file__).resolve().parents[3] / "docs" / "results"
+    name = "sequence_reversal_len256_3000steps"
+    out = tmp_path / f"{name}_outcomes"
+    runs = docs / f"{name}_5seeds_runs.csv"
+    main(["tables", "--runs", str(runs), "--control", "softmax", "--out", str(out)])
+    for suffix in (".csv", "_paired.csv"):
+        ours = out.with_name(out.name + suffix).read_text()
+        assert ours == (docs / f"{name}_outcomes{suffix}").read_text()
+    table = next(
+        block.strip()
+        for block in out.with_suffix(".md").read_text().split("\n\n")
+        if block.startswith("| variant | converged")
+    )
+    assert table in (docs / "sequence_reversal.md").read_text()
+    assert "| `softmax` | 5/5 |" in table and "| `linear` | 0/5 |" in table
