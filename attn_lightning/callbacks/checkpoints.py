@@ -177,7 +177,12 @@ class RunCheckpoint(ModelCheckpoint):
         self.stopped_by = None
         type(self).last_stop = None
         self._trainer = trainer
-        if threading.current_thread() is threading.main_thread():
+        # An ignored SIGINT stays ignored: a shell starts background jobs so (POSIX), and a Ctrl-C
+        # typed at that terminal is meant for the foreground job, not for this run.
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+        ):
             self._sigint = signal.signal(signal.SIGINT, self._on_ctrl_c)
 
     def on_train_batch_end(

@@ -83,6 +83,18 @@ def test_last_checkpoint_from_the_first_step_save_before_any_validation(tmp_path
     assert not list(_folder(tmp_path).glob("best*"))  # nothing measured, nothing ranked
 
 
+@pytest.fixture
+def sigint_default():
+    """SIGINT as an interactive Python has it, whatever this test process inherited.
+
+    A suite started as a background job inherits SIGINT ignored (POSIX), which the callback keeps.
+    """
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("sigint_default")
 @pytest.mark.parametrize("callback", ["SignalAtStep", "TermAtStep"])
 def test_ctrl_c_and_sigterm_finish_the_step_and_save_last(tmp_path, callback):
     with pytest.raises(SystemExit):
@@ -96,6 +108,23 @@ def test_ctrl_c_and_sigterm_finish_the_step_and_save_last(tmp_path, callback):
     at = {"SignalAtStep": 3, "TermAtStep": 6}[callback]
     assert _step(_folder(tmp_path) / "last.ckpt") == at
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler given back
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path):
+    # A run started in the background (SIGINT ignored) is not stopped by a Ctrl-C meant elsewhere.
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _fit(
+            tmp_path,
+            "--run_name=r",
+            "--trainer.max_steps=8",
+            "--trainer.val_check_interval=8",
+            f"--trainer.callbacks+={__name__}.SignalAtStep",
+        )
+        assert _step(_folder(tmp_path) / "last.ckpt") == 8  # ran to the end
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_best_is_ranked_only_at_the_validations_that_measured_it(tmp_path):
