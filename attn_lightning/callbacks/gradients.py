@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
 import torch
@@ -81,12 +81,25 @@ def _norm(grad: Tensor) -> Tensor:
     return torch.linalg.vector_norm(values, dtype=dtype).float()
 
 
+class SpikeRow(NamedTuple):
+    """One step's verdict: ``flag`` 1.0 for a spike, ``count`` spikes so far, the step's
+    ``loss`` and ``ratio`` = loss / the median it was compared with (0 before the window fills)."""
+
+    step: int
+    flag: float
+    count: int
+    loss: float
+    ratio: float
+
+
 class LossSpikeDetector:
     """Flag a step whose loss exceeds ``factor`` × the median of the previous ``window`` losses.
 
     The comparison stays on the loss's device (no host sync per step); flags wait in ``pending``
     until ``flush`` moves them to the host in one ``tolist()``. Nothing is flagged until
     ``window`` losses have been seen. The median of an even window is the lower middle value.
+    Each row keeps the step's loss and its ratio to the median: at losses near 1e-5 a 3× "spike"
+    is noise, at 0.1 it is an instability, and the flag alone cannot tell them apart.
 
     Args:
         factor: k; a spike is ``loss > k · median``.
@@ -98,7 +111,7 @@ class LossSpikeDetector:
             raise ValueError(f"factor must be > 0 and window >= 1, got {factor} and {window}")
         self.factor = factor
         self.losses: deque[Tensor] = deque(maxlen=window)
-        self.pending: list[tuple[int, Tensor]] = []
+        self.pending: list[tuple[int, Tensor]] = []  # (step, [flag, loss, ratio])
         self.count = 0
 
     def update(self, step: int, loss: Tensor) -> None:
@@ -106,20 +119,22 @@ class LossSpikeDetector:
         loss = loss.detach().float().reshape(())
         if len(self.losses) == self.losses.maxlen:
             median = torch.stack(list(self.losses)).median()
-            self.pending.append((step, (loss > self.factor * median).float()))
+            flag = (loss > self.factor * median).float()
+            ratio = loss / median
         else:
-            self.pending.append((step, torch.zeros((), device=loss.device)))
+            flag = ratio = torch.zeros((), device=loss.device)
+        self.pending.append((step, torch.stack([flag, loss, ratio])))
         self.losses.append(loss)
 
-    def flush(self) -> list[tuple[int, float, int]]:
-        """``(step, flag, running count)`` for each pending step, oldest first."""
+    def flush(self) -> list[SpikeRow]:
+        """One ``SpikeRow`` per pending step, oldest first."""
         if not self.pending:
             return []
-        flags = torch.stack([flag for _, flag in self.pending]).tolist()
+        values = torch.stack([row for _, row in self.pending]).tolist()
         rows = []
-        for (step, _), flag in zip(self.pending, flags, strict=True):
+        for (step, _), (flag, loss, ratio) in zip(self.pending, values, strict=True):
             self.count += int(flag)
-            rows.append((step, flag, self.count))
+            rows.append(SpikeRow(step, flag, self.count, loss, ratio))
         self.pending.clear()
         return rows
 
@@ -133,7 +148,9 @@ class GradientTracker(Callback):
       ``grad/other``: L2 norms of the gradients (see ``ParameterGroups``), every
       ``every_n_steps`` steps from step 0;
     * ``train/loss_spike`` (1 or 0) and ``train/loss_spikes`` (running count) at every step,
-      written in batches every ``every_n_steps`` steps and at the end of training.
+      written in batches every ``every_n_steps`` steps and at the end of training;
+    * at a spike's step only: ``train/loss_at_spike`` (that step's loss) and
+      ``train/loss_spike_ratio`` (its ratio to the running median), the spike's size.
 
     The norms are read in ``on_before_optimizer_step``, which Lightning (2.6) calls after the
     backward passes of the step (all accumulated batches, grads unscaled under fp16 AMP and
@@ -214,15 +231,17 @@ class GradientTracker(Callback):
             self._flush(trainer)
 
     def _flush(self, trainer: pl.Trainer) -> None:
-        for step, flag, count in self.spikes.flush():
-            _log(trainer, {"train/loss_spike": flag, "train/loss_spikes": count}, step)
-            if flag:
-                log.debug("loss spike at step %d (%d so far)", step, count)
+        for row in self.spikes.flush():
+            metrics = {"train/loss_spike": row.flag, "train/loss_spikes": float(row.count)}
+            if row.flag:
+                metrics |= {"train/loss_at_spike": row.loss, "train/loss_spike_ratio": row.ratio}
+                log.debug("loss spike at step %d (%d so far)", row.step, row.count)
+            _log(trainer, metrics, row.step)
 
     def state_dict(self) -> dict[str, Any]:
         # The running count and the median window continue across a resume.
         pending = self.spikes.pending
-        flagged = int(torch.stack([f for _, f in pending]).sum().item()) if pending else 0
+        flagged = int(torch.stack([r[0] for _, r in pending]).sum().item()) if pending else 0
         window = [float(loss) for loss in self.spikes.losses]
         return {"loss_spikes": self.spikes.count + flagged, "loss_window": window}
 

@@ -83,9 +83,12 @@ def test_spike_detector_flags_a_known_step_once_the_window_is_full():
             first = detector.flush()
     rows = first + detector.flush()
 
-    assert [step for step, _, _ in rows] == list(range(len(losses)))
-    assert [step for step, flag, _ in rows if flag] == [6, 10]
-    assert [count for _, _, count in rows] == [0] * 6 + [1] * 4 + [2]
+    assert [r.step for r in rows] == list(range(len(losses)))
+    assert [r.step for r in rows if r.flag] == [6, 10]
+    assert [r.count for r in rows] == [0] * 6 + [1] * 4 + [2]
+    assert [r.loss for r in rows] == pytest.approx(losses)
+    # The ratio to the window's median (lower middle of an even window): 0 until it is full.
+    assert [r.ratio for r in rows] == pytest.approx([0.0] * 4 + [1, 1, 4, 1, 2.9, 1, 9])
     assert detector.flush() == []
 
 
@@ -116,6 +119,18 @@ def test_fit_logs_gradient_norms_and_spike_flags(fit_run, accumulate):
     assert scalars["train/loss_spikes"] == [(s, 0.0) for s in range(5)]
     # Logged beside train/loss_step at the same step indices.
     assert {s for s, _ in scalars["train/loss_step"]} == set(range(5))
+
+
+def test_fit_logs_each_spike_with_its_loss_and_ratio(fit_run):
+    # window 1, factor 1e-9: every step after the first is a "spike" against the step before it.
+    scalars = fit_run("--gradient_tracker.spike_window=1", "--gradient_tracker.spike_factor=1e-9")
+    losses = dict(scalars["train/loss_step"])
+    assert [s for s, flag in scalars["train/loss_spike"] if flag] == [1, 2, 3, 4]
+    assert [s for s, _ in scalars["train/loss_at_spike"]] == [1, 2, 3, 4]
+    for step, loss in scalars["train/loss_at_spike"]:
+        assert loss == pytest.approx(losses[step], rel=1e-6)
+    for step, ratio in scalars["train/loss_spike_ratio"]:
+        assert ratio == pytest.approx(losses[step] / losses[step - 1], rel=1e-5)
 
 
 def test_fit_with_every_n_steps_zero_logs_nothing(fit_run):
