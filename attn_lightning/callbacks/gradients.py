@@ -82,12 +82,12 @@ def _norm(grad: Tensor) -> Tensor:
 
 
 class SpikeRow(NamedTuple):
-    """One step's verdict: ``flag`` 1.0 for a spike, ``count`` spikes so far, the step's
+    """One step's verdict: ``flag`` 1.0 for a spike, ``total`` spikes so far, the step's
     ``loss`` and ``ratio`` = loss / the median it was compared with (0 before the window fills)."""
 
     step: int
     flag: float
-    count: int
+    total: int
     loss: float
     ratio: float
 
@@ -232,10 +232,10 @@ class GradientTracker(Callback):
 
     def _flush(self, trainer: pl.Trainer) -> None:
         for row in self.spikes.flush():
-            metrics = {"train/loss_spike": row.flag, "train/loss_spikes": float(row.count)}
+            metrics = {"train/loss_spike": row.flag, "train/loss_spikes": float(row.total)}
             if row.flag:
                 metrics |= {"train/loss_at_spike": row.loss, "train/loss_spike_ratio": row.ratio}
-                log.debug("loss spike at step %d (%d so far)", row.step, row.count)
+                log.debug("loss spike at step %d (%d so far)", row.step, row.total)
             _log(trainer, metrics, row.step)
 
     def state_dict(self) -> dict[str, Any]:

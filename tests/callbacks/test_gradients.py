@@ -85,7 +85,7 @@ def test_spike_detector_flags_a_known_step_once_the_window_is_full():
 
     assert [r.step for r in rows] == list(range(len(losses)))
     assert [r.step for r in rows if r.flag] == [6, 10]
-    assert [r.count for r in rows] == [0] * 6 + [1] * 4 + [2]
+    assert [r.total for r in rows] == [0] * 6 + [1] * 4 + [2]
     assert [r.loss for r in rows] == pytest.approx(losses)
     # The ratio to the window's median (lower middle of an even window): 0 until it is full.
     assert [r.ratio for r in rows] == pytest.approx([0.0] * 4 + [1, 1, 4, 1, 2.9, 1, 9])

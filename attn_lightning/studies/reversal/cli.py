@@ -9,6 +9,9 @@ rebuilds its outcome tables from committed per-run CSVs (``committed``).
         --out docs/results/polynomial_len50 [--variants LABEL ...] [--threshold 0.99] \\
         [--root .] [--control LABEL]
 
+    python -m attn_lightning.studies.reversal trajectories --experiment polynomial-len50-10k \
+        --out docs/results/polynomial_len50_10k_traces [--every 250] [--tail 500]
+
 Reads the metrics files ``sweeps/<experiment>/<label>-s<seed>.json`` that
 ``attn_lightning.studies.sweep`` wrote and each run's TensorBoard folder, and writes ``<out>.md``,
 ``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run), ``<out>_curves.csv`` (validation
@@ -17,7 +20,9 @@ over seeds are bimodal (a run converges or not), so the summary gives converged 
 ``median [25th, 75th percentile]`` rather than mean ± std; besides the test metrics it counts
 the steps to the threshold, the loss spikes and the gradients logged at them. Folders under
 ``logs/<experiment>/`` without a metrics file (running, crashed or timed out) are counted as
-"unfinished" and left out of everything else.
+"unfinished" and left out of everything else. ``trajectories`` reads the same runs' logs for
+how they trained: final training loss, every loss spike with its size and gradient, and the
+learned coefficients over the steps (``trajectories``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 
 from attn_lightning.studies.reversal.committed import tables
 from attn_lightning.studies.reversal.report import DEFAULT_THRESHOLD, PROG, report
+from attn_lightning.studies.reversal.trajectories import write_trajectories
 
 log = logging.getLogger("attn_lightning.studies.reversal")
 
@@ -41,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{report,tables}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{report,tables,trajectories}"
+    )
     sub = commands.add_parser(
         "report",
         help="a sweep's report: outcomes over seeds, steps to the threshold, loss spikes",
@@ -75,6 +83,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only <out>_paired.csv and the paired section of the existing <out>.md",
     )
+    traj = commands.add_parser(
+        "trajectories",
+        help="long runs' training traces: final loss, loss spikes, learned coefficients",
+        description="Read a reversal sweep's TensorBoard logs for how its runs trained "
+        "(see attn_lightning.studies.reversal.trajectories).",
+    )
+    traj.add_argument("--experiment", required=True, help="reads sweeps/<experiment>/*.json")
+    traj.add_argument("--out", required=True, type=Path, help="output path without extension")
+    traj.add_argument("--variants", nargs="+", default=None, help="labels in table order")
+    traj.add_argument("--root", type=Path, default=Path(), help="folder with sweeps/ and logs/")
+    traj.add_argument(
+        "--every", type=int, default=250, help="steps between coefficient points in the CSV"
+    )
+    traj.add_argument(
+        "--tail", type=int, default=500, help="final training loss: mean over the last N steps"
+    )
+    traj.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=[0, 600, 2500, 5000],
+        help="steps at which the coefficient table shows each coefficient (and at the end)",
+    )
     return parser
 
 
@@ -96,6 +127,20 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 control=args.control,
                 threshold=args.threshold,
                 paired_only=args.paired_only,
+            )
+        except (FileNotFoundError, ValueError) as error:
+            parser.error(str(error))
+    if args.command == "trajectories":
+        try:
+            return write_trajectories(
+                args.experiment,
+                args.out,
+                root=args.root,
+                variants=args.variants,
+                every=args.every,
+                tail=args.tail,
+                steps=args.steps,
+                command=f"{PROG} {shlex.join(argv)}",
             )
         except (FileNotFoundError, ValueError) as error:
             parser.error(str(error))

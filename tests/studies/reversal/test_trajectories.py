@@ -1,0 +1,104 @@
+"""The long runs' traces: final loss, spikes with their size and gradient, learned coefficients,
+on fake runs whose every number is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from attn_lightning.results.files import read_csv
+from attn_lightning.studies.reversal.cli import main
+from attn_lightning.studies.reversal.trajectories import final_loss, thin
+from tests.studies.reversal.fake_runs import EXPERIMENT, fake_scalars, test_metrics, write_run
+
+LEARNED = "polynomial_degree-4_learned_coefficients-true"
+
+
+def _learned_scalars(seed: int) -> dict:
+    # 200 steps; training loss 1.0 falling to 0.01 over the last 100 steps (logged every 20);
+    # a spike at step 130 (5× its median, loss 0.2), gradient 10× its median at step 120;
+    # coefficients logged every 50 steps: a0 grows by 0.1 per log, a4 stays at 0.04 + seed.
+    scalars = fake_scalars(
+        [0.5, 0.9, 0.995, 0.999], spikes=[130], grads={120: {"global_norm": 10.0}}
+    )
+    scalars["train/loss_step"] = [(s, 1.0 if s < 100 else 0.01) for s in range(19, 200, 20)]
+    scalars["train/loss_at_spike"] = [(130, 0.2)]
+    scalars["train/loss_spike_ratio"] = [(130, 5.0)]
+    for layer in ("net.decoder.layers.0.attn", "net.decoder.layers.1.attn"):
+        scalars[f"attention/{layer}/a0"] = [(s, 1.0 + 0.1 * (s // 50)) for s in range(0, 200, 50)]
+        scalars[f"attention/{layer}/a4"] = [(s, 0.04 + seed) for s in range(0, 200, 50)]
+    return scalars
+
+
+@pytest.fixture(scope="module")
+def long_study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("long")
+    for seed in (0, 1):
+        write_run(root, LEARNED, seed, _learned_scalars(seed), test_metrics(1.0, 1.0, 0.001))
+    softmax = fake_scalars([0.9, 0.999, 0.999, 0.999], spikes=[])
+    write_run(root, "softmax", 0, softmax, test_metrics(1.0, 1.0, 0.002))
+    write_run(root, "softmax", 1, softmax, None)  # still running: named, not counted
+    return root
+
+
+def test_final_loss_is_the_mean_over_the_last_steps():
+    points = {"train/loss_step": [(19, 4.0), (39, 2.0), (59, 1.0)]}
+    assert final_loss(points, tail=40) == pytest.approx(1.5)  # steps 39 and 59
+    assert final_loss(points, tail=1000) == pytest.approx(7 / 3)
+    assert final_loss({}, tail=10) is None
+
+
+def test_thin_keeps_the_first_point_of_each_bucket_and_the_last():
+    points = [(s, float(s)) for s in range(0, 1001, 50)]
+    assert [s for s, _ in thin(points, 250)] == [0, 250, 500, 750, 1000]
+    assert [s for s, _ in thin(points[:-1], 300)] == [0, 300, 600, 900, 950]
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        thin(points, 0)
+
+
+def test_trajectories_tables_and_files(long_study, tmp_path):
+    out = tmp_path / "traces"
+    rows = main(
+        [
+            *("trajectories", "--experiment", EXPERIMENT, "--root", str(long_study)),
+            *("--out", str(out), "--tail", "100", "--every", "100", "--steps", "0", "100"),
+        ]
+    )
+    by_run = {(r["variant"], r["seed"]): r for r in rows}
+    assert set(by_run) == {(LEARNED, 0), (LEARNED, 1), ("softmax", 0)}
+    learned = by_run[(LEARNED, 0)]
+    assert learned["final_train_loss"] == pytest.approx(0.01)  # steps 119..199 only
+    assert learned["min_train_loss"] == pytest.approx(0.01)
+    assert learned["test_loss"] == pytest.approx(0.001)
+    assert (learned["spikes"], learned["largest_spike"]) == (1, 5.0)
+    assert learned["max_grad_norm"] == pytest.approx(10.0)
+    assert by_run[("softmax", 0)]["spikes"] == 0
+    assert by_run[("softmax", 0)]["final_train_loss"] == pytest.approx(2.0)
+
+    _, spikes = read_csv(tmp_path / "traces_spikes.csv")
+    assert len(spikes) == 2
+    spike = spikes[0]
+    assert (spike["step"], spike["loss"], spike["loss_over_median"]) == ("130", "0.2", "5")
+    assert (spike["grad_step"], float(spike["grad_norm"])) == ("120", 10.0)
+
+    meta, coefficients = read_csv(tmp_path / "traces_coefficients.csv")
+    assert meta["command"].startswith("python -m attn_lightning.studies.reversal trajectories")
+    a0 = [r for r in coefficients if r["seed"] == "0" and r["key"] == "a0"]
+    assert {r["layer"] for r in a0} == {"net.decoder.layers.0.attn", "net.decoder.layers.1.attn"}
+    # Logged at 0, 50, 100, 150; every 100 keeps 0 and 100, and the last point (150).
+    assert [int(r["step"]) for r in a0 if r["layer"].endswith("0.attn")] == [0, 100, 150]
+
+    page = (tmp_path / "traces.md").read_text()
+    assert "`softmax` s1" in page  # the unfinished run is named
+    # a4 is 0.04 (seed 0) and 1.04 (seed 1): median [min, max] over the two seeds.
+    assert "| a4 | 2 | 0.540 [0.040, 1.040] | 0.540 [0.040, 1.040] |" in page
+    # a0 at step 0 is 1.0, at 100 is 1.2, at the end (150) 1.3; max |a| the same.
+    row = "| a0 | 2 | 1.000 [1.000, 1.000] | 1.200 [1.200, 1.200] | 1.300 [1.300, 1.300] | 1.300"
+    assert row in page
+    assert (tmp_path / "traces_loss.png").stat().st_size > 0
+    assert (tmp_path / "traces_coefficients.png").stat().st_size > 0
+
+
+def test_trajectories_without_runs_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["trajectories", "--experiment", "none", "--root", str(tmp_path), "--out", "x"])
+    assert "no runs in" in capsys.readouterr().err
