@@ -152,6 +152,9 @@ class GradientTracker(Callback):
     * at a spike's step only: ``train/loss_at_spike`` (that step's loss) and
       ``train/loss_spike_ratio`` (its ratio to the running median), the spike's size.
 
+    The loss watched is the training step's ``measured_loss`` output when it has one (a loss
+    measured more exactly than the one trained on), else its ``loss``.
+
     The norms are read in ``on_before_optimizer_step``, which Lightning (2.6) calls after the
     backward passes of the step (all accumulated batches, grads unscaled under fp16 AMP and
     all-reduced under DDP) and *before* gradient clipping: the unclipped norm is the one that
@@ -212,7 +215,13 @@ class GradientTracker(Callback):
     ) -> None:
         if not self._active(trainer):
             return
+        # A task may return the loss measured more exactly than the one it trains on (the
+        # reversal task's float64 cross-entropy): spikes are judged on that one.
+        measured = outputs.get("measured_loss") if isinstance(outputs, Mapping) else None
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if isinstance(measured, Tensor):
+            # Lightning divides "loss" (not the task's other outputs) by the batches per step.
+            loss = measured / trainer.accumulate_grad_batches
         if isinstance(loss, Tensor):
             # Lightning divides each accumulated batch's loss by the number of batches: the sum
             # over the step's batches is the step's mean loss.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from attn_lightning.attention import available_attentions
 from attn_lightning.tasks import SequenceReversalTask, resolve_attention
+from attn_lightning.tasks.reversal import measured_cross_entropy
 
 SMALL = {"net": {"d_model": 16, "num_heads": 2, "num_layers": 2, "d_ff": 32, "max_len": 64}}
 
@@ -108,3 +111,26 @@ def test_errors():
             task(attention={"name": "optimization"})
     with pytest.raises(ValueError, match="unknown attention 'nope'"):
         task(attention={"name": "nope"})
+
+
+def test_measured_loss_is_exact_where_float32_cross_entropy_rounds_to_zero():
+    # The target's logit 20 above nine others: the true loss is log(1 + 9 e^-20) ≈ 1.85e-8, but
+    # float32 rounds 1 + 1.85e-8 to 1 and the usual cross-entropy reads exactly 0.
+    logits = torch.zeros(4, 10)
+    logits[:, 3] = 20.0
+    target = torch.full((4,), 3)
+    true = math.log1p(9 * math.exp(-20.0))
+    assert torch.nn.functional.cross_entropy(logits, target).item() == 0.0
+    measured = measured_cross_entropy(logits, target)
+    assert measured.dtype == torch.float64
+    assert measured.item() == pytest.approx(true, rel=1e-12)
+    assert not measured.requires_grad
+
+
+def test_training_steps_on_the_float32_loss_and_reports_the_measured_one():
+    model = task().train()
+    x, y = batch()
+    out = model.training_step({"source": x, "target": y}, 0)
+    assert out["loss"].dtype == torch.float32 and out["loss"].requires_grad
+    assert out["measured_loss"].dtype == torch.float64
+    assert out["measured_loss"].item() == pytest.approx(out["loss"].item(), rel=1e-6)

@@ -375,7 +375,7 @@ def write_trajectories(
                         _fmt(r["loss_over_median"], ".1f"),
                         "–"
                         if r["grad_norm"] is None
-                        else f"{r['grad_norm']:.2f} ({r['grad_step']})",
+                        else f"{r['grad_norm']:.2e} ({r['grad_step']})",
                         _fmt(r["grad_norm_over_median"], ".1f"),
                     ]
                     for r in shown
