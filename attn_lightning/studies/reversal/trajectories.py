@@ -14,7 +14,7 @@ TensorBoard folder for how it got there, and writes, through ``results``:
   steps), with its ratio to the run's median norm and the parameter group that stood out;
 * ``<out>_coefficients.csv``: every learned coefficient ``attention/<layer>/a<i>`` (the
   ``attention_diagnostics`` callback, every 50 steps) at the first log of each ``every`` steps
-  and at the last, per run;
+  and at the last, per run (not written when no run has one);
 * ``<out>.md``: the tables per variant (medians over seeds with [min, max]), and the figures
   ``<out>_loss.png`` (training loss, log scale) and ``<out>_coefficients.png``.
 
@@ -331,9 +331,10 @@ def write_trajectories(
     write_csv(out.with_name(out.name + "_runs.csv"), runs, meta, float_digits=digits)
     spike_file = out.with_name(out.name + "_spikes.csv")
     write_csv(spike_file, spikes, meta, fields=list(_SPIKE_FIELDS), float_digits=digits)
-    write_csv(
-        out.with_name(out.name + "_coefficients.csv"), coefficients, meta, float_digits=digits
-    )
+    if coefficients:  # none without a learned-coefficient variant
+        write_csv(
+            out.with_name(out.name + "_coefficients.csv"), coefficients, meta, float_digits=digits
+        )
     figures = _figures(traces, out)
     lines = [
         f"# Training traces: `{experiment}`",

@@ -102,3 +102,17 @@ def test_trajectories_without_runs_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["trajectories", "--experiment", "none", "--root", str(tmp_path), "--out", "x"])
     assert "no runs in" in capsys.readouterr().err
+
+
+def test_no_coefficients_file_without_a_learned_variant(long_study, tmp_path):
+    out = tmp_path / "soft"
+    main(
+        [
+            *("trajectories", "--experiment", EXPERIMENT, "--root", str(long_study)),
+            *("--out", str(out), "--variants", "softmax"),
+        ]
+    )
+    assert (tmp_path / "soft_runs.csv").is_file() and (tmp_path / "soft_spikes.csv").is_file()
+    assert not (tmp_path / "soft_coefficients.csv").exists()
+    assert not (tmp_path / "soft_coefficients.png").exists()
+    assert "## Learned coefficients" not in (tmp_path / "soft.md").read_text()
