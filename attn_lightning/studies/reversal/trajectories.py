@@ -11,7 +11,8 @@ TensorBoard folder for how it got there, and writes, through ``results``:
 * ``<out>_spikes.csv``: one row per loss spike: its step, loss and ratio to the running median
   (``train/loss_at_spike``, ``train/loss_spike_ratio``; absent from runs logged before the
   tracker wrote them), and the global gradient norm logged at or last before it (every 20
-  steps), with its ratio to the run's median norm and the parameter group that stood out;
+  steps), with its ratio to the run's median norm, to the median of the norms logged in the
+  ``RECENT`` steps before it, and the parameter group that stood out;
 * ``<out>_coefficients.csv``: every learned coefficient ``attention/<layer>/a<i>`` (the
   ``attention_diagnostics`` callback, every 50 steps) at the first log of each ``every`` steps
   and at the last, per run (not written when no run has one);
@@ -35,13 +36,20 @@ from typing import Any
 from attn_lightning.results.curves import Scalars, read_scalars, series
 from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.results.records import RunResult
-from attn_lightning.studies.reversal.dynamics import max_grad_norm, spike_gradients, spike_steps
+from attn_lightning.studies.reversal.dynamics import (
+    NORM_TAG,
+    SpikeGradient,
+    max_grad_norm,
+    spike_gradients,
+    spike_steps,
+)
 from attn_lightning.studies.reversal.runs import load_runs
 
 LOSS_TAG = "train/loss"
 SPIKE_LOSS_TAG = "train/loss_at_spike"
 SPIKE_RATIO_TAG = "train/loss_spike_ratio"
 MAX_SPIKES = 40  # spike rows on the page (the CSV has all)
+RECENT = 200  # steps of gradient logs a spike's gradient is compared with (10 logs at 20)
 COEFFICIENT = re.compile(r"^attention/(?P<layer>.+)/(?P<key>a\d+)$")
 
 
@@ -97,6 +105,7 @@ def _at(points: Sequence[tuple[int, float]], step: int) -> float | None:
 
 def spike_rows(trace: RunTrace) -> list[dict[str, Any]]:
     """One row per loss spike of a run (see ``<out>_spikes.csv`` in the module docstring)."""
+    norms = series(trace.scalars, NORM_TAG)
     losses = dict(series(trace.scalars, SPIKE_LOSS_TAG))
     ratios = dict(series(trace.scalars, SPIKE_RATIO_TAG))
     gradients = {g.spike_step: g for g in spike_gradients(trace.scalars)}
@@ -113,11 +122,24 @@ def spike_rows(trace: RunTrace) -> list[dict[str, Any]]:
                 "grad_step": None if grad is None else grad.grad_step,
                 "grad_norm": None if grad is None else grad.norm,
                 "grad_norm_over_median": None if grad is None else grad.ratio,
+                "grad_norm_over_recent": None if grad is None else _over_recent(norms, grad),
                 "top_group": None if grad is None else grad.group,
                 "top_group_over_median": None if grad is None else grad.group_ratio,
             }
         )
     return rows
+
+
+def _over_recent(norms: Sequence[tuple[int, float]], grad: SpikeGradient) -> float | None:
+    """The spike's gradient norm / the median of the norms logged in the ``RECENT`` steps before.
+
+    A long run's own median norm is that of its converged phase (10⁻⁶ where the loss is 10⁻⁸),
+    which makes every early norm look huge; the recent ones are the spike's own context.
+    """
+    before = [v for s, v in norms if grad.grad_step - RECENT <= s < grad.grad_step]
+    finite = [v for v in before if math.isfinite(v)]
+    median = statistics.median(finite) if finite else None
+    return grad.norm / median if median else None
 
 
 def run_row(trace: RunTrace, tail: int) -> dict[str, Any]:
@@ -366,7 +388,10 @@ def write_trajectories(
             + (f"; here the {MAX_SPIKES} largest." if len(spikes) > MAX_SPIKES else "."),
             "",
             markdown_table(
-                ["variant", "seed", "step", "loss", "× median", "grad norm (step)", "× median"],
+                [
+                    *("variant", "seed", "step", "loss", "× median"),
+                    *("grad norm (step)", f"× median of the {RECENT} steps before"),
+                ],
                 (
                     [
                         f"`{r['variant']}`",
@@ -377,7 +402,7 @@ def write_trajectories(
                         "–"
                         if r["grad_norm"] is None
                         else f"{r['grad_norm']:.2e} ({r['grad_step']})",
-                        _fmt(r["grad_norm_over_median"], ".1f"),
+                        _fmt(r["grad_norm_over_recent"], ".1f"),
                     ]
                     for r in shown
                 ),
@@ -405,6 +430,7 @@ _SPIKE_FIELDS = (
     "grad_step",
     "grad_norm",
     "grad_norm_over_median",
+    "grad_norm_over_recent",
     "top_group",
     "top_group_over_median",
 )

@@ -79,6 +79,8 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     spike = spikes[0]
     assert (spike["step"], spike["loss"], spike["loss_over_median"]) == ("130", "0.2", "5")
     assert (spike["grad_step"], float(spike["grad_norm"])) == ("120", 10.0)
+    # Against the norms logged in the 200 steps before (all 1.0): 10×.
+    assert float(spike["grad_norm_over_recent"]) == pytest.approx(10.0)
 
     meta, coefficients = read_csv(tmp_path / "traces_coefficients.csv")
     assert meta["command"].startswith("python -m attn_lightning.studies.reversal trajectories")
