@@ -30,6 +30,10 @@ class WaitForSignal(Callback):
             time.sleep(0.05)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_signal_saves_last_and_exits_with_its_code(tmp_path, signum):
     ready = tmp_path / "ready"
@@ -40,7 +44,16 @@ def test_a_signal_saves_last_and_exits_with_its_code(tmp_path, signum):
     cmd += ["--config", str(ROOT / "configs" / "presets" / "debug.yaml")]
     cmd += ["--trainer.max_steps=8", "--trainer.limit_train_batches=8", "--run_name=r"]
     cmd += ["--trainer.callbacks+=tests.cli.test_entry.WaitForSignal"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal's foreground job has it: a suite run in the background passes on
+    # SIGINT ignored, which the run would (rightly) keep ignoring.
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
     try:
         deadline = time.monotonic() + 300
         while not ready.exists():
