@@ -1,6 +1,6 @@
 """What long reversal runs did while training: final loss, loss spikes, learned coefficients.
 
-The thesis reviewer's long-run question (issue 28, item 9): the thesis's "x⁸ beats softmax",
+The thesis reviewer's long-run question: the thesis's "x⁸ beats softmax",
 spiky losses and large learned coefficients came from ~10,000-step runs at losses near 4e-6.
 The outcome tables (``report``) say where runs ended; this module reads each finished run's
 TensorBoard folder for how it got there, and writes, through ``results``:
@@ -26,156 +26,26 @@ from __future__ import annotations
 
 import math
 import platform
-import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.curves import Scalars, read_scalars, series
+from attn_lightning.results.curves import series
 from attn_lightning.results.files import markdown_table, write_csv
-from attn_lightning.results.records import RunResult
-from attn_lightning.studies.reversal.dynamics import (
-    NORM_TAG,
-    SpikeGradient,
-    max_grad_norm,
-    spike_gradients,
-    spike_steps,
+from attn_lightning.studies.reversal.traces import (
+    LOSS_TAG,
+    RECENT,
+    RunTrace,
+    coefficient_rows,
+    coefficient_series,
+    load_traces,
+    run_row,
+    spike_rows,
+    value_at,
 )
-from attn_lightning.studies.reversal.runs import load_runs
 
-LOSS_TAG = "train/loss"
-SPIKE_LOSS_TAG = "train/loss_at_spike"
-SPIKE_RATIO_TAG = "train/loss_spike_ratio"
 MAX_SPIKES = 40  # spike rows on the page (the CSV has all)
-RECENT = 200  # steps of gradient logs a spike's gradient is compared with (10 logs at 20)
-COEFFICIENT = re.compile(r"^attention/(?P<layer>.+)/(?P<key>a\d+)$")
-
-
-@dataclass
-class RunTrace:
-    """One finished run's training trace (see the module docstring)."""
-
-    variant: str
-    seed: int
-    steps: int | None
-    test_loss: float | None
-    scalars: Scalars = field(repr=False)
-
-
-def final_loss(scalars: Scalars, tail: int) -> float | None:
-    """Mean logged training loss over the last ``tail`` steps of the run; None if none logged."""
-    points = series(scalars, LOSS_TAG)
-    if not points:
-        return None
-    last = points[-1][0]
-    values = [v for s, v in points if s > last - tail]
-    return statistics.fmean(values)
-
-
-def coefficient_series(scalars: Scalars) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """``{(layer, key): [(step, a), ...]}`` for every ``attention/<layer>/a<i>`` tag."""
-    out = {}
-    for tag, points in scalars.items():
-        match = COEFFICIENT.match(tag)
-        if match:
-            out[(match["layer"], match["key"])] = points
-    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], int(kv[0][1][1:]))))
-
-
-def thin(points: Sequence[tuple[int, float]], every: int) -> list[tuple[int, float]]:
-    """The first point of each ``every``-step bucket, and the last point."""
-    if every < 1:
-        raise ValueError(f"every must be >= 1 step, got {every}")
-    kept: list[tuple[int, float]] = []
-    for step, value in points:
-        if not kept or step // every != kept[-1][0] // every:
-            kept.append((step, value))
-    if points and kept[-1] != points[-1]:
-        kept.append(points[-1])
-    return kept
-
-
-def _at(points: Sequence[tuple[int, float]], step: int) -> float | None:
-    """The value logged at ``step`` or last before it; None before the first log."""
-    before = [v for s, v in points if s <= step]
-    return before[-1] if before else None
-
-
-def spike_rows(trace: RunTrace) -> list[dict[str, Any]]:
-    """One row per loss spike of a run (see ``<out>_spikes.csv`` in the module docstring)."""
-    norms = series(trace.scalars, NORM_TAG)
-    losses = dict(series(trace.scalars, SPIKE_LOSS_TAG))
-    ratios = dict(series(trace.scalars, SPIKE_RATIO_TAG))
-    gradients = {g.spike_step: g for g in spike_gradients(trace.scalars)}
-    rows = []
-    for step in spike_steps(trace.scalars) or []:
-        grad = gradients.get(step)
-        rows.append(
-            {
-                "variant": trace.variant,
-                "seed": trace.seed,
-                "step": step,
-                "loss": losses.get(step),
-                "loss_over_median": ratios.get(step),
-                "grad_step": None if grad is None else grad.grad_step,
-                "grad_norm": None if grad is None else grad.norm,
-                "grad_norm_over_median": None if grad is None else grad.ratio,
-                "grad_norm_over_recent": None if grad is None else _over_recent(norms, grad),
-                "top_group": None if grad is None else grad.group,
-                "top_group_over_median": None if grad is None else grad.group_ratio,
-            }
-        )
-    return rows
-
-
-def _over_recent(norms: Sequence[tuple[int, float]], grad: SpikeGradient) -> float | None:
-    """The spike's gradient norm / the median of the norms logged in the ``RECENT`` steps before.
-
-    A long run's own median norm is that of its converged phase (10⁻⁶ where the loss is 10⁻⁸),
-    which makes every early norm look huge; the recent ones are the spike's own context.
-    """
-    before = [v for s, v in norms if grad.grad_step - RECENT <= s < grad.grad_step]
-    finite = [v for v in before if math.isfinite(v)]
-    median = statistics.median(finite) if finite else None
-    return grad.norm / median if median else None
-
-
-def run_row(trace: RunTrace, tail: int) -> dict[str, Any]:
-    """The run's line of ``<out>_runs.csv``."""
-    losses = [v for _, v in series(trace.scalars, LOSS_TAG)]
-    spikes = spike_rows(trace)
-    sizes = [r["loss_over_median"] for r in spikes if r["loss_over_median"] is not None]
-    return {
-        "variant": trace.variant,
-        "seed": trace.seed,
-        "steps": trace.steps,
-        "final_train_loss": final_loss(trace.scalars, tail),
-        "min_train_loss": min(losses) if losses else None,
-        "test_loss": trace.test_loss,
-        "spikes": None if spike_steps(trace.scalars) is None else len(spikes),
-        "largest_spike": max(sizes) if sizes else None,
-        "max_grad_norm": max_grad_norm(trace.scalars),
-    }
-
-
-def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
-    """The run's lines of ``<out>_coefficients.csv`` (long format)."""
-    rows = []
-    for (layer, key), points in coefficient_series(trace.scalars).items():
-        for step, value in thin(points, every):
-            rows.append(
-                {
-                    "variant": trace.variant,
-                    "seed": trace.seed,
-                    "layer": layer,
-                    "key": key,
-                    "step": step,
-                    "value": value,
-                }
-            )
-    return rows
 
 
 def _spread(values: Sequence[float | None], fmt: str) -> str:
@@ -234,7 +104,7 @@ def coefficient_table(rows: Sequence[dict[str, Any]], steps: Sequence[int]) -> s
         ).append((r["step"], r["value"]))
     body = []
     for (variant, layer, key), by_seed in groups.items():
-        cells = [_spread([_at(p, s) for p in by_seed.values()], ".3f") for s in steps]
+        cells = [_spread([value_at(p, s) for p in by_seed.values()], ".3f") for s in steps]
         end = _spread([p[-1][1] for p in by_seed.values()], ".3f")
         peak = _spread([max(abs(v) for _, v in p) for p in by_seed.values()], ".3f")
         body.append([f"`{variant}`", layer, key, len(by_seed), *cells, end, peak])
@@ -298,28 +168,6 @@ def _figures(traces: Sequence[RunTrace], out: Path) -> list[Path]:
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     return paths
-
-
-def load_traces(
-    root: Path, experiment: str, variants: Sequence[str] | None = None
-) -> tuple[list[RunTrace], list[RunResult]]:
-    """The finished runs' traces, and the runs left out (unfinished, or no TensorBoard folder)."""
-    traces, missing = [], []
-    for run in load_runs(root, experiment, threshold=0.99):
-        if variants is not None and run.variant not in variants:
-            continue
-        log_dir = root / (run.log_dir or f"logs/{experiment}/{run.variant}-s{run.seed}")
-        if run.status == "unfinished" or not log_dir.is_dir():
-            missing.append(run)
-            continue
-        scalars = read_scalars(log_dir)
-        traces.append(
-            RunTrace(run.variant, run.seed, run.global_step, run.value("test/loss"), scalars)
-        )
-    if variants is not None:
-        order = {v: i for i, v in enumerate(variants)}
-        traces.sort(key=lambda t: (order[t.variant], t.seed))
-    return traces, missing
 
 
 def write_trajectories(

@@ -119,4 +119,4 @@ def test_every_documented_command_parses():
     for args in [*new, *(["report", *args] for args in old)]:
         if "--out" not in args:  # README's "--experiment <...>" breaks the line before it
             args = [*args, "--out", "x"]
-        assert parser.parse_args(args).command in ("report", "tables"), args
+        assert parser.parse_args(args).command in ("report", "tables", "trajectories"), args

@@ -7,7 +7,7 @@ import pytest
 
 from attn_lightning.results.files import read_csv
 from attn_lightning.studies.reversal.cli import main
-from attn_lightning.studies.reversal.trajectories import final_loss, thin
+from attn_lightning.studies.reversal.traces import final_loss, thin
 from tests.studies.reversal.fake_runs import EXPERIMENT, fake_scalars, test_metrics, write_run
 
 LEARNED = "polynomial_degree-4_learned_coefficients-true"
