@@ -26,6 +26,7 @@ from attn_lightning.studies.reversal.dynamics import (
     spike_steps,
 )
 from attn_lightning.studies.reversal.runs import load_runs
+from attn_lightning.studies.runner import run_label
 
 LOSS_TAG = "train/loss"
 SPIKE_LOSS_TAG = "train/loss_at_spike"
@@ -162,7 +163,12 @@ def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
 def load_traces(
     root: Path, experiment: str, variants: Sequence[str] | None = None
 ) -> tuple[list[RunTrace], list[RunResult]]:
-    """The finished runs' traces, and the runs left out (unfinished, or no TensorBoard folder)."""
+    """The finished runs' traces, and the runs left out (unfinished, or no TensorBoard folder).
+
+    ``variants``: labels or backend specs (``polynomial:degree=8``), in the order wanted.
+    """
+    if variants is not None:
+        variants = [run_label(v) for v in variants]
     traces, missing = [], []
     for run in load_runs(root, experiment, threshold=0.99):
         if variants is not None and run.variant not in variants:

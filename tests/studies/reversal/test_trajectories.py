@@ -106,6 +106,13 @@ def test_trajectories_without_runs_is_a_clear_error(tmp_path, capsys):
     assert "no runs in" in capsys.readouterr().err
 
 
+def test_variants_by_spec_pick_and_order_the_runs(long_study, tmp_path):
+    spec = "polynomial:degree=4,learned_coefficients=true"
+    args = ["trajectories", "--experiment", EXPERIMENT, "--root", str(long_study)]
+    rows = main([*args, "--out", str(tmp_path / "x"), "--variants", "softmax", spec])
+    assert [(r["variant"], r["seed"]) for r in rows] == [("softmax", 0), (LEARNED, 0), (LEARNED, 1)]
+
+
 def test_no_coefficients_file_without_a_learned_variant(long_study, tmp_path):
     out = tmp_path / "soft"
     main(
