@@ -124,10 +124,9 @@ def _over_recent(norms: Sequence[tuple[int, float]], grad: SpikeGradient) -> flo
     return grad.norm / median if median else None
 
 
-def run_row(trace: RunTrace, tail: int) -> dict[str, Any]:
-    """The run's line of ``<out>_runs.csv``."""
+def run_row(trace: RunTrace, tail: int, spikes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run's line of ``<out>_runs.csv``; ``spikes``: its ``spike_rows``."""
     losses = [v for _, v in series(trace.scalars, LOSS_TAG)]
-    spikes = spike_rows(trace)
     sizes = [r["loss_over_median"] for r in spikes if r["loss_over_median"] is not None]
     return {
         "variant": trace.variant,

@@ -192,8 +192,9 @@ def write_trajectories(
             f"no finished run of sweeps/{experiment} under {root.absolute()} has a TensorBoard "
             "folder to read"
         )
-    runs = [run_row(t, tail) for t in traces]
-    spikes = [row for t in traces for row in spike_rows(t)]
+    per_run = [spike_rows(t) for t in traces]  # one pass over each run's gradient logs
+    runs = [run_row(t, tail, rows) for t, rows in zip(traces, per_run, strict=True)]
+    spikes = [row for rows in per_run for row in rows]
     coefficients = [row for t in traces for row in coefficient_rows(t, every)]
     meta = {"command": command} if command else {}
     # TensorBoard keeps float32: 6 significant digits say all it holds.
