@@ -238,6 +238,11 @@ def test_kill_and_resume_equals_the_uninterrupted_run(experiment, resumed):
     assert before_kill == {s: reference[s] for s in range(1, kill_at + 1)}, context
     assert after == {s: reference[s] for s in range(saved_at + 1, max_steps + 1)}, context
     _assert_same_outcome(full, again, context)
+    # fit_seconds counts the killed process up to its checkpoint plus the resumed one (FitClock).
+    fresh, continued = (json.loads((r.tmp / f"{r.name}.json").read_text()) for r in (full, again))
+    assert "resumed_from_step" not in fresh and fresh["fit_seconds"] > 0
+    assert continued["resumed_from_step"] == saved_at, context
+    assert 0 < continued["earlier_fit_seconds"] < continued["fit_seconds"], continued
     if retry is not None:  # killed before its first checkpoint, then run again from scratch
         assert retry.losses() == reference
         _assert_same_outcome(full, retry, "killed before the first checkpoint and retried")

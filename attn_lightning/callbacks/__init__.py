@@ -1,7 +1,7 @@
 """Lightning callbacks: random-feature redraw, run checkpoints (resumable from the first step,
-ranked on fresh scores, written atomically, saved on Ctrl-C/SIGTERM), attention diagnostics, logging
-from the first validation batch (one base: sample tables, image grids, detections), adapter
-export and prediction files.
+ranked on fresh scores, written atomically, saved on Ctrl-C/SIGTERM), the fit clock across
+resumes, attention diagnostics, logging from the first validation batch (one base: sample
+tables, image grids, detections), adapter export and prediction files.
 
 Each callback that needs something of the task names it as a ``runtime_checkable`` Protocol
 (``SampleRows``, ``ImageSampler``, ``Detector``, ``AdapterExporter``, ``PredictionSaver``) and
@@ -10,6 +10,7 @@ skips tasks without it.
 
 from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
 from attn_lightning.callbacks.checkpoints import AtomicCheckpointIO, RunCheckpoint, is_partial
+from attn_lightning.callbacks.clock import FitClock
 from attn_lightning.callbacks.detections import DetectionImages, Detector
 from attn_lightning.callbacks.diagnostics import AttentionDiagnostics, collect_diagnostics
 from attn_lightning.callbacks.gradients import (
@@ -38,6 +39,7 @@ __all__ = [
     "DetectionImages",
     "Detector",
     "FeatureRedraw",
+    "FitClock",
     "GradientTracker",
     "ImageGrids",
     "ImageSampler",

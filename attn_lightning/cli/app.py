@@ -61,6 +61,7 @@ from attn_lightning.callbacks import (
     AttentionDiagnostics,
     DetectionImages,
     FeatureRedraw,
+    FitClock,
     GradientTracker,
     ImageGrids,
     PredictionWriter,
@@ -321,6 +322,8 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         callbacks = self.trainer.callbacks
         if not self.trainer.loggers:  # the LR monitor needs a logger
             callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+        if self.subcommand == "fit":  # fit_seconds over all the run's processes (resumes)
+            callbacks = [*callbacks, FitClock(started=self._started)]
         self.trainer.callbacks = progress_callbacks(callbacks, terminal=terminal())
         if self.subcommand == "fit":
             purge_replayed_steps(self.trainer.logger, getattr(self, "_ckpt_step", 0))

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attn_lightning.callbacks import collect_diagnostics
+from attn_lightning.callbacks import FitClock, collect_diagnostics
 from attn_lightning.cli.progress import summary_lines
 
 log = logging.getLogger("attn_lightning")
@@ -39,8 +39,7 @@ class AfterRun:
     _ckpt_step: int
 
     def after_fit(self) -> None:
-        fit_seconds = time.perf_counter() - self._started
-        record: dict[str, Any] = {"fit_seconds": fit_seconds, **self._fit_record()}
+        record: dict[str, Any] = {**self._fit_seconds(), **self._fit_record()}
         if self._config_value("test_after_fit"):
             best_path = getattr(self.trainer.checkpoint_callback, "best_model_path", None)
             ckpt = "best" if best_path else None
@@ -87,6 +86,18 @@ class AfterRun:
             predictions=predictions,
         )
         log.info("\n".join(lines))
+
+    def _fit_seconds(self) -> dict[str, Any]:
+        """``fit_seconds``: the run's fit time over all its processes (``FitClock``); a resumed
+        run adds ``resumed_from_step`` and ``earlier_fit_seconds`` (None: a checkpoint from before
+        the clock, so ``fit_seconds`` is this process's alone)."""
+        this_process = time.perf_counter() - self._started
+        clock = next((c for c in self.trainer.callbacks if isinstance(c, FitClock)), None)
+        earlier = None if clock is None else clock.earlier_seconds
+        record: dict[str, Any] = {"fit_seconds": this_process + (earlier or 0.0)}
+        if self._ckpt_step:
+            record |= {"resumed_from_step": self._ckpt_step, "earlier_fit_seconds": earlier}
+        return record
 
     def _fit_record(self) -> dict[str, Any]:
         ckpt = self.trainer.checkpoint_callback

@@ -63,7 +63,8 @@ def add_run_arguments(
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="reuse a run's metrics file where it exists, train the others",
+        help="reuse a run's metrics file where it exists, continue a stopped run from its "
+        "last.ckpt, train the others",
     )
     parser.add_argument(
         "--skip-runs",

@@ -112,7 +112,12 @@ class Runner:
         timeout: seconds per subprocess run (None: no limit).
         in_process: call ``attn_lightning.cli.main`` here instead (pays the imports once; one run
             at a time, no timeout).
-        resume: reuse a run's metrics file when it exists instead of training again.
+        resume: reuse a run's metrics file when it exists instead of training again; a fit
+            with no metrics file but a ``last.ckpt`` in its checkpoint folder (a run stopped
+            part-way: Ctrl-C, SIGTERM, a machine or session that went away) continues from it
+            (``--ckpt_path``) instead of starting over. A resumed fit equals the uninterrupted
+            one (``tests/test_resume.py``). Like the metrics file, the folder is trusted to
+            hold the same run: its name is the experiment, variant and seed.
         skip_runs: never train; read whatever metrics files exist (tables from earlier runs).
         earlier: runs of an earlier session by (variant, seed), e.g. read back from a committed
             ``<out>_runs.csv`` (``tables.read_runs_csv``): a job with no metrics file of its own
@@ -131,8 +136,10 @@ class Runner:
     skip_runs: bool = False
     earlier: Mapping[tuple[str, int], RunResult] = field(default_factory=dict)
 
-    def train_args(self, variant: Variant, seed: int) -> list[str]:
-        """The ``train.py`` arguments of one run (subcommand first)."""
+    def train_args(
+        self, variant: Variant, seed: int, *, ckpt_path: Path | None = None
+    ) -> list[str]:
+        """The ``train.py`` arguments of one run (subcommand first); ``ckpt_path`` resumes it."""
         label = run_name(variant, seed)
         args = [variant.subcommand]
         for config in (*self.configs, *variant.configs):
@@ -148,13 +155,22 @@ class Runner:
         ]
         if variant.subcommand == "fit":
             args.append("--test_after_fit=true")
+        if ckpt_path is not None:
+            args.append(f"--ckpt_path={ckpt_path}")
         return args + [f"--{o}" for o in self.overrides]
 
-    def command(self, variant: Variant, seed: int) -> list[str]:
+    def command(self, variant: Variant, seed: int, *, ckpt_path: Path | None = None) -> list[str]:
         """The subprocess command line of one run: ``python -m attn_lightning.cli <args>``."""
         script = self.train_script
         program = ["-m", "attn_lightning.cli"] if script is None else [str(script)]
-        return [self.python, *program, *self.train_args(variant, seed)]
+        return [self.python, *program, *self.train_args(variant, seed, ckpt_path=ckpt_path)]
+
+    def resume_point(self, variant: Variant, seed: int) -> Path | None:
+        """The ``last.ckpt`` a stopped fit continues from with ``resume`` (None: start afresh)."""
+        if not self.resume or variant.subcommand != "fit":
+            return None
+        last = Path("checkpoints") / self.experiment / run_name(variant, seed) / "last.ckpt"
+        return last if last.is_file() else None
 
     def metrics_file(self, variant: Variant, seed: int) -> Path:
         """Where one run writes its metrics: ``<runs_dir>/<label>-s<seed>.json``."""
@@ -183,17 +199,22 @@ class Runner:
         status = "ok"
         if not reuse:
             metrics_file.unlink(missing_ok=True)
+            ckpt_path = self.resume_point(variant, seed)
+            if ckpt_path is not None:
+                log.info("run %s: continuing the stopped run from %s", label, ckpt_path)
             # train.py refuses a fresh fit into an existing run folder; a run trained again by
             # the study replaces its own earlier folders (the study owns its experiment name).
             for root in ("logs", "checkpoints"):
                 stale = Path(root) / self.experiment / label
-                if stale.is_dir():
+                if ckpt_path is None and stale.is_dir():
                     log.info("replacing the earlier run folder %s", stale)
                     shutil.rmtree(stale)
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             start = time.perf_counter()
             status = (
-                self._in_process(variant, seed) if self.in_process else self._spawn(variant, seed)
+                self._in_process(variant, seed, ckpt_path)
+                if self.in_process
+                else self._spawn(variant, seed, ckpt_path)
             )
             seconds = time.perf_counter() - start
         result = RunResult(variant.name, seed, seconds, status)
@@ -214,7 +235,7 @@ class Runner:
             log.warning("run %s wrote no metrics file %s", label, metrics_file)
         return result
 
-    def _spawn(self, variant: Variant, seed: int) -> str:
+    def _spawn(self, variant: Variant, seed: int, ckpt_path: Path | None = None) -> str:
         label = run_name(variant, seed)
         # The run's output goes to an unlinked temporary file, not a pipe: if this process dies
         # (a stopped study), a pipe would kill the run at its next print (SIGPIPE / broken pipe)
@@ -222,7 +243,7 @@ class Runner:
         with tempfile.TemporaryFile("w+") as output:
             try:
                 proc = subprocess.run(
-                    self.command(variant, seed),
+                    self.command(variant, seed, ckpt_path=ckpt_path),
                     stdout=output,
                     stderr=subprocess.STDOUT,
                     text=True,
@@ -238,12 +259,12 @@ class Runner:
                 return "crashed"
         return "ok"
 
-    def _in_process(self, variant: Variant, seed: int) -> str:
+    def _in_process(self, variant: Variant, seed: int, ckpt_path: Path | None = None) -> str:
         from attn_lightning.cli import main as train_main
 
         try:
             with _train_argv():
-                train_main(self.train_args(variant, seed))
+                train_main(self.train_args(variant, seed, ckpt_path=ckpt_path))
         except (Exception, SystemExit) as error:  # one failed run must not end the study
             log.warning(
                 "run %s-s%d failed: %s: %s", variant.name, seed, type(error).__name__, error

@@ -275,3 +275,39 @@ def test_runner_takes_an_earlier_run_instead_of_training_it(tmp_path, monkeypatc
     first, second, third = runner.run_all([(softmax, 0), (softmax, 1), (softmax, 2)])
     assert first is earlier and second.value("test/loss") == 0.5
     assert third.status == "crashed"  # no earlier run, no metrics file: trained (and failed)
+
+
+ARGS_TRAIN = """
+import json, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[2:] if a.startswith("--") and "=" in a)
+record = {"global_step": 7, "fit_seconds": 3.0, "test": {"test/loss": 0.5}, "args": args}
+open(args["metrics_file"], "w").write(json.dumps(record))
+"""
+
+
+def test_resume_continues_a_stopped_run_from_its_last_checkpoint(tmp_path, monkeypatch):
+    # s0 stopped part-way (a last.ckpt, no metrics file), s1 never saved (a log folder only).
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "args_train.py"
+    script.write_text(ARGS_TRAIN)
+    stopped = tmp_path / "checkpoints" / "exp" / "softmax-s0"
+    stopped.mkdir(parents=True)
+    (stopped / "last.ckpt").write_bytes(b"ckpt")
+    (tmp_path / "logs" / "exp" / "softmax-s1").mkdir(parents=True)
+    softmax = Variant.from_attention("softmax")
+
+    def run(resume: bool) -> list[dict]:
+        runner = Runner(runs_dir=tmp_path / "m", experiment="exp", train_script=script)
+        runner.resume = resume
+        for path in (tmp_path / "m").glob("*.json"):
+            path.unlink()
+        runner.run_all([(softmax, 0), (softmax, 1)])
+        return [json.loads((tmp_path / "m" / f"softmax-s{s}.json").read_text()) for s in (0, 1)]
+
+    first, second = run(resume=True)
+    assert first["args"]["ckpt_path"] == str(Path("checkpoints/exp/softmax-s0/last.ckpt"))
+    assert (stopped / "last.ckpt").is_file()  # the run continues in its own folder
+    assert "ckpt_path" not in second["args"]  # nothing to continue: started afresh, folder gone
+    assert not (tmp_path / "logs" / "exp" / "softmax-s1").exists()
+    first, _ = run(resume=False)  # without --resume every run starts over
+    assert "ckpt_path" not in first["args"] and not stopped.exists()
