@@ -93,13 +93,27 @@ def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def number_format(value: float, digits: int) -> str:
+    """The format spec of a cell around ``value``: ``digits`` decimals, or 3 significant
+    figures (``.2e``) where those decimals would show a nonzero value as 0 (a converged run's
+    test loss, 4e-6, is not 0.0000)."""
+    return ".2e" if value and abs(value) < 0.5 * 10.0**-digits else f".{digits}f"
+
+
+def format_number(value: float | None, *, scale: float = 1.0, digits: int = 2) -> str:
+    """One value × ``scale`` (``number_format``); ``–`` for None."""
+    return "–" if value is None else f"{value * scale:{number_format(value * scale, digits)}}"
+
+
 def format_mean_std(
     mean: float | None, std: float | None, *, scale: float = 1.0, digits: int = 2
 ) -> str:
-    """``mean ± std`` of values × ``scale`` with ``digits`` decimals; ``–`` without a mean."""
+    """``mean ± std`` of values × ``scale`` with ``digits`` decimals (``number_format`` of the
+    mean); ``–`` without a mean."""
     if mean is None:
         return "–"
-    return f"{mean * scale:.{digits}f} ± {(std or 0.0) * scale:.{digits}f}"
+    spec = number_format(mean * scale, digits)
+    return f"{mean * scale:{spec}} ± {(std or 0.0) * scale:{spec}}"
 
 
 def median_iqr(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
@@ -126,10 +140,12 @@ def format_median_iqr(
     scale: float = 1.0,
     digits: int = 2,
 ) -> str:
-    """``median [q25, q75]`` of values × ``scale`` with ``digits`` decimals; ``–`` without one."""
+    """``median [q25, q75]`` of values × ``scale`` with ``digits`` decimals (``number_format``
+    of the median); ``–`` without one."""
     if median is None or q25 is None or q75 is None:
         return "–"
-    return f"{median * scale:.{digits}f} [{q25 * scale:.{digits}f}, {q75 * scale:.{digits}f}]"
+    spec = number_format(median * scale, digits)
+    return f"{median * scale:{spec}} [{q25 * scale:{spec}}, {q75 * scale:{spec}}]"
 
 
 def summarize(
@@ -265,8 +281,7 @@ def write_tables(
     for r in results:
         cells = [f"`{r.variant}`", str(r.seed), r.status, str(r.global_step or "–")]
         for c in columns:
-            v = r.value(c.key)
-            cells.append("–" if v is None else f"{v * c.scale:.{c.digits}f}")
+            cells.append(format_number(r.value(c.key), scale=c.scale, digits=c.digits))
         cells.append("–" if r.seconds is None else f"{r.seconds:.0f}")
         per_run.append(cells)
     lines = [

@@ -12,7 +12,7 @@ from typing import Any
 
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import column, format_median_iqr
+from attn_lightning.results.tables import column, format_median_iqr, format_number
 from attn_lightning.studies.reversal.summary import METRICS, PAIRED
 
 
@@ -83,8 +83,8 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
     for r in runs:
         cells = [f"`{r.variant}`", str(r.seed), r.status]
         for key in METRICS:
-            value, c = r.value(key), column(key)
-            cells.append("–" if value is None else f"{value * c.scale:.{c.digits}f}")
+            c = column(key)
+            cells.append(format_number(r.value(key), scale=c.scale, digits=c.digits))
         steps, spikes = r.info.get("steps_to_threshold"), r.info.get("spikes")
         cells += [
             "–" if steps is None else str(steps),

@@ -10,7 +10,8 @@ file's ``log_dir``, read by ``results.curves.read_scalars``) gives the run's own
 * ``spikes``: loss spikes flagged (None: no flags logged, or no logs);
 * ``spike_gradients``: one ``dynamics.SpikeGradient`` per spike with a gradient log before it;
 * ``max_grad_norm``: the largest global gradient norm logged;
-* ``val_curve``: every logged ``(step, val/token_acc)``.
+* ``val_curve``: every logged ``(step, val/token_acc)``;
+* ``scalars``: every logged curve (``results.curves.Scalars``), read once for the trajectories.
 
 A run's ``status`` is the report's word for it: ``ok`` (test metrics present), ``no test`` (a
 metrics file without them) or ``unfinished`` (a folder under ``logs/<experiment>/`` without a
@@ -63,6 +64,7 @@ def run_facts(log_dir: Path, threshold: float) -> dict[str, Any]:
     scalars = read_scalars(log_dir)
     spikes = spike_steps(scalars)
     return {
+        "scalars": scalars,
         "steps_to_threshold": steps_to_threshold(scalars, threshold),
         "spikes": None if spikes is None else len(spikes),
         "spike_gradients": spike_gradients(scalars),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.curves import Scalars, read_scalars, series
+from attn_lightning.results.curves import Scalars, series
 from attn_lightning.results.records import RunResult
 from attn_lightning.studies.reversal.dynamics import (
     NORM_TAG,
@@ -172,11 +172,10 @@ def load_traces(
     for run in load_runs(root, experiment, threshold=0.99):
         if variants is not None and run.variant not in variants:
             continue
-        log_dir = root / (run.log_dir or f"logs/{experiment}/{run.variant}-s{run.seed}")
-        if run.status == "unfinished" or not log_dir.is_dir():
+        scalars = run.info.get("scalars")  # absent: unfinished, or no TensorBoard folder
+        if run.status == "unfinished" or scalars is None:
             missing.append(run)
             continue
-        scalars = read_scalars(log_dir)
         traces.append(
             RunTrace(run.variant, run.seed, run.global_step, run.value("test/loss"), scalars)
         )
