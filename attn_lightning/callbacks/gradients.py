@@ -8,6 +8,7 @@ host transfer per logged step).
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -52,6 +53,15 @@ class ParameterGroups:
         other = GROUPS.index("other")
         self.params = [(p, group_of.get(id(p), other)) for p in module.parameters()]
 
+    def global_norm(self) -> Tensor | None:
+        """``‖(‖g_p‖)_p‖₂`` of the current ``.grad`` as a 0-dim float32 tensor on the grads'
+        device (no host transfer); None when no parameter has a gradient."""
+        grads = [p.grad for p, _ in self.params if p.grad is not None]
+        if not grads:
+            return None
+        device = grads[0].device
+        return torch.linalg.vector_norm(torch.stack([_norm(g).to(device) for g in grads]))
+
     def norms(self) -> dict[str, float]:
         """L2 norms of the current ``.grad``: ``global_norm`` and one per group that has grads.
 
@@ -83,13 +93,22 @@ def _norm(grad: Tensor) -> Tensor:
 
 class SpikeRow(NamedTuple):
     """One step's verdict: ``flag`` 1.0 for a spike, ``total`` spikes so far, the step's
-    ``loss`` and ``ratio`` = loss / the median it was compared with (0 before the window fills)."""
+    ``loss`` and ``ratio`` = loss / the median it was compared with (0 before the window fills).
+
+    With gradient norms given to ``update`` (NaN without): ``grad_norm``, the step's own global
+    norm before clipping; ``grad_ratio``, that over the median norm of the previous ``window``
+    steps; ``prior_grad_ratio``, the previous step's norm over the same median: the update that
+    moved the weights to where the loss jumped (NaN for both before the window fills).
+    """
 
     step: int
     flag: float
     total: int
     loss: float
     ratio: float
+    grad_norm: float = math.nan
+    grad_ratio: float = math.nan
+    prior_grad_ratio: float = math.nan
 
 
 class LossSpikeDetector:
@@ -99,7 +118,9 @@ class LossSpikeDetector:
     until ``flush`` moves them to the host in one ``tolist()``. Nothing is flagged until
     ``window`` losses have been seen. The median of an even window is the lower middle value.
     Each row keeps the step's loss and its ratio to the median: at losses near 1e-5 a 3× "spike"
-    is noise, at 0.1 it is an instability, and the flag alone cannot tell them apart.
+    is noise, at 0.1 it is an instability, and the flag alone cannot tell them apart. Given each
+    step's gradient norm, it keeps a window of those too, so a spike's row says whether the
+    gradient of that step and of the step before it stood out (``SpikeRow``).
 
     Args:
         factor: k; a spike is ``loss > k · median``.
@@ -111,20 +132,33 @@ class LossSpikeDetector:
             raise ValueError(f"factor must be > 0 and window >= 1, got {factor} and {window}")
         self.factor = factor
         self.losses: deque[Tensor] = deque(maxlen=window)
-        self.pending: list[tuple[int, Tensor]] = []  # (step, [flag, loss, ratio])
+        self.grad_norms: deque[Tensor] = deque(maxlen=window)
+        self.pending: list[tuple[int, Tensor]] = []  # (step, [flag, loss, ratio, grad...])
         self.count = 0
 
-    def update(self, step: int, loss: Tensor) -> None:
-        """Record the training loss of optimiser step ``step`` (a 0-dim tensor)."""
+    def update(self, step: int, loss: Tensor, grad_norm: Tensor | None = None) -> None:
+        """Record the training loss of optimiser step ``step`` (a 0-dim tensor) and, if known,
+        the global gradient norm of that step (before clipping)."""
         loss = loss.detach().float().reshape(())
+        nan = torch.full((), math.nan, device=loss.device)
         if len(self.losses) == self.losses.maxlen:
             median = torch.stack(list(self.losses)).median()
             flag = (loss > self.factor * median).float()
             ratio = loss / median
         else:
             flag = ratio = torch.zeros((), device=loss.device)
-        self.pending.append((step, torch.stack([flag, loss, ratio])))
+        norm = nan if grad_norm is None else grad_norm.detach().float().reshape(()).to(nan)
+        grad_ratio = prior_ratio = nan
+        if len(self.grad_norms) == self.grad_norms.maxlen:
+            grad_median = torch.stack(list(self.grad_norms)).median()
+            grad_ratio, prior_ratio = norm / grad_median, self.grad_norms[-1] / grad_median
+        row = torch.stack([flag, loss, ratio, norm, grad_ratio, prior_ratio])
+        self.pending.append((step, row))
         self.losses.append(loss)
+        if grad_norm is None:
+            self.grad_norms.clear()  # a window of consecutive steps only
+        else:
+            self.grad_norms.append(norm)
 
     def flush(self) -> list[SpikeRow]:
         """One ``SpikeRow`` per pending step, oldest first."""
@@ -132,9 +166,9 @@ class LossSpikeDetector:
             return []
         values = torch.stack([row for _, row in self.pending]).tolist()
         rows = []
-        for (step, _), (flag, loss, ratio) in zip(self.pending, values, strict=True):
+        for (step, _), (flag, loss, ratio, *grad) in zip(self.pending, values, strict=True):
             self.count += int(flag)
-            rows.append(SpikeRow(step, flag, self.count, loss, ratio))
+            rows.append(SpikeRow(step, flag, self.count, loss, ratio, *grad))
         self.pending.clear()
         return rows
 
@@ -150,7 +184,12 @@ class GradientTracker(Callback):
     * ``train/loss_spike`` (1 or 0) and ``train/loss_spikes`` (running count) at every step,
       written in batches every ``every_n_steps`` steps and at the end of training;
     * at a spike's step only: ``train/loss_at_spike`` (that step's loss) and
-      ``train/loss_spike_ratio`` (its ratio to the running median), the spike's size.
+      ``train/loss_spike_ratio`` (its ratio to the running median), the spike's size; and the
+      gradient there, measured at every step (one global norm, kept on the device, so a spike
+      between two ``grad/`` logs still has its own): ``grad/norm_at_spike`` (that step's global
+      norm before clipping), ``grad/norm_at_spike_ratio`` (over the median norm of the
+      ``spike_window`` steps before) and ``grad/norm_before_spike_ratio`` (the previous step's
+      norm over the same median: the update into the spike).
 
     The loss watched is the training step's ``measured_loss`` output when it has one (a loss
     measured more exactly than the one trained on), else its ``loss``.
@@ -181,6 +220,7 @@ class GradientTracker(Callback):
         self._last_logged = -1
         self._step = 0
         self._step_loss: Tensor | None = None
+        self._step_grad_norm: Tensor | None = None
 
     def _active(self, trainer: pl.Trainer) -> bool:
         return self.every_n_steps > 0 and trainer.is_global_zero and bool(trainer.loggers)
@@ -189,18 +229,22 @@ class GradientTracker(Callback):
         # After the strategy has wrapped and moved the model: these are the parameters it steps.
         self._groups = ParameterGroups(pl_module)
         self._step = trainer.global_step
-        window = self.spikes.losses  # a resumed run's window comes from the CPU checkpoint
-        window.extend([window.popleft().to(pl_module.device) for _ in range(len(window))])
+        # A resumed run's windows come from the CPU checkpoint.
+        for window in (self.spikes.losses, self.spikes.grad_norms):
+            window.extend([window.popleft().to(pl_module.device) for _ in range(len(window))])
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
     ) -> None:
         step = trainer.global_step
-        # Several optimisers step at the same global step: log the first one's grads only.
-        if not self._active(trainer) or step % self.every_n_steps or step == self._last_logged:
+        # Several optimisers step at the same global step: the first one's grads only.
+        if not self._active(trainer) or step == self._last_logged:
             return
         self._last_logged = step
         groups = self._groups or ParameterGroups(pl_module)
+        self._step_grad_norm = groups.global_norm()  # for the spike detector, every step
+        if step % self.every_n_steps:
+            return
         norms = groups.norms()
         if norms:
             _log(trainer, {f"grad/{name}": value for name, value in norms.items()}, step)
@@ -230,8 +274,8 @@ class GradientTracker(Callback):
         if trainer.global_step == self._step:  # accumulating: no optimiser step yet
             return
         if self._step_loss is not None:
-            self.spikes.update(self._step, self._step_loss)
-        self._step, self._step_loss = trainer.global_step, None
+            self.spikes.update(self._step, self._step_loss, self._step_grad_norm)
+        self._step, self._step_loss, self._step_grad_norm = trainer.global_step, None, None
         if len(self.spikes.pending) >= self.every_n_steps:
             self._flush(trainer)
 
@@ -244,6 +288,12 @@ class GradientTracker(Callback):
             metrics = {"train/loss_spike": row.flag, "train/loss_spikes": float(row.total)}
             if row.flag:
                 metrics |= {"train/loss_at_spike": row.loss, "train/loss_spike_ratio": row.ratio}
+                gradient = {
+                    "grad/norm_at_spike": row.grad_norm,
+                    "grad/norm_at_spike_ratio": row.grad_ratio,
+                    "grad/norm_before_spike_ratio": row.prior_grad_ratio,
+                }
+                metrics |= {k: v for k, v in gradient.items() if not math.isnan(v)}
                 log.debug("loss spike at step %d (%d so far)", row.step, row.total)
             _log(trainer, metrics, row.step)
 
@@ -252,12 +302,21 @@ class GradientTracker(Callback):
         pending = self.spikes.pending
         flagged = int(torch.stack([r[0] for _, r in pending]).sum().item()) if pending else 0
         window = [float(loss) for loss in self.spikes.losses]
-        return {"loss_spikes": self.spikes.count + flagged, "loss_window": window}
+        norms = [float(norm) for norm in self.spikes.grad_norms]
+        return {
+            "loss_spikes": self.spikes.count + flagged,
+            "loss_window": window,
+            "grad_norm_window": norms,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.spikes.count = int(state_dict.get("loss_spikes", 0))
-        self.spikes.losses.clear()
-        self.spikes.losses.extend(torch.tensor(v) for v in state_dict.get("loss_window", []))
+        for window, key in (
+            (self.spikes.losses, "loss_window"),
+            (self.spikes.grad_norms, "grad_norm_window"),
+        ):
+            window.clear()
+            window.extend(torch.tensor(v) for v in state_dict.get(key, []))
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

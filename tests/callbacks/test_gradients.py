@@ -92,6 +92,56 @@ def test_spike_detector_flags_a_known_step_once_the_window_is_full():
     assert detector.flush() == []
 
 
+def test_spike_rows_carry_the_gradient_of_the_step_and_of_the_one_before():
+    detector = LossSpikeDetector(factor=3.0, window=2)
+    losses = [1.0, 1.0, 1.0, 5.0, 1.0]
+    norms = [2.0, 4.0, 8.0, 30.0, None]  # no gradient known at step 4
+    for step, (loss, norm) in enumerate(zip(losses, norms, strict=True)):
+        detector.update(step, torch.tensor(loss), None if norm is None else torch.tensor(norm))
+    rows = detector.flush()
+    assert [r.step for r in rows if r.flag] == [3]
+    spike = rows[3]
+    # Median of the two norms before (lower middle: 4), the step's own 30 and the previous 8.
+    assert (spike.grad_norm, spike.grad_ratio, spike.prior_grad_ratio) == (30.0, 7.5, 2.0)
+    assert math.isnan(rows[0].grad_ratio) and math.isnan(rows[1].grad_ratio)  # window filling
+    assert rows[2].grad_ratio == pytest.approx(8.0 / 2.0)
+    # A step without a norm: NaN for its own, the previous step's still known (30 / 8); the
+    # window then restarts (consecutive steps only).
+    assert math.isnan(rows[4].grad_norm) and math.isnan(rows[4].grad_ratio)
+    assert rows[4].prior_grad_ratio == pytest.approx(30.0 / 8.0)
+    detector.update(5, torch.tensor(1.0), torch.tensor(3.0))
+    assert math.isnan(detector.flush()[0].grad_ratio)
+
+
+def test_a_resumed_tracker_continues_both_windows_and_the_count():
+    def feed(tracker, steps):
+        for step in steps:
+            loss = 10.0 if step in (3, 7) else 1.0
+            tracker.spikes.update(step, torch.tensor(loss), torch.tensor(1.0 + step))
+        return tracker.spikes.flush()
+
+    whole = GradientTracker(spike_window=2)
+    reference = feed(whole, range(10))
+    first = GradientTracker(spike_window=2)
+    feed(first, range(5))
+    resumed = GradientTracker(spike_window=2)
+    resumed.load_state_dict(first.state_dict())
+    assert [tuple(r) for r in feed(resumed, range(5, 10))] == [tuple(r) for r in reference[5:]]
+    assert resumed.spikes.count == whole.spikes.count == 2
+
+
+def test_global_norm_stays_on_the_device_and_matches_the_logged_one():
+    torch.manual_seed(0)
+    model = Tiny()
+    groups = ParameterGroups(model)
+    assert groups.global_norm() is None
+    for param in model.parameters():
+        param.grad = torch.randn_like(param)
+    norm = groups.global_norm()
+    assert isinstance(norm, torch.Tensor) and norm.dim() == 0
+    assert float(norm) == pytest.approx(groups.norms()["global_norm"], rel=1e-6)
+
+
 def test_invalid_settings_are_refused():
     with pytest.raises(ValueError, match="every_n_steps"):
         GradientTracker(every_n_steps=-1)
@@ -128,6 +178,7 @@ def test_fit_logs_each_spike_with_its_loss_and_ratio(fit_run, accumulate):
     scalars = fit_run(
         "--gradient_tracker.spike_window=1",
         "--gradient_tracker.spike_factor=1e-9",
+        "--gradient_tracker.every_n_steps=1",
         f"--trainer.accumulate_grad_batches={accumulate}",
     )
     losses = dict(scalars["train/loss_step"])
@@ -141,6 +192,15 @@ def test_fit_logs_each_spike_with_its_loss_and_ratio(fit_run, accumulate):
     if accumulate == 1:
         for step, ratio in scalars["train/loss_spike_ratio"]:
             assert ratio == pytest.approx(losses[step] / losses[step - 1], rel=1e-5)
+    # The gradient at each spike: that step's global norm (logged every step here), over the
+    # previous step's (the window of 1), and the previous step's over itself.
+    norms = dict(scalars["grad/global_norm"])
+    assert [s for s, _ in scalars["grad/norm_at_spike"]] == [1, 2, 3, 4]
+    for step, norm in scalars["grad/norm_at_spike"]:
+        assert norm == pytest.approx(norms[step], rel=1e-6)
+    for step, ratio in scalars["grad/norm_at_spike_ratio"]:
+        assert ratio == pytest.approx(norms[step] / norms[step - 1], rel=1e-5)
+    assert [r for _, r in scalars["grad/norm_before_spike_ratio"]] == pytest.approx([1.0] * 4)
 
 
 def test_fit_with_every_n_steps_zero_logs_nothing(fit_run):

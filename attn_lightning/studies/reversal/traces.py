@@ -31,6 +31,13 @@ from attn_lightning.studies.runner import run_label
 LOSS_TAG = "train/loss"
 SPIKE_LOSS_TAG = "train/loss_at_spike"
 SPIKE_RATIO_TAG = "train/loss_spike_ratio"
+# GradientTracker's gradient at the spike's own step, measured every step (absent from runs
+# logged before it): the norm, its ratio to the median of the steps before, the previous step's.
+SPIKE_GRAD_TAGS = {
+    "grad_at_spike": "grad/norm_at_spike",
+    "grad_at_spike_over_median": "grad/norm_at_spike_ratio",
+    "grad_before_spike_over_median": "grad/norm_before_spike_ratio",
+}
 RECENT = 200  # steps of gradient logs a spike's gradient is compared with (10 logs at 20)
 COEFFICIENT = re.compile(r"^attention/(?P<layer>.+)/(?P<key>a\d+)$")
 
@@ -91,6 +98,7 @@ def spike_rows(trace: RunTrace) -> list[dict[str, Any]]:
     losses = dict(series(trace.scalars, SPIKE_LOSS_TAG))
     ratios = dict(series(trace.scalars, SPIKE_RATIO_TAG))
     gradients = {g.spike_step: g for g in spike_gradients(trace.scalars)}
+    at_spike = {key: dict(series(trace.scalars, tag)) for key, tag in SPIKE_GRAD_TAGS.items()}
     rows = []
     for step in spike_steps(trace.scalars) or []:
         grad = gradients.get(step)
@@ -107,6 +115,7 @@ def spike_rows(trace: RunTrace) -> list[dict[str, Any]]:
                 "grad_norm_over_recent": None if grad is None else _over_recent(norms, grad),
                 "top_group": None if grad is None else grad.group,
                 "top_group_over_median": None if grad is None else grad.group_ratio,
+                **{key: values.get(step) for key, values in at_spike.items()},
             }
         )
     return rows

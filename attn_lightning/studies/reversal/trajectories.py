@@ -12,7 +12,9 @@ TensorBoard folder for how it got there, and writes, through ``results``:
   (``train/loss_at_spike``, ``train/loss_spike_ratio``; absent from runs logged before the
   tracker wrote them), and the global gradient norm logged at or last before it (every 20
   steps), with its ratio to the run's median norm, to the median of the norms logged in the
-  ``RECENT`` steps before it, and the parameter group that stood out;
+  ``RECENT`` steps before it, and the parameter group that stood out; and, from runs whose
+  tracker measured the norm at every step, the norm at the spike's own step, its ratio to the
+  median of the 50 steps before, and the previous step's ratio (``grad/norm_at_spike*``);
 * ``<out>_coefficients.csv``: every learned coefficient ``attention/<layer>/a<i>`` (the
   ``attention_diagnostics`` callback, every 50 steps) at the first log of each ``every`` steps
   and at the last, per run (not written when no run has one);
@@ -36,6 +38,7 @@ from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.studies.reversal.traces import (
     LOSS_TAG,
     RECENT,
+    SPIKE_GRAD_TAGS,
     RunTrace,
     coefficient_rows,
     coefficient_series,
@@ -240,6 +243,7 @@ def write_trajectories(
                 [
                     *("variant", "seed", "step", "loss", "× median"),
                     *("grad norm (step)", f"× median of the {RECENT} steps before"),
+                    *("grad norm at the spike", "× median", "step before × median"),
                 ],
                 (
                     [
@@ -252,6 +256,9 @@ def write_trajectories(
                         if r["grad_norm"] is None
                         else f"{r['grad_norm']:.2e} ({r['grad_step']})",
                         _fmt(r["grad_norm_over_recent"], ".1f"),
+                        _fmt(r["grad_at_spike"], ".2e"),
+                        _fmt(r["grad_at_spike_over_median"], ".1f"),
+                        _fmt(r["grad_before_spike_over_median"], ".1f"),
                     ]
                     for r in shown
                 ),
@@ -282,6 +289,7 @@ _SPIKE_FIELDS = (
     "grad_norm_over_recent",
     "top_group",
     "top_group_over_median",
+    *SPIKE_GRAD_TAGS,
 )
 
 

@@ -23,6 +23,10 @@ def _learned_scalars(seed: int) -> dict:
     scalars["train/loss_step"] = [(s, 1.0 if s < 100 else 0.01) for s in range(19, 200, 20)]
     scalars["train/loss_at_spike"] = [(130, 0.2)]
     scalars["train/loss_spike_ratio"] = [(130, 5.0)]
+    if seed == 0:  # the gradient measured at the spike's own step (seed 1: an older log)
+        scalars["grad/norm_at_spike"] = [(130, 3.0)]
+        scalars["grad/norm_at_spike_ratio"] = [(130, 30.0)]
+        scalars["grad/norm_before_spike_ratio"] = [(130, 2.0)]
     for layer in ("net.decoder.layers.0.attn", "net.decoder.layers.1.attn"):
         scalars[f"attention/{layer}/a0"] = [(s, 1.0 + 0.1 * (s // 50)) for s in range(0, 200, 50)]
         scalars[f"attention/{layer}/a4"] = [(s, 0.04 + seed) for s in range(0, 200, 50)]
@@ -81,6 +85,9 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     assert (spike["grad_step"], float(spike["grad_norm"])) == ("120", 10.0)
     # Against the norms logged in the 200 steps before (all 1.0): 10×.
     assert float(spike["grad_norm_over_recent"]) == pytest.approx(10.0)
+    at_spike = ("grad_at_spike", "grad_at_spike_over_median", "grad_before_spike_over_median")
+    assert [spike[k] for k in at_spike] == ["3", "30", "2"]
+    assert [spikes[1][k] for k in at_spike] == ["", "", ""]  # not logged: empty, not zero
 
     meta, coefficients = read_csv(tmp_path / "traces_coefficients.csv")
     assert meta["command"].startswith("python -m attn_lightning.studies.reversal trajectories")
@@ -90,6 +97,7 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     assert [int(r["step"]) for r in a0 if r["layer"].endswith("0.attn")] == [0, 100, 150]
 
     page = (tmp_path / "traces.md").read_text()
+    assert "| 130 | 2.00e-01 | 5.0 | 1.00e+01 (120) | 10.0 | 3.00e+00 | 30.0 | 2.0 |" in page
     assert "`softmax` s1" in page  # the unfinished run is named
     # a4 is 0.04 (seed 0) and 1.04 (seed 1): median [min, max] over the two seeds.
     assert "| a4 | 2 | 0.540 [0.040, 1.040] | 0.540 [0.040, 1.040] |" in page
