@@ -11,8 +11,13 @@ LayerNorm scale γ of q' and k' beside it (``qk_norm.weight``): its L2 norm, sma
 entry, and the norm it started from (``init_scale`` · √D; D^{-1/4} · √D = D^{1/4} for the learned
 polynomials, whose LN starts at D^{-1/4}). The coefficients alone miss what the layer learns
 through γ: scaling q' and k' by c scales the similarity d = q'ᵀk' by c², which sharpens the
-kernel as a larger temperature would. The run's name is the checkpoint's folder (a study's
-``<variant>-s<seed>``), so per-seed tables come straight from the CSV.
+kernel as a larger temperature would. So each row also gives ``c = (‖γ‖ / ‖γ₀‖)²`` and the
+**coefficients at γ's starting scale**, ``b_i = a_i · c^i``: the polynomial that gives the same
+kernel on q', k' normalised as at initialisation — what a parametrisation without a learnable
+scale (the thesis's) would have to learn. Exact when γ is a multiple of its start (every entry
+scaled alike; ``γ min … max`` shows how far from that), an average scale otherwise. The run's
+name is the checkpoint's folder (a study's ``<variant>-s<seed>``), so per-seed tables come
+straight from the CSV.
 
 Writes ``<out>/<tag>.csv`` (one row per layer and checkpoint), ``<out>/<tag>_ranges.csv`` (per
 variant and layer, the min – max over its runs) and ``<out>/<tag>.md`` with both.
@@ -87,6 +92,11 @@ def learned_rows(path: Path) -> list[dict[str, Any]]:
                 gamma_max=g.max().item(),
                 gamma_norm_init=dim**-0.25 * math.sqrt(dim),
             )
+            c = (row["gamma_norm"] / row["gamma_norm_init"]) ** 2
+            row["scale_c"] = c
+            for i in range(DEGREE + 1):
+                a_i = row[f"a{i}"]
+                row[f"b{i}"] = None if a_i is None else a_i * c**i
         rows.append(row)
     if not rows:
         sample = ", ".join(list(state)[:5]) or "none"
@@ -123,11 +133,14 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             *(_cell(r[f"a{i}"]) for i in range(DEGREE + 1)),
             f"{_cell(r.get('gamma_norm'), 3)} ({_cell(r.get('gamma_norm_init'), 3)})",
             f"{_cell(r.get('gamma_min'), 3)} … {_cell(r.get('gamma_max'), 3)}",
+            _cell(r.get("scale_c"), 3),
+            *(_cell(r.get(f"b{i}")) for i in range(DEGREE + 1)),
         ]
         for r in rows
     ]
     header = ["run", "layer", "form", *(f"a{i}" for i in range(DEGREE + 1))]
-    return report.markdown_table([*header, "‖γ‖ (at start)", "γ min … max"], body)
+    header += ["‖γ‖ (at start)", "γ min … max", "c", *(f"b{i}" for i in range(DEGREE + 1))]
+    return report.markdown_table(header, body)
 
 
 def ranges(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -140,7 +153,8 @@ def ranges(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for (variant, layer, form), members in groups.items():
         entry: dict[str, Any] = {"variant": variant, "layer": layer, "form": form}
         entry["runs"] = len(members)
-        for key in [*(f"a{i}" for i in range(DEGREE + 1)), "gamma_norm"]:
+        keys = [f"{k}{i}" for k in "ab" for i in range(DEGREE + 1)]
+        for key in [*keys, "gamma_norm", "scale_c"]:
             values = [m[key] for m in members if m.get(key) is not None]
             entry[key] = f"{min(values):.3g} – {max(values):.3g}" if values else "–"
         out.append(entry)
@@ -153,8 +167,9 @@ def run(args: argparse.Namespace) -> str:
     meta = report.environment(torch.device("cpu"), command=args.command_line)
     spread = ranges(rows)
     text = (
-        "## learned coefficients a = softplus(logits) (1/i! at initialisation) and the q'/k' "
-        "LayerNorm scale γ\n\n" + table(rows) + "\n\n## range over runs (min – max), per "
+        "## learned coefficients a = softplus(logits) (1/i! at initialisation), the q'/k' "
+        "LayerNorm scale γ, c = (‖γ‖/‖γ₀‖)² and b_i = a_i c^i, the coefficients at γ's "
+        "starting scale\n\n" + table(rows) + "\n\n## range over runs (min – max), per "
         "variant and layer; ‖γ‖ starts at D^{1/4}\n\n" + files.markdown_records(spread)
     )
     tag = args.tag or "learned_kernels"

@@ -13,6 +13,7 @@ from torch import nn
 from attn_lightning.attention.polynomial import PolynomialAttention
 from attn_lightning.attention.polysketch import PolySketchAttention
 from attn_lightning.benchmarks.cli import main
+from attn_lightning.benchmarks.learned_kernels import learned_rows
 from attn_lightning.results.files import read_csv
 
 
@@ -48,10 +49,34 @@ def test_reads_every_layers_coefficients_and_gamma_norm(tmp_path, capsys):
     assert float(exact["gamma_norm_init"]) == pytest.approx(2.0)
     assert float(exact["gamma_norm"]) == pytest.approx(3.0)
     assert float(exact["gamma_min"]) == pytest.approx(0.75)
+    # γ × 1.5 scales q'ᵀk' by c = 2.25: b_i = a_i c^i is the same kernel at γ's start.
+    assert float(exact["scale_c"]) == pytest.approx(2.25)
+    got_b = [float(exact[f"b{i}"]) for i in range(5)]
+    assert got_b == pytest.approx([a * 2.25**i for i, a in enumerate(got)], rel=1e-5)
+    assert sketch["b1"] == "" and float(sketch["b4"]) == pytest.approx(1 / 24, rel=1e-5)
     assert sketch["form"] == "linear-time, even" and sketch["a1"] == sketch["a3"] == ""
     assert float(sketch["a4"]) == pytest.approx(1 / 24, rel=1e-5)
     assert float(sketch["gamma_norm"]) == pytest.approx(2.0)
     assert "| poly-s3 | exact | exact | 1 | 1 | 0.25 |" in capsys.readouterr().out
+
+
+def test_the_effective_coefficients_give_the_same_scores(tmp_path):
+    # Σ a_i d^i on the γ-scaled inputs equals Σ b_i d₀^i on the inputs at γ's start.
+    torch.manual_seed(0)
+    model = Model().double()
+    with torch.no_grad():
+        model.exact.qk_norm.weight.mul_(1.3)
+        model.exact.coefficient_logits.add_(torch.randn(5, dtype=torch.float64) * 0.3)
+    row = learned_rows(_save(tmp_path, model))[0]  # full precision (the CSV rounds)
+    b = [row[f"b{i}"] for i in range(5)]
+    q, k = torch.randn(2, 6, 16, dtype=torch.float64).unbind(0)
+    exact = model.exact
+    with torch.no_grad():
+        scores = exact.kernel(exact.normalize_inputs(q) @ exact.normalize_inputs(k).T)
+        exact.qk_norm.weight.div_(1.3)  # back to the start
+        dot0 = exact.normalize_inputs(q) @ exact.normalize_inputs(k).T
+    expected = sum(b_i * dot0**i for i, b_i in enumerate(b)).clamp_min(0)
+    torch.testing.assert_close(scores, expected, rtol=1e-5, atol=1e-8)
 
 
 def test_a_checkpoint_without_learned_coefficients_is_a_usage_error(tmp_path, capsys):
