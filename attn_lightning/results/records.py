@@ -17,12 +17,15 @@ from attn_lightning.results.files import read_csv
 # A run a study asked for but neither trained nor found (``--skip-runs`` without its metrics
 # file): not a failure, so tables leave it out of every count and name it apart.
 NOT_RUN = "not run"
+# A run stopped part-way by Ctrl-C or SIGTERM after saving its ``last.ckpt`` (train.py exits 130
+# or 143): not a failure either; ``--resume`` continues it.
+STOPPED = "stopped"
 
 
 @dataclass
 class RunResult:
-    """One (variant, seed) run: ``status`` is ``ok``, ``crashed``, ``timeout``, ``dry-run`` or
-    ``NOT_RUN``."""
+    """One (variant, seed) run: ``status`` is ``ok``, ``crashed``, ``timeout``, ``dry-run``,
+    ``NOT_RUN`` or ``STOPPED``."""
 
     variant: str
     seed: int

@@ -19,7 +19,7 @@ from typing import Any
 
 from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table, write_csv
-from attn_lightning.results.records import NOT_RUN, RunResult
+from attn_lightning.results.records import NOT_RUN, STOPPED, RunResult
 
 
 @dataclass(frozen=True)
@@ -222,14 +222,19 @@ def write_tables(
     Returns:
         The summary rows (also in ``<out>.csv``).
     """
-    absent = [r for r in results if r.status == NOT_RUN]
-    if absent:  # asked for, never trained: named under the table, counted nowhere
+    # Asked for but never trained, or stopped part-way: named under the table, counted nowhere.
+    for status, why in (
+        (NOT_RUN, "Not run yet (no metrics file; built with `--skip-runs`)"),
+        (STOPPED, "Stopped part-way after saving `last.ckpt` (`--resume` continues them)"),
+    ):
         seeds: dict[str, list[int]] = {}
-        for r in absent:
-            seeds.setdefault(r.variant, []).append(r.seed)
-        listed = "; ".join(f"`{v}` seeds {' '.join(map(str, s))}" for v, s in seeds.items())
-        notes = [*notes, f"Not run yet (no metrics file; built with `--skip-runs`): {listed}."]
-        results = [r for r in results if r.status != NOT_RUN]
+        for r in results:
+            if r.status == status:
+                seeds.setdefault(r.variant, []).append(r.seed)
+        if seeds:
+            listed = "; ".join(f"`{v}` seeds {' '.join(map(str, s))}" for v, s in seeds.items())
+            notes = [*notes, f"{why}: {listed}."]
+    results = [r for r in results if r.status not in (NOT_RUN, STOPPED)]
     keys = list(metrics) if metrics is not None else default_metrics(results)
     if convergence is not None and convergence.metric not in keys:
         keys.append(convergence.metric)

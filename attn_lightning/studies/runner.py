@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_lightning.attention import parse_attention_spec
-from attn_lightning.results.records import NOT_RUN, RunResult
+from attn_lightning.results.records import NOT_RUN, STOPPED, RunResult
 
 if TYPE_CHECKING:
     from attn_lightning.cli import AttnLightningCLI
@@ -41,6 +41,9 @@ ROOT = CONFIGS.parent  # the checkout, as the LoRA study still spells it
 
 
 SEED = "{seed}"
+# train.py's exits after Ctrl-C / SIGTERM (128 + the signal, ``cli.entry``) and the signals
+# themselves (killed before its handler): the run stopped, and --resume continues it.
+STOP_CODES = (130, 143, -2, -15)
 
 
 def run_label(spec: str) -> str:
@@ -252,6 +255,9 @@ class Runner:
             except subprocess.TimeoutExpired:
                 log.warning("run %s timed out after %s s", label, self.timeout)
                 return "timeout"
+            if proc.returncode in STOP_CODES:
+                log.warning("run %s stopped by a signal (exit %d)", label, proc.returncode)
+                return STOPPED
             if proc.returncode:
                 output.seek(0)
                 tail = output.read()[-3000:]

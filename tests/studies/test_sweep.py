@@ -41,7 +41,9 @@ args = dict(a[2:].split("=", 1) for a in sys.argv[2:] if a.startswith("--") and 
 name = json.loads(args["model.init_args.attention"])["name"]
 if name == "crash":
     sys.exit("crash: bad option")
-acc = {"good": 1.0, "flaky": 0.9 + 0.1 * (args["seed_everything"] == "0")}[name]
+if name == "stop" and args["seed_everything"] == "1":
+    sys.exit(143)  # train.py after a SIGTERM: last.ckpt saved, resumable
+acc = {"good": 1.0, "stop": 1.0, "flaky": 0.9 + 0.1 * (args["seed_everything"] == "0")}[name]
 record = {"global_step": 7, "metrics": {}, "test": {"test/token_acc": acc, "test/exact_acc": acc}}
 open(args["metrics_file"], "w").write(json.dumps(record))
 """
@@ -61,6 +63,7 @@ def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch, caplog
             "good",
             "flaky",
             "crash",
+            "stop",
             "--seeds",
             "0",
             "1",
@@ -74,14 +77,21 @@ def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch, caplog
             str(out),
         ]
     )
-    assert [r.status for r in results] == ["ok"] * 4 + ["crashed"] * 2
+    assert [r.status for r in results] == ["ok"] * 4 + ["crashed"] * 2 + ["ok", "stopped"]
     with (tmp_path / "fake.csv").open() as f:
         rows = {row["backend"]: row for row in csv.DictReader(f)}
     assert rows["good"]["not_converged"] == "0"
     assert rows["flaky"]["not_converged"] == "1"
     assert float(rows["flaky"]["test/token_acc_mean"]) == pytest.approx(0.95)
     assert rows["crash"]["crashed"] == "2"
-    assert "| `crash` | 2 | 0 | 2 |" in (tmp_path / "fake.md").read_text()
+    page = (tmp_path / "fake.md").read_text()
+    assert "| `crash` | 2 | 0 | 2 |" in page
+    # A stopped run is no failure: left out of the counts, named under the table.
+    assert rows["stop"]["runs"] == "1" and rows["stop"]["crashed"] == "0"
+    assert (
+        "Stopped part-way after saving `last.ckpt` (`--resume` continues them): `stop` seeds 1."
+        in page
+    )
     # The run's output (a file, not a pipe, so a stopped study cannot kill a finishing run)
     # still reaches the log of a failed run.
     assert "crash: bad option" in caplog.text
