@@ -26,7 +26,7 @@ from typing import Any
 from scipy import stats
 
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import column
+from attn_lightning.results.tables import column, number_format
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,17 @@ class PairedDelta:
 
     def format(self, *, scale: float = 1.0, digits: int = 4) -> str:
         """``+0.0012 [-0.0003, +0.0027] (n=5)``; a single pair has no interval."""
-        body = f"{self.mean * scale:+.{digits}f}"
-        if self.n > 1:
-            body += f" [{self.low * scale:+.{digits}f}, {self.high * scale:+.{digits}f}]"
-        return f"{body} (n={self.n})"
+        return f"{_signed(self.mean, self.low, self.high, scale, digits, self.n)} (n={self.n})"
+
+
+def _signed(mean: float, low: float, high: float, scale: float, digits: int, n: int) -> str:
+    """``+m [+l, +h]`` (no interval for n = 1) with ``digits`` decimals, or 3 significant
+    figures when the largest of them would show as 0 at those decimals (``number_format``)."""
+    spec = "+" + number_format(max(abs(mean), abs(low), abs(high)) * scale, digits)
+    body = f"{mean * scale:{spec}}"
+    if n > 1:
+        body += f" [{low * scale:{spec}}, {high * scale:{spec}}]"
+    return body
 
 
 def paired_delta(
@@ -104,14 +111,14 @@ class SeedDeltas:
 
     def format(self, *, scale: float = 1.0, digits: int = 2) -> str:
         """``−51.41 [−96.48, −5.47] (n=5: 1+ 4− 0=)``; one seed has no interval."""
-        body = f"{self.mean * scale:+.{digits}f}"
-        if self.n > 1:
-            body += f" [{self.low * scale:+.{digits}f}, {self.high * scale:+.{digits}f}]"
+        body = _signed(self.mean, self.low, self.high, scale, digits, self.n)
         return f"{body} (n={self.n}: {self.positive}+ {self.negative}− {self.zero}=)"
 
     def per_seed(self, *, scale: float = 1.0, digits: int = 2) -> str:
-        """``s0 −46.88, s1 +3.12, ...``: every seed's Δ."""
-        return ", ".join(f"s{s} {d * scale:+.{digits}f}" for s, d in self.deltas.items())
+        """``s0 −46.88, s1 +3.12, ...``: every seed's Δ (``number_format`` of the largest)."""
+        largest = max((abs(d) for d in self.deltas.values()), default=0.0)
+        spec = "+" + number_format(largest * scale, digits)
+        return ", ".join(f"s{s} {d * scale:{spec}}" for s, d in self.deltas.items())
 
 
 def seed_deltas(
