@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from attn_lightning.results.paired import paired_delta
+from attn_lightning.results.paired import paired_delta, seed_deltas
 
 
 def test_interval_matches_a_hand_t_interval():
@@ -46,3 +46,10 @@ def test_seed_deltas_count_signs_and_stay_within_the_observed_range():
     assert seed_deltas({0: 1.0}, {1: 1.0}) is None
     one = seed_deltas({0: 0.5}, {0: 0.25})
     assert one is not None and one.format() == "+0.25 (n=1: 1+ 0− 0=)"
+
+
+def test_deltas_below_the_shown_decimals_get_significant_figures():
+    tiny = seed_deltas({0: 2e-8, 1: 3e-8}, {0: 5e-8, 1: 4e-8})
+    assert tiny.format(digits=5).startswith("-2.00e-08 [")
+    assert tiny.per_seed(digits=5) == "s0 -3.00e-08, s1 -1.00e-08"
+    assert seed_deltas({0: 1.0}, {0: 0.5}).format(digits=2) == "+0.50 (n=1: 1+ 0− 0=)"

@@ -13,6 +13,7 @@ from attn_lightning.results.tables import (
     default_metrics,
     format_mean_std,
     format_median_iqr,
+    format_number,
     mean_std,
     median_iqr,
     write_tables,
@@ -153,3 +154,13 @@ def test_runs_csv_reads_back_as_the_runs_it_was_written_from(tmp_path):
     assert (back[1].status, back[1].metrics, back[1].seconds) == ("crashed", {}, None)
     with pytest.raises(FileNotFoundError, match=r"absent_runs\.csv"):
         read_runs_csv(tmp_path / "absent_runs.csv")
+
+
+def test_a_value_its_decimals_would_show_as_zero_gets_significant_figures():
+    # A converged run's loss at 4 decimals was "0.0000": nonzero values keep 3 figures.
+    assert format_number(4.2e-6, digits=4) == "4.20e-06"
+    assert format_number(0.0, digits=4) == "0.0000" and format_number(None) == "–"
+    assert format_number(0.5, scale=100, digits=2) == "50.00"
+    assert format_median_iqr(1e-9, 8.6e-10, 4.8e-7, digits=4) == "1.00e-09 [8.60e-10, 4.80e-07]"
+    assert format_median_iqr(0.25, 1e-9, 0.5, digits=2) == "0.25 [0.00, 0.50]"  # by the median
+    assert format_mean_std(3e-8, 1e-8, digits=4) == "3.00e-08 ± 1.00e-08"
