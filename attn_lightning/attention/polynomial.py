@@ -125,10 +125,13 @@ class PolynomialAttention(Attention):
         return F.one_hot(torch.tensor(self.degree), self.degree + 1).float()
 
     def diagnostics(self) -> dict[str, float]:
-        """``a_i`` of the learned polynomial, for the training logs."""
+        """``a_i`` of the learned polynomial and ``c``, the growth of ⟨q', k'⟩ through the LN
+        scale (``QKNorm.scale_growth``), for the training logs."""
         if self.coefficient_logits is None:
             return {}
-        return {f"a{i}": a for i, a in enumerate(self.coefficients.detach().tolist())}
+        values = {f"a{i}": a for i, a in enumerate(self.coefficients.detach().tolist())}
+        c = self.qk_norm.scale_growth()
+        return values if c is None else values | {"c": c}
 
     def kernel(self, dot: Tensor) -> Tensor:
         """The similarity as a function of ``d = ⟨q', k'⟩`` (any shape): ``d^p``, or

@@ -187,10 +187,13 @@ class PolySketchAttention(FeatureMapAttention):
         return torch.cat(parts, dim=-1)
 
     def diagnostics(self) -> dict[str, float]:
-        """``a_i`` of the learned even polynomial, for the training logs."""
+        """``a_i`` of the learned even polynomial and ``c`` (``QKNorm.scale_growth``), for the
+        training logs."""
         if self.even_coefficient_logits is None:
             return {}
-        return {f"a{2 * i}": a for i, a in enumerate(self.coefficients.detach().tolist())}
+        values = {f"a{2 * i}": a for i, a in enumerate(self.coefficients.detach().tolist())}
+        c = None if self.qk_norm is None else self.qk_norm.scale_growth()
+        return values if c is None else values | {"c": c}
 
     # ------------------------------------------------------------------ kernel form
     def score_widths(self) -> tuple[int, ...]:

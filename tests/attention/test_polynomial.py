@@ -122,6 +122,19 @@ def test_learned_coefficients_start_at_inverse_factorials():
     assert "coefficient_logits" not in plain.state_dict()
 
 
+def test_logs_the_coefficients_and_the_growth_of_the_ln_scale():
+    attn = build_attention("polynomial", head_dim=D, degree=2, learned_coefficients=True)
+    assert attn.diagnostics() == pytest.approx({"a0": 1.0, "a1": 1.0, "a2": 0.5, "c": 1.0})
+    with torch.no_grad():
+        attn.qk_norm.weight.mul_(2.0)  # γ × 2 multiplies ⟨q', k'⟩ by 4
+    assert attn.diagnostics()["c"] == pytest.approx(4.0)
+    unnormalised = build_attention(
+        "polynomial", head_dim=D, degree=2, learned_coefficients=True, normalize=False
+    )
+    assert "c" not in unnormalised.diagnostics()  # no learnable scale
+    assert build_attention("polynomial", head_dim=D).diagnostics() == {}
+
+
 def test_float32_and_half_precision_compute_in_float32():
     attn = build_attention("polynomial", head_dim=D)
     q, k, v = qkv(6, 6, seed=3, dtype=torch.float32)

@@ -129,7 +129,10 @@ def test_learned_even_coefficients_start_at_inverse_factorials_and_are_logged():
     attn = build_attention("polysketch", head_dim=D, sketch_size=4, learned_coefficients=True)
     torch.testing.assert_close(attn.coefficients.detach(), torch.tensor([1.0, 0.5, 1 / 24]))
     assert attn.normalizer_offset == 0.0
-    assert attn.diagnostics() == pytest.approx({"a0": 1.0, "a2": 0.5, "a4": 1 / 24})
+    assert attn.diagnostics() == pytest.approx({"a0": 1.0, "a2": 0.5, "a4": 1 / 24, "c": 1.0})
+    with torch.no_grad():
+        attn.qk_norm.weight.mul_(1.5)  # ⟨q', k'⟩ scaled by 1.5² through the LN scale
+    assert attn.diagnostics()["c"] == pytest.approx(2.25)
     assert build_attention("polysketch", head_dim=D, sketch_size=4).diagnostics() == {}
     r, features = 4, attn.features(torch.randn(1, 1, 2, D), is_query=True)
     assert features.shape[-1] == 1 + D * (D + 1) // 2 + r * (r + 1) // 2

@@ -24,10 +24,15 @@ def test_collect_names_each_layer_and_skips_backends_without_diagnostics():
         }
     )
     assert collect_diagnostics(model) == pytest.approx(
-        {"attention/learned/a0": 1.0, "attention/learned/a1": 1.0, "attention/learned/a2": 0.5}
+        {
+            "attention/learned/a0": 1.0,
+            "attention/learned/a1": 1.0,
+            "attention/learned/a2": 0.5,
+            "attention/learned/c": 1.0,  # the LN scale's growth, 1 at the start
+        }
     )
     bare = build_attention("polysketch", head_dim=4, sketch_size=2, learned_coefficients=True)
-    assert set(collect_diagnostics(bare)) == {"attention/a0", "attention/a2", "attention/a4"}
+    assert set(collect_diagnostics(bare)) == {f"attention/{k}" for k in ("a0", "a2", "a4", "c")}
 
 
 def test_negative_interval_is_refused():
@@ -51,9 +56,10 @@ def test_fit_logs_coefficients_of_every_layer_as_they_move(fit_run, attention):
     )
     tags = sorted(t for t in scalars if t.startswith("attention/"))
     degrees = range(5) if attention["name"] == "polynomial" else (0, 2, 4)
+    keys = [*(f"a{d}" for d in degrees), "c"]
     # The reversal model: 2 layers, net.encoder.layers.<i>.attn.
     assert tags == sorted(
-        f"attention/net.encoder.layers.{i}.attn/a{d}" for i in range(2) for d in degrees
+        f"attention/net.encoder.layers.{i}.attn/{k}" for i in range(2) for k in keys
     )
     for tag in tags:
         assert [step for step, _ in scalars[tag]] == [0, 2, 4]

@@ -53,6 +53,7 @@ class QKNorm(nn.Module):
         check_norm(norm, "polynomial")
         self.head_dim = head_dim
         self.norm = norm
+        self.init_scale = float(init_scale)
         self.weight: nn.Parameter | None = None
         self.bias: nn.Parameter | None = None
         if norm == "learned":
@@ -67,6 +68,16 @@ class QKNorm(nn.Module):
         if self.norm == "fixed":
             x = F.layer_norm(x, shape, eps=LN_EPS)
         return x * self.head_dim**-0.25
+
+    def scale_growth(self) -> float | None:
+        """``c = (‖γ‖ / ‖γ₀‖)²``: how much the learnable scale has multiplied ``⟨q', k'⟩`` since
+        initialisation (exact when every entry of γ moved alike); None without a learnable
+        scale. A degree-i term ``a_i⟨q', k'⟩^i`` then acts as ``a_i c^i`` on inputs at the
+        starting scale (``benchmark learned``)."""
+        if self.weight is None:
+            return None
+        start = self.init_scale**2 * self.head_dim
+        return float(self.weight.detach().float().square().sum()) / start
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, norm={self.norm!r}"

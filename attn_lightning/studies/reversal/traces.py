@@ -39,7 +39,8 @@ SPIKE_GRAD_TAGS = {
     "grad_before_spike_over_median": "grad/norm_before_spike_ratio",
 }
 RECENT = 200  # steps of gradient logs a spike's gradient is compared with (10 logs at 20)
-COEFFICIENT = re.compile(r"^attention/(?P<layer>.+)/(?P<key>a\d+)$")
+# a_i, and c = (‖γ‖/‖γ₀‖)², the LN scale's growth (QKNorm.scale_growth; absent from older logs).
+COEFFICIENT = re.compile(r"^attention/(?P<layer>.+)/(?P<key>a\d+|c)$")
 
 
 @dataclass
