@@ -122,6 +122,57 @@ def spike_rows(trace: RunTrace) -> list[dict[str, Any]]:
     return rows
 
 
+BURST_GAP = 100  # steps: spikes closer than this to the previous one are one burst
+
+
+def burst_rows(spikes: Sequence[dict[str, Any]], gap: int = BURST_GAP) -> list[dict[str, Any]]:
+    """Spikes grouped into bursts, one row each: a run's spikes within ``gap`` steps of the
+    previous one belong to the same burst (``spikes``: ``spike_rows`` of any runs, in order).
+
+    Flagged steps come in bursts (one instability flags tens to hundreds of steps until the
+    running median catches up), so the count of flags says less than the count of bursts. Each
+    row: its run, first and last step, spikes, the largest loss and size (× median), and the
+    gradient before it as seen at its *first* spike (the columns of ``spike_rows``, with their
+    ``first_`` prefix): whether anything stood out before the loss did.
+    """
+    bursts: list[list[dict[str, Any]]] = []
+    for row in spikes:
+        last = bursts[-1][-1] if bursts else {}
+        same_run = (last.get("variant"), last.get("seed")) == (row["variant"], row["seed"])
+        if same_run and row["step"] - last["step"] <= gap:
+            bursts[-1].append(row)
+        else:
+            bursts.append([row])
+    out = []
+    for burst in bursts:
+        first = burst[0]
+        losses = [r["loss"] for r in burst if r["loss"] is not None]
+        sizes = [r["loss_over_median"] for r in burst if r["loss_over_median"] is not None]
+        out.append(
+            {
+                "variant": first["variant"],
+                "seed": first["seed"],
+                "first_step": first["step"],
+                "last_step": burst[-1]["step"],
+                "spikes": len(burst),
+                "max_loss": max(losses) if losses else None,
+                "max_over_median": max(sizes) if sizes else None,
+                **{f"first_{key}": first[key] for key in BURST_GRADIENT},
+            }
+        )
+    return out
+
+
+# The gradient columns of a burst's first spike (``spike_rows`` keys).
+BURST_GRADIENT = (
+    "grad_step",
+    "grad_norm_over_recent",
+    "grad_at_spike",
+    "grad_at_spike_over_median",
+    "grad_before_spike_over_median",
+)
+
+
 def _over_recent(norms: Sequence[tuple[int, float]], grad: SpikeGradient) -> float | None:
     """The spike's gradient norm / the median of the norms logged in the ``RECENT`` steps before.
 

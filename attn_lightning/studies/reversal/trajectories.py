@@ -15,6 +15,8 @@ TensorBoard folder for how it got there, and writes, through ``results``:
   ``RECENT`` steps before it, and the parameter group that stood out; and, from runs whose
   tracker measured the norm at every step, the norm at the spike's own step, its ratio to the
   median of the 50 steps before, and the previous step's ratio (``grad/norm_at_spike*``);
+* ``<out>_bursts.csv``: the spikes grouped into bursts (``traces.burst_rows``: spikes less than
+  100 steps apart), one row each with its steps, size and the gradient at its first spike;
 * ``<out>_coefficients.csv``: every learned coefficient ``attention/<layer>/a<i>`` (the
   ``attention_diagnostics`` callback, every 50 steps) at the first log of each ``every`` steps
   and at the last, per run (not written when no run has one);
@@ -36,10 +38,13 @@ from typing import Any
 from attn_lightning.results.curves import series
 from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.studies.reversal.traces import (
+    BURST_GAP,
+    BURST_GRADIENT,
     LOSS_TAG,
     RECENT,
     SPIKE_GRAD_TAGS,
     RunTrace,
+    burst_rows,
     coefficient_rows,
     coefficient_series,
     load_traces,
@@ -205,6 +210,10 @@ def write_trajectories(
     write_csv(out.with_name(out.name + "_runs.csv"), runs, meta, float_digits=digits)
     spike_file = out.with_name(out.name + "_spikes.csv")
     write_csv(spike_file, spikes, meta, fields=list(_SPIKE_FIELDS), float_digits=digits)
+    bursts = burst_rows(spikes)
+    burst_fields = [*_BURST_FIELDS, *(f"first_{k}" for k in BURST_GRADIENT)]
+    burst_file = out.with_name(out.name + "_bursts.csv")
+    write_csv(burst_file, bursts, meta, fields=burst_fields, float_digits=digits)
     if coefficients:  # none without a learned-coefficient variant
         write_csv(
             out.with_name(out.name + "_coefficients.csv"), coefficients, meta, float_digits=digits
@@ -230,6 +239,40 @@ def write_trajectories(
     if missing:
         names = ", ".join(f"`{r.variant}` s{r.seed}" for r in missing)
         lines += [f"Not in these tables (unfinished, or no TensorBoard folder): {names}.", ""]
+    if bursts:
+        lines += [
+            "## Spike bursts",
+            "",
+            f"Spikes less than {BURST_GAP} steps apart in a run are one burst "
+            f"(`{burst_file.name}`). The gradient at the burst's first spike: the last "
+            "`grad/global_norm` log at or "
+            f"before it over the median of those in the {RECENT} steps before; where the tracker "
+            "measured every step, that step's own norm over the median of the 50 steps before, "
+            "and the previous step's.",
+            "",
+            markdown_table(
+                [
+                    *("variant", "seed", "steps", "spikes", "max loss", "max × median"),
+                    f"last grad log × median of {RECENT} steps",
+                    *("grad at first spike × median", "step before × median"),
+                ],
+                (
+                    [
+                        f"`{b['variant']}`",
+                        b["seed"],
+                        f"{b['first_step']}–{b['last_step']}",
+                        b["spikes"],
+                        _fmt(b["max_loss"], ".2e"),
+                        _fmt(b["max_over_median"], ".3g"),
+                        _fmt(b["first_grad_norm_over_recent"], ".2f"),
+                        _fmt(b["first_grad_at_spike_over_median"], ".2f"),
+                        _fmt(b["first_grad_before_spike_over_median"], ".2f"),
+                    ]
+                    for b in bursts
+                ),
+            ),
+            "",
+        ]
     if spikes:
         shown = sorted(spikes, key=lambda r: -(r["loss_over_median"] or math.inf))[:MAX_SPIKES]
         shown.sort(key=lambda r: (r["variant"], r["seed"], r["step"]))
@@ -277,6 +320,15 @@ def write_trajectories(
     return runs
 
 
+_BURST_FIELDS = (
+    "variant",
+    "seed",
+    "first_step",
+    "last_step",
+    "spikes",
+    "max_loss",
+    "max_over_median",
+)
 _SPIKE_FIELDS = (
     "variant",
     "seed",

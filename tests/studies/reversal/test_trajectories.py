@@ -7,7 +7,7 @@ import pytest
 
 from attn_lightning.results.files import read_csv
 from attn_lightning.studies.reversal.cli import main
-from attn_lightning.studies.reversal.traces import final_loss, thin
+from attn_lightning.studies.reversal.traces import burst_rows, final_loss, thin
 from tests.studies.reversal.fake_runs import EXPERIMENT, fake_scalars, test_metrics, write_run
 
 LEARNED = "polynomial_degree-4_learned_coefficients-true"
@@ -51,6 +51,36 @@ def test_final_loss_is_the_mean_over_the_last_steps():
     assert final_loss({}, tail=10) is None
 
 
+def test_spikes_less_than_the_gap_apart_in_one_run_are_one_burst():
+    def spike(variant, step, loss, grad):
+        return {
+            "variant": variant,
+            "seed": 0,
+            "step": step,
+            "loss": loss,
+            "loss_over_median": loss * 10,
+            "grad_step": step - 5,
+            "grad_norm_over_recent": grad,
+            "grad_at_spike": None,
+            "grad_at_spike_over_median": None,
+            "grad_before_spike_over_median": None,
+        }
+
+    spikes = [spike("a", 10, 0.1, 0.5), spike("a", 110, 0.3, 9.0), spike("a", 211, 0.2, 1.0)]
+    spikes.append(spike("b", 215, 0.05, 2.0))  # another run: its own burst, however close
+    bursts = burst_rows(spikes, gap=100)
+    assert [(b["variant"], b["first_step"], b["last_step"], b["spikes"]) for b in bursts] == [
+        ("a", 10, 110, 2),
+        ("a", 211, 211, 1),
+        ("b", 215, 215, 1),
+    ]
+    first = bursts[0]
+    assert (first["max_loss"], first["max_over_median"]) == (0.3, 3.0)
+    # The gradient is the first spike's: what came before the loss rose, not inside the burst.
+    assert (first["first_grad_step"], first["first_grad_norm_over_recent"]) == (5, 0.5)
+    assert burst_rows([]) == []
+
+
 def test_thin_keeps_the_first_point_of_each_bucket_and_the_last():
     points = [(s, float(s)) for s in range(0, 1001, 50)]
     assert [s for s, _ in thin(points, 250)] == [0, 250, 500, 750, 1000]
@@ -89,6 +119,13 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     assert [spike[k] for k in at_spike] == ["3", "30", "2"]
     assert [spikes[1][k] for k in at_spike] == ["", "", ""]  # not logged: empty, not zero
 
+    _, bursts = read_csv(tmp_path / "traces_bursts.csv")
+    assert [(b["seed"], b["first_step"], b["spikes"]) for b in bursts] == [
+        ("0", "130", "1"),
+        ("1", "130", "1"),
+    ]
+    assert bursts[0]["first_grad_at_spike_over_median"] == "30"
+
     meta, coefficients = read_csv(tmp_path / "traces_coefficients.csv")
     assert meta["command"].startswith("python -m attn_lightning.studies.reversal trajectories")
     a0 = [r for r in coefficients if r["seed"] == "0" and r["key"] == "a0"]
@@ -98,6 +135,7 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
 
     page = (tmp_path / "traces.md").read_text()
     assert "| 130 | 2.00e-01 | 5.0 | 1.00e+01 (120) | 10.0 | 3.00e+00 | 30.0 | 2.0 |" in page
+    assert "| 0 | 130–130 | 1 | 2.00e-01 | 5 | 10.00 | 30.00 | 2.00 |" in page  # the bursts
     assert "`softmax` s1" in page  # the unfinished run is named
     # a4 is 0.04 (seed 0) and 1.04 (seed 1): median [min, max] over the two seeds.
     assert "| a4 | 2 | 0.540 [0.040, 1.040] | 0.540 [0.040, 1.040] |" in page
