@@ -225,6 +225,8 @@ class RunCheckpoint(ModelCheckpoint):
         self._validation_keys |= set(trainer.callback_metrics) - self._keys_before
         if not self._by_step:
             super().on_validation_end(trainer, pl_module)
+            if not self._should_save_on_train_epoch_end(trainer):  # else: there, after the top-k
+                self._save_last_if_not_saved(trainer)
         elif not self._should_skip_saving_checkpoint(trainer):
             candidates = self._monitor_candidates(trainer)
             if self.monitor is not None or self._after_validation:
@@ -238,6 +240,15 @@ class RunCheckpoint(ModelCheckpoint):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._by_step:  # step saves happen at batch or validation end, never here
             super().on_train_epoch_end(trainer, pl_module)
+            if self._should_save_on_train_epoch_end(trainer):
+                self._save_last_if_not_saved(trainer)
+
+    def _save_last_if_not_saved(self, trainer: pl.Trainer) -> None:
+        # Lightning 2.6 writes last.ckpt only when the top-k saved at this step, so after the
+        # monitor's last improvement "last" stopped moving (a 10,000-step run's last.ckpt held
+        # step 2,500): the resume point and the final weights follow every save point instead.
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     # ------------------------------------------------------------------ stopping
     def _on_ctrl_c(self, signum: int, frame: Any) -> None:
@@ -285,6 +296,9 @@ class RunCheckpoint(ModelCheckpoint):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
+        # The final weights, where the last step was no save point (max_steps off the
+        # validation and step grid): last.ckpt is the run's end.
+        self._save_last_if_not_saved(trainer)
         self._restore_sigint()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -67,20 +67,53 @@ class TermAtStep(SignalAtStep):
     at = 6
 
 
+class FailAtStep(Callback):
+    """Raises at the end of step 5: a run that dies (no signal, nothing saved for it)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 5:
+            raise RuntimeError("died at step 5")
+
+
 pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 def test_last_checkpoint_from_the_first_step_save_before_any_validation(tmp_path):
     # No validation before step 8; Lightning 2.6 deferred every save until it (none at all).
+    with pytest.raises(RuntimeError, match="died at step 5"):
+        _fit(
+            tmp_path,
+            "--run_name=r",
+            "--trainer.max_steps=20",
+            "--trainer.val_check_interval=8",
+            "--checkpoint.every_n_train_steps=2",
+            f"--trainer.callbacks+={__name__}.FailAtStep",
+        )
+    assert _step(_folder(tmp_path) / "last.ckpt") == 4
+    assert not list(_folder(tmp_path).glob("best*"))  # nothing measured, nothing ranked
+
+
+@pytest.mark.parametrize(
+    ("every", "interval", "first"),
+    [("null", "4", 4), ("3", "4", 4), ("null", "null", 8)],
+    ids=["by-validation", "by-step", "at-epoch-end"],  # 8 steps an epoch
+)
+def test_last_follows_every_validation_and_ends_at_the_final_step(tmp_path, every, interval, first):
+    # mode=max on a falling val/loss: the best is the first validation's and never changes.
+    # Lightning 2.6 then never wrote last.ckpt again; ours is written at every save point and
+    # holds the final weights at the end, also off the validation and step grid (step 10).
     _fit(
         tmp_path,
         "--run_name=r",
-        "--trainer.max_steps=5",
-        "--trainer.val_check_interval=8",
-        "--checkpoint.every_n_train_steps=2",
+        "--trainer.max_steps=10",
+        f"--trainer.val_check_interval={interval}",
+        "--trainer.check_val_every_n_epoch=1",
+        "--checkpoint.mode=max",
+        f"--checkpoint.every_n_train_steps={every}",
     )
-    assert _step(_folder(tmp_path) / "last.ckpt") == 4
-    assert not list(_folder(tmp_path).glob("best*"))  # nothing measured, nothing ranked
+    folder = _folder(tmp_path)
+    assert sorted(p.name for p in folder.glob("best*")) == [f"best-step={first}.ckpt"]
+    assert _step(folder / "last.ckpt") == 10
 
 
 @pytest.fixture
