@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import platform
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -250,27 +250,7 @@ def write_trajectories(
             "measured every step, that step's own norm over the median of the 50 steps before, "
             "and the previous step's.",
             "",
-            markdown_table(
-                [
-                    *("variant", "seed", "steps", "spikes", "max loss", "max × median"),
-                    f"last grad log × median of {RECENT} steps",
-                    *("grad at first spike × median", "step before × median"),
-                ],
-                (
-                    [
-                        f"`{b['variant']}`",
-                        b["seed"],
-                        f"{b['first_step']}–{b['last_step']}",
-                        b["spikes"],
-                        _fmt(b["max_loss"], ".2e"),
-                        _fmt(b["max_over_median"], ".3g"),
-                        _fmt(b["first_grad_norm_over_recent"], ".2f"),
-                        _fmt(b["first_grad_at_spike_over_median"], ".2f"),
-                        _fmt(b["first_grad_before_spike_over_median"], ".2f"),
-                    ]
-                    for b in bursts
-                ),
-            ),
+            _table(bursts, BURST_COLUMNS),
             "",
         ]
     if spikes:
@@ -282,30 +262,7 @@ def write_trajectories(
             f"All {len(spikes)} in `{spike_file.name}`"
             + (f"; here the {MAX_SPIKES} largest." if len(spikes) > MAX_SPIKES else "."),
             "",
-            markdown_table(
-                [
-                    *("variant", "seed", "step", "loss", "× median"),
-                    *("grad norm (step)", f"× median of the {RECENT} steps before"),
-                    *("grad norm at the spike", "× median", "step before × median"),
-                ],
-                (
-                    [
-                        f"`{r['variant']}`",
-                        r["seed"],
-                        r["step"],
-                        _fmt(r["loss"], ".2e"),
-                        _fmt(r["loss_over_median"], ".1f"),
-                        "–"
-                        if r["grad_norm"] is None
-                        else f"{r['grad_norm']:.2e} ({r['grad_step']})",
-                        _fmt(r["grad_norm_over_recent"], ".1f"),
-                        _fmt(r["grad_at_spike"], ".2e"),
-                        _fmt(r["grad_at_spike_over_median"], ".1f"),
-                        _fmt(r["grad_before_spike_over_median"], ".1f"),
-                    ]
-                    for r in shown
-                ),
-            ),
+            _table(shown, SPIKE_COLUMNS),
             "",
         ]
     if coefficients:
@@ -347,3 +304,47 @@ _SPIKE_FIELDS = (
 
 def _fmt(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
+
+
+Column = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def _number(key: str, fmt: str) -> Callable[[dict[str, Any]], str]:
+    return lambda row: _fmt(row[key], fmt)
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
+    """A markdown table of ``rows``, one column per ``(title, cell function)``."""
+    return markdown_table([t for t, _ in columns], ([cell(r) for _, cell in columns] for r in rows))
+
+
+_RUN: list[Column] = [
+    ("variant", lambda r: f"`{r['variant']}`"),
+    ("seed", lambda r: str(r["seed"])),
+]
+# The gradient at a spike's own step (runs whose tracker measured every step; "–" before).
+_AT_SPIKE = ("grad_at_spike_over_median", "grad_before_spike_over_median")
+BURST_COLUMNS: list[Column] = [
+    *_RUN,
+    ("steps", lambda r: f"{r['first_step']}–{r['last_step']}"),
+    ("spikes", lambda r: str(r["spikes"])),
+    ("max loss", _number("max_loss", ".2e")),
+    ("max × median", _number("max_over_median", ".3g")),
+    (f"last grad log × median of {RECENT} steps", _number("first_grad_norm_over_recent", ".2f")),
+    ("grad at first spike × median", _number(f"first_{_AT_SPIKE[0]}", ".2f")),
+    ("step before × median", _number(f"first_{_AT_SPIKE[1]}", ".2f")),
+]
+SPIKE_COLUMNS: list[Column] = [
+    *_RUN,
+    ("step", lambda r: str(r["step"])),
+    ("loss", _number("loss", ".2e")),
+    ("× median", _number("loss_over_median", ".1f")),
+    (
+        "grad norm (step)",
+        lambda r: "–" if r["grad_norm"] is None else f"{r['grad_norm']:.2e} ({r['grad_step']})",
+    ),
+    (f"× median of the {RECENT} steps before", _number("grad_norm_over_recent", ".1f")),
+    ("grad norm at the spike", _number("grad_at_spike", ".2e")),
+    ("× median", _number(_AT_SPIKE[0], ".1f")),
+    ("step before × median", _number(_AT_SPIKE[1], ".1f")),
+]
