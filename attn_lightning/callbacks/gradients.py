@@ -60,6 +60,9 @@ class ParameterGroups:
         if not grads:
             return None
         device = grads[0].device
+        if all(g.dtype == torch.float32 and not g.is_sparse and g.device == device for g in grads):
+            # Every step: the fused multi-tensor norm (one launch per device, not one per tensor).
+            return torch.nn.utils.get_total_norm(grads).float()
         return torch.linalg.vector_norm(torch.stack([_norm(g).to(device) for g in grads]))
 
     def norms(self) -> dict[str, float]:

@@ -140,6 +140,9 @@ def test_global_norm_stays_on_the_device_and_matches_the_logged_one():
     norm = groups.global_norm()
     assert isinstance(norm, torch.Tensor) and norm.dim() == 0
     assert float(norm) == pytest.approx(groups.norms()["global_norm"], rel=1e-6)
+    model.head.bfloat16()  # bf16 weights and grads: not the fused float32 path
+    model.head.weight.grad = torch.randn_like(model.head.weight)
+    assert float(groups.global_norm()) == pytest.approx(groups.norms()["global_norm"], rel=1e-6)
 
 
 def test_invalid_settings_are_refused():
