@@ -91,10 +91,11 @@ class AfterRun:
         """``fit_seconds``: the run's fit time over all its processes (``FitClock``); a resumed
         run adds ``resumed_from_step`` and ``earlier_fit_seconds`` (None: a checkpoint from before
         the clock, so ``fit_seconds`` is this process's alone)."""
-        this_process = time.perf_counter() - self._started
         clock = next((c for c in self.trainer.callbacks if isinstance(c, FitClock)), None)
-        earlier = None if clock is None else clock.earlier_seconds
-        record: dict[str, Any] = {"fit_seconds": this_process + (earlier or 0.0)}
+        if clock is None:  # a trainer built without the CLI's clock
+            return {"fit_seconds": time.perf_counter() - self._started}
+        earlier = clock.earlier_seconds
+        record: dict[str, Any] = {"fit_seconds": clock.seconds()}  # started at self._started
         if self._ckpt_step:
             record |= {"resumed_from_step": self._ckpt_step, "earlier_fit_seconds": earlier}
         return record
