@@ -16,7 +16,7 @@ import torch
 from attn_lightning.benchmark import build_parser, main
 from attn_lightning.benchmarks import report, scaling
 from attn_lightning.benchmarks.decode import DecodeRow
-from attn_lightning.benchmarks.gpu_report import anchor, collect, pack, page, plan
+from attn_lightning.benchmarks.gpu_report import anchor, collect, pack, page, plan, select
 from attn_lightning.benchmarks.gpu_report.child import ANCHOR
 from attn_lightning.benchmarks.gpu_report.runner import Stage, run_stages
 from attn_lightning.benchmarks.model_step import Row as StepRow
@@ -45,7 +45,32 @@ def test_budget_must_be_positive(tmp_path, capsys):
     assert "--budget-minutes must be > 0, got 0.0" in capsys.readouterr().err
 
 
+def test_an_unknown_stage_is_refused_naming_the_plan_s_stages(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["gpu-report", "--smoke", "--stages", "parity", "lantency", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "unknown stage(s) ['lantency']" in err and "latency-float32-b1" in err
+    assert not (tmp_path / "logs").exists()  # nothing started
+
+
+def test_stages_keeps_the_named_ones_in_the_plan_s_order(tmp_path):
+    stages = plan.cuda_plan(tmp_path, 8, tmp_path)
+    kept = select(stages, ["decode", "parity", "anchor"])
+    assert [s.name for s in kept] == ["parity", "anchor", "decode"]
+    assert select(stages, None) == stages
+
+
 # ------------------------------------------------------------------ the runner
+def test_each_stage_runs_with_the_given_environment(tmp_path):
+    probe = "import os; print(os.environ.get('PROBE_VALUE'))"
+    stage = Stage("env", "prints PROBE_VALUE", (PY, "-c", probe))
+    run_stages(
+        [stage], budget_s=60, out=tmp_path, min_stage_s=0.1, env={**os.environ, "PROBE_VALUE": "7"}
+    )
+    assert (tmp_path / "logs" / "env.log").read_text().splitlines()[-1] == "7"
+    assert "PROBE_VALUE" not in os.environ  # the caller's environment is left alone
+
+
 def alive(pid: int) -> bool:
     """Running (a killed orphan may linger as a zombie until its new parent reaps it)."""
     for _ in range(20):
@@ -226,6 +251,16 @@ def test_anchor_computes_linear_attention_and_is_timed_like_a_backend(tmp_path, 
 
 # ------------------------------------------------------------------ the whole command
 @pytest.mark.slow
+def test_smoke_run_of_named_stages_passes_the_autotune_mode_to_them(tmp_path, capsys):
+    out = tmp_path / "some"
+    argv = ["gpu-report", "--smoke", "--stages", "decode", "--fla-autotune", "reduced"]
+    assert main([*argv, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| decode |" in text and "| parity |" not in text and "| model-float32 |" not in text
+    assert "- **fla_autotune**: `reduced`" in text and "- **stages**: `decode`" in text
+    assert os.environ.get("ATTN_LIGHTNING_FLA_AUTOTUNE") != "reduced"
+
+
 def test_smoke_run_writes_the_page_and_one_archive(tmp_path, capsys):
     out = tmp_path / "smoke"
     assert main(["gpu-report", "--smoke", "--budget-minutes", "5", "--out", str(out)]) == 0

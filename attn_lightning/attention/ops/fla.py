@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention.base import accumulation_dtype
+from attn_lightning.attention.ops import fla_autotune
 
 IMPLEMENTATIONS = ("auto", "torch", "fla")
 PACKAGE = "fla-core"
@@ -134,9 +135,11 @@ def resolve(implementation: str, v: Tensor, *, backend: str) -> str:
 
 
 def chunk_op() -> ChunkOp:
-    """fla's ``chunk_linear_attn`` (imported here, on first use)."""
+    """fla's ``chunk_linear_attn`` (imported here, on first use), its autotuning as
+    ``ATTN_LIGHTNING_FLA_AUTOTUNE`` asks (``fla_autotune``: ``full`` unless set)."""
     from fla.ops.linear_attn import chunk_linear_attn
 
+    fla_autotune.apply()
     return chunk_linear_attn
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import os
 import platform
 import shutil
 import subprocess
@@ -34,10 +35,10 @@ from pathlib import Path
 import torch
 
 import attn_lightning
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import fla, fla_autotune
 from attn_lightning.benchmarks.arguments import UsageError
 from attn_lightning.benchmarks.gpu_report import page, plan
-from attn_lightning.benchmarks.gpu_report.runner import run_stages
+from attn_lightning.benchmarks.gpu_report.runner import Stage, run_stages
 from attn_lightning.results import environment, write_csv
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="wall-clock budget of the whole report, page and archive included (default 20)",
     )
     parser.add_argument("--out", type=Path, default=Path("out/gpu_report"), help="result folder")
+    parser.add_argument(
+        "--stages",
+        nargs="+",
+        default=None,
+        metavar="STAGE",
+        help="run only these stages, in the plan's order (default: all; a short lease may keep "
+        "parity latency-bfloat16-tokens anchor model-bfloat16 decode training)",
+    )
+    parser.add_argument(
+        "--fla-autotune",
+        choices=fla_autotune.MODES,
+        default="full",
+        help="fla's first-call autotuning in every stage: full (as installed) or reduced (4 "
+        "warps, <= 3 stages: ~4x fewer compilations on a fresh machine; attention/ops/"
+        "fla_autotune.py)",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -100,6 +117,21 @@ def pack(out: Path) -> Path:
     return archive
 
 
+def select(stages: list[Stage], names: list[str] | None) -> list[Stage]:
+    """The stages named in ``names`` (all when None), in the plan's order.
+
+    Raises:
+        UsageError: a name that is not a stage of this plan (the message lists them).
+    """
+    if names is None:
+        return stages
+    known = [s.name for s in stages]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"--stages: unknown stage(s) {unknown}; this plan has: {' '.join(known)}")
+    return [s for s in stages if s.name in names]
+
+
 def run(args: argparse.Namespace) -> str:
     """Run the stages, write the page and the archive; return the page."""
     if args.budget_minutes <= 0:
@@ -119,6 +151,7 @@ def run(args: argparse.Namespace) -> str:
     stages = (
         plan.smoke_plan(out, tests_root) if args.smoke else plan.cuda_plan(out, minutes, tests_root)
     )
+    stages = select(stages, args.stages)
     found = versions()
     missing = fla.missing_reason()
     if missing and not args.smoke:
@@ -128,7 +161,13 @@ def run(args: argparse.Namespace) -> str:
     write_csv(out / "versions.csv", [{"what": k, "version": v} for k, v in found.items()])
     budget_s = max(0.0, minutes * 60 - RESERVE_S)
     results, stopped = run_stages(
-        stages, budget_s=budget_s, out=out, cwd=tests_root, min_stage_s=2 if args.smoke else 10
+        stages,
+        budget_s=budget_s,
+        out=out,
+        cwd=tests_root,
+        min_stage_s=2 if args.smoke else 10,
+        # Each stage applies it before fla's first kernel call (``fla.chunk_op``).
+        env={**os.environ, fla_autotune.ENV: args.fla_autotune},
     )
     # This process never opens the GPU: nvidia-smi describes it, ``environment`` the host.
     meta = environment(
@@ -136,6 +175,8 @@ def run(args: argparse.Namespace) -> str:
         command=args.command_line,
         versions=", ".join(f"{k} {v}" for k, v in found.items()),
         fla=missing or "fla-core usable (its kernels: implementation=fla and the anchor)",
+        fla_autotune=args.fla_autotune,
+        stages=" ".join(args.stages) if args.stages else "all",
         budget_minutes=f"{minutes:g}",
         ran_s=f"{time.monotonic() - began:.0f}",
         stopped_by=stopped or "nothing (ran to its end or its budget)",

@@ -131,7 +131,8 @@ def decode_jobs(out: Path) -> list[list[str]]:
 def pytest_command(out: Path, tests: str, name: str, selection: str | None) -> tuple[str, ...]:
     """pytest of ``tests`` (``-k selection`` if given); JUnit XML ``<out>/parity/<name>.xml``."""
     junit = out / "parity" / f"{name}.xml"
-    argv = [sys.executable, "-m", "pytest", tests, "-q", "-p", "no:cacheprovider", "-rfE"]
+    # -v: one line per test as it ends, so a stage killed at its share still says what passed.
+    argv = [sys.executable, "-m", "pytest", tests, "-v", "-p", "no:cacheprovider", "-rfE"]
     argv += ["-k", selection] if selection else []
     return (*argv, f"--junitxml={junit}")
 

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,8 +130,10 @@ def run_stages(
     min_stage_s: float = 10.0,
     grace_s: float = 10.0,
     poll_s: float = 0.2,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[list[StageResult], str | None]:
-    """Run ``stages`` in order within ``budget_s`` seconds in all.
+    """Run ``stages`` in order within ``budget_s`` seconds in all (each child with ``env``, or
+    this process's environment when None).
 
     Returns:
         One result per stage, in order, and the name of the signal that stopped the run (None
@@ -158,7 +160,7 @@ def run_stages(
                 result.note = f"budget spent ({max(share, 0):.0f} s left for it)"
                 continue
             result.log = f"logs/{stage.name}.log"
-            _run_one(stage, result, out / result.log, share, state, cwd, grace_s, poll_s)
+            _run_one(stage, result, out / result.log, share, state, cwd, grace_s, poll_s, env)
     stopped = None if state.received is None else state.names[state.received]
     return results, stopped
 
@@ -172,6 +174,7 @@ def _run_one(
     cwd: Path | None,
     grace_s: float,
     poll_s: float,
+    env: Mapping[str, str] | None = None,
 ) -> None:
     log.info("gpu-report: stage %s (up to %.0f s): %s", stage.name, share, stage.what)
     began = time.monotonic()
@@ -179,7 +182,12 @@ def _run_one(
         fh.write(f"$ {' '.join(stage.argv)}\n")
         fh.flush()
         proc = subprocess.Popen(
-            stage.argv, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+            stage.argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            start_new_session=True,
         )
         while True:
             try:
