@@ -167,8 +167,13 @@ def test_cuda_plan_runs_in_order_of_value_and_its_jobs_parse(tmp_path):
         args = parser.parse_args(job)  # every job is a valid command line of its command
         assert args.device == "cuda"
     labels = {spec.label for job in jobs[:5] for spec in parser.parse_args(job).backends}
+    fp32 = plan.latency_jobs(tmp_path, "float32", "tokens", 1.0)
+    fp32_labels = {spec.label for job in fp32 for spec in parser.parse_args(job).backends}
     for family in plan.FAMILIES:
-        assert {plan.label(family, "torch"), plan.label(family, "fla")} <= labels
+        assert {plan.label(family, "torch"), plan.label(family, "fla")} <= fp32_labels
+        # bf16: fla only where F = Dv (it refuses the rest: attention/ops/fla.py)
+        assert (plan.label(family, "fla") in labels) == (family == "linear")
+        assert plan.label(family, "torch") in labels
     for job in plan.anchor_jobs(tmp_path, 1.0):
         assert job[0] == ANCHOR
         anchor.build_parser().parse_args(job[1:])

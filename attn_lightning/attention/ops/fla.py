@@ -18,8 +18,8 @@ what the adapter does with each:
 Precision: bf16 inputs run in bf16 (fla accumulates its state in float32, and keeps a bf16 copy
 of it per chunk for the read-out); fp16 and fp32 inputs run in float32, which Triton computes as
 TF32 on Ampere and later (fp16 features would overflow: Performer's key features reach
-``e^{‖ω‖²/2}``). That is why ``auto`` picks fla only for half-precision inputs: an fp32 run keeps
-the torch kernel's full fp32 products unless ``fla`` is asked for.
+``e^{‖ω‖²/2}``). ``auto`` takes the torch kernel everywhere for now (``AUTO_TAKES_FLA``: on an
+H100 fla was slower at our shapes and its bf16 dv wrong for F != Dv, which ``fla`` refuses).
 
 Only the causal product runs here. The non-causal product is two GEMMs (``linear_attention``) and
 a decode ``step`` one rank-1 update: nothing for a fused kernel to save, so both kernels share
@@ -48,6 +48,15 @@ PACKAGE = "fla-core"
 MIN_VERSION = (0, 5, 1)  # [B, T, H, K] layout, no head_first flag, the signatures used here
 INSTALL = "pip install -e '.[gpu]' (or pip install 'fla-core>=0.5.1')"
 HALF = (torch.float16, torch.bfloat16)
+
+# Whether ``auto`` runs fla on half-precision CUDA tensors. Off since the first GPU run (H100,
+# fla-core 0.6.0, Triton 3.6, 2026-11-26; docs/benchmarks.md "Results: GPU"): (1) fla's bf16
+# backward returned a wrong dv (relative error 17-84) whenever the feature dimension F differed
+# from Dv (Performer, PolySketch: F = 64, Dv = 32), NaN in a Performer training step; (2) at the
+# report's shapes (H = 4, D = 64, B·N = 64k tokens) fla's kernel, sequential over chunks within
+# each (batch, head), was slower than the torch kernel from N = 1,024 up (fwd + bwd at N = 32k:
+# 29.8 vs 4.5 ms). ``implementation: fla`` still runs it where it was right (F = Dv, or fp32).
+AUTO_TAKES_FLA = False
 
 # fla's chunk op: (q, k, v, *, scale, normalize) -> (out, final state); [B, T, H, ·] tensors.
 ChunkOp = Callable[..., tuple[Tensor, Any]]
@@ -99,11 +108,13 @@ def check_installed(backend: str) -> None:
 def choose(implementation: str, device_type: str, dtype: torch.dtype, *, installed: bool) -> str:
     """The dispatch rule, on plain facts: ``"fla"`` or ``"torch"`` for a causal product.
 
-    ``auto`` takes fla for CUDA tensors in bf16/fp16 when fla-core is installed, torch otherwise;
-    ``torch`` and ``fla`` are taken as asked (``resolve`` checks that ``fla`` can run).
+    ``auto`` takes the torch kernel while ``AUTO_TAKES_FLA`` is False (see there); were it True,
+    it would take fla for CUDA tensors in bf16/fp16 when fla-core is installed. ``torch`` and
+    ``fla`` are taken as asked (``resolve`` checks that ``fla`` can run).
     """
     if implementation == "auto":
-        return "fla" if device_type == "cuda" and dtype in HALF and installed else "torch"
+        fla_ok = AUTO_TAKES_FLA and installed
+        return "fla" if fla_ok and device_type == "cuda" and dtype in HALF else "torch"
     return implementation
 
 
@@ -118,8 +129,7 @@ def resolve(implementation: str, v: Tensor, *, backend: str) -> str:
         if v.device.type != "cuda":
             raise ValueError(
                 f"attention {backend!r}: implementation 'fla' runs on CUDA tensors, got a "
-                f"{v.device.type} tensor; use implementation: auto (fla on CUDA, torch "
-                f"elsewhere) or torch"
+                f"{v.device.type} tensor; use implementation: auto (the torch kernel) or torch"
             )
         if v.dtype == torch.float64:
             raise ValueError(
@@ -173,8 +183,15 @@ def fla_causal_linear_attention(
     Returns:
         ``(B, H, N, Dv)``: ``Σ_{j≤i} φ(q_i)ᵀφ(k_j) v_j / normaliser``, 0 where it is exactly 0.
     """
-    op = chunk_op() if op is None else op
     compute = torch.bfloat16 if v.dtype == torch.bfloat16 else torch.float32
+    if compute == torch.bfloat16 and phi_k.shape[-1] != v.shape[-1]:
+        raise ValueError(
+            f"implementation 'fla' in bfloat16 needs as many features as value channels, got "
+            f"F = {phi_k.shape[-1]} features and Dv = {v.shape[-1]}: fla-core's bf16 backward "
+            f"gave a wrong dv for F != Dv on an H100 (docs/benchmarks.md, Results: GPU); use "
+            f"implementation: auto or torch, or float32 inputs"
+        )
+    op = chunk_op() if op is None else op
     acc = accumulation_dtype(v.dtype)
     with torch.autocast(device_type=v.device.type, enabled=False):
         q_t, k_t, v_t = (_fla_layout(x, compute) for x in (phi_q, phi_k, v))

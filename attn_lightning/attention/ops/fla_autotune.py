@@ -28,7 +28,8 @@ from typing import Any
 ENV = "ATTN_LIGHTNING_FLA_AUTOTUNE"
 MODES = ("full", "reduced")
 # The kernels of ``chunk_linear_attn`` -> ``chunk_simple_gla`` (fla-core 0.5.1 … 0.6.x).
-MODULES = ("fla.ops.common.chunk_h", "fla.ops.common.chunk_o")
+# (``fla.ops.utils.cumsum``: ``normalize=True`` only, as the report's anchor calls it).
+MODULES = ("fla.ops.common.chunk_h", "fla.ops.common.chunk_o", "fla.ops.utils.cumsum")
 KEEP_WARPS = 4
 MAX_STAGES = 3
 

@@ -69,11 +69,19 @@ def _timing(point_s: float) -> str:
     return f"--device cuda --repeats 5 --warmup 2 --budget {point_s:g}"
 
 
+def kernels(family: str, dtype: str) -> tuple[str, ...]:
+    """The kernels timed for ``family``: fla in bf16 only where F = Dv (``linear``: fla refuses
+    bf16 with F != Dv, attention/ops/fla.py), both elsewhere."""
+    return ("torch", "fla") if dtype != "bfloat16" or family == "linear" else ("torch",)
+
+
 def latency_jobs(out: Path, dtype: str, protocol: str, point_s: float) -> list[list[str]]:
     """One ``latency`` job per backend family (softmax first), each with its own files."""
     jobs = []
     for family in (SOFTMAX, *FAMILIES):
-        specs = [SOFTMAX] if family == SOFTMAX else [label(family, k) for k in ("torch", "fla")]
+        specs = [SOFTMAX]
+        if family != SOFTMAX:
+            specs = [label(family, k) for k in kernels(family, dtype)]
         line = f"latency {PROTOCOLS[protocol]} {SHAPE} {_timing(point_s)} --dtype {dtype} "
         line += f"--backends {words(*specs)} --no-plots --out {words(out / 'latency')} "
         jobs.append(shlex.split(line + f"--tag latency_{protocol}_{dtype}_{family}"))
@@ -92,12 +100,12 @@ def anchor_jobs(out: Path, point_s: float) -> list[list[str]]:
     ]
 
 
-MODEL_BACKENDS = (
+MODEL_BACKENDS = (  # bf16-mixed: fla only for linear (kernels)
     SOFTMAX,
     label("linear", "torch"),
     label("linear", "fla"),
-    label("performer", "fla"),
-    label("polysketch", "fla"),
+    label("performer", "torch"),
+    label("polysketch", "torch"),
 )
 
 

@@ -167,13 +167,14 @@ def test_bf16_runs_fla_in_bf16_with_a_float32_normaliser(naive):
         return naive.naive_recurrent_linear_attn(q, k, v, scale=scale, normalize=normalize)
 
     phi_q, phi_k, v = features(n=2000)
+    phi_q, phi_k = phi_q[..., :DV], phi_k[..., :DV]  # F = Dv: what fla runs in bf16
     ref = fla.fla_causal_linear_attention(phi_q, phi_k, v, offset=1.0, eps=1e-6, op=op)
     low = fla.fla_causal_linear_attention(phi_q, phi_k, v.bfloat16(), offset=1.0, eps=1e-6, op=op)
     assert low.dtype == torch.bfloat16
     fp32_call, bf16_call = seen
     assert fp32_call == (
-        (B, 2000, H, F),
-        (B, 2000, H, F),
+        (B, 2000, H, DV),
+        (B, 2000, H, DV),
         (B, 2000, H, DV),
         *[torch.float32] * 2,
         True,
@@ -239,17 +240,56 @@ def test_every_backend_routes_its_causal_product_through_the_adapter(
 @pytest.mark.parametrize(
     ("implementation", "device", "dtype", "installed", "want"),
     [
-        ("auto", "cuda", torch.bfloat16, True, "fla"),
-        ("auto", "cuda", torch.float16, True, "fla"),
-        ("auto", "cuda", torch.float32, True, "torch"),  # fla's fp32 is TF32: opt in with fla
-        ("auto", "cuda", torch.bfloat16, False, "torch"),
+        ("auto", "cuda", torch.bfloat16, True, "torch"),  # AUTO_TAKES_FLA is off (module note)
+        ("auto", "cuda", torch.float16, True, "torch"),
+        ("auto", "cuda", torch.float32, True, "torch"),
         ("auto", "cpu", torch.bfloat16, True, "torch"),
         ("torch", "cuda", torch.bfloat16, True, "torch"),
         ("fla", "cuda", torch.float32, True, "fla"),
+        ("fla", "cuda", torch.bfloat16, False, "fla"),  # resolve refuses it, naming the fix
     ],
 )
 def test_dispatch_rule(implementation, device, dtype, installed, want):
     assert fla.choose(implementation, device, dtype, installed=installed) == want
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "installed", "want"),
+    [
+        ("cuda", torch.bfloat16, True, "fla"),
+        ("cuda", torch.float16, True, "fla"),
+        ("cuda", torch.float32, True, "torch"),  # fla's fp32 is TF32: opt in with fla
+        ("cuda", torch.bfloat16, False, "torch"),
+        ("cpu", torch.bfloat16, True, "torch"),
+    ],
+)
+def test_auto_rule_when_it_takes_fla_again(monkeypatch, device, dtype, installed, want):
+    monkeypatch.setattr(fla, "AUTO_TAKES_FLA", True)
+    assert fla.choose("auto", device, dtype, installed=installed) == want
+
+
+def test_fla_in_bf16_refuses_more_features_than_value_channels(naive):
+    phi = torch.rand(B, H, N, 6, dtype=torch.bfloat16)
+    v = torch.randn(B, H, N, DV, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"F = 6 features and Dv = 4.*wrong dv") as err:
+        fla.fla_causal_linear_attention(
+            phi, phi, v, offset=0.0, eps=1e-6, op=naive.naive_recurrent_linear_attn
+        )
+    assert "implementation: auto or torch" in str(err.value) and "\n" not in str(err.value)
+    # F = Dv in bf16, and any F in float32, run.
+    square = fla.fla_causal_linear_attention(
+        phi[..., :DV], phi[..., :DV], v, offset=0.0, eps=1e-6, op=naive.naive_recurrent_linear_attn
+    )
+    assert square.dtype == torch.bfloat16 and torch.isfinite(square).all()
+    wide = fla.fla_causal_linear_attention(
+        phi.float(),
+        phi.float(),
+        v.float(),
+        offset=0.0,
+        eps=1e-6,
+        op=naive.naive_recurrent_linear_attn,
+    )
+    assert torch.isfinite(wide).all()
 
 
 @pytest.mark.parametrize("name", ["linear", "mean", "performer", "polysketch"])
