@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+from attn_lightning.benchmarks.gpu_report.plan import FAILURES_AT_ONCE
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``FAILURES_AT_ONCE=1`` in the environment (``gpu-report`` sets it), print each
+    failure's message when it happens: a test stage killed at its budget share never reaches
+    pytest's final summary, and a device lease may not come twice."""
+    if report.failed and os.environ.get(FAILURES_AT_ONCE) == "1":
+        tail = report.longreprtext.strip().splitlines()[-12:]
+        sys.__stderr__.write(f"\nFAILED NOW {report.nodeid} ({report.when}):\n")
+        sys.__stderr__.write("\n".join(tail) + "\n")
+        sys.__stderr__.flush()
 
 
 @pytest.fixture

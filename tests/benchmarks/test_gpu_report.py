@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import tarfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -155,12 +157,20 @@ def test_sigterm_stops_the_run_not_the_caller(tmp_path):
 def test_cuda_plan_runs_in_order_of_value_and_its_jobs_parse(tmp_path):
     stages = plan.cuda_plan(tmp_path, 20, tests_root=tmp_path)
     names = [s.name for s in stages]
-    assert names[:5] == ["parity", "latency-bfloat16-tokens", "anchor", "model-bfloat16", "decode"]
+    assert names[:6] == [
+        "parity",
+        "latency-bfloat16-tokens",
+        "anchor",
+        "latency-bfloat16-heads32",
+        "model-bfloat16",
+        "decode",
+    ]
     assert names[-1] == "training"
     parser = build_parser()
     jobs = [
         *plan.latency_jobs(tmp_path, "bfloat16", "tokens", 1.0),
         *plan.model_jobs(tmp_path, 2.0),
+        *plan.many_heads_jobs(tmp_path, 1.0),
         *plan.decode_jobs(tmp_path),
     ]
     for job in jobs:
@@ -182,6 +192,29 @@ def test_cuda_plan_runs_in_order_of_value_and_its_jobs_parse(tmp_path):
         assert args.batch * args.lengths[0] == plan.TOKENS
 
 
+@pytest.mark.parametrize("at_once", [True, False])
+def test_under_the_report_a_test_failure_is_printed_when_it_happens(tmp_path, at_once):
+    # A stage killed at its share never reaches pytest's summary: the conftest prints each
+    # failure as it happens when the report's variable is set (and only then).
+    (tmp_path / "test_fails.py").write_text("def test_one():\n    assert 1 == 2, 'MARK'\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != plan.FAILURES_AT_ONCE}
+    if at_once:
+        env[plan.FAILURES_AT_ONCE] = "1"
+    argv = [PY, "-m", "pytest", str(tmp_path / "test_fails.py"), "-q", "-p", "tests.conftest"]
+    done = subprocess.run(
+        [*argv, "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    said = done.stdout + done.stderr
+    assert ("FAILED NOW" in said and "MARK" in said.split("FAILED NOW", 1)[-1]) == at_once
+
+
 def test_without_tests_the_test_stages_are_skipped(tmp_path):
     stages = {s.name: s for s in plan.cuda_plan(tmp_path, 20, tests_root=None)}
     assert stages["parity"].skip and stages["training"].skip
@@ -189,8 +222,8 @@ def test_without_tests_the_test_stages_are_skipped(tmp_path):
 
 
 # ------------------------------------------------------------------ results and targets
-def point(backend, ms, *, n=page.TARGET_N, dtype="bfloat16", protocol="constant-tokens"):
-    return scaling.Row(protocol, backend, True, "fwdbwd", n, 65536 // n, 4, 64, dtype, ms=ms)
+def point(backend, ms, *, n=page.TARGET_N, dtype="bfloat16", protocol="constant-tokens", heads=4):
+    return scaling.Row(protocol, backend, True, "fwdbwd", n, 65536 // n, heads, 64, dtype, ms=ms)
 
 
 def test_rows_come_back_typed_and_the_targets_are_judged(tmp_path):
@@ -204,6 +237,16 @@ def test_rows_come_back_typed_and_the_targets_are_judged(tmp_path):
     assert overhead.verdict == "met" and "1.14×" in overhead.measured
     slow = page.attention_target([point("softmax", 10.0), point(page.LINEAR_FLA, 8.0)])
     assert [t.verdict for t in slow] == ["not met", "not measured"]
+    (torch_kernel,) = page.attention_target(
+        [*rows, point(page.LINEAR_TORCH, 5.0)], page.LINEAR_TORCH
+    )
+    assert torch_kernel.verdict == "met" and "torch kernel" in torch_kernel.what
+    # Rows at H = 32 (the many-heads stage) neither judge the H = 4 target nor share its table.
+    many = [point("softmax", 50.0, heads=32), point(page.LINEAR_FLA, 1.0, heads=32)]
+    assert page.attention_target(many)[0].verdict == "not measured"
+    text = "\n".join(page._latency_section([*rows[:2], *many], tmp_path, caption=""))
+    assert "## Per call: constant-tokens, bfloat16, H = 4" in text
+    assert "## Per call: constant-tokens, bfloat16, H = 32" in text
 
 
 def test_model_and_decode_targets():

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> str:
         cwd=tests_root,
         min_stage_s=2 if args.smoke else 10,
         # Each stage applies it before fla's first kernel call (``fla.chunk_op``).
-        env={**os.environ, fla_autotune.ENV: args.fla_autotune},
+        env={**os.environ, fla_autotune.ENV: args.fla_autotune, plan.FAILURES_AT_ONCE: "1"},
     )
     # This process never opens the GPU: nvidia-smi describes it, ``environment`` the host.
     meta = environment(

@@ -20,7 +20,7 @@ from pathlib import Path
 from attn_lightning.benchmarks import decode, model_step, plots, report, scaling
 from attn_lightning.benchmarks.gpu_report import collect
 from attn_lightning.benchmarks.gpu_report.anchor import LABEL as ANCHOR_LABEL
-from attn_lightning.benchmarks.gpu_report.plan import SOFTMAX, label
+from attn_lightning.benchmarks.gpu_report.plan import HEADS, SOFTMAX, label
 from attn_lightning.benchmarks.gpu_report.runner import StageResult
 from attn_lightning.results import markdown_meta, markdown_table
 
@@ -50,8 +50,8 @@ def attention_target(rows: Sequence[scaling.Row], backend: str = LINEAR_FLA) -> 
     ms = {
         r.backend: r.ms
         for r in rows
-        if (r.dtype, r.protocol, r.mode, r.causal, r.n)
-        == ("bfloat16", "constant-tokens", "fwdbwd", True, TARGET_N)
+        if (r.dtype, r.protocol, r.mode, r.causal, r.n, r.heads)
+        == ("bfloat16", "constant-tokens", "fwdbwd", True, TARGET_N, HEADS)
         and r.ms
     }
     mine, flash, anchor = ms.get(backend), ms.get(SOFTMAX), ms.get(ANCHOR_LABEL)
@@ -110,10 +110,10 @@ def decode_target(rows: Sequence[decode.DecodeRow]) -> Target:
 def _latency_section(rows: Sequence[scaling.Row], out: Path, caption: str) -> list[str]:
     """Per (dtype, protocol): fwd and fwd+bwd time, fwd+bwd peak memory, and two figures."""
     parts = []
-    for dtype, protocol in dict.fromkeys((r.dtype, r.protocol) for r in rows):
-        group = [r for r in rows if (r.dtype, r.protocol) == (dtype, protocol)]
-        tag = f"latency_{protocol}_{dtype}"
-        parts.append(f"## Per call: {protocol}, {dtype}")
+    for dtype, protocol, heads in dict.fromkeys((r.dtype, r.protocol, r.heads) for r in rows):
+        group = [r for r in rows if (r.dtype, r.protocol, r.heads) == (dtype, protocol, heads)]
+        tag = f"latency_{protocol}_{dtype}" + (f"_H{heads}" if heads != HEADS else "")
+        parts.append(f"## Per call: {protocol}, {dtype}, H = {heads}")
         for mode, title in plots.MODE_TITLES.items():
             if any(r.mode == mode for r in group):
                 table = report.scaling_table(group, mode=mode)
@@ -123,7 +123,7 @@ def _latency_section(rows: Sequence[scaling.Row], out: Path, caption: str) -> li
             parts.append(f"### forward + backward: peak memory (MiB)\n\n{table}")
         for value, ylabel in (("time", "ms"), ("speedup", "speed-up vs softmax")):
             path = out / "figures" / f"{tag}_{value}.png"
-            title = f"{protocol}, {dtype}: {value} vs N"
+            title = f"{protocol}, {dtype}, H = {heads}: {value} vs N"
             try:
                 made = plots.scaling_figure(
                     group, path, value=value, ylabel=ylabel, title=title, caption=caption

@@ -6,6 +6,7 @@
    at B·N = 64k tokens (H = 4, D = 64): SDPA (flash) and every feature-map backend with
    ``implementation=torch`` and ``=fla``, peak memory too; then ``anchor``: fla's own op on the
    same shapes (``anchor.py``).
+   ``latency-bfloat16-heads32``: softmax and ``linear`` (both kernels) at H = 32, B·N = 16k.
 3. ``model-bfloat16``: the whole training step of the reversal model (2 layers, width 256) at
    B·N = 64k tokens for N = 1k … 16k, and at B = 1.
 4. ``decode``: ms per token of ``step`` at 1k … 64k tokens of context (the recurrent state vs
@@ -40,6 +41,8 @@ FAMILIES = {
     "mean": "mean",
 }
 CUDA_TESTS = "tests/attention/test_fla_cuda.py"
+# Set for the report's stages: tests/conftest.py then prints each failure as it happens.
+FAILURES_AT_ONCE = "ATTN_LIGHTNING_FAILURES_AT_ONCE"
 CPU_TESTS = "tests/attention/ops/test_fla.py"
 
 
@@ -86,6 +89,25 @@ def latency_jobs(out: Path, dtype: str, protocol: str, point_s: float) -> list[l
         line += f"--backends {words(*specs)} --no-plots --out {words(out / 'latency')} "
         jobs.append(shlex.split(line + f"--tag latency_{protocol}_{dtype}_{family}"))
     return jobs
+
+
+MANY_HEADS, MANY_HEADS_TOKENS = 32, 16384
+MANY_HEADS_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+
+
+def many_heads_jobs(out: Path, point_s: float) -> list[list[str]]:
+    """softmax and ``linear`` on both kernels at H = 32, B·N = 16k tokens, bf16: the regime of
+    fla's own benchmark (many (batch, head) pairs), where its chunk-sequential state kernels
+    have work for every SM; at H = 4 they did not (docs/benchmarks.md, Results: GPU)."""
+    specs = [SOFTMAX, label("linear", "torch"), label("linear", "fla")]
+    return [
+        shlex.split(
+            f"latency --protocol constant-tokens --tokens {MANY_HEADS_TOKENS} "
+            f"--heads {MANY_HEADS} --head-dim {HEAD_DIM} --lengths {words(*MANY_HEADS_LENGTHS)} "
+            f"{_timing(point_s)} --dtype bfloat16 --backends {words(*specs)} --no-plots "
+            f"--out {words(out / 'latency')} --tag latency_tokens_bfloat16_H{MANY_HEADS}"
+        )
+    ]
 
 
 def anchor_jobs(out: Path, point_s: float) -> list[list[str]]:
@@ -164,6 +186,12 @@ def cuda_plan(out: Path, minutes: float, tests_root: Path | None) -> list[Stage]
         Stage("parity", "CUDA tests of the fla kernel (parity subset)", parity, 3, no_tests),
         latency("bfloat16", "tokens", "per call, bf16, B·N = 64k tokens", 4),
         Stage("anchor", "fla's own op, latency shapes", command(anchor_jobs(out, point_s)), 1.5),
+        Stage(
+            "latency-bfloat16-heads32",
+            "per call, bf16, H = 32, B·N = 16k tokens: softmax, linear torch and fla",
+            command(many_heads_jobs(out, point_s)),
+            1.5,
+        ),
         Stage("model-bfloat16", "training step, bf16", command(model_jobs(out, 2 * point_s)), 3),
         Stage("decode", "ms per decoded token vs context", command(decode_jobs(out)), 1),
         latency("bfloat16", "b1", "per call, bf16, B = 1", 2),
