@@ -64,14 +64,21 @@ def final_loss(scalars: Scalars, tail: int) -> float | None:
     return statistics.fmean(values)
 
 
+def coefficient_order(key: str) -> tuple[int, int]:
+    """Sort key of a coefficient tag's key: ``a0 < a1 < … < c`` (``c``, the kernel's scale, is
+    logged by the learned polynomials since 2026-11-26, after their a_i)."""
+    return (1, 0) if key == "c" else (0, int(key[1:]))
+
+
 def coefficient_series(scalars: Scalars) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """``{(layer, key): [(step, a), ...]}`` for every ``attention/<layer>/a<i>`` tag."""
+    """``{(layer, key): [(step, value), ...]}`` for every ``attention/<layer>/a<i>`` and
+    ``attention/<layer>/c`` tag, by layer then ``coefficient_order``."""
     out = {}
     for tag, points in scalars.items():
         match = COEFFICIENT.match(tag)
         if match:
             out[(match["layer"], match["key"])] = points
-    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], int(kv[0][1][1:]))))
+    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], coefficient_order(kv[0][1]))))
 
 
 def thin(points: Sequence[tuple[int, float]], every: int) -> list[tuple[int, float]]:

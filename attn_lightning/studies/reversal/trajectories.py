@@ -166,8 +166,16 @@ def _figures(traces: Sequence[RunTrace], out: Path) -> list[Path]:
                     if lay == layer:
                         steps, values = zip(*points, strict=True)
                         first = trace is next(t for t, _ in learned if t.variant == variant)
-                        colour = f"C{int(key[1:]) % 10}"
-                        ax.plot(steps, values, lw=0.7, color=colour, label=key if first else None)
+                        # a_i in C0…; c (the kernel's scale) in black, dashed
+                        style = ("k", "--") if key == "c" else (f"C{int(key[1:]) % 10}", "-")
+                        ax.plot(
+                            steps,
+                            values,
+                            lw=0.7,
+                            color=style[0],
+                            linestyle=style[1],
+                            label=key if first else None,
+                        )
             ax.set_title(f"{variant}: {layer}", fontsize=8)
             ax.set_xlabel("optimiser step", fontsize=7)
             ax.legend(fontsize=6, ncol=5)

@@ -30,6 +30,8 @@ def _learned_scalars(seed: int) -> dict:
     for layer in ("net.decoder.layers.0.attn", "net.decoder.layers.1.attn"):
         scalars[f"attention/{layer}/a0"] = [(s, 1.0 + 0.1 * (s // 50)) for s in range(0, 200, 50)]
         scalars[f"attention/{layer}/a4"] = [(s, 0.04 + seed) for s in range(0, 200, 50)]
+        if seed == 1:  # runs from 2026-11-26 on also log the kernel's scale c
+            scalars[f"attention/{layer}/c"] = [(s, 2.0) for s in range(0, 200, 50)]
     return scalars
 
 
@@ -132,6 +134,9 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     assert {r["layer"] for r in a0} == {"net.decoder.layers.0.attn", "net.decoder.layers.1.attn"}
     # Logged at 0, 50, 100, 150; every 100 keeps 0 and 100, and the last point (150).
     assert [int(r["step"]) for r in a0 if r["layer"].endswith("0.attn")] == [0, 100, 150]
+    keys = [r["key"] for r in coefficients if r["seed"] == "1" and r["layer"].endswith("0.attn")]
+    assert list(dict.fromkeys(keys)) == ["a0", "a4", "c"]  # c after the a_i, seed 1 only
+    assert not any(r["key"] == "c" for r in coefficients if r["seed"] == "0")
 
     page = (tmp_path / "traces.md").read_text()
     assert "| 130 | 2.00e-01 | 5.0 | 1.00e+01 (120) | 10.0 | 3.00e+00 | 30.0 | 2.0 |" in page
@@ -139,6 +144,7 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     assert "`softmax` s1" in page  # the unfinished run is named
     # a4 is 0.04 (seed 0) and 1.04 (seed 1): median [min, max] over the two seeds.
     assert "| a4 | 2 | 0.540 [0.040, 1.040] | 0.540 [0.040, 1.040] |" in page
+    assert "| c | 1 | 2.000 | 2.000 |" in page  # one run: no spread
     # a0 at step 0 is 1.0, at 100 is 1.2, at the end (150) 1.3; max |a| the same.
     row = "| a0 | 2 | 1.000 [1.000, 1.000] | 1.200 [1.200, 1.200] | 1.300 [1.300, 1.300] | 1.300"
     assert row in page
