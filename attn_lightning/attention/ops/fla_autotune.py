@@ -10,10 +10,12 @@ would spend it compiling.
 ``ATTN_LIGHTNING_FLA_AUTOTUNE=reduced`` keeps, in every autotuner of the modules that
 ``chunk_linear_attn`` runs (``MODULES``), the configs with 4 warps and at most 3 pipeline stages
 (all tile sizes stay): about 4× fewer compilations. The default, ``full``, leaves fla as
-installed. The kernels and their results are the same either way; only the chosen tiling can
-differ, so a reduced run times fla at most as fast as a full one: a speed-up over SDPA measured
-with it is conservative. ``gpu-report --fla-autotune reduced`` sets it for its stages, fla's own
-op (the anchor) included, so the adapter-vs-op comparison stays like for like.
+installed. The kernels compute the same thing either way; only the chosen tiling can differ,
+so a reduced run times fla at most as fast as a full one: a speed-up over SDPA measured with it is
+conservative. (A compiler bug that depends on the config would differ too: the first GPU run's
+wrong bf16 dv was seen under ``reduced`` only, docs/benchmarks.md "Results: GPU".)
+``gpu-report --fla-autotune reduced`` sets it for its stages, fla's own op (the anchor) included,
+so the adapter-vs-op comparison stays like for like.
 """
 
 from __future__ import annotations

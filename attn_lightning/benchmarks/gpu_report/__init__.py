@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="STAGE",
         help="run only these stages, in the plan's order (default: all; a short lease may keep "
-        "parity latency-bfloat16-tokens anchor model-bfloat16 decode training)",
+        "parity latency-bfloat16-tokens anchor latency-bfloat16-heads32 model-bfloat16 decode "
+        "training)",
     )
     parser.add_argument(
         "--fla-autotune",

@@ -108,7 +108,7 @@ def decode_target(rows: Sequence[decode.DecodeRow]) -> Target:
 
 
 def _latency_section(rows: Sequence[scaling.Row], out: Path, caption: str) -> list[str]:
-    """Per (dtype, protocol): fwd and fwd+bwd time, fwd+bwd peak memory, and two figures."""
+    """Per (dtype, protocol, H): fwd and fwd+bwd time, fwd+bwd peak memory, and two figures."""
     parts = []
     for dtype, protocol, heads in dict.fromkeys((r.dtype, r.protocol, r.heads) for r in rows):
         group = [r for r in rows if (r.dtype, r.protocol, r.heads) == (dtype, protocol, heads)]
