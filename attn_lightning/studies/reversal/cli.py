@@ -94,6 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     traj.add_argument("--variants", nargs="+", default=None, help="labels in table order")
     traj.add_argument("--root", type=Path, default=Path(), help="folder with sweeps/ and logs/")
     traj.add_argument(
+        "--committed",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PREFIX",
+        help="earlier trajectories output (<PREFIX>_runs.csv, _spikes.csv, _coefficients.csv) "
+        "of runs whose logs are gone: their rows join the tables; a run read from logs replaces "
+        "its own",
+    )
+    traj.add_argument(
         "--every", type=int, default=250, help="steps between coefficient points in the CSV"
     )
     traj.add_argument(
@@ -141,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 tail=args.tail,
                 steps=args.steps,
                 command=f"{PROG} {shlex.join(argv)}",
+                committed=args.committed,
             )
         except (FileNotFoundError, ValueError) as error:
             parser.error(str(error))

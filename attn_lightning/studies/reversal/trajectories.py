@@ -23,6 +23,10 @@ TensorBoard folder for how it got there, and writes, through ``results``:
 * ``<out>.md``: the tables per variant (medians over seeds with [min, max]), and the figures
   ``<out>_loss.png`` (training loss, log scale) and ``<out>_coefficients.png``.
 
+``committed`` (``--committed PREFIX``) adds the rows of earlier output whose runs' logs are gone
+(``committed_traces``): a study continued in a later session reports every seed; the figures
+show only the runs read from logs.
+
 Spikes are ``GradientTracker``'s: a step whose loss is above 3× the median of the 50 before.
 """
 
@@ -37,6 +41,11 @@ from typing import Any
 
 from attn_lightning.results.curves import series
 from attn_lightning.results.files import markdown_table, write_csv
+from attn_lightning.studies.reversal.committed_traces import (
+    CommittedTraces,
+    merged,
+    read_committed,
+)
 from attn_lightning.studies.reversal.traces import (
     BURST_GAP,
     BURST_GRADIENT,
@@ -52,6 +61,7 @@ from attn_lightning.studies.reversal.traces import (
     spike_rows,
     value_at,
 )
+from attn_lightning.studies.runner import run_label
 
 MAX_SPIKES = 40  # spike rows on the page (the CSV has all)
 
@@ -196,11 +206,16 @@ def write_trajectories(
     tail: int = 500,
     steps: Sequence[int] = (0, 600, 2500, 5000),
     command: str = "",
+    committed: Sequence[Path] = (),
 ) -> list[dict[str, Any]]:
     """Write the files of the module docstring; returns the per-run rows.
 
+    ``committed``: prefixes of earlier ``trajectories`` CSVs whose runs' logs are gone; their
+    rows join the tables (``committed_traces``), a run read from logs here replacing its own.
+
     Raises:
-        FileNotFoundError: no finished run with a TensorBoard folder.
+        FileNotFoundError: no finished run with a TensorBoard folder; a committed prefix
+            without its CSVs.
     """
     traces, missing = load_traces(root, experiment, variants)
     if not traces:
@@ -212,6 +227,16 @@ def write_trajectories(
     runs = [run_row(t, tail, rows) for t, rows in zip(traces, per_run, strict=True)]
     spikes = [row for rows in per_run for row in rows]
     coefficients = [row for t in traces for row in coefficient_rows(t, every)]
+    old, kept = CommittedTraces(), []
+    if committed:
+        labels = None if variants is None else [run_label(v) for v in variants]
+        old = read_committed(committed, {(t.variant, t.seed) for t in traces}, labels)
+        order = labels or list(dict.fromkeys(r["variant"] for r in [*runs, *old.rows["runs"]]))
+        runs = merged(runs, old.rows["runs"], order)
+        spikes = merged(spikes, old.rows["spikes"], order, within="step")
+        coefficients = merged(coefficients, old.rows["coefficients"], order)
+        kept = [(r["variant"], r["seed"]) for r in merged([], old.rows["runs"], order)]
+        missing = [r for r in missing if (r.variant, r.seed) not in set(kept)]
     meta = {"command": command} if command else {}
     # TensorBoard keeps float32: 6 significant digits say all it holds.
     digits = 6
@@ -247,6 +272,14 @@ def write_trajectories(
     if missing:
         names = ", ".join(f"`{r.variant}` s{r.seed}" for r in missing)
         lines += [f"Not in these tables (unfinished, or no TensorBoard folder): {names}.", ""]
+    if kept:
+        sources = ", ".join(f"`{p.name}_runs.csv`" for p in old.sources)
+        lines += [
+            f"Runs whose logs are gone, their rows read back from {sources} as committed: "
+            f"{_names(kept)}. The figures show only the runs read from logs here: "
+            f"{_names([(t.variant, t.seed) for t in traces])}.",
+            "",
+        ]
     if bursts:
         lines += [
             "## Spike bursts",
@@ -308,6 +341,14 @@ _SPIKE_FIELDS = (
     "top_group_over_median",
     *SPIKE_GRAD_TAGS,
 )
+
+
+def _names(runs: Sequence[tuple[str, int]]) -> str:
+    """``variant`` s0, s1; ``other`` s2 (seeds grouped per variant, in order)."""
+    seeds: dict[str, list[int]] = {}
+    for variant, seed in runs:
+        seeds.setdefault(variant, []).append(seed)
+    return "; ".join(f"`{v}` " + ", ".join(f"s{s}" for s in ss) for v, ss in seeds.items())
 
 
 def _fmt(value: float | None, fmt: str) -> str:

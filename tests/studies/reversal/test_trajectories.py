@@ -177,3 +177,56 @@ def test_no_coefficients_file_without_a_learned_variant(long_study, tmp_path):
     assert not (tmp_path / "soft_coefficients.csv").exists()
     assert not (tmp_path / "soft_coefficients.png").exists()
     assert "## Learned coefficients" not in (tmp_path / "soft.md").read_text()
+
+
+def test_committed_rows_of_runs_whose_logs_are_gone_join_the_tables(long_study, tmp_path):
+    # Session 1 wrote the traces of the long study; session 2 has only the logs of learned seed 1
+    # (again) and of a new learned seed 2 and softmax seed 3: its tables hold every run, seed 1
+    # from its logs (not twice), and the bursts are recomputed over all the spikes.
+    first = tmp_path / "first"
+    args = ["trajectories", "--experiment", EXPERIMENT, "--tail", "100"]
+    main([*args, "--root", str(long_study), "--out", str(first)])
+    later = tmp_path / "later"
+    write_run(later, LEARNED, 1, _learned_scalars(1), test_metrics(1.0, 1.0, 0.001))
+    write_run(later, LEARNED, 2, _learned_scalars(2), test_metrics(1.0, 1.0, 0.003))
+    softmax = fake_scalars([0.9, 0.999, 0.999, 0.999], spikes=[])
+    write_run(later, "softmax", 3, softmax, test_metrics(1.0, 1.0, 0.004))
+    out = tmp_path / "merged"
+    args += ["--root", str(later), "--out", str(out), "--variants", "softmax", LEARNED]
+    rows = main([*args, "--committed", str(first)])
+    assert [(r["variant"], r["seed"]) for r in rows] == [
+        ("softmax", 0),
+        ("softmax", 3),
+        (LEARNED, 0),
+        (LEARNED, 1),
+        (LEARNED, 2),
+    ]
+    committed = rows[2]  # seed 0 from the CSV: numbers are numbers again
+    assert (committed["spikes"], committed["test_loss"], committed["steps"]) == (1, 0.001, 200)
+    assert rows[4]["test_loss"] == pytest.approx(0.003)
+    _, bursts = read_csv(tmp_path / "merged_bursts.csv")
+    assert [(b["seed"], b["first_step"]) for b in bursts] == [
+        ("0", "130"),
+        ("1", "130"),
+        ("2", "130"),
+    ]
+    _, coefficients = read_csv(tmp_path / "merged_coefficients.csv")
+    assert sorted({r["seed"] for r in coefficients}) == ["0", "1", "2"]
+    assert (
+        len([r for r in coefficients if r["seed"] == "1"])
+        == len([r for r in coefficients if r["seed"] == "2"]) + 2 * 2
+    )  # seed 1 also logs c (two layers, two thinned points); not duplicated
+    page = (tmp_path / "merged.md").read_text()
+    assert f"`{LEARNED}` | 3 | 0, 1, 2 |" in page
+    assert "`softmax` | 2 | 0, 3 |" in page
+    assert "as committed: `softmax` s0; `" + LEARNED + "` s0." in page
+    assert "read from logs here: `softmax` s3; `" + LEARNED + "` s1, s2." in page
+    # Run again over its own output: the same tables (a run is never counted twice).
+    assert main([*args, "--committed", str(out)]) == rows
+
+
+def test_committed_prefix_without_its_files_is_a_clear_error(long_study, tmp_path, capsys):
+    args = ["trajectories", "--experiment", EXPERIMENT, "--root", str(long_study)]
+    with pytest.raises(SystemExit):
+        main([*args, "--out", str(tmp_path / "x"), "--committed", str(tmp_path / "nothing")])
+    assert "nothing_runs.csv" in capsys.readouterr().err
