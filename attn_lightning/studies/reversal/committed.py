@@ -68,7 +68,8 @@ def tables(
     gone) is replaced, with the command that recomputed it.
 
     Args:
-        paths: committed ``<name>_runs.csv`` files; a (variant, seed) in several keeps the first.
+        paths: committed ``<name>_runs.csv`` files; a (variant, seed) in several keeps the first
+            finished one (else the first).
         out: output path without extension.
         command: the command line shown in ``<out>.md``.
         variants: labels (or attention specs) in table order (default: as first seen).
@@ -78,7 +79,10 @@ def tables(
     seen: dict[tuple[str, int], RunResult] = {}
     for path in paths:
         for run in read_runs(path):
-            seen.setdefault((run.variant, run.seed), run)
+            key = (run.variant, run.seed)
+            # A run still going when one CSV was written and finished in another: the finished.
+            if key not in seen or (seen[key].status != "ok" and run.status == "ok"):
+                seen[key] = run
     names = [run_label(v) for v in variants] if variants else list({k[0]: 0 for k in seen})
     runs = sorted(
         (r for r in seen.values() if r.variant in names),

@@ -118,3 +118,18 @@ def test_the_10k_step_section_quotes_its_generated_tables():
     generated = "\n".join(path.read_text() for path in docs.glob("polynomial_len50_10k*.md"))
     for row in rows:
         assert row in generated, row
+
+
+def test_a_run_finished_in_a_later_csv_replaces_its_unfinished_row(tmp_path):
+    # Session 1's report has softmax s1 unfinished; session 2 finished it (and added s2).
+    def run(seed, status, acc):
+        row = {"variant": "softmax", "seed": seed, "status": status, "global_step": 100}
+        loss = None if acc is None else 1 - acc
+        return {**row, "test/token_acc": acc, "test/exact_acc": acc, "test/loss": loss}
+
+    early = write_csv(tmp_path / "a_runs.csv", [run(0, "ok", 1.0), run(1, "unfinished", None)])
+    later = write_csv(tmp_path / "b_runs.csv", [run(1, "ok", 0.5), run(2, "ok", 1.0)])
+    for order in ([early, later], [later, early]):
+        out = tmp_path / "all"
+        main(["tables", "--runs", *map(str, order), "--out", str(out)])
+        assert "| `softmax` | 2/3 | 0 |" in out.with_suffix(".md").read_text()
