@@ -20,12 +20,18 @@ from typing import Any
 from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import read_csv, write_csv
 from attn_lightning.results.records import RunResult, read_runs_csv
-from attn_lightning.studies.reversal.markdown import outcome_table, paired_section, runs_table
+from attn_lightning.studies.reversal.markdown import (
+    RUNS_CAPTION,
+    outcome_table,
+    paired_section,
+    runs_table,
+)
 from attn_lightning.studies.reversal.summary import paired_csv_rows, paired_rows, summarize
 from attn_lightning.studies.runner import run_label
 
 # Per-run facts of a report's CSV: read back into ``RunResult.info`` (not metrics).
-FACTS = ("steps_to_threshold", "spikes", "max_grad_norm")
+FACTS = ("steps_to_threshold", "spikes", "max_grad_norm", "best_ckpt_step", "final_val_loss")
+FLOAT_FACTS = {"max_grad_norm", "final_val_loss"}
 SECONDS = ("fit_seconds", "seconds")
 
 
@@ -43,7 +49,7 @@ def read_runs(path: Path) -> list[RunResult]:
         for key in FACTS:
             value = run.metrics.pop(key, None)
             if value is not None:
-                run.info[key] = int(value) if key != "max_grad_norm" else value
+                run.info[key] = value if key in FLOAT_FACTS else int(value)
         for key in SECONDS:
             value = run.metrics.pop(key, None)
             run.seconds = run.seconds if value is None else value
@@ -102,7 +108,7 @@ def tables(
         f"accuracy ≥ {threshold * 100:g} %.\n",
         *outcome_table(summary),
         "",
-        "Per run:",
+        RUNS_CAPTION,
         "",
         *runs_table(runs, threshold),
     ]

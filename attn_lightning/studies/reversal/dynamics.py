@@ -1,5 +1,6 @@
 """What a reversal run's TensorBoard scalars say about its training: steps to a validation
-accuracy, loss spikes and the gradients around them.
+accuracy, the checkpoint the test split was evaluated on, loss spikes and the gradients around
+them.
 
 Pure functions of ``{tag: [(step, value), ...]}`` as ``results.curves.read_scalars`` returns
 it. Loss spikes are the ``train/loss_spike`` flags of ``callbacks.gradients.GradientTracker``;
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from attn_lightning.results.curves import Scalars, series
 
 VAL_TAG = "val/token_acc"
+VAL_LOSS_TAG = "val/loss"  # what the checkpoint callback monitors (mode min)
 SPIKE_TAG = "train/loss_spike"
 NORM_TAG = "grad/global_norm"
 GROUPS = ("attention", "feedforward", "embedding", "other")
@@ -25,6 +27,27 @@ GROUPS = ("attention", "feedforward", "embedding", "other")
 def steps_to_threshold(scalars: Scalars, threshold: float, tag: str = VAL_TAG) -> int | None:
     """The first logged step whose ``tag`` ≥ ``threshold``; None if never (or never logged)."""
     return next((step for step, value in series(scalars, tag) if value >= threshold), None)
+
+
+def best_validation(scalars: Scalars, tag: str = VAL_LOSS_TAG) -> tuple[int, float] | None:
+    """``(optimiser steps, value)`` of the lowest logged ``tag``; None if never logged.
+
+    The checkpoint that ``ModelCheckpoint(monitor="val/loss", mode="min")`` keeps as best, so the
+    one the test split is evaluated on: the first of equal values (it replaces only on a strict
+    improvement), its steps the logged step + 1 — the N of its ``best-step=N.ckpt``. It matters
+    where a run's loss dips after a spike burst: the best checkpoint can sit in that dip.
+    """
+    points = [(step, value) for step, value in series(scalars, tag) if math.isfinite(value)]
+    if not points:
+        return None
+    step, value = min(points, key=lambda point: point[1])  # min keeps the first of ties
+    return step + 1, value
+
+
+def last_value(scalars: Scalars, tag: str = VAL_LOSS_TAG) -> float | None:
+    """The last logged ``tag`` (the validation at the end of training); None if never logged."""
+    points = series(scalars, tag)
+    return points[-1][1] if points else None
 
 
 def spike_steps(scalars: Scalars) -> list[int] | None:

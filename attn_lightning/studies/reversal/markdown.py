@@ -20,6 +20,20 @@ def _num(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+RUNS_CAPTION = (
+    "Per run (best ckpt step: the optimiser step of the lowest validation loss, the checkpoint "
+    "the test metrics come from; val loss at end: the last validation's):"
+)
+
+
+def _integer(value: float | None) -> str:
+    return "–" if value is None else str(int(value))
+
+
+def _loss(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2e}"
+
+
 def _iqr(row: dict[str, Any], key: str, *, scale: float = 1.0, digits: int = 2) -> str:
     cells = (row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"])
     return format_median_iqr(*cells, scale=scale, digits=digits)
@@ -76,9 +90,11 @@ def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> list[
 
 
 def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
-    """One line per run: status, test metrics, step to the threshold, spikes, steps, seconds."""
+    """One line per run: status, test metrics, step to the threshold, spikes, steps, seconds,
+    the best checkpoint's step (the test metrics' checkpoint) and the last validation loss."""
     header = ["variant", "seed", "status", *(column(k).title for k in METRICS)]
     header += [f"step to {threshold * 100:g} %", "spikes", "max grad norm", "steps", "fit s"]
+    header += ["best ckpt step", "val loss at end"]
     body = []
     for r in runs:
         cells = [f"`{r.variant}`", str(r.seed), r.status]
@@ -92,6 +108,8 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
             _num(r.info.get("max_grad_norm"), 3),
             "–" if r.global_step is None else str(r.global_step),
             _num(r.seconds, 0),
+            _integer(r.info.get("best_ckpt_step")),
+            _loss(r.info.get("final_val_loss")),
         ]
         body.append(cells)
     return _table(header, body)
@@ -152,7 +170,7 @@ def report_markdown(
         f"run median there (most frequent, with its count).\n",
         *dynamics_table(summary, threshold),
         "",
-        "Per run:",
+        RUNS_CAPTION,
         "",
         *runs_table(runs, threshold),
     ]

@@ -8,7 +8,8 @@ each run's TensorBoard folder through ``results.curves``), summarizes them per v
   (``markdown``);
 * ``<out>.csv``: the summary, one row per variant;
 * ``<out>_runs.csv``: one row per run (status, test metrics, steps to the threshold, spikes,
-  fit seconds, steps, largest gradient norm);
+  fit seconds, steps, largest gradient norm, the best checkpoint's step, the validation loss at
+  the end);
 * ``<out>_curves.csv``: ``val/token_acc`` at every validation of every run;
 * ``<out>_paired.csv`` with ``control``: paired ``variant − control`` differences.
 """
@@ -56,6 +57,8 @@ def _run_row(run: RunResult, metrics: Sequence[str]) -> dict[str, Any]:
         "fit_seconds": None if run.seconds is None else round(run.seconds, 1),
         "global_step": run.global_step,
         "max_grad_norm": run.info.get("max_grad_norm"),
+        "best_ckpt_step": run.info.get("best_ckpt_step"),
+        "final_val_loss": run.info.get("final_val_loss"),
     }
 
 

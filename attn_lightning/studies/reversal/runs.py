@@ -10,6 +10,9 @@ file's ``log_dir``, read by ``results.curves.read_scalars``) gives the run's own
 * ``spikes``: loss spikes flagged (None: no flags logged, or no logs);
 * ``spike_gradients``: one ``dynamics.SpikeGradient`` per spike with a gradient log before it;
 * ``max_grad_norm``: the largest global gradient norm logged;
+* ``best_ckpt_step``: the optimiser step of the lowest validation loss, the checkpoint the test
+  metrics come from (``dynamics.best_validation``);
+* ``final_val_loss``: the validation loss at the end of training;
 * ``val_curve``: every logged ``(step, val/token_acc)``;
 * ``scalars``: every logged curve (``results.curves.Scalars``), read once for the trajectories.
 
@@ -29,6 +32,8 @@ from attn_lightning.results.curves import read_scalars, series
 from attn_lightning.results.records import RunResult
 from attn_lightning.studies.reversal.dynamics import (
     VAL_TAG,
+    best_validation,
+    last_value,
     max_grad_norm,
     spike_gradients,
     spike_steps,
@@ -63,12 +68,15 @@ def run_facts(log_dir: Path, threshold: float) -> dict[str, Any]:
     """The ``info`` of a run (see the module docstring) from its TensorBoard folder."""
     scalars = read_scalars(log_dir)
     spikes = spike_steps(scalars)
+    best = best_validation(scalars)
     return {
         "scalars": scalars,
         "steps_to_threshold": steps_to_threshold(scalars, threshold),
         "spikes": None if spikes is None else len(spikes),
         "spike_gradients": spike_gradients(scalars),
         "max_grad_norm": max_grad_norm(scalars),
+        "best_ckpt_step": None if best is None else best[0],
+        "final_val_loss": last_value(scalars),
         "val_curve": series(scalars, VAL_TAG),
     }
 

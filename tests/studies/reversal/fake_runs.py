@@ -18,14 +18,18 @@ def fake_scalars(
     spikes: list[int],
     grads: dict[int, dict[str, float]] | None = None,
     steps: int = 200,
+    val_loss: list[float] | None = None,
 ) -> Scalars:
     """A run's scalars as the study logs them; every gradient norm is 1.0 unless overridden.
 
     ``val``: ``val/token_acc`` at steps 49, 99, ... (the step Lightning logs after 50k steps).
     ``grads``: step -> {"global_norm" or a group: norm}, at the gradient steps 0, 20, ...
+    ``val_loss``: ``val/loss`` at the same steps as ``val`` (not logged when None).
     """
     grads = grads or {}
     scalars: Scalars = {"val/token_acc": [(49 + 50 * i, v) for i, v in enumerate(val)]}
+    if val_loss is not None:
+        scalars["val/loss"] = [(49 + 50 * i, v) for i, v in enumerate(val_loss)]
     flags = [(s, 1.0 if s in spikes else 0.0) for s in range(steps)]
     scalars["train/loss_spike"] = flags
     scalars["train/loss_spikes"] = [(s, float(sum(s >= t for t in spikes))) for s in range(steps)]
@@ -38,9 +42,11 @@ def fake_scalars(
 
 
 # Seed 0 crosses 0.99 at step 149; spikes at 130 (gradient logged at 120: global norm 10x the
-# run median, attention 50x its median) and 160 (logged at that step: 4x, feedforward 8x).
+# run median, attention 50x its median) and 160 (logged at that step: 4x, feedforward 8x); its
+# validation loss is lowest (twice) at logged steps 99 and 149: the best checkpoint is step 100.
 SEED0 = fake_scalars(
     [0.5, 0.98, 0.995, 0.999],
+    val_loss=[0.5, 0.05, 0.05, 0.2],
     spikes=[130, 160],
     grads={
         120: {"global_norm": 10.0, "attention": 50.0, "feedforward": 2.0},

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from attn_lightning.studies.reversal.dynamics import (
+    best_validation,
+    last_value,
     max_grad_norm,
     spike_gradients,
     spike_steps,
@@ -51,3 +53,11 @@ def test_spike_gradients_group_ratio_is_relative_to_the_groups_own_median():
 def test_max_grad_norm_is_the_largest_logged_global_norm():
     assert max_grad_norm(SEED0) == 10.0 and max_grad_norm(SEED2) == 3.0
     assert max_grad_norm({}) is None
+
+
+def test_best_validation_is_the_first_lowest_loss_counted_in_optimiser_steps():
+    assert best_validation(SEED0) == (100, pytest.approx(0.05))  # logged at 99; tie at 149
+    assert last_value(SEED0) == pytest.approx(0.2)
+    assert best_validation(SEED1) is None and last_value(SEED1) is None  # no val/loss logged
+    diverged = {"val/loss": [(9, float("nan")), (19, 0.3), (29, float("inf"))]}
+    assert best_validation(diverged) == (20, 0.3)

@@ -39,6 +39,8 @@ def test_runs_carry_their_training_facts_in_info(study):
     assert first.metrics["test/exact_acc"] == 0.9 and "val/token_acc" not in first.metrics
     assert (first.info["steps_to_threshold"], first.info["spikes"]) == (149, 2)
     assert first.info["max_grad_norm"] == 10.0 and len(first.info["spike_gradients"]) == 2
+    assert first.info["best_ckpt_step"] == 100  # float32 in TensorBoard:
+    assert first.info["final_val_loss"] == pytest.approx(0.2)
     assert [step for step, _ in first.info["val_curve"]] == [49, 99, 149, 199]
     unfinished = runs[("softmax", 1)]
     assert (unfinished.status, unfinished.info, unfinished.metrics) == ("unfinished", {}, {})
