@@ -30,10 +30,6 @@ def _integer(value: float | None) -> str:
     return "–" if value is None else str(int(value))
 
 
-def _loss(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2e}"
-
-
 def _iqr(row: dict[str, Any], key: str, *, scale: float = 1.0, digits: int = 2) -> str:
     cells = (row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"])
     return format_median_iqr(*cells, scale=scale, digits=digits)
@@ -109,7 +105,7 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
             "–" if r.global_step is None else str(r.global_step),
             _num(r.seconds, 0),
             _integer(r.info.get("best_ckpt_step")),
-            _loss(r.info.get("final_val_loss")),
+            format_number(r.info.get("final_val_loss"), digits=column("test/loss").digits),
         ]
         body.append(cells)
     return _table(header, body)
