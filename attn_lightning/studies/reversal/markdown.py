@@ -97,12 +97,11 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
         for key in METRICS:
             c = column(key)
             cells.append(format_number(r.value(key), scale=c.scale, digits=c.digits))
-        steps, spikes = r.info.get("steps_to_threshold"), r.info.get("spikes")
         cells += [
-            "–" if steps is None else str(steps),
-            "–" if spikes is None else str(spikes),
+            _integer(r.info.get("steps_to_threshold")),
+            _integer(r.info.get("spikes")),
             _num(r.info.get("max_grad_norm"), 3),
-            "–" if r.global_step is None else str(r.global_step),
+            _integer(r.global_step),
             _num(r.seconds, 0),
             _integer(r.info.get("best_ckpt_step")),
             format_number(r.info.get("final_val_loss"), digits=column("test/loss").digits),
