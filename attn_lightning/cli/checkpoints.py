@@ -9,8 +9,6 @@ weights_only=False" — an unsafe hint for a file nobody should unpickle.
 from __future__ import annotations
 
 import importlib
-import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +49,13 @@ def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     """The checkpoint at ``path`` and None, or {} and why it is not a Lightning checkpoint."""
     try:
         checkpoint = torch.load(path, weights_only=True, map_location="cpu")
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as e:
+    except OSError as e:  # a permission, a folder, an I/O error: the file itself is unreadable
+        return {}, f"cannot be read ({type(e).__name__}: {e.strerror or e})"
+    except Exception as e:
         # weights_only=True refuses anything but tensors and primitives: a file it cannot read is
         # corrupt, truncated or not a checkpoint, never something to unpickle unsafely — so
-        # torch's own advice (retry with weights_only=False) is not passed on.
+        # torch's own advice (retry with weights_only=False) is not passed on. Junk bytes fail
+        # in its unpickler with any error (b"hello" is a memo lookup: KeyError: 101).
         reason = str(e).split(".")[0].strip()
         detail = "" if "weights_only" in str(e) else f": {' '.join(reason.split())[:120]}"
         return {}, f"is corrupt or not a Lightning checkpoint ({type(e).__name__}{detail})"

@@ -1,0 +1,84 @@
+"""``--ckpt_path`` files that cannot be read: one ``error:`` line naming the file, through
+``train.py``'s entry, and the "newest intact checkpoint" rescue skips every unreadable file."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attn_lightning.cli import command_line
+from attn_lightning.cli.checkpoints import newest_intact
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ["--config", str(ROOT / "configs" / "reversal" / "base.yaml")]
+TINY = [
+    "--config",
+    str(ROOT / "configs" / "presets" / "debug.yaml"),
+    "--data.init_args.train_size=64",
+    "--data.init_args.val_size=32",
+    "--data.init_args.test_size=32",
+    "--trainer.logger=false",
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    monkeypatch.delenv("ATTN_LIGHTNING_DEBUG", raising=False)
+
+
+def _error_line(args: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        command_line(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# Bytes torch's weights-only unpickler fails on in ways other than UnpicklingError: "hello" is a
+# memo lookup (KeyError: 101), an empty file, a pickle of a forbidden global.
+JUNK = {"hello": b"hello", "empty": b"", "text": b"not a checkpoint\n", "zipish": b"PK\x03\x04xx"}
+
+
+@pytest.mark.parametrize("name", list(JUNK))
+def test_junk_bytes_are_one_line_naming_the_file(name, tmp_path, capsys):
+    path = tmp_path / "x.ckpt"
+    path.write_bytes(JUNK[name])
+    line = _error_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
+    assert str(path) in line and "not a Lightning checkpoint" in line, line
+    assert "weights_only" not in line
+
+
+def test_an_unreadable_file_is_one_line(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "x.ckpt"
+    torch.save({"state_dict": {}}, path)
+
+    def denied(*args, **kwargs):  # as for a file of mode 000 (root would read it: this test's CI)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(torch, "load", denied)
+    line = _error_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
+    assert str(path) in line and "cannot be read (PermissionError: Permission denied)" in line
+
+
+def test_the_rescue_skips_junk_beside_a_truncated_last(tmp_path, capsys):
+    folder = tmp_path / "checkpoints" / "reversal" / "r"
+    folder.mkdir(parents=True)
+    torch.save({"state_dict": {}, "global_step": 20}, folder / "best-step=20.ckpt")
+    os.utime(folder / "best-step=20.ckpt", (20, 20))
+    (folder / "x.ckpt").write_bytes(b"hello")  # newer than the intact one
+    os.utime(folder / "x.ckpt", (30, 30))
+    last = folder / "last.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(1000)}, "global_step": 40}, last)
+    last.write_bytes(last.read_bytes()[:700])
+    line = _error_line(["fit", *BASE, *TINY, "--ckpt_path", str(last)], capsys)
+    assert "is corrupt" in line and str(last) in line
+    assert line.endswith(f"'{folder / 'best-step=20.ckpt'}' (step 20)"), line
+    assert newest_intact(folder) == (folder / "best-step=20.ckpt", 20)
