@@ -12,6 +12,11 @@ In YAML a spec is a mapping under ``model.init_args.net``::
 
 Checkpoints save a spec as a plain dict (``spec_dict``), so they load with ``weights_only=True``;
 ``as_spec`` turns that dict (or a YAML mapping) back into the spec, naming any unknown key.
+
+Every spec checks its sizes when it is made (``check_sizes``): a negative width or a stack of no
+layers is one ``ValueError`` naming ``net.<size>`` while the CLI parses the config, not a
+tensor-shape traceback deep in a constructor or, for ``num_layers: 0``, a model that trains with
+no attention at all.
 """
 
 from __future__ import annotations
@@ -22,6 +27,51 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from attn_lightning.models.transformer import BlockSizes, Projections
+
+# The smallest value of each integer size, wherever a spec has it. 0 layers is allowed only where
+# it is a known ablation (DETR without an encoder); a model needs at least one attention block.
+MINIMUM: dict[str, int] = {
+    "d_model": 1,
+    "num_heads": 1,
+    "d_ff": 1,
+    "num_layers": 1,
+    "max_len": 1,
+    "num_mixtures": 1,
+    "patch_size": 1,
+    "num_queries": 1,
+    "num_encoder_layers": 0,
+    "num_decoder_layers": 1,
+    "backbone_width": 1,
+    "backbone_stages": 1,
+}
+
+
+def check_sizes(spec: Any) -> None:
+    """Refuse a spec whose sizes cannot build a model (``MINIMUM``, ``0 <= dropout < 1``,
+    ``d_model`` a multiple of ``num_heads``, hidden widths >= 1).
+
+    Raises:
+        ValueError: naming the first bad size as ``net.<name>``, the value and what is allowed.
+    """
+    values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    for name, value in values.items():
+        low = MINIMUM.get(name)
+        # bool is an int: a wrong type is the parser's to report, not a size out of range.
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if low is not None and is_int and value < low:
+            raise ValueError(f"net.{name} must be >= {low}, got {value}")
+    dropout = values.get("dropout")
+    if isinstance(dropout, int | float) and not 0 <= dropout < 1:
+        raise ValueError(f"net.dropout must be in [0, 1), got {dropout}")
+    d_model, heads = values.get("d_model"), values.get("num_heads")
+    if isinstance(d_model, int) and isinstance(heads, int) and d_model % heads:
+        raise ValueError(
+            f"net.d_model ({d_model}) must be a multiple of net.num_heads ({heads}): "
+            "head_dim = d_model / num_heads"
+        )
+    hidden = values.get("hidden_sizes")
+    if hidden is not None and any(not isinstance(h, int) or h < 1 for h in hidden):
+        raise ValueError(f"net.hidden_sizes must all be >= 1, got {list(hidden)}")
 
 
 @dataclass(frozen=True)
@@ -38,6 +88,9 @@ class TransformerSpec(BlockSizes):
     num_layers: int = 2
     positional: str = "sinusoidal"
     projections: Projections = True
+
+    def __post_init__(self) -> None:
+        check_sizes(self)
 
 
 @dataclass(frozen=True)
@@ -98,6 +151,9 @@ class DetrSpec(BlockSizes):
     backbone_width: int = 32
     backbone_stages: int = 3
 
+    def __post_init__(self) -> None:
+        check_sizes(self)
+
 
 @dataclass(frozen=True)
 class MLPSpec:
@@ -108,6 +164,9 @@ class MLPSpec:
     """
 
     hidden_sizes: tuple[int, ...] = (64, 64)
+
+    def __post_init__(self) -> None:
+        check_sizes(self)
 
 
 S = TypeVar("S")
@@ -157,6 +216,7 @@ __all__ = [
     "TransformerSpec",
     "VitSpec",
     "as_spec",
+    "check_sizes",
     "spec_dict",
     "spec_fields",
 ]

@@ -144,7 +144,7 @@ def test_resnet18_backbone_is_random_init_and_runs():
         ({"sites": {"decoder_self": POOL}}, "'pool' at site 'decoder_self'"),
         ({"sites": {"decoder_self": {"name": "softmx"}}}, "unknown attention 'softmx'"),
         ({"backbone": "vgg"}, "unknown backbone 'vgg'; allowed: small_cnn, resnet18"),
-        ({"num_decoder_layers": 0}, "num_decoder_layers >= 1"),
+        ({"num_decoder_layers": 0}, "num_decoder_layers must be >= 1"),
         ({"d_model": 30, "num_heads": 3}, "multiple of 4"),
     ],
 )

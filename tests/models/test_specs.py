@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -64,3 +66,35 @@ def test_a_model_is_sized_by_its_spec():
     assert model(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 7)
     mlp = MLP(input_size=6, hidden_sizes=MLPSpec(hidden_sizes=(5,)).hidden_sizes, num_classes=3)
     assert mlp.layer_names == ["fc1", "fc2"]
+
+
+@pytest.mark.parametrize(
+    ("spec_type", "field", "value", "expected"),
+    [
+        (SequenceSpec, "d_model", -4, "net.d_model must be >= 1, got -4"),
+        (SequenceSpec, "num_layers", 0, "net.num_layers must be >= 1, got 0"),
+        (TransformerSpec, "d_ff", 0, "net.d_ff must be >= 1, got 0"),
+        (SequenceSpec, "max_len", 0, "net.max_len must be >= 1, got 0"),
+        (PixelSpec, "num_mixtures", 0, "net.num_mixtures must be >= 1, got 0"),
+        (VitSpec, "patch_size", 0, "net.patch_size must be >= 1, got 0"),
+        (VitSpec, "num_heads", 0, "net.num_heads must be >= 1, got 0"),
+        (DetrSpec, "num_queries", 0, "net.num_queries must be >= 1, got 0"),
+        (DetrSpec, "num_decoder_layers", 0, "net.num_decoder_layers must be >= 1, got 0"),
+        (DetrSpec, "num_encoder_layers", -1, "net.num_encoder_layers must be >= 0, got -1"),
+        (DetrSpec, "backbone_width", 0, "net.backbone_width must be >= 1, got 0"),
+        (DetrSpec, "dropout", 1.0, "net.dropout must be in [0, 1), got 1.0"),
+        (SequenceSpec, "d_model", 30, "net.d_model (30) must be a multiple of net.num_heads (4)"),
+        (MLPSpec, "hidden_sizes", (64, 0), "net.hidden_sizes must all be >= 1, got [64, 0]"),
+    ],
+)
+def test_bad_sizes_are_refused_by_the_spec(spec_type, field, value, expected):
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        spec_type(**{field: value})
+    with pytest.raises(ValueError, match=re.escape(expected)):  # as YAML and checkpoints give it
+        as_spec(spec_type, {field: list(value) if isinstance(value, tuple) else value})
+
+
+def test_zero_encoder_layers_and_no_hidden_layers_stay_allowed():
+    # DETR's "no encoder" ablation; an MLP without hidden layers is a linear classifier.
+    assert DetrSpec(num_encoder_layers=0).num_encoder_layers == 0
+    assert MLPSpec(hidden_sizes=()).hidden_sizes == ()
