@@ -71,9 +71,11 @@ from attn_lightning.callbacks import (
 from attn_lightning.cli.checkpoints import check_classes, load_checkpoint, resolve_class
 from attn_lightning.cli.config_checks import check_command_line, expand_help_names, rename_moved
 from attn_lightning.cli.errors import (
+    TRAINER_ERRORS,
     AppArgumentParser,
     constructor_error,
     debug_requested,
+    trainer_error,
 )
 from attn_lightning.cli.help import (
     CKPT_PATH_HELP,
@@ -307,7 +309,10 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         ]
         if trainer_config.get("enable_checkpointing") is False:
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-        return self._instantiate_trainer(trainer_config, callbacks)
+        try:
+            return self._instantiate_trainer(trainer_config, callbacks)
+        except TRAINER_ERRORS as error:  # a trainer option Lightning refuses: one line, the fix
+            raise ValueError(trainer_error(error, trainer_config)) from error
 
     def instantiate_classes(self) -> None:
         try:

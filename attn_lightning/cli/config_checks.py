@@ -43,6 +43,39 @@ def config_files(args: Sequence[str]) -> list[Path]:
     return files
 
 
+def key_location(files: Sequence[Path], key: str, depth: int = 0) -> tuple[Path, int] | None:
+    """The first of ``files`` whose YAML sets the dotted ``key`` (``trainer.max_steps`` as
+    ``trainer: {max_steps: …}`` or as a dotted key), and the line (from 1) of its part number
+    ``depth`` (from 1; 0: the last part)."""
+    parts = key.split(".")
+    for path in files:
+        try:
+            node = yaml.compose(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        lines = _key_lines(node, parts)
+        if lines is not None:
+            return path, lines[depth - 1 if depth else -1]
+    return None
+
+
+def _key_lines(node: Any, parts: list[str]) -> list[int] | None:
+    """The line of each of ``parts`` in a composed YAML mapping, or None if it lacks them."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for name, value in node.value:
+        named = str(name.value).split(".")
+        if parts[: len(named)] != named:
+            continue
+        here = [int(name.start_mark.line) + 1] * len(named)
+        if len(named) == len(parts):
+            return here
+        deeper = _key_lines(value, parts[len(named) :])
+        if deeper is not None:
+            return here + deeper
+    return None
+
+
 def _class_paths(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
     """Every ``(dotted key, value)`` of a ``class_path`` key in a parsed YAML tree."""
     if isinstance(node, Mapping):

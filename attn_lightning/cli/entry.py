@@ -7,11 +7,11 @@ import signal
 import sys
 from typing import Any
 
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from attn_lightning.callbacks import RunCheckpoint
 from attn_lightning.cli.app import main
-from attn_lightning.cli.errors import HINT, debug_requested, one_line
+from attn_lightning.cli.errors import HINT, debug_requested, one_line, trainer_error
 from attn_lightning.cli.progress import RunStarted
 
 log = logging.getLogger("attn_lightning")
@@ -22,9 +22,10 @@ def command_line(args: list[str] | None = None) -> None:
 
     A ValueError, FileNotFoundError or NotImplementedError raised before the run starts (an
     unknown backend or option, a wrong type, missing data files, a bad checkpoint, a class
-    mismatch) prints ``error: …`` and a hint and exits 2; ``--debug`` or ``ATTN_LIGHTNING_DEBUG=1``
-    keeps the traceback. Errors once training has started keep theirs. A run stopped by Ctrl-C
-    or SIGTERM (after saving ``last.ckpt``) exits 130 or 143.
+    mismatch, a trainer option Lightning refuses: ``errors.trainer_error``) or Lightning's
+    MisconfigurationException at setup prints ``error: …`` and a hint and exits 2; ``--debug``
+    or ``ATTN_LIGHTNING_DEBUG=1`` keeps the traceback. Errors once training has started keep
+    theirs. A run stopped by Ctrl-C or SIGTERM (after saving ``last.ckpt``) exits 130 or 143.
     """
     argv = sys.argv[1:] if args is None else args
     if not log.handlers:  # progress lines and the end-of-run summary, on stderr
@@ -40,6 +41,12 @@ def command_line(args: list[str] | None = None) -> None:
         if RunStarted.started or debug_requested(argv):
             raise
         sys.stderr.write(f"error: {one_line(error)}\n{HINT}\n")
+        raise SystemExit(2) from None
+    except MisconfigurationException as error:
+        # Lightning refusing the configuration at fit/validate/... setup, before the first step.
+        if RunStarted.started or debug_requested(argv):
+            raise
+        sys.stderr.write(f"error: {trainer_error(error, {})}\n{HINT}\n")
         raise SystemExit(2) from None
     except SIGTERMException:
         # Stopped at a step's end by Ctrl-C or SIGTERM (RunCheckpoint said where it saved). A

@@ -14,11 +14,14 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from attn_lightning.cli.config_checks import config_files, key_location
 
 DEBUG_ENV = "ATTN_LIGHTNING_DEBUG"
 HINT = "run with --help for the options, or add --debug for the full report"
@@ -135,11 +138,47 @@ def _no_experiment(message: str) -> str | None:
     )
 
 
-def condense(message: str, option_strings: Iterable[str] = ()) -> str:
-    """One line for a jsonargparse error message, with a suggestion where a name is misspelt."""
+_NOT_ACCEPTED_KEY = re.compile(
+    r"(?:Subcommand '[^']+'|Group '([^']+)') does not accept option '([^']+)'"
+)
+
+
+def _unknown_key(message: str, options: Iterable[str], files: Sequence[Path]) -> str | None:
+    """A config key no option has (``trainr.max_steps`` in a YAML file), worded as the same typo
+    given as a flag is, with the file and line that set it."""
+    match = _NOT_ACCEPTED_KEY.search(message)
+    if not match:
+        return None
+    key = f"{match.group(1)}.{match.group(2)}" if match.group(1) else match.group(2)
+    flags = [o for o in options if o.startswith("--")]
+    guess = nearest(f"--{key}", flags)
+    depth = _first_unknown_part(key, flags)
+    found = key_location(files, key, depth)
+    where = f" in {found[0]}:{found[1]}" if found else ""
+    tail = f"; did you mean {guess[2:]}?" if guess else ""
+    return f"unrecognized key {key}{where}{tail}"
+
+
+def _first_unknown_part(key: str, flags: Sequence[str]) -> int:
+    """Which part of a dotted ``key`` (from 1) no flag has: 1 for ``trainr.max_steps``, 2 for
+    ``trainer.max_stesp``; the file's line of that part is where the typo is."""
+    parts = key.split(".")
+    for depth in range(1, len(parts)):
+        prefix = "--" + ".".join(parts[:depth])
+        if not any(f == prefix or f.startswith(prefix + ".") for f in flags):
+            return depth
+    return len(parts)
+
+
+def condense(message: str, option_strings: Iterable[str] = (), files: Sequence[Path] = ()) -> str:
+    """One line for a jsonargparse error message, with a suggestion where a name is misspelt
+    (and, for a key of a config file, the ``files`` given with ``--config`` that sets it)."""
     no_experiment = _no_experiment(message)
     if no_experiment:
         return no_experiment
+    unknown_key = _unknown_key(message, option_strings, files)
+    if unknown_key:
+        return unknown_key
     unrecognized = _UNRECOGNIZED.search(message)
     problem = _class_problem(message)
     nested = None
@@ -185,6 +224,47 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"
 
 
+# What Lightning raises for a trainer option it refuses while the Trainer is built (a GPU that is
+# not there, devices 0, max_steps -5; torch_xla missing for a TPU): a configuration error.
+TRAINER_ERRORS = (MisconfigurationException, ValueError, TypeError, ImportError)
+_NO_GPU = re.compile(r"No supported gpu backend|`(CUDA|MPS)Accelerator` can not run")
+_DEVICES = re.compile(r"Trainer\(devices=|`devices` selected with")
+# A trainer argument as Lightning names it: `max_steps`, Trainer(devices=...), "value -1 for x".
+_ARGUMENT = re.compile(r"`(\w+)`|Trainer\((\w+)=|value \S+ for (\w+)")
+
+
+def trainer_error(error: BaseException, trainer: Mapping[str, Any]) -> str:
+    """One line for Lightning's refusal of the trainer options ``trainer`` (the Trainer's
+    arguments as configured): the option, its value and the fix.
+
+    A few refusals have their own wording (no GPU, a device count); any other names the first
+    trainer option Lightning's message mentions, with its value, then Lightning's reason.
+    """
+    message = " ".join(str(error).split())
+    accelerator = trainer.get("accelerator")
+    if _NO_GPU.search(message):
+        devices = trainer.get("devices")
+        one = "" if devices in (None, 1, "1", "auto") else " --trainer.devices 1"
+        return (
+            f"no GPU found (trainer.accelerator {accelerator}): use --trainer.accelerator cpu"
+            f"{one} or configs/presets/cpu.yaml (stacked last, in place of a GPU preset)"
+        )
+    if _DEVICES.search(message):
+        return (
+            f"trainer.devices {trainer.get('devices')} is not a device count for the "
+            f"{accelerator or 'auto'} accelerator: use --trainer.devices 1 (a count >= 1, a "
+            "list of GPU ids, or auto)"
+        )
+    for match in _ARGUMENT.finditer(message):
+        name = next(group for group in match.groups() if group)
+        if name in trainer:
+            reason = message.replace("`", "").rstrip(".")
+            if name in ("max_steps", "max_epochs"):
+                reason += f"; use --trainer.{name} N (N >= 0) or -1 for no limit"
+            return f"trainer.{name} {trainer[name]}: {reason}"
+    return f"trainer: {one_line(error)}"
+
+
 class AppArgumentParser(LightningArgumentParser):
     """``LightningArgumentParser`` whose errors are one line and a hint, not the usage text.
 
@@ -194,12 +274,20 @@ class AppArgumentParser(LightningArgumentParser):
 
     debug: bool = False  # set from the command line by ``cli.main``
 
+    def parse_args(  # type: ignore[override]  # as jsonargparse's own
+        self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any
+    ) -> Any:
+        # Kept for ``error``: the config files a key it rejects may come from.
+        self._given = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        return super().parse_args(args, *rest, **kwargs)
+
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or self.debug:
             super().error(message, ex)
         parser = getattr(ex, "subcommand_parser", None) or self
         options = list(getattr(parser, "_option_string_actions", {}))
-        sys.stderr.write(f"error: {condense(message, options)}\n{HINT}\n")
+        files = config_files(getattr(self, "_given", []))
+        sys.stderr.write(f"error: {condense(message, options, files)}\n{HINT}\n")
         self.exit(2)
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from attn_lightning.cli import command_line
-from attn_lightning.cli.errors import class_options, condense, nearest
+from attn_lightning.cli.errors import class_options, condense, nearest, trainer_error
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["--config", str(ROOT / "configs" / "reversal" / "base.yaml")]
@@ -179,3 +180,86 @@ def test_debug_keeps_the_traceback(monkeypatch):
     monkeypatch.setenv("ATTN_LIGHTNING_DEBUG", "1")
     with pytest.raises(ValueError, match="unknown attention 'performr'"):
         command_line(["fit", *BASE, *TINY, "--model.init_args.attention", "{name: performr}"])
+
+
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a GPU")
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        pytest.param(
+            ["--trainer.accelerator", "gpu"],
+            "no GPU found (trainer.accelerator gpu): use --trainer.accelerator cpu "
+            "or configs/presets/cpu.yaml",
+            marks=no_gpu,
+        ),
+        pytest.param(
+            ["--config", str(ROOT / "configs" / "presets" / "gpu_ddp.yaml")],
+            "no GPU found (trainer.accelerator gpu): use --trainer.accelerator cpu "
+            "--trainer.devices 1 or configs/presets/cpu.yaml",
+            marks=no_gpu,
+        ),
+        (["--trainer.devices", "0"], "trainer.devices 0"),
+        (["--trainer.max_steps", "-5"], "trainer.max_steps -5"),
+    ],
+)
+def test_trainer_misconfigurations_are_one_line(extra, expected, capsys):
+    # Lightning raises MisconfigurationException while the Trainer is built: 30+ lines before.
+    line = _fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
+    assert expected in line
+
+
+def test_trainer_misconfigurations_name_the_fix(capsys):
+    line = _fails_in_one_line(["fit", *BASE, *TINY, "--trainer.devices", "0"], capsys)
+    assert "--trainer.devices 1" in line
+    line = _fails_in_one_line(["fit", *BASE, *TINY, "--trainer.max_steps", "-5"], capsys)
+    assert "-1" in line and "not accepted" not in line
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--model.init_args.net.d_model", "-4"], "net.d_model must be >= 1, got -4"),
+        (["--model.init_args.net.num_layers", "0"], "net.num_layers must be >= 1, got 0"),
+    ],
+)
+def test_bad_sizes_are_one_line(extra, expected, capsys):
+    line = _fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
+    assert expected in line
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "wrong", "right", "line"),
+    [
+        ("trainr:\n  max_steps: 3\n", "trainr.max_steps", "trainer.max_steps", 1),
+        (
+            "seed_everything: 1\ntrainer:\n  max_stesp: 3\n",
+            "trainer.max_stesp",
+            "trainer.max_steps",
+            3,
+        ),
+    ],
+)
+def test_a_key_typo_in_a_file_reads_as_the_same_typo_as_a_flag(
+    yaml_text, wrong, right, line, tmp_path, capsys
+):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml_text)
+    from_file = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
+    from_flag = _fails_in_one_line(["fit", *BASE, f"--{wrong}=3"], capsys)
+    assert from_flag == f"error: unrecognized argument --{wrong}; did you mean --{right}?"
+    assert from_file == f"error: unrecognized key {wrong} in {typo}:{line}; did you mean {right}?"
+
+
+def test_trainer_error_names_the_option_lightning_refuses():
+    refused = MisconfigurationException(
+        "You have passed invalid value -1 for val_check_interval, it has to be in [0.0, 1.0] "
+        "or an int."
+    )
+    assert trainer_error(refused, {"val_check_interval": -1}) == (
+        "trainer.val_check_interval -1: You have passed invalid value -1 for val_check_interval, "
+        "it has to be in [0.0, 1.0] or an int"
+    )
+    # A message that names no configured option still comes as one line.
+    assert trainer_error(TypeError("odd\n  thing"), {}) == "trainer: TypeError: odd thing"
