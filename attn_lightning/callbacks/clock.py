@@ -6,6 +6,11 @@ state) and, on resume, starts from the saved value, so the metrics file's ``fit_
 time of all processes up to each one's last checkpoint plus the last process's whole fit. Work
 done after a process's last checkpoint and lost with it is not counted (the resumed process does
 it again, and that is counted).
+
+The CLI registers the clock for every subcommand, not only ``fit``: Lightning restores callback
+states from ``--ckpt_path`` for ``validate``/``test``/``predict`` too, and warns "Please add the
+following callbacks: ['FitClock']" for a saved state without its callback. There the restored
+value is read by nothing (those subcommands record no ``fit_seconds``).
 """
 
 from __future__ import annotations
@@ -37,5 +42,5 @@ class FitClock(Callback):
         return {"fit_seconds": self.seconds()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # Lightning restores callback states for fit only: test/validate never reach this.
+        # Also on validate/test/predict from a checkpoint (harmless: nothing reads it there).
         self.earlier_seconds = float(state_dict["fit_seconds"])

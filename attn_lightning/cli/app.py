@@ -84,7 +84,7 @@ from attn_lightning.cli.help import (
     help_request,
     print_help,
 )
-from attn_lightning.cli.noise import quiet
+from attn_lightning.cli.noise import quiet, quiet_own_resume
 from attn_lightning.cli.progress import (
     progress_callbacks,
     terminal,
@@ -327,11 +327,14 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         callbacks = self.trainer.callbacks
         if not self.trainer.loggers:  # the LR monitor needs a logger
             callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
-        if self.subcommand == "fit":  # fit_seconds over all the run's processes (resumes)
-            callbacks = [*callbacks, FitClock(started=self._started)]
+        # fit_seconds over all the run's processes (resumes). On every subcommand: Lightning
+        # restores callback states for validate/test/predict too, and a checkpoint's FitClock
+        # state without its callback warns "Please add the following callbacks: ['FitClock']".
+        callbacks = [*callbacks, FitClock(started=self._started)]
         self.trainer.callbacks = progress_callbacks(callbacks, terminal=terminal())
         if self.subcommand == "fit":
             purge_replayed_steps(self.trainer.logger, getattr(self, "_ckpt_step", 0))
+            quiet_own_resume(self.config[self.subcommand].get("ckpt_path"))
         record = warm_start_from_config(
             self.config[self.subcommand] if self.subcommand else self.config,
             self.subcommand,

@@ -3,8 +3,10 @@
 Runs here are budgeted in steps (``max_steps``) over an endless sampler, so Lightning's per-epoch
 bar reads ``Epoch 0/-2 … v_num: 0.000``: ``StepProgressBar`` counts optimiser steps against the
 budget instead. With stderr not a terminal (a job log, ``> file``) a bar is noise, and silence is
-worse: ``PlainProgress`` writes one line every ``every_n_steps``. ``summary_lines`` is what every
-subcommand ends with: where the checkpoints and logs went and the final metrics.
+worse: ``PlainProgress`` writes one line every ``every_n_steps``. Both print one line per
+validation during a fit (``validation_line``); the bar writes it above itself, where a logged
+line would be drawn over. ``summary_lines`` is what every subcommand ends with: where the
+checkpoints and logs went and the final metrics.
 """
 
 from __future__ import annotations
@@ -71,6 +73,14 @@ class StepProgressBar(TQDMProgressBar):
         if not self._step_budget(trainer):
             super().on_train_epoch_end(trainer, pl_module)
 
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)  # closes the validation bar
+        line = validation_line(trainer)
+        if line is not None and self._train_progress_bar is not None:
+            # Above the training bar (tqdm clears and redraws it): a line logged to stderr
+            # meanwhile would be overdrawn by the bar's next refresh.
+            self.train_progress_bar.write(line)
+
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
@@ -110,13 +120,22 @@ class PlainProgress(Callback):
         log.info(" · ".join(parts))
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # During fit only: ``validate`` ends with its summary, which names the checkpoint's step.
-        fitting = trainer.state.fn == TrainerFn.FITTING
-        if trainer.sanity_checking or not fitting or not trainer.is_global_zero:
-            return
-        items = _metric_items(_scalars(trainer.callback_metrics), prefix="val/")
-        if items:
-            log.info("validation at step %d · %s", trainer.global_step, " · ".join(items))
+        line = validation_line(trainer)
+        if line is not None:
+            log.info(line)
+
+
+def validation_line(trainer: pl.Trainer) -> str | None:
+    """``validation at step 500 · val/exact_acc 0.93 · val/loss 0.006`` after a fit's validation
+    on global rank 0; None elsewhere (the sanity check; ``validate``, which ends with its summary
+    naming the checkpoint's step; other ranks; no ``val/`` metric)."""
+    fitting = trainer.state.fn == TrainerFn.FITTING
+    if trainer.sanity_checking or not fitting or not trainer.is_global_zero:
+        return None
+    items = _metric_items(_scalars(trainer.callback_metrics), prefix="val/")
+    if not items:
+        return None
+    return f"validation at step {trainer.global_step} · {' · '.join(items)}"
 
 
 class ModelLine(ModelSummary):
