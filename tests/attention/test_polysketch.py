@@ -1,13 +1,15 @@
-"""PolySketch attention against ``naive_polysketch`` (float64, outputs and gradients), its
-features, redraws and options."""
+"""PolySketch attention against ``naive_polysketch`` (float64, outputs and gradients; the learned
+sketch's chunked levels against its whole formula), its features, redraws and options."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_bounded, naive_polysketch, naive_random_sketch
+from attn_lightning.attention.ops import sketches
 from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS
 from attn_lightning.attention.ops.sketches import LearnedPolySketch
 from attn_lightning.attention.polysketch import PolySketchAttention
@@ -25,11 +27,29 @@ from tests.attention.parity import (
 )
 
 
+def whole_learned_sketch(sketch: LearnedPolySketch):
+    """The learned sketch from its formula and the module's parameters (which get gradients),
+    each level whole: the reference of the module's chunked levels."""
+
+    def level(x, ff):
+        x = F.layer_norm(x, x.shape[-1:], ff.norm.weight, ff.norm.bias, ff.norm.eps)
+        return F.linear(F.gelu(F.linear(x, ff.fc1.weight, ff.fc1.bias)), ff.fc2.weight, ff.fc2.bias)
+
+    def s(x):
+        x1 = x2 = x
+        for ff1, ff2 in zip(sketch.branch1, sketch.branch2):
+            x1, x2 = level(x1, ff1), level(x2, ff2)
+        root_r = sketch.sketch_size**0.5
+        return torch.tanh(x1 * x2 / root_r) * root_r
+
+    return s
+
+
 def sketch_of(attn: PolySketchAttention):
     """The map s of ``attn`` for the naive reference: the random sketch from its formula and
-    buffers, the learned sketch module itself (its parameters get gradients), else identity."""
+    buffers, the learned sketch's formula with whole levels, else identity."""
     if attn.sketch_kind == "learned":
-        return attn.sketch
+        return whole_learned_sketch(attn.sketch)
     if attn.degree == 4:
         return lambda x: naive_random_sketch(x, attn.sketch.s1, attn.sketch.s2)
     return lambda x: x
@@ -74,7 +94,9 @@ def randomize(attn: PolySketchAttention) -> None:
     ids=str,
 )
 @pytest.mark.parametrize("evaluation", ["features", "kernel"])
-def test_matches_naive_float64(case, options, evaluation):
+def test_matches_naive_float64(case, options, evaluation, monkeypatch):
+    # The learned sketch's levels in chunks of 4-5 of the 20-32 rows (B·H·L), not dividing some.
+    monkeypatch.setattr(sketches, "CHUNK_ELEMENTS", 8 * 4 * 5)
     l_q, s, causal, padded = CASES[case]
     torch.manual_seed(0)
     attn = build_attention(

@@ -8,6 +8,10 @@ only the r(r+1)/2 distinct entries of that tensor; the backend that uses them is
 
     x: (B, H, N, D)  ->  s(x): (B, H, N, r)  ->  φ(x) = symmetric_square(s(x)): (B, H, N, r(r+1)/2)
 
+The learned sketch's levels run on CPU in chunks of tokens that recompute their hidden
+activation in backward (``chunked_sketch_level``): the same outputs without a level's whole
+(tokens, 8r) hidden tensor, which glibc maps and zeroes afresh at each allocation above 32 MiB.
+
 Every map here computes in the dtype of its input (the caller passes float32 at least) and casts
 its own parameters and buffers to it, so a model converted to bf16/fp16 weights still sketches in
 float32.
@@ -15,13 +19,15 @@ float32.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from attn_lightning.attention.options import check_int
 
@@ -105,12 +111,123 @@ class RandomPolySketch(nn.Module):
         return f"head_dim={self.head_dim}, sketch_size={self.sketch_size}"
 
 
+# A learned-sketch level's (rows, 8r) hidden activation is computed this many elements at a time
+# on CPU (2 MiB in float32). Whole, it is 52 MB at the reversal study's shape (64·4·100 rows ×
+# 512), above glibc's largest mmap threshold (32 MiB): each is mapped afresh and zeroed page by
+# page, ~64 of them and ~820k page faults a training step. A few MiB comes back from the heap,
+# stays in cache between the GEMM and the GELU, and still makes GEMMs of ~1,000 rows.
+CHUNK_ELEMENTS = 1 << 19
+
+LevelParams = tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor | None]
+"""A level's (LN weight, LN bias, fc1 weight, fc1 bias, fc2 weight, fc2 bias), in x's dtype."""
+
+
+def sketch_level(x: Tensor, params: LevelParams, eps: float) -> Tensor:
+    """One level, whole: ``Linear(GELU(Linear(LN(x))))``, ``(…, in) -> (…, r)`` via ``(…, 8r)``."""
+    norm_weight, norm_bias, w1, b1, w2, b2 = params
+    x = F.layer_norm(x, (x.shape[-1],), norm_weight, norm_bias, eps)
+    return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)  # (…, 8r) -> (…, r)
+
+
+def chunked_sketch_level(
+    x: Tensor, params: LevelParams, eps: float, *, rows: int | None = None
+) -> Tensor:
+    """``sketch_level`` at most ``rows`` rows (tokens of every batch and head) at a time,
+    recomputing the hidden activation in backward: it never exists whole, nothing 8r wide is saved.
+
+    The same outputs as ``sketch_level`` (each row's arithmetic is unchanged); the gradients of
+    the parameters sum the chunks' in turn, so they differ from the whole form's by float32
+    rounding. ``rows`` defaults to ``CHUNK_ELEMENTS // 8r``. No double backward.
+    """
+    if rows is None:
+        rows = max(1, CHUNK_ELEMENTS // params[2].shape[0])
+    check_int("rows", rows, minimum=1, what="rows per chunk")
+    return _ChunkedLevel.apply(x, rows, eps, *params)
+
+
+def _chunks(total: int, rows: int) -> list[slice]:
+    """``total`` rows in ⌈total/rows⌉ chunks of near-equal size (they differ by at most one row):
+    no ragged last chunk of a few rows, which a BLAS may multiply by another (small-M) kernel
+    whose rounding differs from the whole product's."""
+    count = -(-total // rows)
+    bounds = [i * total // count for i in range(count + 1)] if count else [0]
+    return [slice(a, b) for a, b in itertools.pairwise(bounds)]
+
+
+class _ChunkedLevel(torch.autograd.Function):
+    """``chunked_sketch_level``. A custom Function, not ``torch.utils.checkpoint`` per chunk:
+    backward recomputes a chunk's LN and fc1 and calls the kernels autograd would
+    (``gelu_backward``, ``native_layer_norm_backward``, GEMMs) itself, chunk after chunk, with
+    no nested autograd pass, saved-tensor hooks or RNG copies per chunk (a nested
+    ``autograd.grad`` per chunk cost 20–30 % more per level at the study's shape); dx goes into
+    one tensor, the weights' gradients accumulate in place (``addmm_``)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, rows: int, eps: float, *args: Tensor | None) -> Tensor:
+        params = cast(LevelParams, args)
+        flat = x.reshape(-1, x.shape[-1])  # (M, in), M = B·H·N
+        out = flat.new_empty(flat.shape[0], params[4].shape[0])  # (M, r)
+        with torch.autocast(x.device.type, enabled=False):  # in x's dtype, as backward recomputes
+            for chunk in _chunks(flat.shape[0], rows):
+                out[chunk] = sketch_level(flat[chunk], params, eps)
+        ctx.rows, ctx.eps = rows, eps
+        ctx.save_for_backward(x, *args)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, norm_weight, norm_bias, w1, b1, w2, b2 = ctx.saved_tensors
+        wants = ctx.needs_input_grad  # x, rows, eps, then the six parameters
+        params = (norm_weight, norm_bias, w1, b1, w2, b2)
+        sums = [
+            torch.zeros_like(p) if p is not None and want else None
+            for p, want in zip(params, wants[3:])
+        ]
+        d_norm_weight, d_norm_bias, d_w1, d_b1, d_w2, d_b2 = sums
+        norm_mask = [wants[0], wants[3], wants[4]]  # dx, d LN weight, d LN bias
+        flat = x.reshape(-1, x.shape[-1])  # (M, in)
+        grad = grad.reshape(flat.shape[0], -1)  # (M, r)
+        dx = torch.empty_like(flat) if wants[0] else None
+        width = [flat.shape[-1]]
+        with torch.autocast(x.device.type, enabled=False):
+            for chunk in _chunks(flat.shape[0], ctx.rows):
+                xc, g_out = flat[chunk], grad[chunk]  # (m, in), (m, r)
+                xn, mean, rstd = torch.ops.aten.native_layer_norm(
+                    xc, width, norm_weight, norm_bias, ctx.eps
+                )
+                hidden = F.linear(xn, w1, b1)  # (m, 8r), recomputed
+                if d_w2 is not None:
+                    d_w2.addmm_(g_out.t(), F.gelu(hidden))
+                if d_b2 is not None:
+                    d_b2.add_(g_out.sum(0))
+                d_hidden = torch.ops.aten.gelu_backward(g_out @ w2, hidden)  # (m, 8r)
+                if d_w1 is not None:
+                    d_w1.addmm_(d_hidden.t(), xn)
+                if d_b1 is not None:
+                    d_b1.add_(d_hidden.sum(0))
+                if not any(norm_mask):
+                    continue
+                d_xc, d_nw, d_nb = torch.ops.aten.native_layer_norm_backward(
+                    d_hidden @ w1, xc, width, mean, rstd, norm_weight, norm_bias, norm_mask
+                )
+                if dx is not None:
+                    dx[chunk] = d_xc
+                if d_norm_weight is not None:
+                    d_norm_weight.add_(d_nw)
+                if d_norm_bias is not None:
+                    d_norm_bias.add_(d_nb)
+        return (None if dx is None else dx.view_as(x), None, None, *sums)
+
+
 class _FFSketch(nn.Module):
     """One level of a learned-sketch branch: LN → Linear(in, 8r) → GELU → Linear(8r, r).
 
     As in PolySketchFormer's public code (``FFSketch``): a learnable LN, then two dense layers
     without bias; ``bias=True`` gives the dense layers biases (this project's earlier form). Its
-    parameters are cast to the input's dtype.
+    parameters are cast to the input's dtype. On CPU the level runs in chunks
+    (``chunked_sketch_level``); elsewhere whole: a caching allocator (CUDA's) reuses its blocks,
+    so there is nothing to avoid, and keeping the hidden activation is cheaper than recomputing.
     """
 
     def __init__(self, in_dim: int, sketch_size: int, *, bias: bool) -> None:
@@ -121,10 +238,17 @@ class _FFSketch(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         dt = x.dtype
-        weight, bias = self.norm.weight.to(dt), self.norm.bias.to(dt)
-        x = F.layer_norm(x, self.norm.normalized_shape, weight, bias, self.norm.eps)
-        x = F.gelu(F.linear(x, self.fc1.weight.to(dt), _cast(self.fc1.bias, dt)))  # (…, 8r)
-        return F.linear(x, self.fc2.weight.to(dt), _cast(self.fc2.bias, dt))  # (…, r)
+        params = (
+            self.norm.weight.to(dt),
+            self.norm.bias.to(dt),
+            self.fc1.weight.to(dt),
+            _cast(self.fc1.bias, dt),
+            self.fc2.weight.to(dt),
+            _cast(self.fc2.bias, dt),
+        )
+        if x.device.type == "cpu":
+            return chunked_sketch_level(x, params, self.norm.eps)
+        return sketch_level(x, params, self.norm.eps)
 
 
 def _cast(bias: Tensor | None, dtype: torch.dtype) -> Tensor | None:
