@@ -34,13 +34,13 @@ from attn_lightning.benchmarks import (
     approximation_report,
     decode,
     generation,
-    gpu_report,
     kernel_shapes,
     latency,
     learned_kernels,
     model_step,
 )
 from attn_lightning.benchmarks.arguments import UsageError
+from attn_lightning.benchmarks.gpu_report import command as gpu_report
 from attn_lightning.benchmarks.report import PROG
 from attn_lightning.results.environment import command_line
 
@@ -105,11 +105,11 @@ COMMANDS: dict[str, Benchmark] = {
         generation.__doc__,
     ),
     "gpu-report": Benchmark(
-        "measure a GPU within a budget: CUDA tests, per-call and training-step speed (torch vs "
-        "fla kernels), decode; one page and one archive",
+        "measure a GPU within a budget: fla's op beside flash and linear on each kernel, the "
+        "profiler's top kernels, training step, decode, CUDA tests; one page and one archive",
         gpu_report.add_arguments,
         gpu_report.run,
-        gpu_report.__doc__,
+        gpu_report.DESCRIPTION,
     ),
 }
 

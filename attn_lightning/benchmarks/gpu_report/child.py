@@ -1,7 +1,9 @@
 """The process of one benchmark stage: several jobs, one after another, each writing its files.
 
 A job is a ``python -m attn_lightning.benchmark`` command line (``latency ...``, ``model ...``,
-``decode ...``) or ``anchor ...`` (``anchor.main``). Running them in one process saves a Python,
+``decode ...``), ``kernels ...`` (``kernels.main``) or ``profile ...`` (``profile.main``); each is
+imported when its first job runs (the benchmark CLI imports Lightning: seconds a stage that
+races kernels need not spend). Running them in one process saves a Python,
 torch and CUDA start-up per job, and each job's CSV and markdown are written when it ends, so a
 stage killed at its budget keeps the jobs it finished. A job that fails is logged with its
 traceback and the next one runs; the process exits 1 if any failed.
@@ -15,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-ANCHOR = "anchor"
+KERNELS, PROFILE = "kernels", "profile"
 # ``python -c`` program of the stage process: no entry point of its own is needed.
 PROGRAM = (
     "import sys; from attn_lightning.benchmarks.gpu_report.child import main; "
@@ -32,17 +34,22 @@ def command(jobs: Sequence[Sequence[str]]) -> tuple[str, ...]:
 
 def main(argv: Sequence[str]) -> int:
     """Run the jobs of ``argv[0]`` (a JSON list of argument lists); 1 if any failed."""
-    from attn_lightning.benchmarks import cli
-    from attn_lightning.benchmarks.gpu_report import anchor
-
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     failed = 0
     for job in json.loads(argv[0]):
         log.info("job: %s", " ".join(job))
         try:
-            if job[0] == ANCHOR:
-                anchor.main(job[1:])
+            if job[0] == KERNELS:
+                from attn_lightning.benchmarks.gpu_report import kernels
+
+                kernels.main(job[1:])
+            elif job[0] == PROFILE:
+                from attn_lightning.benchmarks.gpu_report import profile
+
+                profile.main(job[1:])
             else:
+                from attn_lightning.benchmarks import cli
+
                 cli.main(job)
         except (Exception, SystemExit):  # a usage error exits: the next job still runs
             failed += 1

@@ -1,8 +1,8 @@
 """Read the stages' files back: typed rows of every CSV, the CUDA tests' JUnit summaries.
 
 Each stage job writes its own ``<tag>.csv`` (``results.write_csv``); the page merges them, e.g.
-the softmax, feature-map and anchor rows of one (dtype, protocol) into one table with speed-ups
-vs softmax. Rows come back as the dataclasses the benchmark tables take (``scaling.Row``,
+the anchor's and the kernels' rows of one shape into one table. Rows come back as the dataclasses
+that wrote them (``kernels.KernelRow``, ``profile.KernelShare``, ``scaling.Row``,
 ``model_step.Row``, ``decode.DecodeRow``), each field converted by its declared type.
 """
 
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from attn_lightning.benchmarks import decode, model_step, scaling
+from attn_lightning.benchmarks.gpu_report.kernels import KernelRow
+from attn_lightning.benchmarks.gpu_report.profile import KernelShare
 from attn_lightning.results import read_csv
 
 log = logging.getLogger(__name__)
@@ -54,10 +56,18 @@ def _records(folder: Path, pattern: str) -> Iterator[dict[str, str]]:
             log.warning("gpu-report: %s unreadable (%s), left out", path, err)
 
 
+def kernel_rows(out: Path) -> list[KernelRow]:
+    """Every row of the ``kernels`` jobs (anchor, kernels, normaliser, N = 64k)."""
+    return [typed(KernelRow, r) for r in _records(out / "kernels", "*.csv")]
+
+
+def profile_rows(out: Path) -> list[KernelShare]:
+    return [typed(KernelShare, r) for r in _records(out / "profile", "*.csv")]
+
+
 def latency_rows(out: Path) -> list[scaling.Row]:
-    """Every per-call row: the ``latency`` jobs' and the anchor's (same fields)."""
-    rows = [typed(scaling.Row, r) for r in _records(out / "latency", "*.csv")]
-    return rows + [typed(scaling.Row, r) for r in _records(out / "anchor", "*.csv")]
+    """Every row of the ``latency`` jobs."""
+    return [typed(scaling.Row, r) for r in _records(out / "latency", "*.csv")]
 
 
 def model_rows(out: Path, pattern: str) -> list[model_step.Row]:

@@ -1,110 +1,100 @@
-"""The report's one markdown page: provenance, the targets met or not, stages, tables, figures.
+"""The report's one markdown page: provenance, the GPU targets, stages, tables, figures.
 
-Targets (each stated met, not met or not measured, with its numbers):
-
-* causal linear attention, fwd+bwd, bf16, N = 32k at B·N = 64k tokens: ``linear`` on fla at
-  least 5× faster than SDPA (flash), and within 1.2× of fla's own op (``anchor``);
-* the reversal model's training step (2 layers, width 256, B·N = 64k tokens): ``linear`` on fla
-  faster than softmax from some N ≤ 4,096 on (``report.crossover``);
-* decode at 64k tokens of context: ``linear``'s step at least 10× faster than softmax's
-  preallocated KV cache.
+Sections, each from the files the stages wrote (``collect``), each left out when its stage
+wrote nothing: the targets (``targets``), the stages (status, seconds, why), the CUDA tests, one
+table per regime of ms per causal fwd+bwd (contender × N, speed-up vs flash; fla's op is the
+anchor of the ``linear`` rows), the agreement of each contender with the float32 torch kernel and
+its first call (compilation, autotuning), the profiler's top kernels
+(``profile/top_kernels.md``), the training step, decode, and the broader per-call table.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from attn_lightning.benchmarks import decode, model_step, plots, report, scaling
-from attn_lightning.benchmarks.gpu_report import collect
-from attn_lightning.benchmarks.gpu_report.anchor import LABEL as ANCHOR_LABEL
-from attn_lightning.benchmarks.gpu_report.plan import HEADS, SOFTMAX, label
+from attn_lightning.benchmarks import decode, plots, report, scaling
+from attn_lightning.benchmarks.gpu_report import collect, profile, targets
+from attn_lightning.benchmarks.gpu_report.calls import CONTENDERS, LINEAR_OUTPUTS, Shape
+from attn_lightning.benchmarks.gpu_report.kernels import KernelRow
 from attn_lightning.benchmarks.gpu_report.runner import StageResult
 from attn_lightning.results import markdown_meta, markdown_table
 
 log = logging.getLogger(__name__)
 
-LINEAR_FLA, LINEAR_TORCH = label("linear", "fla"), label("linear", "torch")
-KERNEL = {LINEAR_FLA: "fla", LINEAR_TORCH: "torch kernel"}
-TARGET_N, TARGET_CONTEXT = 32768, 65536
+FLASH = "flash"
 
 
-@dataclass(frozen=True)
-class Target:
-    """One of the issue's targets: what, the measured numbers, and the verdict."""
-
-    what: str
-    measured: str
-    verdict: str  # met, not met, not measured
-
-
-def _verdict(ok: bool | None) -> str:
-    return "not measured" if ok is None else ("met" if ok else "not met")
+def _cell(row: KernelRow | None, flash: float | None) -> str:
+    """``ms (×flash)`` for an attention row, ``ms`` for the rest, the note when unmeasured."""
+    if row is None:
+        return ""
+    if row.ms is None:
+        return row.note
+    ratio = row.contender in LINEAR_OUTPUTS and flash and row.contender != FLASH
+    return f"{row.ms:.3g}" + (f" ({flash / row.ms:.2g}×)" if ratio and flash else "")
 
 
-def attention_target(rows: Sequence[scaling.Row], backend: str = LINEAR_FLA) -> list[Target]:
-    """The per-call targets at N = 32k, bf16, B·N = 64k tokens, causal fwd+bwd, for ``backend``
-    (the overhead over fla's own op only for fla)."""
-    ms = {
-        r.backend: r.ms
-        for r in rows
-        if (r.dtype, r.protocol, r.mode, r.causal, r.n, r.heads)
-        == ("bfloat16", "constant-tokens", "fwdbwd", True, TARGET_N, HEADS)
-        and r.ms
-    }
-    mine, flash, anchor = ms.get(backend), ms.get(SOFTMAX), ms.get(ANCHOR_LABEL)
-    speedup = flash / mine if mine and flash else None
-    overhead = mine / anchor if mine and anchor else None
-    speed = Target(
-        f"causal linear ({KERNEL[backend]}) fwd+bwd, bf16, N = 32k: ≥ 5× SDPA flash",
-        f"{flash:.3g} / {mine:.3g} ms = {speedup:.2f}×" if speedup else "–",
-        _verdict(None if speedup is None else speedup >= 5),
-    )
-    if backend != LINEAR_FLA:
-        return [speed]
-    return [
-        speed,
-        Target(
-            "… and within 1.2× of fla's own op",
-            f"{mine:.3g} / {anchor:.3g} ms = {overhead:.2f}×" if overhead else "–",
-            _verdict(None if overhead is None else overhead <= 1.2),
-        ),
+def kernel_section(rows: Sequence[KernelRow]) -> list[str]:
+    """Per regime (H, D, B·N): ms per call, contender × N; then agreement and first calls."""
+    if not rows:
+        return []
+    parts = []
+    index = {(r.contender, r.shape): r for r in rows}
+    order = {label: i for i, label in enumerate(CONTENDERS)}
+    labels = sorted({r.contender for r in rows}, key=lambda c: order.get(c, len(order)))
+    for regime in dict.fromkeys(r.shape.regime for r in rows):
+        shapes = sorted({r.shape for r in rows if r.shape.regime == regime}, key=lambda s: s.n)
+        body = []
+        for label in labels:
+            cells = [_cell(index.get((label, s)), _flash_ms(index, s)) for s in shapes]
+            if any(cells):
+                body.append(
+                    [f"{label}: {CONTENDERS[label][0]}" if label in CONTENDERS else label, *cells]
+                )
+        header = ["contender", *(f"N={s.n:,} (B {s.batch})" for s in shapes)]
+        parts.append(
+            f"## Per call, {regime}: ms per causal fwd+bwd (speed-up vs flash)\n\n"
+            + markdown_table(header, body)
+        )
+    checked = [r for r in rows if r.ms is not None]
+    body = [
+        [
+            r.contender,
+            str(r.shape),
+            r.kernel,
+            "" if r.rel_err is None else f"{r.rel_err:.2e}",
+            "" if r.first_ms is None else f"{r.first_ms / 1e3:.1f}",
+            "" if r.min_ms is None or r.max_ms is None else f"{r.min_ms:.3g}–{r.max_ms:.3g}",
+            str(r.repeats),
+        ]
+        for r in checked
     ]
+    header = [
+        "contender",
+        "shape BxHxNxD",
+        "kernel",
+        "rel. error vs fp32 torch kernel",
+        "first call s",
+        "ms range",
+        "timed calls",
+    ]
+    parts.append("## Agreement, first calls and spread\n\n" + markdown_table(header, body))
+    return parts
 
 
-def model_target(rows: Sequence[model_step.Row], backend: str = LINEAR_FLA) -> Target:
-    """The training-step target: ``backend`` faster than softmax from N ≤ 4,096 on."""
-    steps: dict[str, dict[int, float]] = {}
-    for r in rows:
-        if r.step_ms:
-            steps.setdefault(r.backend, {})[r.n] = r.step_ms
-    mine, base = steps.get(backend, {}), steps.get(SOFTMAX, {})
-    common = sorted(set(mine) & set(base))
-    what = f"training step (2 layers, width 256), B·N = 64k: linear ({KERNEL[backend]}) faster "
-    what += "from N ≤ 4,096"
-    if not common:
-        return Target(what, "–", _verdict(None))
-    n = report.crossover(mine, base)
-    ratios = ", ".join(f"{base[k] / mine[k]:.2g}× at {k}" for k in common)
-    found = "faster from N = " + str(n) if n else "not faster at the largest N"
-    return Target(
-        what,
-        f"{found} ({ratios})",
-        _verdict(n is not None and n <= 4096),
-    )
+def _flash_ms(index: Mapping[tuple[str, Shape], KernelRow], shape: Shape) -> float | None:
+    row = index.get((FLASH, shape))
+    return None if row is None else row.ms
 
 
-def decode_target(rows: Sequence[decode.DecodeRow]) -> Target:
-    ms = {r.backend: r.ms for r in rows if r.context == TARGET_CONTEXT and r.ms}
-    mine, cache = ms.get(LINEAR_FLA), ms.get(SOFTMAX)
-    ratio = cache / mine if mine and cache else None
-    return Target(
-        "decode per token at 64k context: ≥ 10× the preallocated KV cache",
-        f"{cache:.3g} / {mine:.3g} ms = {ratio:.3g}×" if ratio else "–",
-        _verdict(None if ratio is None else ratio >= 10),
-    )
+def profile_section(out: Path) -> list[str]:
+    rows = collect.profile_rows(out)
+    if not rows:
+        return []
+    title = "## Top kernels by device time (`profile/top_kernels.md`; CPU operators in a dry run)"
+    return [f"{title}\n\n{profile.table(rows)}"]
 
 
 def _latency_section(rows: Sequence[scaling.Row], out: Path, caption: str) -> list[str]:
@@ -112,7 +102,7 @@ def _latency_section(rows: Sequence[scaling.Row], out: Path, caption: str) -> li
     parts = []
     for dtype, protocol, heads in dict.fromkeys((r.dtype, r.protocol, r.heads) for r in rows):
         group = [r for r in rows if (r.dtype, r.protocol, r.heads) == (dtype, protocol, heads)]
-        tag = f"latency_{protocol}_{dtype}" + (f"_H{heads}" if heads != HEADS else "")
+        tag = f"latency_{protocol}_{dtype}_H{heads}"
         parts.append(f"## Per call: {protocol}, {dtype}, H = {heads}")
         for mode, title in plots.MODE_TITLES.items():
             if any(r.mode == mode for r in group):
@@ -138,11 +128,7 @@ def _latency_section(rows: Sequence[scaling.Row], out: Path, caption: str) -> li
 
 def _model_section(out: Path) -> list[str]:
     parts = []
-    for pattern, title in (
-        ("model_tokens_*.csv", "B·N = 64k tokens"),
-        ("model_b1*.csv", "B = 1"),
-        ("model_smoke*.csv", "toy sizes"),
-    ):
+    for pattern, title in (("model_tokens_*.csv", "B·N tokens constant"),):
         rows = collect.model_rows(out, pattern)
         if rows:
             parts.append(
@@ -170,36 +156,34 @@ def write_page(
     meta: Mapping[str, str],
     results: Sequence[StageResult],
     *,
-    smoke: bool,
+    dry_run: bool,
 ) -> str:
     """Write ``<out>/gpu_report.md`` from the stages' files; return its text."""
-    latency, decode_rows = collect.latency_rows(out), collect.decode_rows(out)
-    model_rows = collect.model_rows(out, "model_tokens_*.csv")
-    targets = [
-        *attention_target(latency),
-        *attention_target(latency, LINEAR_TORCH),
-        model_target(model_rows),
-        model_target(model_rows, LINEAR_TORCH),
-        decode_target(decode_rows),
-    ]
+    kernels, decode_rows = collect.kernel_rows(out), collect.decode_rows(out)
+    found = targets.evaluate(kernels, collect.model_rows(out, "model_tokens_*.csv"), decode_rows)
     stage_rows = [
         [r.name, r.what, r.status, f"{r.seconds:.0f}", r.note or (r.log and f"`{r.log}`")]
         for r in results
     ]
     tests = [collect.junit_summary(p) for p in sorted((out / "parity").glob("*.xml"))]
+    title = "# GPU report" + (
+        " (dry run on the CPU: toy shapes, nothing here is a GPU result)" * dry_run
+    )
     parts = [
-        "# GPU report" + (" (CPU smoke run: toy sizes, nothing here is a GPU result)" * smoke),
+        title,
         markdown_meta(meta),
         "## Targets\n\n"
         + markdown_table(
-            ["target", "measured", "verdict"], [[t.what, t.measured, t.verdict] for t in targets]
+            ["target", "measured", "verdict"], [[t.what, t.measured, t.verdict] for t in found]
         ),
         "## Stages\n\n" + markdown_table(["stage", "what", "status", "s", "note"], stage_rows),
         "## Tests\n\n"
         + ("\n".join(f"- {s.name}: {s.line()}" for s in tests if s) or "No test results."),
-        *_latency_section(latency, out, caption=meta.get("device", "")),
+        *kernel_section(kernels),
+        *profile_section(out),
         *_model_section(out),
         *_decode_section(decode_rows),
+        *_latency_section(collect.latency_rows(out), out, caption=meta.get("gpu", "")),
     ]
     text = "\n\n".join(parts) + "\n"
     (out / "gpu_report.md").write_text(text)

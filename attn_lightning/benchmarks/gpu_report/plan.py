@@ -1,59 +1,71 @@
-"""What the GPU report runs, in order of value, and with which shares of the budget.
+"""What the GPU report runs, in order of value, each stage with its estimated cost and timeout.
 
-1. ``parity``: the CUDA tests of the fla kernel (``tests/attention/test_fla_cuda.py``, without
-   the training steps): a speed measured on wrong outputs is worth nothing.
-2. ``latency-bfloat16-tokens``: one attention call, fwd and fwd+bwd, causal and not, N = 1k … 64k
-   at B·N = 64k tokens (H = 4, D = 64): SDPA (flash) and every feature-map backend with
-   ``implementation=torch`` and ``=fla``, peak memory too; then ``anchor``: fla's own op on the
-   same shapes (``anchor.py``).
-   ``latency-bfloat16-heads32``: softmax and ``linear`` (both kernels) at H = 32, B·N = 16k.
-3. ``model-bfloat16``: the whole training step of the reversal model (2 layers, width 256) at
-   B·N = 64k tokens for N = 1k … 16k, and at B = 1.
-4. ``decode``: ms per token of ``step`` at 1k … 64k tokens of context (the recurrent state vs
-   softmax's preallocated KV cache).
-5. The same calls at B = 1 (bf16), then in float32 (SDPA chooses its kernel; fla runs fp32 as
-   TF32), and last the bf16-mixed training step of each experiment (``training``).
+The stages of ``cuda_plan`` (bf16, causal forward + backward, CUDA events):
 
-``smoke_plan`` is the same pipeline at toy sizes on the CPU (the fla stages skipped): it tests
-the command, not a GPU.
+1. ``anchor``: fla's own ``chunk_linear_attn`` (``calls``: features made outside the timing,
+   normalize=True, and the raw kernel) at every shape of ``SHAPES``. First, because a report
+   without it cannot judge our fla path (the 2026-11-26 run killed it), and because it pays fla's
+   first-call autotuning, which Triton then keeps on disk for the stages after it.
+2. ``kernels``: SDPA flash and ``linear`` on each kernel (fla, torch, auto; triton where it
+   exists) at the same shapes, each compared with the float32 torch kernel.
+3. ``normaliser``: the adapter's normaliser as it was (strided cumsum) vs as it is now.
+4. ``profile``: ``torch.profiler``'s top kernels of each contender at ``PROFILE_SHAPE``.
+5. ``model``: the reversal model's training step (width 256, 2 layers) at B·N = 64k tokens,
+   softmax vs ``linear`` (auto, torch, fla), N = 1k … 16k.
+6. ``decode``: ms per token of ``step`` after 1k … 64k tokens vs softmax's preallocated KV cache.
+7. ``kernels-64k``: every contender at N = 65,536 (H 4, D 64, B 1), if time allows.
+8. ``parity``: the CUDA tests of the fla kernel; then ``latency``: every feature-map backend at
+   H 4 (fwd, fwd+bwd, causal and not); ``training``: the bf16-mixed step of each experiment.
+
+The estimates are for an H100 with a cold Triton cache and ``--fla-autotune reduced`` (the
+2026-11-26 run: model 58 s, decode 18 s; fla's first calls ~20 s per (K, V) pair); stages
+1–7 are estimated at 6.2 minutes. ``dry_plan`` is the same stages at toy shapes on the CPU
+(``DRY``), float32, where the CUDA-only contenders give rows that say so.
 """
 
 from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from attn_lightning.benchmarks.gpu_report.child import ANCHOR, command
+from attn_lightning.benchmarks.gpu_report.calls import Shape
+from attn_lightning.benchmarks.gpu_report.child import KERNELS, PROFILE, command
 from attn_lightning.benchmarks.gpu_report.runner import Stage
 
-LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+# The three regimes of docs/benchmarks.md (B·N constant within each); the targets' shapes first.
+TARGET_SHAPES = (Shape(2, 4, 32768, 64), Shape(1, 32, 16384, 128))
+REGIMES = (
+    (Shape(16, 32, 1024, 128), Shape(4, 32, 4096, 128), Shape(1, 32, 16384, 128)),
+    (Shape(16, 4, 4096, 64), Shape(8, 4, 8192, 64), Shape(4, 4, 16384, 64), Shape(2, 4, 32768, 64)),
+    (Shape(8, 16, 4096, 64), Shape(2, 16, 16384, 64)),
+)
+SHAPES = tuple(dict.fromkeys((*TARGET_SHAPES, *(s for r in REGIMES for s in r))))
+LONG_SHAPE = Shape(1, 4, 65536, 64)
+PROFILE_SHAPE = Shape(4, 32, 4096, 128)  # where the torch kernel was profiled, 2026-11-28
+ANCHOR = ("fla-op", "fla-op-raw")
+LINEAR = ("flash", "linear:fla", "linear:torch", "linear:auto", "linear:triton")
+NORMALISER = ("normaliser:old", "normaliser:new")
+PROFILED = ("flash", "fla-op", "linear:fla", "linear:torch")
+
+SOFTMAX, LINEAR_BACKEND = "softmax", "linear"
 MODEL_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 CONTEXTS = (1024, 4096, 16384, 65536)
-TOKENS = 65536  # B·N of the realistic batch
-HEADS, HEAD_DIM, WIDTH = 4, 64, 256
-SOFTMAX = "softmax"
-# Each feature-map backend as timed: PolySketch in its feature form (the one fla can run).
-FAMILIES = {
-    "linear": "linear",
-    "performer": "performer",
-    "polysketch": "polysketch:evaluation=features",
-    "mean": "mean",
-}
+TOKENS, WIDTH, HEADS, HEAD_DIM = 65536, 256, 4, 64
+MODEL_BACKENDS = (
+    SOFTMAX,
+    LINEAR_BACKEND,
+    "linear:implementation=torch",
+    "linear:implementation=fla",
+)
+FAMILIES = ("linear", "performer", "polysketch:evaluation=features", "mean")
 CUDA_TESTS = "tests/attention/test_fla_cuda.py"
+CPU_TESTS = "tests/attention/ops/test_fla.py"
 # Set for the report's stages: tests/conftest.py then prints each failure as it happens.
 FAILURES_AT_ONCE = "ATTN_LIGHTNING_FAILURES_AT_ONCE"
-CPU_TESTS = "tests/attention/ops/test_fla.py"
-
-
-def with_option(spec: str, key: str, value: object) -> str:
-    """``name[:a=b]`` with one more ``key=value``."""
-    return f"{spec}{',' if ':' in spec else ':'}{key}={value}"
-
-
-def label(family: str, kernel: str) -> str:
-    """The backend spec (and row label) of ``family`` on ``kernel``: torch or fla."""
-    return with_option(FAMILIES[family], "implementation", kernel)
+NO_TESTS = "tests/ not found: run the report from the repository root"
 
 
 def words(*values: object) -> str:
@@ -61,169 +73,222 @@ def words(*values: object) -> str:
     return " ".join(shlex.quote(str(v)) for v in values)
 
 
-PROTOCOLS = {  # the report's two batch regimes, as ``latency``/``anchor`` flags
-    "tokens": f"--protocol constant-tokens --tokens {TOKENS}",
-    "b1": "--protocol small-batch --batch 1",
-}
-SHAPE = f"--heads {HEADS} --head-dim {HEAD_DIM} --lengths {words(*LENGTHS)}"
+@dataclass(frozen=True)
+class Sizes:
+    """What a plan measures: the CUDA report's (``CUDA``) or the dry run's (``DRY``)."""
+
+    shapes: tuple[Shape, ...]
+    long_shape: Shape
+    profile_shape: Shape
+    kernel_flags: str  # device, dtype, repeats and warm-ups of the kernels and profile jobs
+    model_lengths: tuple[int, ...]
+    model_tokens: int
+    width: int
+    model_flags: str
+    contexts: tuple[int, ...]
+    decode_flags: str
+    tests: str  # the tests of the parity stage, and their -k selection
+    selection: str
+    scale: float  # of the estimates (1 on an H100)
+    cuda: bool = True
 
 
-def _timing(point_s: float) -> str:
-    return f"--device cuda --repeats 5 --warmup 2 --budget {point_s:g}"
-
-
-def kernels(family: str, dtype: str) -> tuple[str, ...]:
-    """The kernels timed for ``family``: fla in bf16 only where F = Dv (``linear``: fla refuses
-    bf16 with F != Dv, attention/ops/fla.py), both elsewhere."""
-    return ("torch", "fla") if dtype != "bfloat16" or family == "linear" else ("torch",)
-
-
-def latency_jobs(out: Path, dtype: str, protocol: str, point_s: float) -> list[list[str]]:
-    """One ``latency`` job per backend family (softmax first), each with its own files."""
-    jobs = []
-    for family in (SOFTMAX, *FAMILIES):
-        specs = [SOFTMAX]
-        if family != SOFTMAX:
-            specs = [label(family, k) for k in kernels(family, dtype)]
-        line = f"latency {PROTOCOLS[protocol]} {SHAPE} {_timing(point_s)} --dtype {dtype} "
-        line += f"--backends {words(*specs)} --no-plots --out {words(out / 'latency')} "
-        jobs.append(shlex.split(line + f"--tag latency_{protocol}_{dtype}_{family}"))
-    return jobs
-
-
-MANY_HEADS, MANY_HEADS_TOKENS = 32, 16384
-MANY_HEADS_LENGTHS = (1024, 2048, 4096, 8192, 16384)
-
-
-def many_heads_jobs(out: Path, point_s: float) -> list[list[str]]:
-    """softmax and ``linear`` on both kernels at H = 32, B·N = 16k tokens, bf16: the regime of
-    fla's own benchmark (many (batch, head) pairs), where its chunk-sequential state kernels
-    have work for every SM; at H = 4 they did not (docs/benchmarks.md, Results: GPU)."""
-    specs = [SOFTMAX, label("linear", "torch"), label("linear", "fla")]
-    return [
-        shlex.split(
-            f"latency --protocol constant-tokens --tokens {MANY_HEADS_TOKENS} "
-            f"--heads {MANY_HEADS} --head-dim {HEAD_DIM} --lengths {words(*MANY_HEADS_LENGTHS)} "
-            f"{_timing(point_s)} --dtype bfloat16 --backends {words(*specs)} --no-plots "
-            f"--out {words(out / 'latency')} --tag latency_tokens_bfloat16_H{MANY_HEADS}"
-        )
-    ]
-
-
-def anchor_jobs(out: Path, point_s: float) -> list[list[str]]:
-    """fla's own op, bf16 first, at both batch regimes, then float32."""
-    return [
-        shlex.split(
-            f"{ANCHOR} {PROTOCOLS[protocol]} {SHAPE} {_timing(point_s)} --dtype {dtype} "
-            f"--out {words(out / 'anchor')} --tag anchor_{protocol}_{dtype}"
-        )
-        for dtype in ("bfloat16", "float32")
-        for protocol in PROTOCOLS
-    ]
-
-
-MODEL_BACKENDS = (  # bf16-mixed: fla only for linear (kernels)
-    SOFTMAX,
-    label("linear", "torch"),
-    label("linear", "fla"),
-    label("performer", "torch"),
-    label("polysketch", "torch"),
+CUDA = Sizes(
+    SHAPES,
+    LONG_SHAPE,
+    PROFILE_SHAPE,
+    "--device cuda --dtype bfloat16 --warmup 3",
+    MODEL_LENGTHS,
+    TOKENS,
+    WIDTH,
+    "--device cuda --dtype bfloat16 --repeats 5 --warmup 2 --budget 2",
+    CONTEXTS,
+    "--device cuda --repeats 50 --warmup 5",
+    CUDA_TESTS,
+    "not training_step",
+    1.0,
+)
+DRY = Sizes(
+    (Shape(1, 2, 32, 8), Shape(2, 2, 16, 8)),
+    Shape(1, 2, 64, 8),
+    Shape(1, 2, 32, 8),
+    "--device cpu --dtype float32 --warmup 1",
+    (32,),
+    64,
+    16,
+    "--device cpu --dtype float32 --repeats 1 --warmup 0 --budget 1",
+    (16, 64),
+    "--device cpu --repeats 1 --warmup 0",
+    CPU_TESTS,
+    "dispatch_rule or unknown_implementation",
+    0.05,
+    cuda=False,
 )
 
 
-def model_jobs(out: Path, step_s: float) -> list[list[str]]:
-    """The reversal model's training step at B·N = 64k tokens (one job per N), then at B = 1."""
-    sizes: list[tuple[int, tuple[int, ...], str]]
-    sizes = [(TOKENS // n, (n,), f"model_tokens_N{n}") for n in MODEL_LENGTHS]
-    sizes.append((1, MODEL_LENGTHS, "model_b1"))
+def kernel_job(
+    out: Path, tag: str, shapes: Sequence[Shape], contenders: Sequence[str], sizes: Sizes
+) -> list[str]:
+    """A ``kernels`` job (``kernels.py``) writing ``<out>/kernels/<tag>.{csv,md}``."""
+    repeats = 10 if sizes.cuda else 2
+    return shlex.split(
+        f"{KERNELS} --shapes {words(*shapes)} --contenders {words(*contenders)} "
+        f"{sizes.kernel_flags} --repeats {repeats} --out {words(out / 'kernels')} --tag {tag}"
+    )
+
+
+def profile_job(out: Path, sizes: Sizes) -> list[str]:
+    """A ``profile`` job (``profile.py``) writing ``<out>/profile/top_kernels.{csv,md}``."""
+    return shlex.split(
+        f"{PROFILE} --shape {sizes.profile_shape} --contenders {words(*PROFILED)} "
+        f"{sizes.kernel_flags} --out {words(out / 'profile')} --tag top_kernels"
+    )
+
+
+def model_jobs(out: Path, sizes: Sizes) -> list[list[str]]:
+    """The reversal model's training step at constant B·N (one job per N, its own file)."""
+    backends = [b for b in MODEL_BACKENDS if sizes.cuda or not b.endswith("=fla")]
     return [
         shlex.split(
-            f"model --models reversal --widths {WIDTH} --layers 2 --heads {HEADS} "
-            f"--batch {batch} --lengths {words(*lengths)} --backends {words(*MODEL_BACKENDS)} "
-            f"--dtype bfloat16 {_timing(step_s)} --out {words(out / 'model')} --tag {tag}"
+            f"model --models reversal --widths {sizes.width} --layers 2 --heads {HEADS} "
+            f"--batch {max(1, sizes.model_tokens // n)} --lengths {n} "
+            f"--backends {words(*backends)} {sizes.model_flags} "
+            f"--out {words(out / 'model')} --tag model_tokens_N{n}"
         )
-        for batch, lengths, tag in sizes
+        for n in sizes.model_lengths
     ]
 
 
-def decode_jobs(out: Path) -> list[list[str]]:
-    """``step`` of every feature-map backend and softmax's KV cache, B = 1, fp32."""
-    backends = [SOFTMAX, label("linear", "fla"), *list(FAMILIES.values())[1:]]
-    return [
-        shlex.split(
-            f"decode --contexts {words(*CONTEXTS)} --backends {words(*backends)} --batch 1 "
-            f"--heads {HEADS} --head-dim {HEAD_DIM} --device cuda --repeats 50 --warmup 5 "
-            f"--out {words(out / 'decode')} --tag decode_cuda_b1"
+def decode_job(out: Path, sizes: Sizes) -> list[str]:
+    """``step`` of ``linear`` (and Performer) against softmax's KV cache, B = 1."""
+    return shlex.split(
+        f"decode --contexts {words(*sizes.contexts)} --backends {SOFTMAX} {LINEAR_BACKEND} "
+        f"performer --batch 1 --heads {HEADS} --head-dim {HEAD_DIM} {sizes.decode_flags} "
+        f"--out {words(out / 'decode')} --tag decode_b1"
+    )
+
+
+def latency_jobs(out: Path) -> list[list[str]]:
+    """Every feature-map backend on both kernels (fla only for ``linear`` in bf16, where F = Dv)
+    and softmax, fwd and fwd+bwd, causal and not, N = 1k … 64k at B·N = 64k tokens."""
+    jobs = []
+    for family in (SOFTMAX, *FAMILIES):
+        kernels = ("torch", "fla") if family == "linear" else ("torch",)
+        sep = "," if ":" in family else ":"
+        specs = (
+            [family] if family == SOFTMAX else [f"{family}{sep}implementation={k}" for k in kernels]
         )
-    ]
+        jobs.append(
+            shlex.split(
+                f"latency --protocol constant-tokens --tokens {TOKENS} --heads {HEADS} "
+                f"--head-dim {HEAD_DIM} --lengths 1024 4096 16384 32768 65536 --device cuda "
+                f"--repeats 5 --warmup 2 --budget 1 --dtype bfloat16 --backends {words(*specs)} "
+                f"--no-plots --out {words(out / 'latency')} --tag latency_{family.split(':')[0]}"
+            )
+        )
+    return jobs
 
 
 def pytest_command(out: Path, tests: str, name: str, selection: str | None) -> tuple[str, ...]:
     """pytest of ``tests`` (``-k selection`` if given); JUnit XML ``<out>/parity/<name>.xml``."""
     junit = out / "parity" / f"{name}.xml"
-    # -v: one line per test as it ends, so a stage killed at its share still says what passed.
+    # -v: one line per test as it ends, so a stage killed at its timeout still says what passed.
     argv = [sys.executable, "-m", "pytest", tests, "-v", "-p", "no:cacheprovider", "-rfE"]
     argv += ["-k", selection] if selection else []
     return (*argv, f"--junitxml={junit}")
 
 
-NO_TESTS = "tests/ not found: run the report from the repository root"
+def plan(out: Path, tests_root: Path | None, sizes: Sizes) -> list[Stage]:
+    """The stages, in order of value (the module doc): name, what, command, estimate, timeout.
 
-
-def cuda_plan(out: Path, minutes: float, tests_root: Path | None) -> list[Stage]:
-    """The stages on a CUDA machine; per-point budgets scale with the whole budget (1 s at 20
-    minutes, between 0.5 and 5 s)."""
-    point_s = min(5.0, max(0.5, minutes / 20))
+    The CUDA-only broad stages (``latency``, ``training``) are not in the dry run."""
     no_tests = None if tests_root else NO_TESTS
+    k = sizes.scale
 
-    def latency(dtype: str, protocol: str, what: str, weight: float) -> Stage:
-        jobs = latency_jobs(out, dtype, protocol, point_s)
-        return Stage(f"latency-{dtype}-{protocol}", what, command(jobs), weight)
+    def kernels(tag: str, shapes: Sequence[Shape], who: Sequence[str]) -> tuple[str, ...]:
+        return command([kernel_job(out, tag, shapes, who, sizes)])
 
-    parity = pytest_command(out, CUDA_TESTS, "parity", "not training_step")
+    every = (*ANCHOR, *LINEAR)
+    stages = [
+        Stage(
+            "anchor",
+            "fla's own op (the anchor), every shape",
+            kernels("anchor", sizes.shapes, ANCHOR),
+            90 * k,
+            200,
+        ),
+        Stage(
+            "kernels",
+            "flash and linear on each kernel, every shape",
+            kernels("kernels", sizes.shapes, LINEAR),
+            90 * k,
+            200,
+        ),
+        Stage(
+            "normaliser",
+            "the fla path's normaliser, before vs now",
+            kernels("normaliser", sizes.shapes, NORMALISER),
+            20 * k,
+            60,
+        ),
+        Stage(
+            "profile",
+            f"top kernels of each contender at {sizes.profile_shape}",
+            command([profile_job(out, sizes)]),
+            30 * k,
+            90,
+        ),
+        Stage(
+            "model",
+            "reversal training step, B·N tokens constant",
+            command(model_jobs(out, sizes)),
+            75 * k,
+            150,
+        ),
+        Stage(
+            "decode",
+            "ms per decoded token vs context",
+            command([decode_job(out, sizes)]),
+            25 * k,
+            60,
+        ),
+        Stage(
+            "kernels-64k",
+            f"every contender at {sizes.long_shape}",
+            kernels("kernels_64k", [sizes.long_shape], every),
+            40 * k,
+            90,
+        ),
+        Stage(
+            "parity",
+            "tests of the fla kernel",
+            pytest_command(out, sizes.tests, "parity", sizes.selection),
+            150 * k,
+            240,
+            no_tests,
+        ),
+    ]
+    if not sizes.cuda:
+        return stages
     training = pytest_command(out, CUDA_TESTS, "training", "training_step")
     return [
-        Stage("parity", "CUDA tests of the fla kernel (parity subset)", parity, 3, no_tests),
-        latency("bfloat16", "tokens", "per call, bf16, B·N = 64k tokens", 4),
-        Stage("anchor", "fla's own op, latency shapes", command(anchor_jobs(out, point_s)), 1.5),
+        *stages,
         Stage(
-            "latency-bfloat16-heads32",
-            "per call, bf16, H = 32, B·N = 16k tokens: softmax, linear torch and fla",
-            command(many_heads_jobs(out, point_s)),
-            1.5,
+            "latency",
+            "every feature-map backend, H 4, B·N = 64k",
+            command(latency_jobs(out)),
+            150,
+            240,
         ),
-        Stage("model-bfloat16", "training step, bf16", command(model_jobs(out, 2 * point_s)), 3),
-        Stage("decode", "ms per decoded token vs context", command(decode_jobs(out)), 1),
-        latency("bfloat16", "b1", "per call, bf16, B = 1", 2),
-        latency("float32", "tokens", "per call, fp32, B·N = 64k tokens", 2),
-        latency("float32", "b1", "per call, fp32, B = 1", 1),
-        Stage("training", "bf16-mixed step of each experiment", training, 1.5, no_tests),
+        Stage("training", "bf16-mixed step of each experiment", training, 90, 150, no_tests),
     ]
 
 
-def smoke_plan(out: Path, tests_root: Path | None) -> list[Stage]:
-    """The same pipeline at toy sizes on the CPU: seconds, no GPU, fla's kernels skipped."""
-    tiny = "--heads 2 --head-dim 8 --device cpu --repeats 1 --warmup 0"
-    latency = (
-        f"latency --protocol small-batch --batch 1 --lengths 32 64 {tiny} --budget 0.2 "
-        f"--matmul-size 64 --backends {SOFTMAX} {label('linear', 'torch')} --no-plots "
-        f"--no-memory --out {words(out / 'latency')} --tag latency_b1_float32_smoke"
-    )
-    model = (
-        f"model --models reversal --widths 16 --layers 1 --heads 2 --batch 2 --lengths 32 "
-        f"--backends {SOFTMAX} {label('linear', 'torch')} --device cpu --repeats 1 --warmup 0 "
-        f"--budget 1 --out {words(out / 'model')} --tag model_smoke"
-    )
-    decode = (
-        f"decode --contexts 16 64 --backends {SOFTMAX} linear --batch 1 {tiny} "
-        f"--out {words(out / 'decode')} --tag decode_smoke"
-    )
-    needs_cuda = "needs CUDA (fla's kernels are Triton): not part of the CPU smoke run"
-    parity = pytest_command(out, CPU_TESTS, "parity", None)
-    return [
-        Stage("parity", "the fla adapter's CPU tests", parity, 1, None if tests_root else NO_TESTS),
-        Stage("latency-float32-b1", "per call, toy sizes", command([shlex.split(latency)]), 1),
-        Stage("anchor", "fla's own op", (), 1, needs_cuda),
-        Stage("model-float32", "training step, toy sizes", command([shlex.split(model)]), 1),
-        Stage("decode", "ms per decoded token, toy sizes", command([shlex.split(decode)]), 1),
-    ]
+def cuda_plan(out: Path, tests_root: Path | None) -> list[Stage]:
+    """The stages on a CUDA machine."""
+    return plan(out, tests_root, CUDA)
+
+
+def dry_plan(out: Path, tests_root: Path | None) -> list[Stage]:
+    """The same stages at toy shapes on the CPU: tests the pipeline, measures nothing."""
+    return plan(out, tests_root, DRY)

@@ -1,11 +1,13 @@
 """Run the report's stages one after another, each in its own process, within one budget.
 
-A stage is a command line. Each runs in a child process of its own session (so the whole group
-can be killed), its stdout and stderr going to ``<out>/logs/<stage>.log``. Stage i may run for
-``remaining · w_i / Σ_{j≥i} w_j`` seconds (weights: what it is worth, in the plan's order of
-value), so what one stage leaves unused goes to the ones after it; a stage whose share is under
-``min_stage_s`` is not started. A stage past its share is sent SIGTERM, then SIGKILL after
-``grace_s``: a hung kernel cannot keep the machine.
+A stage is a command line with an estimated cost and a timeout. Each runs in a child process of
+its own session (so the whole group can be killed), its stdout and stderr going to
+``<out>/logs/<stage>.log``. Stages run in the plan's order (of value); one whose estimate does not
+fit in what is left of the budget is not started (a cheaper one after it still may be), and one
+runs for at most ``min(timeout_s, what is left)``: past it, its group is sent SIGTERM, then
+SIGKILL after ``grace_s``, so one hung autotune cannot eat the lease. After each stage
+``after(results)`` runs (the caller writes its page there), so a run killed from outside keeps
+what its finished stages measured.
 
 SIGTERM and SIGINT to this process stop the run, not the report: the running stage's group is
 killed the same way, the stages not yet run are recorded as such, and ``run_stages`` returns so
@@ -21,7 +23,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,14 +48,17 @@ class Stage:
         name: file-name-safe id (its log is ``logs/<name>.log``).
         what: one line for the page.
         argv: the child's command line.
-        weight: its share of the budget, relative to the stages after it.
+        estimate_s: what it is expected to take (start-up and compilation included): it is not
+            started when less than this is left.
+        timeout_s: the most it may run (its group is killed past it).
         skip: why it is not run on this machine (None: run it).
     """
 
     name: str
     what: str
     argv: tuple[str, ...]
-    weight: float = 1.0
+    estimate_s: float = 10.0
+    timeout_s: float = 60.0
     skip: str | None = None
 
 
@@ -115,25 +120,20 @@ def kill_group(proc: subprocess.Popen, *, grace_s: float) -> None:
             continue
 
 
-def _share(remaining: float, weights: Sequence[float]) -> float:
-    """This stage's seconds: ``remaining · w_0 / Σ w``."""
-    total = sum(weights)
-    return remaining * weights[0] / total if total > 0 else remaining
-
-
 def run_stages(
     stages: Sequence[Stage],
     *,
     budget_s: float,
     out: Path,
     cwd: Path | None = None,
-    min_stage_s: float = 10.0,
     grace_s: float = 10.0,
     poll_s: float = 0.2,
     env: Mapping[str, str] | None = None,
+    after: Callable[[Sequence[StageResult]], None] | None = None,
 ) -> tuple[list[StageResult], str | None]:
     """Run ``stages`` in order within ``budget_s`` seconds in all (each child with ``env``, or
-    this process's environment when None).
+    this process's environment when None), calling ``after`` with the results so far after
+    each stage that ran.
 
     Returns:
         One result per stage, in order, and the name of the signal that stopped the run (None
@@ -145,7 +145,7 @@ def run_stages(
     state = _Signals()
     results: list[StageResult] = []
     with _stop_on_signals(state):
-        for i, stage in enumerate(stages):
+        for stage in stages:
             result = StageResult(stage.name, stage.what, NOT_RUN)
             results.append(result)
             if state.received is not None:
@@ -154,13 +154,19 @@ def run_stages(
             if stage.skip:
                 result.status, result.note = SKIPPED, stage.skip
                 continue
-            weights = [s.weight for s in stages[i:] if not s.skip]
-            share = _share(deadline - time.monotonic(), weights)
-            if share < min_stage_s:
-                result.note = f"budget spent ({max(share, 0):.0f} s left for it)"
+            left = deadline - time.monotonic()
+            if stage.estimate_s > left:
+                result.note = (
+                    f"would not fit: est. {stage.estimate_s:.0f} s, {max(left, 0):.0f} s left"
+                )
                 continue
+            limit = min(stage.timeout_s, left)
             result.log = f"logs/{stage.name}.log"
-            _run_one(stage, result, out / result.log, share, state, cwd, grace_s, poll_s, env)
+            _run_one(stage, result, out / result.log, limit, state, cwd, grace_s, poll_s, env)
+            if left < stage.timeout_s and result.status == TIMED_OUT:
+                result.note = f"killed at the end of the budget, {limit:.0f} s"
+            if after is not None:
+                after(results)
     stopped = None if state.received is None else state.names[state.received]
     return results, stopped
 
@@ -169,14 +175,20 @@ def _run_one(
     stage: Stage,
     result: StageResult,
     log_path: Path,
-    share: float,
+    limit_s: float,
     state: _Signals,
     cwd: Path | None,
     grace_s: float,
     poll_s: float,
     env: Mapping[str, str] | None = None,
 ) -> None:
-    log.info("gpu-report: stage %s (up to %.0f s): %s", stage.name, share, stage.what)
+    log.info(
+        "gpu-report: stage %s (est. %.0f s, up to %.0f s): %s",
+        stage.name,
+        stage.estimate_s,
+        limit_s,
+        stage.what,
+    )
     began = time.monotonic()
     with log_path.open("w") as fh:
         fh.write(f"$ {' '.join(stage.argv)}\n")
@@ -196,7 +208,7 @@ def _run_one(
             except subprocess.TimeoutExpired:
                 pass
             elapsed = time.monotonic() - began
-            if state.received is not None or elapsed > share:
+            if state.received is not None or elapsed > limit_s:
                 kill_group(proc, grace_s=grace_s)
                 result.returncode = proc.returncode
                 if state.received is not None:
@@ -204,7 +216,7 @@ def _run_one(
                     result.note = f"stopped by {state.names[state.received]} after {elapsed:.0f} s"
                 else:
                     result.status = TIMED_OUT
-                    result.note = f"killed at its budget share, {share:.0f} s"
+                    result.note = f"killed at its timeout, {limit_s:.0f} s"
                 break
     result.seconds = time.monotonic() - began
     if result.status == NOT_RUN:
