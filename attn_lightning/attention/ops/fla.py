@@ -13,13 +13,38 @@ what the adapter does with each:
   dtype and no offset. We call ``normalize=False`` and divide by our own normaliser,
   ``c + eps + φ(q_i)ᵀΣ_{j≤i}φ(k_j)`` in float32 (float32 at least, as ``linear_kernels``), so
   PolySketch's ``1 +``, ``eps``, a float32 normaliser under bf16/fp16 and "a query that sees no
-  key gives 0" hold exactly as with the torch kernel.
+  key gives 0" hold exactly as with the torch kernel. It is summed in float32 from the
+  features fla multiplies (rounded to bf16 for a bf16 call), so numerator and normaliser weigh
+  the same scores: an output stays a weighted average of values, where the unrounded features'
+  normaliser would scale it by their ratio. It is computed by chunks (``causal_normaliser``):
+  the single cumsum along N it replaced was a strided scan, 87 % of this path's CUDA time on an
+  H100. Not as a ones-column appended to v (fla would compute
+  ``Σφ(k)`` with the numerator): in bf16 that sum would pass through fla's bf16 per-chunk state
+  copies, bf16 intra-chunk scores and bf16 output (relative error ~2⁻⁸, no longer the float32
+  normaliser of the contract), and Dv + 1 is odd (fla's bf16 dv kernel asserts even V) and
+  doubles the value tile at Dv = 64 or 128, the widths that matter for speed.
 
 Precision: bf16 inputs run in bf16 (fla accumulates its state in float32, and keeps a bf16 copy
 of it per chunk for the read-out); fp16 and fp32 inputs run in float32, which Triton computes as
 TF32 on Ampere and later (fp16 features would overflow: Performer's key features reach
-``e^{‖ω‖²/2}``). ``auto`` takes the torch kernel everywhere for now (``AUTO_TAKES_FLA``: on an
-H100 fla was slower at our shapes and its bf16 dv wrong for F != Dv, which ``fla`` refuses).
+``e^{‖ω‖²/2}``). ``auto`` takes the torch kernel everywhere for now (``AUTO_TAKES_FLA``).
+
+Widths (bf16 only, ``fla_widths``): fla-core 0.6.0's bf16 backward gives a wrong dv when the
+value channels are few for the key width (H100, Triton 3.6, 2026-11-26 and 2026-11-28;
+docs/benchmarks.md "Results: GPU"). Measured, dv's relative error against float64: at K = 64,
+V = 16 NaN (and a NaN loss in a reversal Performer step, F = 64, Dv = 16), V = 32 2.0 (17–84
+under reduced autotuning), V = 48, 64 and 128 right (3.5e-3, as the outputs); K = V = 32 right;
+fp32 right everywhere; v zero-padded to 64 channels (output and its gradient sliced back) right
+for V = 32 and 48 (3.5e-3). fla's dv kernel (``chunk_bwd_dv``) tiles K and V with
+``min(max(next_pow2(·), 16), 128)``: every wrong case has a value tile narrower than the key
+tile, every right one not. So in bf16 v is zero-padded to the key tile when its own is narrower
+(Performer F = 64, Dv = 16 -> 64; PolySketch F = 528, Dv = 16 -> 128; F = Dv unchanged), and K
+and V to even widths (fla asserts it in bf16; the mean backend has F = 1, learned PolySketch
+F = 273). Zero channels are exact: a zero feature adds nothing to any score, a zero value
+channel is sliced off; the cost is fla's value-side work at the padded width. Pairs beyond the
+measured ones (K > 64) are checked by the CUDA test over every shipped config's (F, Dv)
+(``tests/attention/test_fla_cuda.py``); its strict-xfail sentinel on fla's raw op fails the day
+fla's dv is right, and this padding can go.
 
 Only the causal product runs here. The non-causal product is two GEMMs (``linear_attention``) and
 a decode ``step`` one rank-1 update: nothing for a fused kernel to save, so both kernels share
@@ -42,12 +67,14 @@ from torch import Tensor
 
 from attn_lightning.attention.base import accumulation_dtype
 from attn_lightning.attention.ops import fla_autotune
+from attn_lightning.attention.ops.causal_normaliser import causal_normaliser
 
 IMPLEMENTATIONS = ("auto", "torch", "fla")
 PACKAGE = "fla-core"
 MIN_VERSION = (0, 5, 1)  # [B, T, H, K] layout, no head_first flag, the signatures used here
 INSTALL = "pip install -e '.[gpu]' (or pip install 'fla-core>=0.5.1')"
 HALF = (torch.float16, torch.bfloat16)
+MAX_TILE = 128  # fla's widest dv-kernel tile (Hopper; 64 or 32 on smaller GPUs: the rule holds)
 
 # Whether ``auto`` runs fla on half-precision CUDA tensors. Off since the first GPU run (H100,
 # fla-core 0.6.0, Triton 3.6, 2026-11-26; docs/benchmarks.md "Results: GPU"): (1) fla's bf16
@@ -55,7 +82,9 @@ HALF = (torch.float16, torch.bfloat16)
 # from Dv (Performer, PolySketch: F = 64, Dv = 32), NaN in a Performer training step; (2) at the
 # report's shapes (H = 4, D = 64, B·N = 64k tokens) fla's kernel, sequential over chunks within
 # each (batch, head), was slower than the torch kernel from N = 1,024 up (fwd + bwd at N = 32k:
-# 29.8 vs 4.5 ms). ``implementation: fla`` still runs it where it was right (F = Dv, or fp32).
+# 29.8 vs 4.5 ms) — most of it this adapter's strided normaliser scan, not fla (a profile on an
+# H100, 2026-11-28; now chunked). ``implementation: fla`` runs every width, bf16 on padded
+# widths (``fla_widths``).
 AUTO_TAKES_FLA = False
 
 # fla's chunk op: (q, k, v, *, scale, normalize) -> (out, final state); [B, T, H, ·] tensors.
@@ -153,10 +182,30 @@ def chunk_op() -> ChunkOp:
     return chunk_linear_attn
 
 
-def _fla_layout(x: Tensor, dtype: torch.dtype) -> Tensor:
-    """``(B, H, N, ·) -> [B, T, H, ·]`` contiguous in ``dtype``: one copy at most (none when the
-    tensor already lies that way in memory, e.g. a head-split view of a projection)."""
+def _tile(width: int) -> int:
+    """The tile fla's bf16 dv kernel gives a K or V width (``chunk_bwd_dv``, fla-core 0.6.0)."""
+    return min(max(1 << (width - 1).bit_length(), 16), MAX_TILE)
+
+
+def fla_widths(num_features: int, value_dim: int, dtype: torch.dtype) -> tuple[int, int]:
+    """The (K, V) widths fla runs for F features and Dv value channels in ``dtype`` (module
+    docstring, "Widths"): unchanged except in bf16, where V is padded to the key tile when
+    narrower, and both to even widths."""
+    if dtype != torch.bfloat16:
+        return num_features, value_dim
+    key_tile = _tile(num_features)
+    value = key_tile if _tile(value_dim) < key_tile else value_dim  # then Dv < key_tile
+    return num_features + num_features % 2, value + value % 2
+
+
+def _fla_layout(x: Tensor, dtype: torch.dtype, width: int) -> Tensor:
+    """``(B, H, N, W) -> [B, T, H, width]`` contiguous in ``dtype``, zero channels after W: one
+    copy at most (none when the tensor already lies that way, e.g. a head-split projection)."""
     x = x.transpose(1, 2)
+    if width > x.shape[-1]:
+        padded = x.new_zeros((*x.shape[:-1], width), dtype=dtype)
+        padded[..., : x.shape[-1]] = x  # cast and lay out in the same pass
+        return padded
     if x.dtype == dtype:  # ``to`` would return x itself, strided
         return x.contiguous()
     return x.to(dtype, memory_format=torch.contiguous_format)  # cast and lay out in one pass
@@ -184,20 +233,16 @@ def fla_causal_linear_attention(
         ``(B, H, N, Dv)``: ``Σ_{j≤i} φ(q_i)ᵀφ(k_j) v_j / normaliser``, 0 where it is exactly 0.
     """
     compute = torch.bfloat16 if v.dtype == torch.bfloat16 else torch.float32
-    if compute == torch.bfloat16 and phi_k.shape[-1] != v.shape[-1]:
-        raise ValueError(
-            f"implementation 'fla' in bfloat16 needs as many features as value channels, got "
-            f"F = {phi_k.shape[-1]} features and Dv = {v.shape[-1]}: fla-core's bf16 backward "
-            f"gave a wrong dv for F != Dv on an H100 (docs/benchmarks.md, Results: GPU); use "
-            f"implementation: auto or torch, or float32 inputs"
-        )
+    value_dim = v.shape[-1]
+    width_k, width_v = fla_widths(phi_k.shape[-1], value_dim, compute)
     op = chunk_op() if op is None else op
     acc = accumulation_dtype(v.dtype)
     with torch.autocast(device_type=v.device.type, enabled=False):
-        q_t, k_t, v_t = (_fla_layout(x, compute) for x in (phi_q, phi_k, v))
-        num, _ = op(q_t, k_t, v_t, scale=1.0, normalize=False)  # (B, N, H, Dv)
-        phi_q, phi_k = phi_q.to(acc), phi_k.to(acc)
-        den = (phi_q * phi_k.cumsum(dim=2)).sum(dim=-1, keepdim=True) + (offset + eps)
+        q_t, k_t = (_fla_layout(x, compute, width_k) for x in (phi_q, phi_k))  # [B, T, H, K]
+        num, _ = op(q_t, k_t, _fla_layout(v, compute, width_v), scale=1.0, normalize=False)
+        # From the features fla multiplied (bf16 in bf16), summed in float32: [B, T, H, 1].
+        den = causal_normaliser(q_t, k_t, dim=1) + (offset + eps)
         # A query that sees no key (all masked, offset + eps = 0) has num = den = 0: give 0.
         den = den.masked_fill(den == 0, 1.0)
-        return (num.transpose(1, 2).to(acc) / den).to(v.dtype)
+        out = num[..., :value_dim].to(acc) / den  # [B, T, H, Dv]: padded channels dropped
+        return out.transpose(1, 2).to(v.dtype)
