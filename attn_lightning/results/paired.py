@@ -5,10 +5,12 @@ per-seed difference removes that shared variance. Two summaries of the per-seed 
 
 * ``paired_delta``: mean Δ with a 95 % Student-t interval (``n − 1`` degrees of freedom), for
   roughly normal, unbounded outcomes (detection mAP at convergence);
-* ``seed_deltas``: every per-seed Δ, how many are positive / negative / zero, and a percentile
-  bootstrap interval of the mean Δ, for bimodal or bounded outcomes (a reversal run converges or
-  not): it never runs past the largest |Δ| observed, where a t-interval over {−100, +3, ...}
-  can leave the metric's range.
+* ``seed_deltas``: every per-seed Δ, how many are positive / negative / zero, and an interval
+  of the mean Δ, for bimodal or bounded outcomes (a reversal run converges or not): from
+  ``MIN_BOOTSTRAP_SEEDS`` seeds up a percentile bootstrap, which never runs past the largest
+  |Δ| observed, where a t-interval over {−100, +3, ...} can leave the metric's range; below
+  that a Student-t interval, because a bootstrap of three values is about [min Δ, max Δ] and
+  covers the mean ~75 % of the time, not 95 % (``SeedDeltas.method`` says which).
 
 Both report, not two overlapping
 ``mean ± std``.
@@ -27,6 +29,19 @@ from scipy import stats
 
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import column, number_format
+
+# Below this many paired seeds ``seed_deltas`` gives a Student-t interval, not a bootstrap: the
+# resampled means of n values take at most C(2n−1, n) distinct values (10 at n = 3), and the
+# 2.5th-97.5th percentile of them is close to [min Δ, max Δ], which holds the true mean with
+# probability 1 − 2·2^−(n−1) for a symmetric Δ (75 % at n = 3, 88 % at n = 4).
+MIN_BOOTSTRAP_SEEDS = 5
+
+# What a ``SeedDeltas.format`` cell's interval is, for a table's caption.
+SEED_INTERVAL_NOTE = (
+    f"95 % interval of the mean Δ: a percentile bootstrap (10,000 resamples) from "
+    f"{MIN_BOOTSTRAP_SEEDS} seeds up, a Student-t interval (n − 1 degrees of freedom; marked "
+    f"`t`) below, where a bootstrap is about [min Δ, max Δ] and covers ~75 % at n = 3"
+)
 
 
 @dataclass(frozen=True)
@@ -66,21 +81,29 @@ def paired_delta(
     if not seeds:
         return None
     deltas = [variant[s] - control[s] for s in seeds]
-    mean = statistics.fmean(deltas)
-    if len(deltas) == 1:
-        return PairedDelta(1, mean, mean, mean, level)
-    half = float(stats.t.ppf((1 + level) / 2, len(deltas) - 1)) * statistics.stdev(deltas)
-    half /= math.sqrt(len(deltas))
-    return PairedDelta(len(deltas), mean, mean - half, mean + half, level)
+    return PairedDelta(len(deltas), statistics.fmean(deltas), *_t_interval(deltas, level), level)
+
+
+def _t_interval(values: Sequence[float], level: float) -> tuple[float, float]:
+    """``mean ± t_{(1+level)/2, n−1} · sd / √n`` of ``values``; (mean, mean) for one value."""
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return mean, mean
+    half = float(stats.t.ppf((1 + level) / 2, len(values) - 1)) * statistics.stdev(values)
+    half /= math.sqrt(len(values))
+    return mean - half, mean + half
 
 
 @dataclass(frozen=True)
 class SeedDeltas:
-    """Per-seed ``variant − control`` values, their signs, and a bootstrap interval of the mean.
+    """Per-seed ``variant − control`` values, their signs, and an interval of the mean.
 
     Attributes:
         deltas: ``{seed: Δ}`` over the seeds both ran, in seed order.
-        low, high: the ``level`` percentile-bootstrap interval of the mean Δ.
+        low, high: the ``level`` interval of the mean Δ (``method``).
+        level: its nominal coverage.
+        method: ``"bootstrap"`` (percentile bootstrap, ``MIN_BOOTSTRAP_SEEDS`` seeds or more),
+            ``"t"`` (Student-t with n − 1 degrees of freedom, fewer seeds) or ``"none"`` (one seed).
         positive, negative, zero: how many seeds have Δ > 0, < 0, = 0.
     """
 
@@ -88,6 +111,7 @@ class SeedDeltas:
     low: float
     high: float
     level: float = 0.95
+    method: str = "bootstrap"
 
     @property
     def n(self) -> int:
@@ -110,9 +134,11 @@ class SeedDeltas:
         return self.n - self.positive - self.negative
 
     def format(self, *, scale: float = 1.0, digits: int = 2) -> str:
-        """``−51.41 [−96.48, −5.47] (n=5: 1+ 4− 0=)``; one seed has no interval."""
+        """``−51.41 [−96.48, −5.47] (n=5: 1+ 4− 0=)``; one seed has no interval, and a
+        Student-t interval says so: ``+7.01 [−3.02, +17.04] (n=3, t: 3+ 0− 0=)``."""
         body = _signed(self.mean, self.low, self.high, scale, digits, self.n)
-        return f"{body} (n={self.n}: {self.positive}+ {self.negative}− {self.zero}=)"
+        method = ", t" if self.method == "t" else ""
+        return f"{body} (n={self.n}{method}: {self.positive}+ {self.negative}− {self.zero}=)"
 
     def per_seed(self, *, scale: float = 1.0, digits: int = 2) -> str:
         """``s0 −46.88, s1 +3.12, ...``: every seed's Δ (``number_format`` of the largest)."""
@@ -129,16 +155,19 @@ def seed_deltas(
     resamples: int = 10_000,
     seed: int = 0,
 ) -> SeedDeltas | None:
-    """``variant[s] − control[s]`` over the shared seeds with a percentile bootstrap interval of
-    their mean (``resamples`` draws of n seeds with replacement, a fixed ``seed``: the same
-    numbers every time); None when no seed is shared."""
+    """``variant[s] − control[s]`` over the shared seeds with an interval of their mean: a
+    percentile bootstrap from ``MIN_BOOTSTRAP_SEEDS`` seeds up (``resamples`` draws of n seeds
+    with replacement, a fixed ``seed``: the same numbers every time), a Student-t interval below
+    (module doc); None when no seed is shared."""
     seeds = sorted(set(variant) & set(control))
     if not seeds:
         return None
     deltas = {s: variant[s] - control[s] for s in seeds}
     values = list(deltas.values())
     if len(values) == 1:
-        return SeedDeltas(deltas, values[0], values[0], level)
+        return SeedDeltas(deltas, values[0], values[0], level, "none")
+    if len(values) < MIN_BOOTSTRAP_SEEDS:
+        return SeedDeltas(deltas, *_t_interval(values, level), level, "t")
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(resamples))
     tail = (1 - level) / 2

@@ -48,6 +48,23 @@ def test_seed_deltas_count_signs_and_stay_within_the_observed_range():
     assert one is not None and one.format() == "+0.25 (n=1: 1+ 0− 0=)"
 
 
+def test_fewer_than_five_seeds_get_a_t_interval_not_a_bootstrap():
+    # At n = 3 a percentile bootstrap is about [min Δ, max Δ] (~75 % coverage); the t-interval
+    # with 2 degrees of freedom is the hand computation of the first test.
+    variant = {0: 1.0, 1: 2.0, 2: 4.0}
+    control = {0: 0.5, 1: 1.0, 2: 1.5}
+    got = seed_deltas(variant, control)
+    t = paired_delta(variant, control)
+    assert got is not None and t is not None and got.method == "t"
+    assert (got.low, got.high) == pytest.approx((t.low, t.high))
+    assert got.low < 0.5 and got.high > 2.5  # wider than the observed Δs, as it should be
+    assert got.format(digits=2).endswith("(n=3, t: 3+ 0− 0=)")
+    four = seed_deltas({s: float(s) for s in range(4)}, dict.fromkeys(range(4), 0.0))
+    assert four is not None and four.method == "t"
+    five = seed_deltas({s: float(s) for s in range(5)}, dict.fromkeys(range(5), 0.0))
+    assert five is not None and five.method == "bootstrap" and "t:" not in five.format()
+
+
 def test_deltas_below_the_shown_decimals_get_significant_figures():
     tiny = seed_deltas({0: 2e-8, 1: 3e-8}, {0: 5e-8, 1: 4e-8})
     assert tiny.format(digits=5).startswith("-2.00e-08 [")

@@ -5,10 +5,10 @@ A sweep's ``<out>_runs.csv`` (``studies.sweep``, label column ``backend``) or a 
 TensorBoard folders they came from live in git-ignored ``sweeps/`` and ``logs/``. ``tables`` reads
 one or more such CSVs back (``results.records.read_runs_csv``) and writes the outcome tables
 outcomes over seeds deserve — converged k/n and ``median [IQR]`` — with the per-run values and,
-given a control, the paired per-seed Δ with sign counts and a bootstrap interval
-(``results.paired.seed_deltas``). What only the logs held (validation curves, the gradients at
-loss spikes) is not in the CSVs and not in these tables; steps to the threshold and spike counts
-are, when the CSV is a report's.
+given a control, the paired per-seed Δ with sign counts and an interval of the mean
+(``results.paired.seed_deltas``: bootstrap from five seeds up, Student-t below). What only the
+logs held (validation curves, the gradients at loss spikes) is not in the CSVs and not in these
+tables; steps to the threshold and spike counts are, when the CSV is a report's.
 """
 
 from __future__ import annotations

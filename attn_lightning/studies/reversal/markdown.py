@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attn_lightning.results.files import markdown_table
+from attn_lightning.results.paired import SEED_INTERVAL_NOTE
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import column, format_median_iqr, format_number
 from attn_lightning.studies.reversal.summary import METRICS, PAIRED
@@ -128,8 +129,8 @@ def curves_table(runs: Sequence[RunResult]) -> list[str]:
 
 
 def paired_table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Paired ``variant − control`` per ``PAIRED`` column: mean [95 % bootstrap interval]
-    (n: positive+ negative− zero=)."""
+    """Paired ``variant − control`` per ``PAIRED`` column: mean [95 % interval]
+    (n: positive+ negative− zero=), the interval as ``SeedDeltas.format`` marks it."""
     header = ["variant", "control", *(title for title, *_ in PAIRED)]
     body = []
     for row in rows:
@@ -185,7 +186,7 @@ def paired_section(rows: Sequence[dict[str, Any]], control: str) -> str:
     """The paragraph and table of paired differences against ``control``."""
     return (
         f"\nPaired differences, variant − `{control}`, over the seeds both ran: mean Δ "
-        "[95 % percentile-bootstrap interval of the mean, 10,000 resamples] (n seeds: how many "
+        f"[{SEED_INTERVAL_NOTE}] (n seeds: how many "
         "with Δ > 0, < 0, = 0); steps to threshold over the seeds where both reached it. Every "
         "seed's Δ: `<out>_paired.csv`.\n\n" + "\n".join(paired_table(rows)) + "\n"
     )

@@ -93,7 +93,8 @@ def paired_rows(
 ) -> list[dict[str, Any]]:
     """Per variant, the paired ``variant − control`` of each ``PAIRED`` value over shared seeds
     (``results.paired.seed_deltas``: every seed's Δ, sign counts, a bootstrap interval of the
-    mean — outcomes are bimodal and bounded, where a t-interval can leave the metric's range).
+    mean from five seeds up — outcomes are bimodal and bounded, where a t-interval can leave the
+    metric's range — and a Student-t interval below, where a bootstrap is only [min Δ, max Δ]).
 
     Steps-to pairs only the seeds where both runs reached the threshold. A cell is None when no
     seed is shared.
@@ -118,7 +119,7 @@ def paired_rows(
 
 
 def paired_csv_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Numbers, scaled as shown, per ``PAIRED`` column: ``<title> mean|low|high`` (the bootstrap
+    """Numbers, scaled as shown, per ``PAIRED`` column: ``<title> mean|low|high`` (the
     interval), ``n``, the seeds with Δ ``> 0|< 0|= 0`` and ``per seed`` (``s0 +1.00, ...``)."""
     flat = []
     for row in rows:

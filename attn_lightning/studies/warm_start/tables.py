@@ -4,8 +4,9 @@ the review's claim — fine-tuned from softmax against the same backend trained 
 Cells are mean ± std over seeds (``results.tables``); where the task has a convergence threshold
 (reversal: test token accuracy ≥ 99 %, as on every reversal page) its outcomes are bimodal (a run
 learns reversal or stalls), so the table shows k/n converged and median [25th, 75th percentile]
-instead (the CSV keeps both). A paired Δ is every seed's difference with its sign counts and a
-bootstrap interval of the mean (``results.paired.seed_deltas``: accuracies are bounded).
+instead (the CSV keeps both). A paired Δ is every seed's difference with its sign counts and an
+interval of the mean (``results.paired.seed_deltas``: a bootstrap from five seeds up, since
+accuracies are bounded; a Student-t interval at the three seeds these studies ran).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table, write_csv
-from attn_lightning.results.paired import seed_deltas
+from attn_lightning.results.paired import SEED_INTERVAL_NOTE, seed_deltas
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import (
     column,
@@ -176,7 +177,7 @@ def write(
         "Test split, best-by-validation checkpoint (zero-shot: the base's `last.ckpt`); "
         f"{spread}.\n",
         markdown_table(["backend", "condition", *count, *titles], body),
-        "\nPaired by seed: mean Δ [95 % bootstrap interval] (n: seeds with Δ > 0, < 0, = 0); "
+        f"\nPaired by seed: mean Δ [{SEED_INTERVAL_NOTE}] (n: seeds with Δ > 0, < 0, = 0); "
         "every seed's Δ in `_paired.csv`.\n",
         markdown_table(["backend", "comparison", *titles], pairs),
     ]

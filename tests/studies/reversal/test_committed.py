@@ -40,7 +40,7 @@ def test_tables_give_k_of_n_median_iqr_and_seed_deltas(tmp_path):
     assert "| `linear` | 1/3 | 0 |" in text and "±" not in text
     paired = (tmp_path / "outcomes_paired.csv").read_text()
     assert "s0 -50.00, s1 -39.90, s2 +59.50" in paired  # every seed's Δ token acc (pp)
-    assert "(n=3: 1+ 2− 0=)" in text
+    assert "(n=3, t: 1+ 2− 0=)" in text  # three seeds: a t-interval, marked
 
 
 def test_paired_only_replaces_the_section_of_a_report_page(tmp_path):
@@ -59,7 +59,10 @@ def test_paired_only_replaces_the_section_of_a_report_page(tmp_path):
     main([*argv, "--paired-only"])
     text = page.read_text()
     assert text.startswith("tables from logs\n") and "old t-table" not in text
-    assert "percentile-bootstrap" in text and "Recomputed from the per-run CSV" in text
+    assert (
+        "a percentile bootstrap (10,000 resamples)" in text
+        and "Recomputed from the per-run CSV" in text
+    )
     assert not (tmp_path / "report.csv").exists()
     with pytest.raises(SystemExit):
         main(["tables", "--runs", str(runs), "--out", str(tmp_path / "nope"), "--paired-only"])
