@@ -1,7 +1,8 @@
 """Lightning callbacks: random-feature redraw, run checkpoints (resumable from the first step,
 ranked on fresh scores, written atomically, saved on Ctrl-C/SIGTERM), the fit clock across
-resumes, attention diagnostics, logging from the first validation batch (one base: sample
-tables, image grids, detections), adapter export and prediction files.
+resumes, the stop of a run whose loss is no longer finite, attention diagnostics, logging from
+the first validation batch (one base: sample tables, image grids, detections), adapter export
+and prediction files.
 
 Each callback that needs something of the task names it as a ``runtime_checkable`` Protocol
 (``SampleRows``, ``ImageSampler``, ``Detector``, ``AdapterExporter``, ``PredictionSaver``) and
@@ -19,6 +20,7 @@ from attn_lightning.callbacks.gradients import (
     ParameterGroups,
 )
 from attn_lightning.callbacks.images import ImageGrids, ImageSampler
+from attn_lightning.callbacks.nonfinite import NonFiniteStop, NonFiniteTraining
 from attn_lightning.callbacks.predictions import PredictionSaver, PredictionWriter
 from attn_lightning.callbacks.samples import (
     SamplePredictions,
@@ -44,6 +46,8 @@ __all__ = [
     "ImageGrids",
     "ImageSampler",
     "LossSpikeDetector",
+    "NonFiniteStop",
+    "NonFiniteTraining",
     "ParameterGroups",
     "PredictionSaver",
     "PredictionWriter",

@@ -13,7 +13,8 @@
   save due on a step that validation follows is written after that validation: the checkpoint
   then holds the loop past it, and a resumed run neither repeats nor skips it (Lightning skips
   the validation of a step it resumes from at the step's end). Interrupted and uninterrupted runs
-  therefore rank the same checkpoints on the same scores and keep the same best.
+  therefore rank the same checkpoints on the same scores and keep the same best. A NaN or
+  infinite score is never ranked: a diverged run has no "best" checkpoint.
 * **Ctrl-C and SIGTERM finish the step and save.** The first Ctrl-C (or a SIGTERM) stops the run
   at the end of the current step (and its validation), where ``last.ckpt`` is written; a second
   Ctrl-C stops at once, unsaved (a step cut midway is no state to resume).
@@ -40,7 +41,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch import nn
+from torch import Tensor, nn
 from torchmetrics import Metric
 
 log = logging.getLogger("attn_lightning")
@@ -249,6 +250,21 @@ class RunCheckpoint(ModelCheckpoint):
         # step 2,500): the resume point and the final weights follow every save point instead.
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    # ------------------------------------------------------------------ ranking
+    def check_monitor_top_k(self, trainer: pl.Trainer, current: Tensor | None = None) -> bool:
+        # Lightning (2.6) ranks NaN as the worst score, yet keeps it while fewer than save_top_k
+        # checkpoints are kept: a run that diverged before its first validation got a "best".
+        if current is not None and not bool(torch.isfinite(current).all()):
+            if trainer.is_global_zero:
+                log.warning(
+                    "%s is %s at step %d: not ranked for the best checkpoint",
+                    self.monitor,
+                    float(current),
+                    trainer.global_step,
+                )
+            return False
+        return super().check_monitor_top_k(trainer, current)
 
     # ------------------------------------------------------------------ stopping
     def _on_ctrl_c(self, signum: int, frame: Any) -> None:

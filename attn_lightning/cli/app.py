@@ -10,6 +10,8 @@ under their own top-level keys:
   ``adapter_export``, ``lr_monitor``: see ``attn_lightning.callbacks`` (a task without a
   callback's hook is skipped);
 * ``gradient_tracker``: ``GradientTracker``, ``grad/*`` norms and ``train/loss_spike(s)``;
+* ``nonfinite_stop``: ``NonFiniteStop``, skips a step whose loss or gradient is NaN/inf and stops
+  the run after ``patience`` (3) in a row, last.ckpt holding the last finite weights;
 * ``attention_diagnostics``: ``AttentionDiagnostics``, each backend's ``diagnostics()`` (learned
   polynomial coefficients, ...) as ``attention/<layer>/<key>``;
 * a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
@@ -64,6 +66,7 @@ from attn_lightning.callbacks import (
     FitClock,
     GradientTracker,
     ImageGrids,
+    NonFiniteStop,
     PredictionWriter,
     RunCheckpoint,
     SamplePredictions,
@@ -185,6 +188,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         parser.add_lightning_class_args(AdapterExport, "adapter_export")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         parser.add_lightning_class_args(GradientTracker, "gradient_tracker")
+        parser.add_lightning_class_args(NonFiniteStop, "nonfinite_stop")
         parser.add_lightning_class_args(AttentionDiagnostics, "attention_diagnostics")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})

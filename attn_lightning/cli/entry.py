@@ -9,12 +9,14 @@ from typing import Any
 
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from attn_lightning.callbacks import RunCheckpoint
+from attn_lightning.callbacks import NonFiniteTraining, RunCheckpoint
 from attn_lightning.cli.app import main
 from attn_lightning.cli.errors import HINT, debug_requested, one_line, trainer_error
 from attn_lightning.cli.progress import RunStarted
 
 log = logging.getLogger("attn_lightning")
+
+DIVERGED = 3  # the exit status of a run stopped by NonFiniteStop
 
 
 def command_line(args: list[str] | None = None) -> None:
@@ -25,7 +27,8 @@ def command_line(args: list[str] | None = None) -> None:
     mismatch, a trainer option Lightning refuses: ``errors.trainer_error``) or Lightning's
     MisconfigurationException at setup prints ``error: …`` and a hint and exits 2; ``--debug``
     or ``ATTN_LIGHTNING_DEBUG=1`` keeps the traceback. Errors once training has started keep
-    theirs. A run stopped by Ctrl-C or SIGTERM (after saving ``last.ckpt``) exits 130 or 143.
+    theirs. A run stopped by Ctrl-C or SIGTERM (after saving ``last.ckpt``) exits 130 or 143; one
+    stopped by non-finite losses (``callbacks.NonFiniteStop``) prints its one line and exits 3.
     """
     argv = sys.argv[1:] if args is None else args
     if not log.handlers:  # progress lines and the end-of-run summary, on stderr
@@ -48,6 +51,12 @@ def command_line(args: list[str] | None = None) -> None:
             raise
         sys.stderr.write(f"error: {trainer_error(error, {})}\n{HINT}\n")
         raise SystemExit(2) from None
+    except NonFiniteTraining as error:
+        # NonFiniteStop said what happened and where the last finite weights are: one line.
+        if debug_requested(argv):
+            raise
+        sys.stderr.write(f"error: {error}\n")
+        raise SystemExit(DIVERGED) from None
     except SIGTERMException:
         # Stopped at a step's end by Ctrl-C or SIGTERM (RunCheckpoint said where it saved). A
         # SystemExit without a code would exit 0, as if the run had finished: 128 + the signal.

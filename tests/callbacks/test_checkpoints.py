@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -269,3 +270,15 @@ def test_run_checkpoint_without_a_log_dir_uses_run_not_none(tmp_path):
     callback.setup(trainer, None, "fit")
     assert callback.dirpath == str(tmp_path / "exp" / "run")
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_score_never_becomes_the_best(score):
+    # Lightning ranks a NaN as the worst score, yet keeps it while fewer than save_top_k are kept:
+    # a diverged run's only validation became its "best" checkpoint.
+    trainer = SimpleNamespace(global_step=5, is_global_zero=True)
+    checkpoint = RunCheckpoint(monitor="val/loss", mode="min", save_top_k=1)
+    assert not checkpoint.check_monitor_top_k(trainer, torch.tensor(score))
+    assert checkpoint.check_monitor_top_k(trainer, torch.tensor(1.0))
+    keep_all = RunCheckpoint(monitor="val/loss", mode="max", save_top_k=-1)
+    assert not keep_all.check_monitor_top_k(trainer, torch.tensor(score))
