@@ -16,21 +16,31 @@ from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.options import check_choice
 
 
-class _EluPlusOne(torch.autograd.Function):
-    """``elu(x) + 1 = exp(min(x, 0)) + max(x, 0)``, with derivative ``min(φ(x), 1)``.
+def _elu_plus_one_values(x: Tensor, *, blocked: bool) -> Tensor:
+    """``elu(x) + 1``: ``exp(min(x, 0)) + max(x, 0)`` in row blocks (``blocked``), or ``elu + 1``.
 
-    Same values as ``F.elu(x) + 1`` but ~7× faster on CPU: PyTorch's elu goes through a scalar
-    expm1, which made the feature map cost as much as the whole attention kernel.
+    The blocked form is for the CPU, where PyTorch's elu goes through a scalar expm1 (~7× slower:
+    the feature map cost as much as the whole attention kernel), and where adding ``max(x, 0)``
+    in row blocks of ~4 MB saves an N-sized temporary (at N = 16,384 every N-sized allocation is a
+    fresh mmap whose page faults cost as much as the op itself). Elsewhere it is two kernels: on a
+    GPU the blocks were one launch each (128 clamps a call at H = 32, D = 128, N = 4,096 on an
+    H100), and elu is vectorised there.
     """
+    if not blocked:
+        return F.elu(x).add_(1.0)
+    y = x.clamp(max=0).exp_()
+    rows = max(1, (1 << 20) * x.shape[-2] // max(1, x.numel()))
+    for xs, ys in zip(x.split(rows, dim=-2), y.split(rows, dim=-2)):
+        ys.add_(xs.clamp(min=0))
+    return y
+
+
+class _EluPlusOne(torch.autograd.Function):
+    """``elu(x) + 1`` with derivative ``min(φ(x), 1)``, saving only its output."""
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        y = x.clamp(max=0).exp_()
-        # + max(x, 0), in row blocks of ~4 MB: one N-sized temporary fewer (at N = 16,384 every
-        # N-sized allocation is a fresh mmap whose page faults cost as much as the op itself).
-        rows = max(1, (1 << 20) * x.shape[-2] // max(1, x.numel()))
-        for xs, ys in zip(x.split(rows, dim=-2), y.split(rows, dim=-2)):
-            ys.add_(xs.clamp(min=0))
+        y = _elu_plus_one_values(x, blocked=x.device.type == "cpu")
         ctx.save_for_backward(y)
         return y
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attn_lightning.attention import build_attention
-from attn_lightning.attention.linear import FEATURE_MAPS
+from attn_lightning.attention.linear import FEATURE_MAPS, _elu_plus_one_values
 from attn_lightning.attention.naive import naive_linear
 
 
@@ -83,3 +83,33 @@ def test_step_state_is_float32_under_bf16():
 def test_unknown_feature_map_lists_allowed():
     with pytest.raises(ValueError, match="allowed: elu, relu"):
         build_attention("linear", head_dim=4, feature_map="gelu")
+
+
+def test_elu_plus_one_forms_agree():
+    # The blocked CPU form and the two-kernel form used on GPUs give elu(x) + 1.
+    x = torch.randn(2, 3, 40, 8, dtype=torch.float64) * 3
+    want = torch.nn.functional.elu(x) + 1
+    for blocked in (True, False):
+        torch.testing.assert_close(_elu_plus_one_values(x, blocked=blocked), want)
+    assert torch.autograd.gradcheck(FEATURE_MAPS["elu"], (x[0, 0, :5].clone().requires_grad_(),))
+
+
+@pytest.mark.parametrize("feature_map", ["elu", "relu"])
+def test_bf16_causal_matches_float64_reference(feature_map):
+    # bf16 inputs run the causal product as bf16 GEMMs (float32 states): outputs and gradients
+    # stay within bf16's precision of the float64 reference on the same rounded inputs.
+    n, d = 300, 8  # not a multiple of the chunk
+    g = torch.Generator().manual_seed(2)
+    q, k = (torch.randn(2, 2, n, d, generator=g).bfloat16() for _ in range(2))
+    v = (torch.randn(2, 2, n, d, generator=g) + 1.5).bfloat16()
+    attn = build_attention("linear", head_dim=d, feature_map=feature_map, chunk_size=32)
+    low = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attn(*low, causal=True)
+    ref64 = [t.double().requires_grad_() for t in (q, k, v)]
+    ref = naive_linear(*ref64, feature_map=feature_map, causal=True)
+    assert out.dtype == torch.bfloat16
+    assert ((out.double() - ref).norm() / ref.norm()) < 1e-2
+    # The same upstream gradient for both (``grads`` would draw it in each output's dtype).
+    for got, want in zip(grads(out.double(), low), grads(ref, ref64)):
+        assert got.dtype == torch.bfloat16
+        assert ((got.double() - want).norm() / want.norm()) < 3e-2

@@ -8,6 +8,8 @@ two small modules the backends compose live here rather than beside them, so tha
 that ``polynomial`` and ``polysketch`` share.
 
 * ``causal_product``: the chunked causal product ``Σ_{j≤i} (q_iᵀk_j) v_j``, hand-written backward.
+* ``centred_product``: the normalised causal product in bf16 (bf16 GEMMs on centred values).
+* ``chunk_tiles``: the tiles both causal products walk.
 * ``linear_kernels``: feature-map attention, non-causal, causal (chunked) and one recurrent step.
 * ``fla``: flash-linear-attention's fused kernel as the CUDA causal product of the feature-map
   backends (``implementation: auto | torch | fla``), imported on first use.

@@ -21,6 +21,11 @@ All chunks are processed at once with batched matmuls and one cumsum over chunk 
 hand-written backward, ``causal_product``), so the (B, H, N, F, Dv) tensor of the textbook cumsum
 form is never materialised: extra memory is (B, H, N/C, F, Dv) + (B, H, N, C).
 Cost O(N·C·(F + Dv) + N·F·Dv).
+
+The causal product's matmuls run in ``product_dtype``: bfloat16 for bfloat16 values (half-precision
+GEMMs, tensor cores on a GPU, float32 prefix states and normaliser: ``causal_product``), float32
+at least otherwise. fp16 stays float32: the normaliser φ(q)ᵀΣφ(k) outgrows fp16's 65,504 at long
+lengths, and bf16 has float32's range.
 """
 
 from __future__ import annotations
@@ -90,6 +95,11 @@ def linear_attention(
         return _LinearProduct.apply(phi_q, phi_k, vv, float(offset + eps)).to(v.dtype)
 
 
+def product_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the causal product's matmuls run in for values of ``dtype`` (module docstring)."""
+    return dtype if dtype == torch.bfloat16 else accumulation_dtype(dtype)
+
+
 def causal_linear_attention(
     phi_q: Tensor,
     phi_k: Tensor,
@@ -101,11 +111,11 @@ def causal_linear_attention(
 ) -> Tensor:
     """Causal kernel attention by chunks (see module docstring); requires L == S."""
     n = phi_q.shape[2]
-    acc = accumulation_dtype(v.dtype)
+    dtype = product_dtype(v.dtype)
     c = max(1, min(chunk_size, n))
     pad = (-n) % c
     with _no_autocast(v.device):
-        phi_q, phi_k, vv = phi_q.to(acc), phi_k.to(acc), v.to(acc)
+        phi_q, phi_k, vv = phi_q.to(dtype), phi_k.to(dtype), v.to(dtype)
         if pad:  # zero keys add nothing; rows of padded queries are dropped below
             phi_q, phi_k, vv = (F.pad(t, (0, 0, 0, pad)) for t in (phi_q, phi_k, vv))
         out = normalised_causal_product(phi_q, phi_k, vv, c, offset + eps)

@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from attn_lightning.attention.naive import LINEAR_FEATURE_MAPS
-from attn_lightning.attention.ops.linear_kernels import causal_linear_attention, linear_attention
+from attn_lightning.attention.ops.linear_kernels import (
+    causal_linear_attention,
+    linear_attention,
+    product_dtype,
+)
 
 
 def inputs(l_q, s, d=6, dv=5, seed=0):
@@ -44,3 +48,25 @@ def test_noncausal_linear_product_gradcheck(shift):
         eps=1e-6,
         atol=1e-8,
     )
+
+
+@pytest.mark.parametrize(
+    "dtype,expected",
+    [
+        (torch.bfloat16, torch.bfloat16),  # bf16 GEMMs (tensor cores), float32 sums
+        (torch.float16, torch.float32),  # fp16's range: the normaliser outgrows 65,504
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
+def test_product_dtype(dtype, expected):
+    assert product_dtype(dtype) == expected
+
+
+def test_fp16_causal_runs_on_float32_products():
+    # A normaliser of 147,456 (2,048 keys, q·k = 72 each): fp16 products would overflow to inf.
+    phi = torch.full((1, 1, 2048, 8), 3.0, dtype=torch.float16)
+    v = torch.ones(1, 1, 2048, 2, dtype=torch.float16)
+    out = causal_linear_attention(phi, phi, v, chunk_size=64)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, torch.ones_like(out))
