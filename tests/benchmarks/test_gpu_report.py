@@ -45,6 +45,12 @@ def test_budget_must_be_positive(tmp_path, capsys):
     assert "--budget-s must be > 0, got 0" in capsys.readouterr().err
 
 
+def test_the_first_report_s_budget_in_minutes_still_parses(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["gpu-report", "--dry-run", "--budget-minutes", "0", "--out", str(tmp_path)])
+    assert "--budget-s must be > 0, got 0" in capsys.readouterr().err
+
+
 def test_an_unknown_stage_is_refused_naming_the_plan_s_stages(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["gpu-report", "--smoke", "--stages", "anchor", "kernls", "--out", str(tmp_path)])

@@ -22,7 +22,7 @@ forward result for the agreement check (``kernels``). The contenders (``CONTENDE
 
 from __future__ import annotations
 
-import importlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +32,7 @@ from torch import Tensor
 
 from attn_lightning.attention import build_attention
 from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops.causal_normaliser import causal_normaliser
 from attn_lightning.benchmarks.measure import sdpa_context
 
 
@@ -79,6 +80,9 @@ class Call:
     kernel: str = ""
 
 
+Maker = Callable[[Shape, torch.device, torch.dtype], Call]
+
+
 def _randn(*size: int, device: torch.device, dtype: torch.dtype, seed: int) -> Tensor:
     g = torch.Generator(device="cpu").manual_seed(seed)
     return torch.randn(*size, generator=g).to(device, dtype)
@@ -119,7 +123,7 @@ def flash(shape: Shape, device: torch.device, dtype: torch.dtype) -> Call:
     )
 
 
-def linear(implementation: str) -> Callable[[Shape, torch.device, torch.dtype], Call]:
+def linear(implementation: str) -> Maker:
     """Our ``linear`` backend on ``implementation``."""
 
     def make(shape: Shape, device: torch.device, dtype: torch.dtype) -> Call:
@@ -146,7 +150,7 @@ def _need_fla(device: torch.device) -> None:
         raise Unavailable(f"{reason}; {fla.INSTALL}")
 
 
-def fla_op(*, normalize: bool) -> Callable[[Shape, torch.device, torch.dtype], Call]:
+def fla_op(*, normalize: bool) -> Maker:
     """fla's ``chunk_linear_attn`` on contiguous ``[B, T, H, ·]`` elu+1 features."""
 
     def make(shape: Shape, device: torch.device, dtype: torch.dtype) -> Call:
@@ -189,29 +193,21 @@ def old_normaliser(phi_q: Tensor, phi_k: Tensor) -> Tensor:
     return (phi_q.float() * phi_k.float().cumsum(dim=2)).sum(dim=-1, keepdim=True)
 
 
-NEW_NORMALISER = "attn_lightning.attention.ops.causal_normaliser"
-
-
-def normaliser_function() -> Callable[[Tensor, Tensor], Tensor] | None:
-    """The adapter's normaliser now, ``causal_normaliser(φ(q), φ(k)) -> (B, H, N, 1)`` float32
-    (``NEW_NORMALISER``), or None where this tree does not have it."""
-    try:
-        module = importlib.import_module(NEW_NORMALISER)
-    except ModuleNotFoundError:
-        return None
-    return getattr(module, "causal_normaliser", None)
-
-
-def normaliser(kind: str) -> Callable[[Shape, torch.device, torch.dtype], Call]:
-    """The normaliser alone (``old`` or ``new``) on elu+1 features of the shape, F = D."""
+def normaliser(kind: str) -> Maker:
+    """The normaliser alone on elu+1 features of the shape (F = D): ``old`` on ``(B, H, N, F)``
+    as the adapter ran it, ``new`` as it runs now (``causal_normaliser`` by chunks over the
+    tokens of fla's ``[B, T, H, F]`` layout, ``dim=1``). Output ``(B, H, N, 1)`` either way."""
 
     def make(shape: Shape, device: torch.device, dtype: torch.dtype) -> Call:
-        fn = old_normaliser if kind == "old" else normaliser_function()
-        if fn is None:
-            raise Unavailable(f"no {NEW_NORMALISER}.causal_normaliser in this tree")
         q, k, _, grad = (x.detach() for x in qkv(shape, device, dtype))
-        phi_q, phi_k = ((F.elu(x) + 1).requires_grad_() for x in (q, k))
+        phi_q, phi_k = (F.elu(x) + 1 for x in (q, k))  # (B, H, N, F)
         grad = grad[..., :1].float()
+        fn: Callable[[Tensor, Tensor], Tensor] = old_normaliser
+        if kind == "new":  # laid out as the adapter gives it, outside the timing
+            phi_q, phi_k, grad = (x.transpose(1, 2).contiguous() for x in (phi_q, phi_k, grad))
+            fn = functools.partial(causal_normaliser, dim=1)
+        phi_q.requires_grad_()
+        phi_k.requires_grad_()
 
         def run() -> None:
             phi_q.grad = phi_k.grad = None
@@ -219,14 +215,14 @@ def normaliser(kind: str) -> Callable[[Shape, torch.device, torch.dtype], Call]:
 
         def output() -> Tensor:
             with torch.no_grad():
-                return fn(phi_q, phi_k)
+                out = fn(phi_q, phi_k)
+            return out.transpose(1, 2) if kind == "new" else out
 
         return Call(run, output, kind)
 
     return make
 
 
-Maker = Callable[[Shape, torch.device, torch.dtype], Call]
 # label -> (what it is, maker); the page's rows follow this order.
 CONTENDERS: dict[str, tuple[str, Maker]] = {
     "flash": ("softmax, SDPA flash", flash),
