@@ -22,6 +22,7 @@ from attn_lightning.attention.ops.linear_kernels import (
     causal_linear_attention,
     linear_attention,
     linear_attention_step,
+    product_dtype,
 )
 from attn_lightning.attention.options import check_choice, check_eps, check_int
 
@@ -43,6 +44,10 @@ class FeatureMapAttention(Attention):
 
     supports_recurrence = True
     normalizer_offset: float = 0.0
+    # True when φ is element-wise and as exact in bfloat16 as rounded from float32 (bf16 has
+    # float32's range): bf16 inputs bound for the torch causal kernel's bf16 GEMMs then skip a
+    # float32 copy of x and of φ and two casts, forward and backward.
+    features_in_bf16: bool = False
 
     def __init__(
         self,
@@ -65,17 +70,20 @@ class FeatureMapAttention(Attention):
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
         """φ: ``(B, H, N, D) -> (B, H, N, F)``, non-negative for a well-defined normaliser."""
 
-    def features(self, x: Tensor, *, is_query: bool) -> Tensor:
-        """``feature_map`` evaluated in the accumulation dtype with autocast disabled."""
+    def features(self, x: Tensor, *, is_query: bool, dtype: torch.dtype | None = None) -> Tensor:
+        """``feature_map`` evaluated in ``dtype`` (None: the accumulation dtype), autocast off."""
         with torch.autocast(device_type=x.device.type, enabled=False):
-            return self.feature_map(x.to(accumulation_dtype(x.dtype)), is_query=is_query)
+            return self.feature_map(x.to(dtype or accumulation_dtype(x.dtype)), is_query=is_query)
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         kernel = fla.resolve(self.implementation, v, backend=self.name)  # refuses before φ
-        phi_q = self.features(q, is_query=True)
-        phi_k = self.features(k, is_query=False)
+        bf16 = q.dtype == product_dtype(v.dtype) == torch.bfloat16
+        low = bf16 and causal and kernel == "torch" and self.features_in_bf16
+        dtype = torch.bfloat16 if low else None  # φ in the GEMMs' dtype, or float32 at least
+        phi_q = self.features(q, is_query=True, dtype=dtype)
+        phi_k = self.features(k, is_query=False, dtype=dtype)
         if key_padding_mask is not None:
             # Zero features: a masked key adds to neither Σφ(k)vᵀ nor Σφ(k).
             phi_k = phi_k.masked_fill(~key_padding_mask[:, None, :, None], 0.0)

@@ -87,6 +87,7 @@ class LinearAttention(FeatureMapAttention):
     """
 
     name = "linear"
+    features_in_bf16 = True  # every map in FEATURE_MAPS is element-wise
 
     def __init__(
         self,

@@ -113,3 +113,17 @@ def test_bf16_causal_matches_float64_reference(feature_map):
     for got, want in zip(grads(out.double(), low), grads(ref, ref64)):
         assert got.dtype == torch.bfloat16
         assert ((got.double() - want).norm() / want.norm()) < 3e-2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_features_only_where_bf16_gemms_read_them(causal):
+    # φ is evaluated in bf16 only for the torch causal kernel's bf16 GEMMs (no float32 copies);
+    # the non-causal product and float32 inputs keep float32 features.
+    attn = build_attention("linear", head_dim=4, implementation="torch")
+    seen = []
+    phi = attn._phi
+    attn._phi = lambda x: seen.append(x.dtype) or phi(x)
+    x = torch.randn(1, 1, 6, 4)
+    attn(x, x, x, causal=causal)
+    attn(x.bfloat16(), x.bfloat16(), x.bfloat16(), causal=causal)
+    assert seen == [torch.float32] * 2 + [torch.bfloat16 if causal else torch.float32] * 2
