@@ -10,8 +10,7 @@ under their own top-level keys:
   ``adapter_export``, ``lr_monitor``: see ``attn_lightning.callbacks`` (a task without a
   callback's hook is skipped);
 * ``gradient_tracker``: ``GradientTracker``, ``grad/*`` norms and ``train/loss_spike(s)``;
-* ``nonfinite_stop``: ``NonFiniteStop``, skips a step whose loss or gradient is NaN/inf and stops
-  the run after ``patience`` (3) in a row, last.ckpt holding the last finite weights;
+* ``nonfinite_stop``: ``NonFiniteStop``, skips NaN/inf steps and stops a run of them (exit 3);
 * ``attention_diagnostics``: ``AttentionDiagnostics``, each backend's ``diagnostics()`` (learned
   polynomial coefficients, ...) as ``attention/<layer>/<key>``;
 * a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
@@ -74,11 +73,10 @@ from attn_lightning.callbacks import (
 from attn_lightning.cli.checkpoints import check_classes, load_checkpoint, resolve_class
 from attn_lightning.cli.config_checks import check_command_line, expand_help_names, rename_moved
 from attn_lightning.cli.errors import (
-    TRAINER_ERRORS,
     AppArgumentParser,
     constructor_error,
     debug_requested,
-    trainer_error,
+    trainer_refusals,
 )
 from attn_lightning.cli.help import (
     CKPT_PATH_HELP,
@@ -313,10 +311,8 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         ]
         if trainer_config.get("enable_checkpointing") is False:
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-        try:
+        with trainer_refusals(trainer_config):  # a trainer option Lightning refuses: one line
             return self._instantiate_trainer(trainer_config, callbacks)
-        except TRAINER_ERRORS as error:  # a trainer option Lightning refuses: one line, the fix
-            raise ValueError(trainer_error(error, trainer_config)) from error
 
     def instantiate_classes(self) -> None:
         try:

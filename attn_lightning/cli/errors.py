@@ -14,7 +14,8 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -263,6 +264,16 @@ def trainer_error(error: BaseException, trainer: Mapping[str, Any]) -> str:
                 reason += f"; use --trainer.{name} N (N >= 0) or -1 for no limit"
             return f"trainer.{name} {trainer[name]}: {reason}"
     return f"trainer: {one_line(error)}"
+
+
+@contextmanager
+def trainer_refusals(trainer: Mapping[str, Any]) -> Iterator[None]:
+    """Lightning's refusal of a trainer option (``TRAINER_ERRORS``) raised in the block, while the
+    Trainer is built from ``trainer``, as a ValueError of one line (``trainer_error``)."""
+    try:
+        yield
+    except TRAINER_ERRORS as error:
+        raise ValueError(trainer_error(error, trainer)) from error
 
 
 class AppArgumentParser(LightningArgumentParser):

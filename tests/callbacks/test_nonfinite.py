@@ -3,13 +3,16 @@ one line and a non-zero exit, its last.ckpt holding the last finite weights, no 
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from attn_lightning.callbacks import NonFiniteStop
 from attn_lightning.cli import command_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,3 +89,30 @@ def test_one_non_finite_step_is_skipped_and_training_goes_on(tmp_path):
     )
     last = tmp_path / "checkpoints" / "debug" / "r" / "last.ckpt"
     assert torch.load(last, weights_only=True)["global_step"] == 8 and _finite(last)
+
+
+def _stub_trainer(scaler: object | None) -> SimpleNamespace:
+    return SimpleNamespace(
+        global_step=0,
+        precision_plugin=SimpleNamespace(scaler=scaler),
+        strategy=SimpleNamespace(reduce_boolean_decision=lambda decision, all: decision),
+    )
+
+
+def test_under_a_gradient_scaler_only_the_loss_counts():
+    # fp16's GradScaler skips steps with inf gradients itself (and overflows while it calibrates):
+    # those are not ours to skip or count; a non-finite loss still is.
+    param = torch.nn.Parameter(torch.ones(2))
+    optimizer = SimpleNamespace(param_groups=[{"params": [param]}])
+    stop = NonFiniteStop()
+    for scaler, loss, kept in (
+        (object(), 1.0, True),
+        (None, 1.0, False),
+        (object(), math.nan, False),
+    ):
+        trainer = _stub_trainer(scaler)
+        param.grad = torch.tensor([math.inf, 0.0])
+        stop.on_train_start(trainer, None)
+        stop.on_before_backward(trainer, None, torch.tensor(loss))
+        stop.on_before_optimizer_step(trainer, None, optimizer)
+        assert (param.grad is not None) == kept
