@@ -65,7 +65,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attn_lightning.attention.base import accumulation_dtype
 from attn_lightning.attention.ops import fla_autotune
 from attn_lightning.attention.ops.causal_normaliser import causal_normaliser
 
@@ -236,7 +235,6 @@ def fla_causal_linear_attention(
     value_dim = v.shape[-1]
     width_k, width_v = fla_widths(phi_k.shape[-1], value_dim, compute)
     op = chunk_op() if op is None else op
-    acc = accumulation_dtype(v.dtype)
     with torch.autocast(device_type=v.device.type, enabled=False):
         q_t, k_t = (_fla_layout(x, compute, width_k) for x in (phi_q, phi_k))  # [B, T, H, K]
         num, _ = op(q_t, k_t, _fla_layout(v, compute, width_v), scale=1.0, normalize=False)
@@ -244,5 +242,6 @@ def fla_causal_linear_attention(
         den = causal_normaliser(q_t, k_t, dim=1) + (offset + eps)
         # A query that sees no key (all masked, offset + eps = 0) has num = den = 0: give 0.
         den = den.masked_fill(den == 0, 1.0)
-        out = num[..., :value_dim].to(acc) / den  # [B, T, H, Dv]: padded channels dropped
+        # [B, T, H, Dv], padded channels dropped; a bf16 numerator is promoted in the division.
+        out = num[..., :value_dim] / den
         return out.transpose(1, 2).to(v.dtype)
