@@ -80,23 +80,28 @@ def _relative(got, want):
 
 # Values of mean 2σ: without centring, the query gradient of the bf16 GEMMs is the difference of
 # two large terms rounded at 2^-9 (relative error 0.20 here); centred it is 1e-2 or better.
-@pytest.mark.parametrize("tile_tokens", [96, 4096])
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("tile_tokens", [96, None])  # None: the device's default
 @pytest.mark.parametrize("shift", [1e-6, 1.0])
 @pytest.mark.parametrize("mean", [0.0, 2.0])
-def test_bf16_normalised_product_matches_float64(tile_tokens, shift, mean):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_bf16_normalised_product_matches_float64(tile_tokens, shift, mean, device):
     q, k, v = _bf16_inputs(1024, 16, 8, mean)
     grad = torch.randn(2, 2, 1024, 8, generator=torch.Generator().manual_seed(1)).bfloat16()
-    low = [t.clone().requires_grad_() for t in (q, k, v)]
+    low = [t.clone().to(device).requires_grad_() for t in (q, k, v)]
     out = normalised_causal_product(*low, 32, shift, tile_tokens=tile_tokens)
-    out.backward(grad)
+    out.backward(grad.to(device))
+    out, low = out.cpu(), [t.grad.cpu() for t in low]
     ref64 = [t.double().requires_grad_() for t in (q, k, v)]
     sim = (ref64[0] @ ref64[1].transpose(-1, -2)).tril()
     ref = sim @ ref64[2] / (shift + sim.sum(-1, keepdim=True))
     ref.backward(grad.double())
-    assert out.dtype == torch.bfloat16 and all(t.grad.dtype == torch.bfloat16 for t in low)
+    assert out.dtype == torch.bfloat16 and all(t.dtype == torch.bfloat16 for t in low)
     assert _relative(out, ref) < 5e-3
     for got, want in zip(low, ref64):
-        assert _relative(got.grad, want.grad) < 2e-2
+        assert _relative(got, want.grad) < 2e-2
 
 
 @pytest.mark.parametrize("tile_tokens", [8, 4096])
