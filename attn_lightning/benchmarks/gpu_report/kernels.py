@@ -7,9 +7,10 @@ For each shape (in the order given: the plan puts the targets' shapes first), ea
 build its ``Call`` (inputs outside the timing), ``warmup`` untimed calls (the first one
 compiles and autotunes: its time is kept as ``first_ms``), then ``repeats`` timed calls (CUDA
 events on a GPU), their median; then one forward compared with ``calls.reference`` (relative
-Frobenius error). A contender that cannot run here gets a row with the reason; one that fails
-gets a row with its error and the next one runs; an out-of-memory is ``OOM``. The CSV and
-markdown are rewritten after every point, so a job killed at its timeout keeps what it timed.
+Frobenius error; the reference computed once per shape). A contender that cannot run here gets
+a row with the reason; one that fails gets a row with its error and the next one runs; an
+out-of-memory is ``OOM``. The CSV and markdown are rewritten after every point, so a job killed
+at its timeout keeps what it timed.
 """
 
 from __future__ import annotations
@@ -83,8 +84,12 @@ def measure(
     dtype_name: str,
     repeats: int,
     warmup: int,
+    references: dict[str, torch.Tensor] | None = None,
 ) -> KernelRow:
-    """One point (see the module doc); never raises for the contender's own failures."""
+    """One point (see the module doc); never raises for the contender's own failures.
+
+    ``references`` keeps the shape's reference outputs by kind between contenders (the caller
+    empties it when the shape changes), so each is computed once per shape."""
     dtype = DTYPES[dtype_name]
     row = KernelRow(label, shape.batch, shape.heads, shape.n, shape.head_dim, dtype_name)
     try:
@@ -101,9 +106,12 @@ def measure(
         times = [t * 1e3 for t in time_calls(call.run, repeats=repeats, device=device)]
         row.ms, row.repeats = statistics.median(times), len(times)
         row.min_ms, row.max_ms = min(times), max(times)
-        want = calls.reference(label, shape, device, dtype)
-        if want is not None:
-            row.rel_err = rel_err(call.output(), want)
+        kind = calls.reference_kind(label)
+        if kind is not None:
+            references = {} if references is None else references
+            if kind not in references:
+                references[kind] = calls.reference(kind, shape, device, dtype)
+            row.rel_err = rel_err(call.output(), references[kind])
     except calls.Unavailable as err:
         row.note = f"not run: {err}"
     except Exception as err:  # one contender's failure (a Triton error too) must not cost the rest
@@ -144,6 +152,7 @@ def main(argv: Sequence[str]) -> int:
     )
     rows: list[KernelRow] = []
     for shape in args.shapes:
+        references: dict[str, torch.Tensor] = {}  # this shape's, shared by its contenders
         for label in args.contenders:
             row = measure(
                 label,
@@ -152,6 +161,7 @@ def main(argv: Sequence[str]) -> int:
                 dtype_name=args.dtype,
                 repeats=args.repeats,
                 warmup=args.warmup,
+                references=references,
             )
             rows.append(row)
             log.info("kernels: %s %s: %s ms %s", shape, label, row.ms, row.note)

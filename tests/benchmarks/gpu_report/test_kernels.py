@@ -73,3 +73,19 @@ def test_profile_job_ranks_each_contender_s_top_operators(tmp_path):
     (fla_row,) = [r for r in rows if r.contender == "linear:fla"]
     assert fla_row.note.startswith("not run: needs CUDA")
     assert "| linear:fla |  | not run: needs CUDA" in (tmp_path / "top_kernels.md").read_text()
+
+
+def test_each_shape_s_reference_is_computed_once(tmp_path, monkeypatch):
+    asked = []
+    real = calls.reference
+
+    def counting(kind, shape, device, dtype):
+        asked.append((kind, str(shape)))
+        return real(kind, shape, device, dtype)
+
+    monkeypatch.setattr(calls, "reference", counting)
+    argv = f"--shapes 1x2x16x8 2x2x8x8 --contenders linear:torch linear:auto flash {TINY}"
+    kernels.main([*argv.split(), "--out", str(tmp_path)])
+    assert asked == [("linear", "1x2x16x8"), ("linear", "2x2x8x8")]
+    _, records = read_csv(tmp_path / "kernels.csv")
+    assert [r["rel_err"] != "" for r in records] == [True, True, False] * 2
