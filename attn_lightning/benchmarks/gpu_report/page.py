@@ -75,13 +75,28 @@ def kernel_section(rows: Sequence[KernelRow]) -> list[str]:
         "contender",
         "shape BxHxNxD",
         "kernel",
-        "rel. error vs fp32 torch kernel",
+        "rel. error vs its fp32 reference",
         "first call s",
         "ms range",
         "timed calls",
     ]
     parts.append("## Agreement, first calls and spread\n\n" + markdown_table(header, body))
-    return parts
+    return parts + normaliser_section(rows)
+
+
+def normaliser_section(rows: Sequence[KernelRow]) -> list[str]:
+    """The fla path's normaliser alone, before (strided cumsum) and now, with the speed-up."""
+    old = {r.shape: r.ms for r in rows if r.contender == "normaliser:old" and r.ms}
+    new = {r.shape: r.ms for r in rows if r.contender == "normaliser:new" and r.ms}
+    body = [
+        [str(s), f"{old[s]:.3g}", f"{new[s]:.3g}", f"{old[s] / new[s]:.3g}×"]
+        for s in old
+        if s in new
+    ]
+    if not body:
+        return []
+    header = ["shape BxHxNxD", "before: cumsum(dim=2) ms", "now: by chunks ms", "speed-up"]
+    return ["## The normaliser, fwd+bwd: before vs now\n\n" + markdown_table(header, body)]
 
 
 def _flash_ms(index: Mapping[tuple[str, Shape], KernelRow], shape: Shape) -> float | None:

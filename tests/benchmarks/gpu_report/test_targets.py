@@ -83,6 +83,8 @@ def test_page_puts_the_anchor_beside_the_linear_rows_per_regime(tmp_path):
         ),
         row("linear:triton", H4_32K, None, note="not run: implementation 'triton' not available"),
         row("flash", H32_16K, 14.1),
+        row("normaliser:old", H4_32K, 24.5),
+        row("normaliser:new", H4_32K, 0.98),
     ]
     write_csv(tmp_path / "kernels" / "kernels.csv", rows, {})
     results = [
@@ -99,3 +101,4 @@ def test_page_puts_the_anchor_beside_the_linear_rows_per_regime(tmp_path):
     assert "| our fla path within 1.15× of fla's op at every measured shape | worst 1.10×" in text
     assert "| linear:fla | 2x4x32768x64 |  | 4.00e-03 | 20.0 | 3.2–3.5 | 10 |" in text
     assert "| model | steps | pending |" in text
+    assert "| 2x4x32768x64 | 24.5 | 0.98 | 25× |" in text  # the normaliser, before vs now
