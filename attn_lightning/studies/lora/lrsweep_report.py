@@ -36,9 +36,10 @@ SUMMARY_KEYS = (*(ADAPTATION_COLUMN if k == "adaptation" else k for k in SWEEP_G
 def student_numbers() -> dict[RowKey, float]:
     """The student's test accuracies (%) we compare with, keyed as the table's rows.
 
-    Their base, full fine-tunes, and both LoRA tables (on the trained base and from scratch,
-    every layer adapted, r = 1 … 64, each shift): ``docs/references/lora_student.csv`` cites
-    where they come from. Rows the student did not run (the frozen head, "before") get none.
+    Their base, the base before adaptation on each shift, full fine-tunes, and both LoRA tables
+    (on the trained base and from scratch, every layer adapted, r = 1 … 64, each shift):
+    ``docs/references/lora_student.csv`` cites where they come from. Rows the student did not
+    run (the frozen head) get none.
     """
     _, rows = reference("lora_student")
     return {

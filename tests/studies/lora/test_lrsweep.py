@@ -75,9 +75,12 @@ def test_choose_lr_follows_validation_where_test_disagrees(tmp_path):
 
 def test_student_table_holds_every_number_of_their_report():
     student = student_numbers()
-    # Base and full fine-tunes, then both LoRA tables: 3 shifts x 7 ranks x (base, scratch).
-    assert len(student) == 4 + 2 * 3 * 7
+    # Base, the base before adaptation and full fine-tunes per shift, then both LoRA tables:
+    # 3 shifts x 7 ranks x (base, scratch).
+    assert len(student) == 1 + 3 + 3 + 2 * 3 * 7
     assert student[("original", "base", 0, "")] == 93.2
+    before = [student[(d, "before", 0, "")] for d in ("quantized", "rotated", "inverted")]
+    assert before == [85.58, 12.38, 5.52]  # "about 85.58 / 12.38 / 5.52 %" in their report
     assert student[("inverted", "full", 0, "")] == 76.41
     assert student[("inverted", "lora", 16, "lora")] == 62.26
     assert student[("inverted", "lora", 64, "lora")] == 71.88
