@@ -5,7 +5,8 @@ The stages of ``cuda_plan`` (bf16, causal forward + backward, CUDA events):
 1. ``anchor``: fla's own ``chunk_linear_attn`` (``calls``: features made outside the timing,
    normalize=True, and the raw kernel) at every shape of ``SHAPES``. First, because a report
    without it cannot judge our fla path (the 2026-11-26 run killed it), and because it pays fla's
-   first-call autotuning, which Triton then keeps on disk for the stages after it.
+   first-call autotuning, whose results Triton can keep on disk for the stages after it (fla
+   asks it to: ``FLA_CACHE_RESULTS``).
 2. ``kernels``: SDPA flash and ``linear`` on each kernel (fla, torch, auto; triton where it
    exists) at the same shapes, each compared with the float32 torch kernel.
 3. ``normaliser``: the adapter's normaliser as it was (strided cumsum) vs as it is now.
