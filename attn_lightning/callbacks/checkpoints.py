@@ -129,6 +129,7 @@ class RunCheckpoint(ModelCheckpoint):
 
     # ------------------------------------------------------------------ folder and writer
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._own_folder = self.dirpath is None  # <root>/<experiment>/<run>: names its run
         if self.dirpath is None:
             experiment, run = "default", "run"
             if trainer.loggers:
@@ -303,12 +304,20 @@ class RunCheckpoint(ModelCheckpoint):
                     "stopped by %s after step %d; %s",
                     self.stopped_by,
                     trainer.global_step,
-                    f"resume with --ckpt_path {self.last_model_path}"
+                    f"resume with --ckpt_path {self.last_model_path}{self._run_name(trainer)}"
                     if saved
                     else "no checkpoint saved (save_last off or no step done)",
                 )
         super().on_exception(trainer, pl_module, exception)
         self._restore_sigint()
+
+    def _run_name(self, trainer: pl.Trainer) -> str:
+        """`` --run_name <run>`` where the resume hint needs it to continue this run's logs: a
+        checkpoint in ``<root>/<experiment>/<run>/`` names its run (``cli.run_folders``), one in
+        an explicit ``dirpath`` does not."""
+        if getattr(self, "_own_folder", True) or not trainer.loggers or not trainer.log_dir:
+            return ""
+        return f" --run_name {Path(trainer.log_dir).name}"
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)

@@ -93,6 +93,7 @@ from attn_lightning.cli.progress import (
 from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
     RunConfigSaver,
+    continue_run,
     prepare_run_folder,
     purge_replayed_steps,
 )
@@ -289,6 +290,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        continue_run(config, self.subcommand)  # a run folder's checkpoint: that run's folders
         logger = config.trainer.logger
         if isinstance(logger, Namespace) and logger.get("class_path") == TENSORBOARD:
             if config.experiment is not None:

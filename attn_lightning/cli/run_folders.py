@@ -1,19 +1,24 @@
 """One run per folder: a fresh ``fit`` never writes into an existing run, a resumed run appends
-to its TensorBoard run without a second point for the steps it replays, and each start of a run
-saves its config beside the logs.
+to its TensorBoard run without a second point for the steps it replays, a checkpoint of a run
+folder continues (fit) or is evaluated beside (validate/test/predict) that run, and each start of
+a run saves its config beside the logs (once, while the settings stay the same).
 
 Without this, a fresh ``fit --run_name X`` over an old ``X`` wrote ``last-v1.ckpt`` beside the old
 ``last.ckpt`` (so "resume from last.ckpt" restored the wrong run) and both runs' events went into
 one TensorBoard folder. A folder without a checkpoint is not a run: a fit that stopped before its
 first save (an error, Ctrl-C, ``kill -9``) leaves one, and retrying it starts afresh there.
+And "resume with --ckpt_path checkpoints/exp/r/last.ckpt", followed without ``--run_name r``,
+finished the run in a new ``version_0`` (checkpoints and TensorBoard split over two folders).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -35,17 +40,81 @@ def run_folders(config: Any) -> list[Path]:
         return []  # version_N: the logger picks a new folder
     experiment = config.get("experiment") or "default"
     folders: list[Path] = []
-    logger: Any = config.get("trainer", {}).get("logger")
-    init_args: Any = logger.get("init_args") if hasattr(logger, "get") else None
-    save_dir = init_args.get("save_dir") if hasattr(init_args, "get") else None
+    save_dir = _save_dir(config)
     if save_dir:  # TensorBoardLogger(save_dir, name=experiment, version=run)
-        folders.append(Path(str(save_dir)) / experiment / run)
+        folders.append(save_dir / experiment / run)
     checkpoint = config.get("checkpoint", {})
     if checkpoint.get("dirpath"):
         folders.append(Path(str(checkpoint.get("dirpath"))))
     else:
         folders.append(Path(str(checkpoint.get("root") or "checkpoints")) / experiment / run)
     return folders
+
+
+# ``--ckpt_path`` values Lightning resolves itself (no file path: no run folder to read).
+NAMED_CHECKPOINTS = ("best", "last", "hpc", "registry")
+
+
+def run_of_checkpoint(config: Any) -> tuple[str, str] | None:
+    """``(experiment, run)`` of the run folder ``--ckpt_path`` lies in, or None.
+
+    A checkpoint at ``<checkpoint root>/<experiment>/<run>/<file>.ckpt`` (``RunCheckpoint``'s
+    layout), or one whose ``<experiment>/<run>`` is a log folder under the logger's
+    ``save_dir``, belongs to that run; any other file (a copy elsewhere, an explicit
+    ``checkpoint.dirpath``) to none.
+    """
+    ckpt = config.get("ckpt_path")
+    if not ckpt or str(ckpt) in NAMED_CHECKPOINTS:
+        return None
+    run_dir = Path(str(ckpt)).parent
+    experiment_dir = run_dir.parent
+    if not run_dir.name or not experiment_dir.name or run_dir.name == "..":
+        return None
+    checkpoint = config.get("checkpoint") or {}
+    root = Path(str(checkpoint.get("root") or "checkpoints"))
+    in_root = os.path.realpath(experiment_dir.parent) == os.path.realpath(root)
+    save_dir = _save_dir(config)
+    logged = save_dir is not None and (save_dir / experiment_dir.name / run_dir.name).is_dir()
+    return (experiment_dir.name, run_dir.name) if in_root or logged else None
+
+
+def continue_run(config: Any, subcommand: str | None) -> tuple[str, str] | None:
+    """Aim a run given a run folder's checkpoint at that run, unless ``--run_name`` is given.
+
+    ``fit`` continues the run: its logs and checkpoints stay in ``<experiment>/<run>/``, so the
+    resume hints (``--ckpt_path …/last.ckpt``) work as printed. ``validate``/``test``/``predict``
+    log beside the run, in ``logs/<experiment>/<run>/<subcommand>/`` (a TensorBoard logger's
+    ``sub_dir``), not in a new ``version_N``. Sets ``experiment`` and ``run_name`` in ``config``.
+
+    Returns:
+        ``(experiment, run)`` when it did, else None.
+    """
+    found = None if config.get("run_name") else run_of_checkpoint(config)
+    if found is None:
+        return None
+    experiment, run = found
+    if config.get("experiment") not in (None, experiment):
+        log.info(
+            "--ckpt_path %s is a checkpoint of run %s/%s: continuing there (not under "
+            "experiment %s); give --run_name for another run folder",
+            config.get("ckpt_path"),
+            experiment,
+            run,
+            config.get("experiment"),
+        )
+    config["experiment"], config["run_name"] = experiment, run
+    logger: Any = config.get("trainer", {}).get("logger")
+    init_args: Any = logger.get("init_args") if hasattr(logger, "get") else None
+    if subcommand != "fit" and hasattr(init_args, "get") and "sub_dir" in init_args:
+        init_args["sub_dir"] = subcommand  # TensorBoardLogger: logs/<experiment>/<run>/<sub_dir>
+    return found
+
+
+def _save_dir(config: Any) -> Path | None:
+    logger: Any = config.get("trainer", {}).get("logger")
+    init_args: Any = logger.get("init_args") if hasattr(logger, "get") else None
+    save_dir = init_args.get("save_dir") if hasattr(init_args, "get") else None
+    return Path(str(save_dir)) if save_dir else None
 
 
 # What a fit writes into its run folders before its first checkpoint: TensorBoard events, the
@@ -116,21 +185,58 @@ def purge_replayed_steps(logger: Any, step: int) -> None:
 
 
 class RunConfigSaver(SaveConfigCallback):
-    """Save the run's config as ``config.yaml``, or ``config-N.yaml`` when the log dir is reused
-    (resume into the same ``run_name``), instead of refusing to start as the stock callback does.
-    Without a logger (``fast_dev_run``, ``logger: false``) nothing is saved: the stock callback
-    would write into the working directory."""
+    """Save the run's config as ``config.yaml`` in its log dir; a resume (or a repeated evaluation)
+    into a log dir that holds one saves it only if its settings differ from every saved config,
+    as ``config-N.yaml``, instead of refusing to start as the stock callback does. Settings are
+    compared without what names the run (``ckpt_path``, ``run_name``, ``experiment``, the logger's
+    ``name``/``version``/``sub_dir``): a resume as the hint says writes no second file. Without a
+    logger (``fast_dev_run``, ``logger: false``) nothing is saved: the stock callback would write
+    into the working directory."""
 
     def setup(self, trainer: Any, pl_module: LightningModule, stage: str) -> None:
         if not trainer.loggers:
             return
         if not self.already_saved and self.save_to_log_dir:
-            log_dir = Path(str(trainer.log_dir))
+            log_dir = Path(str(trainer.log_dir))  # a broadcast: every rank asks
             name = None
             if trainer.is_global_zero:
-                name, n = "config.yaml", 0
-                while (log_dir / name).exists():
-                    n += 1
-                    name = f"config-{n}.yaml"
-            self.config_filename = trainer.strategy.broadcast(name)
+                name = config_name(log_dir, self.parser.dump(self.config, skip_none=False))
+            name = trainer.strategy.broadcast(name)
+            if name is None:  # these settings are saved in this log dir already
+                self.already_saved = True
+                return
+            self.config_filename = name
         super().setup(trainer, pl_module, stage)
+
+
+# What names a run rather than sets it up: equal configs differing only here are one config.
+RUN_IDENTITY = ("ckpt_path", "run_name", "experiment")
+LOGGER_IDENTITY = ("name", "version", "sub_dir")
+
+
+def config_name(log_dir: Path, text: str) -> str | None:
+    """The file name to save config ``text`` as in ``log_dir``, or None when a config saved there
+    has the same settings (``RunConfigSaver``)."""
+    settings = _settings(text)
+    name, n = "config.yaml", 0
+    while (log_dir / name).exists():
+        try:
+            if _settings((log_dir / name).read_text()) == settings:
+                return None
+        except (OSError, yaml.YAMLError):  # unreadable: not the same settings
+            pass
+        n += 1
+        name = f"config-{n}.yaml"
+    return name
+
+
+def _settings(text: str) -> Any:
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        return data
+    data = {k: v for k, v in data.items() if k not in RUN_IDENTITY}
+    logger = (data.get("trainer") or {}).get("logger")
+    if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):
+        args = logger["init_args"]
+        logger["init_args"] = {k: v for k, v in args.items() if k not in LOGGER_IDENTITY}
+    return data

@@ -24,6 +24,7 @@ import math
 import random
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import lightning.pytorch as pl
@@ -247,6 +248,8 @@ class AttentionTask(pl.LightningModule):
     def on_fit_start(self) -> None:
         for logger in self.loggers:
             if isinstance(logger, TensorBoardLogger) and self.hp_metrics:
+                if self.trainer.ckpt_path and logger.log_dir and _has_events(logger.log_dir):
+                    continue  # a resumed run: its placeholders are there, a second is a (0, nan)
                 # Placeholders declare the metrics of the hparams tab; validation fills them in.
                 # One call with everything: TensorBoard shows the last session's hparams.
                 data = getattr(self.trainer, "datamodule", None)  # logged beside the task's
@@ -294,3 +297,8 @@ class AttentionTask(pl.LightningModule):
                 UserWarning,
                 stacklevel=2,
             )
+
+
+def _has_events(log_dir: str) -> bool:
+    """Whether a TensorBoard run folder holds events (an earlier session of the run)."""
+    return any(Path(log_dir).glob("events.out.tfevents.*"))

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+import torch
 from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from attn_lightning.cli import main
+from attn_lightning.cli import command_line, main
 from attn_lightning.cli.checkpoints import CheckpointError
 from attn_lightning.cli.progress import PlainProgress, StepProgressBar, progress_callbacks
 from attn_lightning.cli.run_folders import RunFolderError
@@ -154,3 +156,87 @@ def test_progress_callbacks_swap_only_the_default_bar():
     assert isinstance(progress_callbacks([RichProgressBar()], terminal=False)[0], PlainProgress)
     mine = StepProgressBar(refresh_rate=5)
     assert progress_callbacks([mine], terminal=False)[0] is mine
+
+
+class SigtermAtStep6(Callback):
+    """What a SIGTERM does at step 6 of a run's first session (Lightning's flag, as RunCheckpoint's
+    Ctrl-C handler sets it): the run stops at the step's end, saves last.ckpt and prints how to
+    resume."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 6 and trainer.ckpt_path is None:
+            trainer._signal_connector.received_sigterm = True
+
+
+def _scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
+
+
+@pytest.mark.parametrize(
+    ("first", "run", "folder"),
+    [
+        (["--run_name=r"], "r", "checkpoints/exp/r"),
+        ([], "version_0", "checkpoints/exp/version_0"),
+        (["--run_name=r", "--checkpoint.dirpath=mine"], "r", "mine"),  # the hint adds --run_name
+    ],
+    ids=["run_name", "version_N", "dirpath"],
+)
+def test_the_sigterm_hint_followed_literally_continues_the_run(
+    tmp_path, capsys, first, run, folder
+):
+    args = ["fit", *REVERSAL, *TINY, "--trainer.max_steps=8"]
+    args += [f"--trainer.callbacks+={__name__}.SigtermAtStep6"]
+    args += [a for a in first if a.startswith("--checkpoint")]
+    with pytest.raises(SystemExit):
+        command_line([*args, *first])
+    hint = re.search(r"stopped by SIGTERM after step 6; resume with (.*)", capsys.readouterr().err)
+    assert hint, "no resume hint"
+    command_line([*args, *shlex.split(hint.group(1))])  # the configs + the hint, as printed
+    assert [p.name for p in (tmp_path / "logs" / "exp").iterdir()] == [run]
+    checkpoints = {p.parent for p in tmp_path.rglob("*.ckpt")}
+    assert checkpoints == {tmp_path / folder}, checkpoints
+    assert torch.load(tmp_path / folder / "last.ckpt", weights_only=True)["global_step"] == 8
+    logs = tmp_path / "logs" / "exp" / run
+    scalars = _scalars(logs)
+    assert [s for s, _ in scalars["train/loss_step"]] == list(range(8))
+    # The hparams tab's placeholders once, not a second (0, nan) point per resume.
+    assert [s for s, _ in scalars["hp/val_loss"]] == [0, 3, 7], scalars["hp/val_loss"]
+    assert sorted(p.name for p in logs.glob("config*.yaml")) == ["config.yaml"]
+
+
+def test_a_resume_with_changed_settings_keeps_both_configs(tmp_path):
+    _fit("--run_name=r", "--trainer.max_steps=4")
+    last = tmp_path / "checkpoints" / "exp" / "r" / "last.ckpt"
+    _fit("--trainer.max_steps=4", "--ckpt_path", str(last))  # the same settings: nothing new
+    logs = tmp_path / "logs" / "exp" / "r"
+    assert sorted(p.name for p in logs.glob("config*.yaml")) == ["config.yaml"]
+    _fit("--trainer.max_steps=6", "--ckpt_path", str(last))  # longer: the new config beside it
+    assert sorted(p.name for p in logs.glob("config*.yaml")) == ["config-1.yaml", "config.yaml"]
+    assert "max_steps: 6" in (logs / "config-1.yaml").read_text()
+    assert [p.name for p in (tmp_path / "logs" / "exp").iterdir()] == ["r"]
+
+
+def test_another_run_name_resumes_into_that_folder(tmp_path):
+    _fit("--run_name=r", "--trainer.max_steps=4")
+    last = tmp_path / "checkpoints" / "exp" / "r" / "last.ckpt"
+    cli = _fit("--run_name=fork", "--trainer.max_steps=6", "--ckpt_path", str(last))
+    assert cli.trainer.log_dir == str(Path("logs") / "exp" / "fork")
+    assert (tmp_path / "checkpoints" / "exp" / "fork" / "last.ckpt").is_file()
+
+
+def test_evaluations_of_a_run_log_beside_it(tmp_path):
+    _fit("--run_name=r", "--trainer.max_steps=4")
+    last = tmp_path / "checkpoints" / "exp" / "r" / "last.ckpt"
+    for subcommand in ("validate", "test", "test"):
+        cli = main([subcommand, *REVERSAL, *TINY, "--ckpt_path", str(last)])
+        assert cli.trainer.log_dir == str(Path("logs") / "exp" / "r" / subcommand)
+    assert [p.name for p in (tmp_path / "logs" / "exp").iterdir()] == ["r"]
+    evaluation = tmp_path / "logs" / "exp" / "r" / "test"
+    assert "test/loss" in _scalars(evaluation)
+    assert sorted(p.name for p in evaluation.glob("config*.yaml")) == ["config.yaml"]
+    # --run_name still says where: a copy of the checkpoint evaluated as its own run.
+    cli = main(["validate", *REVERSAL, *TINY, "--run_name=v", "--ckpt_path", str(last)])
+    assert cli.trainer.log_dir == str(Path("logs") / "exp" / "v")
+
