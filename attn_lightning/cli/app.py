@@ -93,6 +93,7 @@ from attn_lightning.cli.progress import (
 from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
     RunConfigSaver,
+    check_checkpoint_root,
     continue_run,
     prepare_run_folder,
     purge_replayed_steps,
@@ -299,6 +300,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
                 logger.init_args.version = config.run_name
         set_threads(config.get("threads"))
         if self.subcommand == "fit":
+            check_checkpoint_root(config)
             prepare_run_folder(config)
         self._started = time.perf_counter()
 

@@ -13,6 +13,7 @@ finished the run in a new ``version_0`` (checkpoints and TensorBoard split over 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -30,7 +31,8 @@ log = logging.getLogger("attn_lightning")
 
 
 class RunFolderError(ValueError):
-    """A fresh fit aimed at a run folder that already holds a run."""
+    """A fresh fit aimed at a run folder that already holds a run, or checkpoints aimed at a
+    folder that cannot hold them."""
 
 
 def run_folders(config: Any) -> list[Path]:
@@ -115,6 +117,57 @@ def _save_dir(config: Any) -> Path | None:
     init_args: Any = logger.get("init_args") if hasattr(logger, "get") else None
     save_dir = init_args.get("save_dir") if hasattr(init_args, "get") else None
     return Path(str(save_dir)) if save_dir else None
+
+
+def check_checkpoint_root(config: Any) -> None:
+    """RunFolderError when a fit's checkpoint folder (``checkpoint.dirpath``, else
+    ``checkpoint.root``) cannot be written, before anything is built or logged.
+
+    Lightning finds out at the first save, after the training it was to keep (an 84-line chained
+    traceback, a log folder left behind). Missing folders are created and a probe file written
+    and removed; what the check created is removed again. Remote paths (``s3://``) are not
+    checked. Only global rank 0 looks (as ``prepare_run_folder``).
+    """
+    if getattr(rank_zero_only, "rank", 0) > 0:
+        return
+    checkpoint = config.get("checkpoint") or {}
+    option, folder = "checkpoint.dirpath", checkpoint.get("dirpath")
+    if not folder:
+        option, folder = "checkpoint.root", checkpoint.get("root") or "checkpoints"
+    if "://" in str(folder):
+        return
+    problem = _unwritable(Path(str(folder)))
+    if problem:
+        raise RunFolderError(
+            f"--{option} {str(folder)!r} cannot hold checkpoints: {problem}; give a folder this "
+            f"user can write"
+        )
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why checkpoints cannot be written into ``folder``, or None when they can."""
+    created: list[Path] = []
+    action = ""
+    try:
+        for path in reversed([folder, *folder.parents]):
+            if path.is_dir():
+                continue
+            if path.exists():
+                return f"{path} is a file, not a folder"
+            action = f"creating {path}"
+            path.mkdir()
+            created.append(path)
+        action = f"writing a file into {folder}"
+        probe = folder / f".write-test.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        return f"{action} failed ({e.strerror or e})"
+    finally:
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+    return None
 
 
 # What a fit writes into its run folders before its first checkpoint: TensorBoard events, the

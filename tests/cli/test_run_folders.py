@@ -240,3 +240,17 @@ def test_evaluations_of_a_run_log_beside_it(tmp_path):
     cli = main(["validate", *REVERSAL, *TINY, "--run_name=v", "--ckpt_path", str(last)])
     assert cli.trainer.log_dir == str(Path("logs") / "exp" / "v")
 
+
+@pytest.mark.parametrize("root", ["/proc/x", "a_file", "a_file/below"])
+def test_an_unwritable_checkpoint_root_is_one_line_before_the_first_step(tmp_path, capsys, root):
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(SystemExit) as exit_info:
+        command_line(
+            ["fit", *REVERSAL, *TINY, "--trainer.max_steps=2", f"--checkpoint.root={root}"]
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"--checkpoint.root '{root}' cannot hold checkpoints" in lines[0], lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no log folder left behind
