@@ -70,7 +70,12 @@ from attn_lightning.callbacks import (
     RunCheckpoint,
     SamplePredictions,
 )
-from attn_lightning.cli.checkpoints import check_classes, load_checkpoint, resolve_class
+from attn_lightning.cli.checkpoints import (
+    check_classes,
+    check_evaluated_weights,
+    load_checkpoint,
+    resolve_class,
+)
 from attn_lightning.cli.config_checks import check_command_line, expand_help_names, rename_moved
 from attn_lightning.cli.errors import (
     AppArgumentParser,
@@ -265,6 +270,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         if not self.config.get("subcommand"):
             return
         config = self.config[self.config.subcommand]
+        check_evaluated_weights(self.config.subcommand, config)  # "initial" becomes None
         ckpt_path = config.get("ckpt_path")
         if not ckpt_path or ckpt_path in ("best", "last", "hpc", "registry"):
             return

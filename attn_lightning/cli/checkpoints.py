@@ -1,5 +1,6 @@
 """Reading ``--ckpt_path`` before anything is built: a clear error for a missing, corrupt or
-foreign file, and for a checkpoint of another task or DataModule than the config's.
+foreign file, for a checkpoint of another task or DataModule than the config's, and for an
+evaluation without a checkpoint (``--ckpt_path initial`` evaluates the initial weights on purpose).
 
 Lightning would otherwise parse a reversal checkpoint's task over an image config and fail late
 (``KeyError: 'source'``), and answer a file of random bytes with "re-run torch.load with
@@ -19,6 +20,40 @@ from attn_lightning.cli.config_checks import rename_moved
 
 class CheckpointError(ValueError):
     """A ``--ckpt_path`` that cannot be used, with the reason in one line."""
+
+
+# ``--ckpt_path initial``: evaluate the weights the config builds (untrained, or a LoRA task's
+# base_checkpoint), on purpose. Lightning's ckpt_path names ("best", "last") are its family.
+INITIAL = "initial"
+
+
+def check_evaluated_weights(subcommand: str, config: Any) -> None:
+    """Refuse ``validate``/``test``/``predict`` without ``--ckpt_path``; ``initial`` opts in.
+
+    Lightning evaluates the model as built when no checkpoint is given: random weights whose
+    metrics and predictions look like a result. ``--ckpt_path initial`` asks for them and is
+    replaced by None in ``config`` (Lightning's "the model's current weights").
+
+    Raises:
+        CheckpointError: an evaluation without ``--ckpt_path``, or ``fit --ckpt_path initial``.
+    """
+    ckpt_path = config.get("ckpt_path")
+    if subcommand == "fit":
+        if ckpt_path == INITIAL:
+            raise CheckpointError(
+                "fit starts from the initial weights without --ckpt_path; --ckpt_path resumes a "
+                "run from its checkpoint (--ckpt_path initial is for validate/test/predict)"
+            )
+        return
+    if ckpt_path == INITIAL:
+        config["ckpt_path"] = None
+    elif not ckpt_path:
+        raise CheckpointError(
+            f"{subcommand} without --ckpt_path would evaluate the weights the config initialises "
+            f"(untrained: numbers and predictions that mean nothing); give --ckpt_path "
+            f"checkpoints/<experiment>/<run>/last.ckpt (or best-step=N.ckpt), or --ckpt_path "
+            f"{INITIAL} to {subcommand} the initial weights on purpose"
+        )
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -27,11 +27,12 @@ SUBCOMMANDS = {
     "predict": "Write a checkpoint's predictions on the test split to files.",
 }
 CKPT_PATH_HELP = {
-    "fit": "Resume the run of this checkpoint (its last.ckpt) at its step; give the run's "
-    "--run_name to append to its TensorBoard run.",
+    "fit": "Resume the run of this checkpoint (its last.ckpt) at its step, in its run folder "
+    "(checkpoints/<experiment>/<run>/ names it; --run_name for another).",
     **{
-        sub: f"The checkpoint to {sub} (a run's last.ckpt or best-step=N.ckpt); its model "
-        f"arguments replace the config's."
+        sub: f"The checkpoint to {sub} (a run's last.ckpt or best-step=N.ckpt; logs go beside "
+        f"its run); its model arguments replace the config's. Required: 'initial' {sub}s the "
+        f"initial (untrained) weights the config builds, on purpose."
         for sub in ("validate", "test", "predict")
     },
 }

@@ -82,3 +82,16 @@ def test_the_rescue_skips_junk_beside_a_truncated_last(tmp_path, capsys):
     assert "is corrupt" in line and str(last) in line
     assert line.endswith(f"'{folder / 'best-step=20.ckpt'}' (step 20)"), line
     assert newest_intact(folder) == (folder / "best-step=20.ckpt", 20)
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
+def test_evaluating_without_a_checkpoint_is_refused(subcommand, capsys):
+    line = _error_line([subcommand, *BASE, *TINY], capsys)
+    assert f"{subcommand} without --ckpt_path" in line and "--ckpt_path initial" in line, line
+
+
+def test_the_initial_weights_are_evaluated_when_asked_for(capsys):
+    command_line(["validate", *BASE, *TINY, "--ckpt_path", "initial", "--metrics_file=m.json"])
+    assert "val/loss" in Path("m.json").read_text()
+    line = _error_line(["fit", *BASE, *TINY, "--ckpt_path=initial"], capsys)
+    assert "fit starts from the initial weights without --ckpt_path" in line, line

@@ -16,6 +16,7 @@ import argparse
 from typing import Any
 
 from attn_lightning.studies.lora.runs import (
+    BASE_WEIGHTS,
     MLP_CONFIG,
     REV_CONFIG,
     REVERSAL_BASE,
@@ -66,7 +67,9 @@ def mlp_jobs(args: argparse.Namespace) -> list[Job]:
             )
             info = {"part": "mlp", "domain": domain, "rank": 0}
             full = (*adapt, "model.init_args.adaptation=full")
-            before = Variant(f"{domain}-before", (MLP_CONFIG,), full, subcommand="test")
+            before = Variant(
+                f"{domain}-before", (MLP_CONFIG,), (*full, BASE_WEIGHTS), subcommand="test"
+            )
             jobs.append((before, seed, {**info, "adaptation": "before"}))
             variant = Variant(f"{domain}-full", (MLP_CONFIG,), full)
             jobs.append((variant, seed, {**info, "adaptation": "full"}))
@@ -141,7 +144,7 @@ def transformer_jobs(args: argparse.Namespace) -> list[Job]:
     for seed in args.seeds:
         info = {"part": "transformer", "domain": "reversal+1", "rank": 0}
         full = (*common, "model.init_args.adaptation=full", f"model.init_args.lr={args.lr_full}")
-        before = Variant("rev-before", (REV_CONFIG,), full, subcommand="test")
+        before = Variant("rev-before", (REV_CONFIG,), (*full, BASE_WEIGHTS), subcommand="test")
         jobs.append((before, seed, {**info, "adaptation": "before"}))
         variant = Variant("rev-full", (REV_CONFIG,), full)
         jobs.append((variant, seed, {**info, "adaptation": "full"}))

@@ -18,6 +18,7 @@ from typing import Any
 
 from attn_lightning.studies.lora.lrsweep_report import choose_lr
 from attn_lightning.studies.lora.runs import (
+    BASE_WEIGHTS,
     MLP_CONFIG,
     PROTOCOL,
     Job,
@@ -117,7 +118,7 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
         for seed in args.seeds if "before" in chosen else ():
             path = checkpoint_path(args.work, base, seed, "best")
             before = (*common, f"model.init_args.base_checkpoint={path}")
-            before += ("model.init_args.adaptation=full",)
+            before += ("model.init_args.adaptation=full", BASE_WEIGHTS)
             variant = Variant(f"lrs-{domain}-before", (MLP_CONFIG,), before, subcommand="test")
             info = _sweep_info(
                 args, domain=domain, adaptation="before", lr="", base_lr=base_lr or "?"

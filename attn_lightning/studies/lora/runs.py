@@ -31,6 +31,9 @@ from attn_lightning.studies.runner import CONFIGS, Runner, Variant, run_label, r
 MLP_CONFIG = str(CONFIGS / "lora" / "base.yaml")
 REV_CONFIG = str(CONFIGS / "lora_reversal" / "base.yaml")
 REVERSAL_BASE = str(CONFIGS / "reversal" / "base.yaml")
+# A "before" run tests the base as the task builds it from base_checkpoint, from no run's
+# checkpoint: train.py refuses validate/test/predict without --ckpt_path unless it is "initial".
+BASE_WEIGHTS = "ckpt_path=initial"
 EXPERIMENT = "lora-study"
 # One planned run: the variant, its seed and its info. An info's "_keep" (not kept in the run)
 # names a checkpoint later runs load: kept, and the run is redone when it is gone even though

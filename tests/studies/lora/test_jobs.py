@@ -27,6 +27,7 @@ def test_mlp_jobs_adapt_the_seed_base_checkpoint(tmp_path):
     ]
     by_name = {v.name: (v, info) for v, _, info in planned}
     before, info = by_name["rotated-before"]
+    assert "ckpt_path=initial" in before.overrides  # the base's weights, on purpose
     assert before.subcommand == "test" and info == {
         "part": "mlp",
         "domain": "rotated",

@@ -177,6 +177,7 @@ def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
     before, info = jobs[("lrs-inverted-before", 1)]
     assert before.subcommand == "test" and info["base_lr"] == "0.01" and info["lr"] == ""
     assert f"model.init_args.base_checkpoint={ckpt}" in before.overrides
+    assert "ckpt_path=initial" in before.overrides  # the base's weights, on purpose
     frozen, info = jobs[("lrs-inverted-lora-r4-hfrozen-lr0.003", 1)]
     assert "model.init_args.target_modules=[fc1, fc2]" in frozen.overrides
     assert f"model.init_args.base_checkpoint={ckpt}" in frozen.overrides
