@@ -83,15 +83,28 @@ def group_options(class_path: str, group: str) -> list[str]:
     return [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else []
 
 
-def _nested_hint(class_path: str, dotted: str) -> str | None:
-    """``option 'd_modl' of net is not accepted; did you mean 'd_model'?`` for ``net.d_modl``."""
+def _nested_hint(class_path: str, dotted: str, where: str = "") -> str | None:
+    """``option 'd_modl' of net is not accepted; did you mean 'd_model'?`` for ``net.d_modl``
+    (``where``: `` in <file>:<line>`` after "accepted")."""
     group, _, option = dotted.partition(".")
     options = group_options(class_path, group) if option else []
     if not options:
         return None
     guess = nearest(option, options)
     hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(options)}"
-    return f"option {option!r} of {group} is not accepted; {hint}"
+    return f"option {option!r} of {group} is not accepted{where}; {hint}"
+
+
+def _in_file(files: Sequence[Path], section: re.Match[str] | None, dotted: str) -> str:
+    """`` in <file>:<line>`` of the config file that sets ``dotted`` in a class's section (under
+    its ``init_args`` or directly), or "" (a flag, or no section)."""
+    if section is None:
+        return ""
+    for key in (f"{section.group(1)}.init_args.{dotted}", f"{section.group(1)}.{dotted}"):
+        found = key_location(files, key)
+        if found:
+            return f" in {found[0]}:{found[1]}"
+    return ""
 
 
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: (\S+)")
@@ -177,18 +190,19 @@ def condense(message: str, option_strings: Iterable[str] = (), files: Sequence[P
     no_experiment = _no_experiment(message)
     if no_experiment:
         return no_experiment
-    unknown_key = _unknown_key(message, option_strings, files)
-    if unknown_key:
-        return unknown_key
     unrecognized = _UNRECOGNIZED.search(message)
     problem = _class_problem(message)
+    unknown_key = _unknown_key(message, option_strings, files) if problem is None else None
+    if unknown_key:
+        return unknown_key
+    section = _KEY.search(message)
     nested = None
     if problem is not None and unrecognized:
         nested = _nested_hint(problem[0], unrecognized.group(1).split("=")[0].lstrip("-"))
     elif problem is not None and (group := _GROUP_OPTION.search(problem[1])):
-        nested = _nested_hint(problem[0], f"{group.group(1)}.{group.group(2)}")
+        dotted = f"{group.group(1)}.{group.group(2)}"
+        nested = _nested_hint(problem[0], dotted, _in_file(files, section, dotted))
     if problem is not None and nested is not None:
-        section = _KEY.search(message)
         where = f"{section.group(1)} ({problem[0]})" if section else problem[0]
         return f"{where}: {nested}"
     if unrecognized:
@@ -199,7 +213,6 @@ def condense(message: str, option_strings: Iterable[str] = (), files: Sequence[P
     if problem is None:
         return " ".join(message.split())
     class_path, block = problem
-    section = _KEY.search(message)
     where = f"{section.group(1)} ({class_path})" if section else class_path
     rejected = _NOT_ACCEPTED.search(block)
     if rejected:
@@ -209,7 +222,8 @@ def condense(message: str, option_strings: Iterable[str] = (), files: Sequence[P
         guess = nearest(rejected.group(1), [*options, *in_spec])
         guess = in_spec.get(guess, guess) if guess else None
         hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(options)}"
-        return f"{where}: option {rejected.group(1)!r} is not accepted; {hint}"
+        in_file = _in_file(files, section, rejected.group(1))
+        return f"{where}: option {rejected.group(1)!r} is not accepted{in_file}; {hint}"
     keys, expected, given = _KEY.findall(block), _EXPECTED.findall(block), _GIVEN.findall(block)
     if keys and expected:
         got = f"; got {given[-1]}" if given else ""

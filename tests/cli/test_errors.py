@@ -99,7 +99,7 @@ def test_typo_in_a_yaml_key_suggests_the_nearest(tmp_path, capsys):
     typo = tmp_path / "typo.yaml"
     typo.write_text("model:\n  init_args:\n    d_modl: 32\n")
     line = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
-    assert "option 'd_modl' is not accepted; did you mean 'net.d_model'?" in line
+    assert f"option 'd_modl' is not accepted in {typo}:3; did you mean 'net.d_model'?" in line
 
 
 def test_missing_data_files_are_one_line(tmp_path, capsys):
@@ -263,3 +263,23 @@ def test_trainer_error_names_the_option_lightning_refuses():
     )
     # A message that names no configured option still comes as one line.
     assert trainer_error(TypeError("odd\n  thing"), {}) == "trainer: TypeError: odd thing"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        (
+            "data:\n  init_args:\n    batch_sise: 3\n",
+            "option 'batch_sise' is not accepted in {typo}:3; did you mean 'batch_size'?",
+        ),
+        (
+            "model:\n  init_args:\n    net:\n      d_modl: 3\n",
+            "option 'd_modl' of net is not accepted in {typo}:4; did you mean 'd_model'?",
+        ),
+    ],
+)
+def test_a_class_option_typo_in_a_file_names_the_file(yaml_text, expected, tmp_path, capsys):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml_text)
+    line = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
+    assert expected.format(typo=typo) in line
