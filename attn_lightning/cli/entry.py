@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from attn_lightning.callbacks import NonFiniteTraining, RunCheckpoint
 from attn_lightning.cli.app import main
@@ -55,7 +56,8 @@ def command_line(args: list[str] | None = None) -> None:
         # NonFiniteStop said what happened and where the last finite weights are: one line.
         if debug_requested(argv):
             raise
-        sys.stderr.write(f"error: {error}\n")
+        if _rank_zero():  # every DDP rank stops (and exits 3) together; one says so
+            sys.stderr.write(f"error: {error}\n")
         raise SystemExit(DIVERGED) from None
     except SIGTERMException:
         # Stopped at a step's end by Ctrl-C or SIGTERM (RunCheckpoint said where it saved). A
@@ -80,6 +82,11 @@ class StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value: Any) -> None:
         pass  # always sys.stderr
+
+
+def _rank_zero() -> bool:
+    """Whether this process is rank 0 (or the only one)."""
+    return getattr(rank_zero_only, "rank", 0) == 0  # set by Lightning for each process
 
 
 def _close_process_group() -> None:

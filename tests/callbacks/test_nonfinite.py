@@ -66,6 +66,14 @@ def test_a_diverging_run_stops_in_one_line_and_keeps_finite_weights(tmp_path, ca
     assert not list(folder.glob("best-*"))
 
 
+def test_only_rank_zero_says_why(monkeypatch, capsys):
+    # Under DDP every rank stops together: one line, not one per process.
+    monkeypatch.setattr("attn_lightning.cli.entry._rank_zero", lambda: False)
+    with pytest.raises(SystemExit) as exit_info:
+        command_line(DIVERGING)
+    assert exit_info.value.code == 3 and "error:" not in capsys.readouterr().err
+
+
 def test_patience_zero_trains_on_and_a_nan_score_is_no_best(tmp_path):
     command_line([*DIVERGING, "--nonfinite_stop.patience=0"])
     folder = tmp_path / "checkpoints" / "debug" / "r"
