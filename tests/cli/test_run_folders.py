@@ -229,10 +229,13 @@ def test_another_run_name_resumes_into_that_folder(tmp_path):
 def test_evaluations_of_a_run_log_beside_it(tmp_path):
     _fit("--run_name=r", "--trainer.max_steps=4")
     last = tmp_path / "checkpoints" / "exp" / "r" / "last.ckpt"
-    for subcommand in ("validate", "test", "test"):
+    for subcommand in ("validate", "test", "test", "predict"):
         cli = main([subcommand, *REVERSAL, *TINY, "--ckpt_path", str(last)])
         assert cli.trainer.log_dir == str(Path("logs") / "exp" / "r" / subcommand)
     assert [p.name for p in (tmp_path / "logs" / "exp").iterdir()] == ["r"]
+    assert (
+        tmp_path / "logs" / "exp" / "r" / "predict" / "predictions" / "predictions.csv"
+    ).is_file()
     evaluation = tmp_path / "logs" / "exp" / "r" / "test"
     assert "test/loss" in _scalars(evaluation)
     assert sorted(p.name for p in evaluation.glob("config*.yaml")) == ["config.yaml"]
