@@ -278,3 +278,51 @@ def test_decode_plot_from_the_decode_benchmark_csv(tmp_path, monkeypatch):
     assert main(["--decode-csv", str(tmp_path / "dec.csv"), "--decode_png", str(png)]) == 0
     assert png.stat().st_size > 0
     assert not (tmp_path / "out").exists()  # a plot only: no throughput timed or written
+
+
+def test_ratios_divide_the_measured_rates_not_the_rounded_ones(tmp_path):
+    # The committed image28 case: softmax's recompute 24.785 s per image (0.0403 images/s, which
+    # rounded to 3 decimals is 0.04) against linear's step 1.151 s: 21.53x, not 0.869 / 0.04.
+    from argparse import Namespace
+
+    from attn_lightning.benchmarks.generation.throughput import _row
+
+    facts = {"run": "r", "train_step": 1, "model": "m", "requested_batch": 1}
+    rows = [
+        {**_row("softmax", "recompute", 1, 784, [24.785, 25.9]), **facts, "checkpoint": "s"},
+        {**_row("softmax", "step", 1, 784, [0.841]), **facts, "checkpoint": "s"},
+        {**_row("linear", "step", 1, 784, [1.151, 1.201]), **facts, "checkpoint": "l"},
+    ]
+    out = tmp_path / "gen"
+    throughput_report.write_throughput(rows, out, "cmd", Namespace(device="cpu", repeats=2))
+    _, written = read_csv(out.with_suffix(".csv"))
+    assert written[0]["images_per_s"] == "0.04035"  # 4 significant figures, not 0.04
+    assert written[2]["vs_softmax_recompute"] == "21.53"  # 24.785 / 1.151
+    assert written[2]["vs_softmax_kv_cache"] == "0.73"
+    assert (written[2]["seconds"], written[2]["seconds_median"]) == ("1.151", "1.176")
+
+
+def test_ratios_from_a_committed_csv_are_recomputed_from_its_seconds(tmp_path, capsys):
+    # A file of the old writer: rates rounded to 3 decimals, ratios of those (21.7, not 21.53).
+    fields = ["backend", "method", "batch", "tokens", "seconds", "images_per_s", "ms_per_pixel"]
+    fields += ["run", "train_step", "requested_batch", "checkpoint"]
+    fields += ["vs_softmax_kv_cache", "vs_softmax_recompute"]
+    rows = [
+        ["softmax", "recompute", 1, 784, 24.785, 0.04, 31.6135, "s", 1, 1, "s.ckpt", 0.03, 1.0],
+        ["softmax", "step", 1, 784, 0.841, 1.189, 1.0726, "s", 1, 1, "s.ckpt", 1.0, 29.73],
+        ["linear", "step", 1, 784, 1.151, 0.868, 1.4687, "l", 1, 1, "l.ckpt", 0.73, 21.7],
+    ]
+    path = tmp_path / "gen.csv"
+    write_csv(path, [dict(zip(fields, r, strict=True)) for r in rows], {"command": "old"})
+    (tmp_path / "gen.md").write_text("Regenerate with: old\n\n| a |\n|---|\n| 1 |\n\nafter\n")
+    assert benchmark_main(["generation", "--ratios-from", str(path)]) == 0
+    meta, written = read_csv(path)
+    assert meta == {"command": "old"} and list(written[0]) == fields  # columns as they were
+    assert written[2]["vs_softmax_recompute"] == "21.53" and written[1]["vs_softmax_recompute"]
+    assert written[0]["images_per_s"] == "0.04035"
+    page = (tmp_path / "gen.md").read_text()
+    assert page.startswith("Regenerate with: old\n") and page.rstrip().endswith("after")
+    assert "| 21.53 |" in page and "| a |" not in page and "--ratios-from" in page
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark_main(["generation", "--ratios-from", str(tmp_path / "none.csv")])
+    assert exit_info.value.code == 2 and "no CSV file" in capsys.readouterr().err

@@ -33,6 +33,8 @@ Histogram (``histogram``): bits/dim of an independent per-pixel histogram fitted
 split, on all pixels and on the held-out completion pixels.
 Decode plot (``decode_plot``): ms per decoded token against context length from the CSV that
 ``python -m attn_lightning.benchmark decode`` writes.
+Ratios from a committed CSV (``--ratios-from``, ``committed``): images/s and the ratio columns
+recomputed from its ``seconds``, for files whose ratios divided rounded rates; times nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pathlib import Path
 
 from attn_lightning.benchmarks.arguments import UsageError
 from attn_lightning.benchmarks.generation.checkpoints import load_pixel_model
+from attn_lightning.benchmarks.generation.committed import rewrite_ratios
 from attn_lightning.benchmarks.generation.decode_plot import plot_decode
 from attn_lightning.benchmarks.generation.histogram import histogram_report
 from attn_lightning.benchmarks.generation.throughput import measure, measure_checkpoint
@@ -113,6 +116,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--decode-png", "--decode_png", type=Path, default=Path("out/decode_latency.png")
     )
+    parser.add_argument(
+        "--ratios-from",
+        nargs="+",
+        default=[],
+        type=Path,
+        metavar="CSV",
+        help="recompute a committed generation CSV's images/s and ratio columns from its "
+        "seconds (and the table of its .md); times nothing",
+    )
 
 
 def run(args: argparse.Namespace) -> str:
@@ -121,10 +133,16 @@ def run(args: argparse.Namespace) -> str:
 
     Raises:
         UsageError: both ``--backends`` and ``--checkpoints``, or a checkpoint that cannot be
-            used (before anything is timed).
+            used (before anything is timed); a ``--ratios-from`` file that is not a generation
+            CSV with its ``.md``.
     """
     if args.backends and args.checkpoints:
         raise UsageError("give --backends (random models) or --checkpoints (trained), not both")
+    for path in args.ratios_from:
+        try:
+            log.info("rewrote %s", rewrite_ratios(path, args.command_line))
+        except (FileNotFoundError, ValueError) as err:
+            raise UsageError(str(err)) from None
     printed = []
     if args.histogram:
         printed.append(histogram_report(args)[1])

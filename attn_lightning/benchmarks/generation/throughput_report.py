@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from attn_lightning.benchmarks.generation.throughput import Row, add_ratios
+from attn_lightning.benchmarks.generation.throughput import Row, add_ratios, shown
 from attn_lightning.results import machine_line, markdown_table, write_csv
 from attn_lightning.results.references import reference
 
@@ -69,8 +69,10 @@ def throughput_table(rows: Sequence[Row]) -> str:
 
 
 def write_throughput(rows: list[Row], out: Path, command: str, args: argparse.Namespace) -> str:
-    """Add the ratio columns, write ``<out>.csv`` and ``<out>.md``; return the markdown."""
+    """Add the ratio columns (from the unrounded rates), write ``<out>.csv`` and ``<out>.md``
+    with the rounded numbers; return the markdown."""
     add_ratios(rows)
+    rows = [shown(r) for r in rows]
     write_csv(out.with_suffix(".csv"), rows)
     if any("run" in r for r in rows):
         trained = dict.fromkeys(f"`{r['checkpoint']}`: {r['model']}" for r in rows)
