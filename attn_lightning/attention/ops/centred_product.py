@@ -18,14 +18,18 @@ as two bf16 columns (hi + lo) where it meets the values inside a chunk. The suff
 backward, shared by chunks with different references, are kept uncentred in float32 and moved to
 each chunk's reference where they are read (``(v_j − m_c)·R + R_z + R·m_c``).
 
-m_c is the mean of the values up to the end of chunk c. Any m_c is exact in value (float64
-gradcheck); this one sits near every out_i when attention is spread out, where the cancellation
-is worst. It includes chunk c's own later values, which reach an earlier output of that chunk by
-rounding only (bf16's 2^-9; a non-finite value reached them already through ``0·NaN``, see
-``causal_product``); the chunks before c never see them. Measured on CPU against float64 (elu+1
-features, F = E = 32, C = 64, values of mean 2σ, relative error of dq): uncentred bf16 GEMMs 0.10
-at N = 256, 0.22 at 2,048, 0.41 at 8,192; centred 8.9e-3, 8.1e-3, 8.4e-3 (float32 products on the
-same bf16 inputs: 4.6e-3, 4.3e-3, 4.2e-3). Zero-mean values: 1.0e-2 uncentred, 7.5e-3 centred.
+References, all causal (only positions every row that reads them sees, so no later value reaches
+an earlier output, even by rounding): for chunk c's rows, m_c = the mean of the values before
+chunk c (v's first value for chunk 0); for chunk c's own states, read only by later chunks, the
+mean through the end of chunk c. Any reference is exact in value (float64 gradcheck); these sit
+near out_i when attention is spread out, where the cancellation is worst. Measured on CPU
+against float64 (elu+1 features, F = E = 32, C = 64; relative error of dq): values of mean 2σ,
+uncentred bf16 GEMMs 0.10 at N = 256, 0.22 at 2,048, 0.41 at 8,192; centred 1.9e-2, 1.3e-2,
+1.4e-2 (float32 products on the same bf16 inputs: 4.6e-3, 4.3e-3, 4.2e-3); zero-mean values,
+1.0e-2 uncentred and 1.2e-2 to 1.7e-2 centred. What remains is the first chunk's rows, whose only
+causal reference is v_0 (after it: 5e-3); outputs 2e-3 to 9e-3. A mean through the end of each
+chunk for its rows too gave 8e-3 everywhere, but would let a large later value of the chunk move
+its earlier outputs by rounding.
 
 The prefix states, the suffix sums and the normaliser are float32; every matmul is a bf16 GEMM
 (tensor cores on a GPU). Cost over the plain product: one pass over v for the references, a
@@ -44,12 +48,19 @@ Saved = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # out − m, scores, S̃,
 
 
 def references(v4: Tensor) -> Tensor:
-    """m_c, the mean of the values up to the end of chunk c: ``(B·H, n, C, E) -> (·, n, 1, E)``."""
+    """m_c: v's first value for chunk 0, the mean of the values before chunk c after it.
+
+    ``(B·H, n, C, E) -> (B·H, n, 1, E)`` in v's dtype: only positions every row of chunk c sees.
+    """
     n, c = v4.shape[1:3]
     acc = accumulation_dtype(v4.dtype)
-    prefix = v4.sum(dim=2, dtype=acc).cumsum_(dim=1)  # (B·H, n, E)
-    count = torch.arange(1, n + 1, device=v4.device, dtype=acc) * c
-    return prefix.div_(count[:, None]).to(v4.dtype).unsqueeze(2)
+    m = torch.empty(v4.shape[0], n, v4.shape[-1], dtype=acc, device=v4.device)
+    m[:, 0] = v4[:, 0, 0]
+    if n > 1:
+        prefix = v4[:, :-1].sum(dim=2, dtype=acc).cumsum_(dim=1)  # Σ v over chunks 0..c-1
+        count = torch.arange(1, n, device=v4.device, dtype=acc) * c
+        torch.div(prefix, count[:, None], out=m[:, 1:])
+    return m.to(v4.dtype).unsqueeze(2)
 
 
 def _operand(v: Tensor, m: Tensor, ones: int) -> Tensor:
@@ -69,6 +80,9 @@ def centred_forward(
     e = v4.shape[-1]
     acc = accumulation_dtype(q4.dtype)
     m = references(v4)
+    # A chunk's own states are read only by later chunks, which see all of it: centred on the
+    # mean through its end (the next chunk's reference), the causal best for them.
+    m_states = torch.cat([m[:, 1:], v4.mean(dim=(1, 2), dtype=acc).to(m.dtype)[:, None, None]], 1)
     out = v4.new_empty(v4.shape)
     out_c = v4.new_empty(v4.shape, dtype=acc)  # out − m_c, in acc: backward's d den reads it
     scores = q4.new_empty(bh, n, c, c)
@@ -84,9 +98,11 @@ def centred_forward(
         ut = _operand(v4[heads, chunks], mt, 1)
         st = flat(scores[heads, chunks])
         torch.bmm(qt, kt.transpose(1, 2), out=st).tril_()
-        # K_cᵀ[u, 1] (centred: rounded at 2^-9 of the small part), then + z_c m_cᵀ in acc.
-        states = torch.bmm(kt.transpose(1, 2), ut).to(acc).view(*mt.shape[:2], f, e + 1)
-        states[..., :e].addcmul_(states[..., e:], m32)  # K_cᵀ[V_c, 1]
+        # K_cᵀ[V_c − m', 1] (rounded at 2^-9 of the small part), then + z_c m'ᵀ in acc.
+        ms = m_states[heads, chunks]
+        us = _operand(v4[heads, chunks], ms, 1)
+        states = torch.bmm(kt.transpose(1, 2), us).to(acc).view(*mt.shape[:2], f, e + 1)
+        states[..., :e].addcmul_(states[..., e:], ms.to(acc))  # K_cᵀ[V_c, 1]
         states.cumsum_(dim=1)
         if carry is not None:
             states += carry
