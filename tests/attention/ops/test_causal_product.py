@@ -152,3 +152,15 @@ def test_causal_product_rejects_mixed_dtypes():
     x = torch.randn(1, 1, 4, 2)
     with pytest.raises(ValueError, match="q, k, v must share a dtype"):
         normalised_causal_product(x, x, x.bfloat16(), 4, 1.0)
+
+
+def test_bf16_large_later_value_leaves_earlier_outputs_bit_identical():
+    # The centring references are causal: a large value at t (mid-chunk) cannot move, even by
+    # rounding, the outputs before t (a reference through the chunk's end would: ~1e-2 here).
+    q, k, v = _bf16_inputs(96, 4, 3, 0.0)
+    v2 = v.clone()
+    v2[:, :, 40] = 1e4  # chunk 1 of 32-token chunks
+    out = normalised_causal_product(q, k, v, 32, 1e-6)
+    out2 = normalised_causal_product(q, k, v2, 32, 1e-6)
+    assert torch.equal(out[:, :, :40], out2[:, :, :40])
+    assert not torch.equal(out[:, :, 40:], out2[:, :, 40:])
