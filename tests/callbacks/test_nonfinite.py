@@ -12,6 +12,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from attn_lightning.attention.base import CHECK_FINITE_ENV, check_finite
 from attn_lightning.callbacks import NonFiniteStop
 from attn_lightning.cli import command_line
 
@@ -40,6 +41,11 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["train.py"])
     monkeypatch.delenv("ATTN_LIGHTNING_DEBUG", raising=False)
+    monkeypatch.delenv(CHECK_FINITE_ENV, raising=False)
+    # An earlier test's --debug leaves the process-wide input check on: the NaN steps would stop
+    # in the attention layer's own check.
+    with check_finite(False):
+        yield
 
 
 def _finite(path: Path) -> bool:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from attn_lightning.attention.base import CHECK_FINITE_ENV, check_finite
 from attn_lightning.cli import command_line
 from attn_lightning.cli.errors import class_options, condense, nearest, trainer_error
 
@@ -39,6 +40,11 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["train.py"])
     monkeypatch.delenv("ATTN_LIGHTNING_DEBUG", raising=False)
+    # --debug turns the attention input check on for the process (and its DDP children, by the
+    # environment): undone after each test, so later tests run as they would alone.
+    monkeypatch.setenv(CHECK_FINITE_ENV, "0")
+    with check_finite(False):
+        yield
 
 
 def _fails_in_one_line(args: list[str], capsys) -> str:
