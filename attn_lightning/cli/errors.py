@@ -277,7 +277,9 @@ def trainer_error(error: BaseException, trainer: Mapping[str, Any]) -> str:
             if name in ("max_steps", "max_epochs"):
                 reason += f"; use --trainer.{name} N (N >= 0) or -1 for no limit"
             return f"trainer.{name} {trainer[name]}: {reason}"
-    return f"trainer: {one_line(error)}"
+    # Lightning's "this configuration is wrong" needs no type name; an ImportError's does.
+    plain = isinstance(error, MisconfigurationException)
+    return f"trainer: {message if plain else one_line(error)}"
 
 
 @contextmanager

@@ -289,3 +289,13 @@ def test_a_class_option_typo_in_a_file_names_the_file(yaml_text, expected, tmp_p
     typo.write_text(yaml_text)
     line = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
     assert expected.format(typo=typo) in line
+
+
+def test_a_misconfiguration_at_setup_is_one_line(monkeypatch, capsys):
+    # Lightning's checks at the start of fit (after the Trainer is built) raise it too.
+    def refuse(args):
+        raise MisconfigurationException("No `training_step()` method defined.")
+
+    monkeypatch.setattr("attn_lightning.cli.entry.main", refuse)
+    line = _fails_in_one_line(["fit"], capsys)
+    assert line == "error: trainer: No `training_step()` method defined."
