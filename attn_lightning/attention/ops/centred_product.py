@@ -47,20 +47,18 @@ from attn_lightning.attention.ops.chunk_tiles import flat, tiles
 Saved = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # out − m, scores, S̃, den, m
 
 
-def references(v4: Tensor) -> Tensor:
-    """m_c: v's first value for chunk 0, the mean of the values before chunk c after it.
+def references(v4: Tensor) -> tuple[Tensor, Tensor]:
+    """The references of chunk c's rows and of its states (module docstring), from one pass over v.
 
-    ``(B·H, n, C, E) -> (B·H, n, 1, E)`` in v's dtype: only positions every row of chunk c sees.
+    ``(B·H, n, C, E) -> 2 × (B·H, n, 1, E)`` in v's dtype: the rows' is v's first value for chunk 0
+    and the mean of the values before chunk c after it; the states' is the mean through chunk c.
     """
     n, c = v4.shape[1:3]
     acc = accumulation_dtype(v4.dtype)
-    m = torch.empty(v4.shape[0], n, v4.shape[-1], dtype=acc, device=v4.device)
-    m[:, 0] = v4[:, 0, 0]
-    if n > 1:
-        prefix = v4[:, :-1].sum(dim=2, dtype=acc).cumsum_(dim=1)  # Σ v over chunks 0..c-1
-        count = torch.arange(1, n, device=v4.device, dtype=acc) * c
-        torch.div(prefix, count[:, None], out=m[:, 1:])
-    return m.to(v4.dtype).unsqueeze(2)
+    through = v4.sum(dim=2, dtype=acc).cumsum_(dim=1)  # Σ v over chunks 0..c: (B·H, n, E)
+    through /= torch.arange(1, n + 1, device=v4.device, dtype=acc)[:, None] * c
+    rows = torch.cat([v4[:, :1, 0].to(acc), through[:, :-1]], dim=1)
+    return rows.to(v4.dtype).unsqueeze(2), through.to(v4.dtype).unsqueeze(2)
 
 
 def _operand(v: Tensor, m: Tensor, ones: int) -> Tensor:
@@ -79,10 +77,9 @@ def centred_forward(
     bh, n, c, f = q4.shape
     e = v4.shape[-1]
     acc = accumulation_dtype(q4.dtype)
-    m = references(v4)
     # A chunk's own states are read only by later chunks, which see all of it: centred on the
-    # mean through its end (the next chunk's reference), the causal best for them.
-    m_states = torch.cat([m[:, 1:], v4.mean(dim=(1, 2), dtype=acc).to(m.dtype)[:, None, None]], 1)
+    # mean through its end, the causal best for them.
+    m, m_states = references(v4)
     out = v4.new_empty(v4.shape)
     out_c = v4.new_empty(v4.shape, dtype=acc)  # out − m_c, in acc: backward's d den reads it
     scores = q4.new_empty(bh, n, c, c)
