@@ -1,6 +1,7 @@
 """Lightning callbacks: random-feature redraw, run checkpoints (resumable from the first step,
 ranked on fresh scores, written atomically, saved on Ctrl-C/SIGTERM), the fit clock across
-resumes, the stop of a run whose loss is no longer finite, attention diagnostics, logging from
+resumes, the run record every run writes (record.json, curves.csv, spikes.csv), the stop of a
+run whose loss is no longer finite, attention diagnostics, logging from
 the first validation batch (one base: sample tables, image grids, detections), adapter export
 and prediction files.
 
@@ -22,6 +23,7 @@ from attn_lightning.callbacks.gradients import (
 from attn_lightning.callbacks.images import ImageGrids, ImageSampler
 from attn_lightning.callbacks.nonfinite import NonFiniteStop, NonFiniteTraining
 from attn_lightning.callbacks.predictions import PredictionSaver, PredictionWriter
+from attn_lightning.callbacks.run_record import RunRecord
 from attn_lightning.callbacks.samples import (
     SamplePredictions,
     SampleRows,
@@ -52,6 +54,7 @@ __all__ = [
     "PredictionSaver",
     "PredictionWriter",
     "RunCheckpoint",
+    "RunRecord",
     "SamplePredictions",
     "SampleRows",
     "ValidationBatchLogger",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
@@ -210,6 +210,9 @@ class GradientTracker(Callback):
         every_n_steps: optimiser steps between gradient-norm logs; 0 disables the callback.
         spike_factor: k; a step's loss above k × the running median is a spike.
         spike_window: w, the number of previous step losses in the running median.
+
+    Attributes:
+        spike_listeners: callables given each spike's ``SpikeRow`` when it is logged (rank 0).
     """
 
     def __init__(
@@ -224,6 +227,8 @@ class GradientTracker(Callback):
         self._step = 0
         self._step_loss: Tensor | None = None
         self._step_grad_norm: Tensor | None = None
+        # Called with each spike's row as it is logged (the run record's spikes.csv).
+        self.spike_listeners: list[Callable[[SpikeRow], None]] = []
 
     def _active(self, trainer: pl.Trainer) -> bool:
         return self.every_n_steps > 0 and trainer.is_global_zero and bool(trainer.loggers)
@@ -297,6 +302,8 @@ class GradientTracker(Callback):
                     "grad/norm_before_spike_ratio": row.prior_grad_ratio,
                 }
                 metrics |= {k: v for k, v in gradient.items() if not math.isnan(v)}
+                for listener in self.spike_listeners:
+                    listener(row)
                 log.debug("loss spike at step %d (%d so far)", row.step, row.total)
             _log(trainer, metrics, row.step)
 

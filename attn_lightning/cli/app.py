@@ -13,6 +13,7 @@ under their own top-level keys:
 * ``nonfinite_stop``: ``NonFiniteStop``, skips NaN/inf steps and stops a run of them (exit 3);
 * ``attention_diagnostics``: ``AttentionDiagnostics``, each backend's ``diagnostics()`` (learned
   polynomial coefficients, ...) as ``attention/<layer>/<key>``;
+* ``run_record``: ``RunRecord``, ``record.json``/``curves.csv``/``spikes.csv`` beside the logs;
 * a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
 
 Top-level options: ``experiment`` and ``run_name`` name the logger (and so the checkpoint folder;
@@ -68,6 +69,7 @@ from attn_lightning.callbacks import (
     NonFiniteStop,
     PredictionWriter,
     RunCheckpoint,
+    RunRecord,
     SamplePredictions,
 )
 from attn_lightning.cli.checkpoints import (
@@ -91,10 +93,7 @@ from attn_lightning.cli.help import (
     print_help,
 )
 from attn_lightning.cli.noise import quiet, quiet_own_resume
-from attn_lightning.cli.progress import (
-    progress_callbacks,
-    terminal,
-)
+from attn_lightning.cli.progress import progress_callbacks, terminal
 from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
     RunConfigSaver,
@@ -195,6 +194,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         parser.add_lightning_class_args(GradientTracker, "gradient_tracker")
         parser.add_lightning_class_args(NonFiniteStop, "nonfinite_stop")
         parser.add_lightning_class_args(AttentionDiagnostics, "attention_diagnostics")
+        parser.add_lightning_class_args(RunRecord, "run_record")  # record.json, curves, spikes
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})
         # Sizes the data decides are stated once, by the DataModule, and linked into the task's

@@ -26,6 +26,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from attn_lightning.callbacks import is_partial
+from attn_lightning.results.run_files import RUN_RECORD_FILES
 
 log = logging.getLogger("attn_lightning")
 
@@ -171,8 +172,10 @@ def _unwritable(folder: Path) -> str | None:
 
 
 # What a fit writes into its run folders before its first checkpoint: TensorBoard events, the
-# saved config(s), Lightning's hparams file, and a checkpoint being written when it stopped.
-ATTEMPT_FILES = ("events.out.tfevents.*", "config.yaml", "config-*.yaml", "hparams.yaml")
+# saved config(s), Lightning's hparams file, the run record, and a checkpoint being written when
+# it stopped.
+LOG_FILES = ("events.out.tfevents.*", "config.yaml", "config-*.yaml", "hparams.yaml")
+ATTEMPT_FILES = LOG_FILES + RUN_RECORD_FILES
 
 
 def prepare_run_folder(config: Any) -> list[Path]:

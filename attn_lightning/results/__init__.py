@@ -4,7 +4,8 @@ statistics and the environment line, and the one run record every study shares.
 Below studies and benchmarks (they import it; it imports neither): ``records`` (``RunResult``),
 ``tables`` (mean ± std / median [IQR] summaries and the study tables), ``curves`` (TensorBoard
 scalars of runs), ``paired`` (per-seed Δ with an interval), ``files`` (CSV with a provenance
-header, markdown tables) and ``environment`` (machine, versions, command).
+header, markdown tables), ``environment`` (machine, versions, command) and ``run_files`` (the
+files each run writes: ``record.json``, ``curves.csv``, ``spikes.csv``; ``docs/run_record.md``).
 """
 
 from attn_lightning.results.environment import environment, machine_line

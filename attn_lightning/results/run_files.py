@@ -1,0 +1,119 @@
+"""The files of a run record (``record.json``, ``curves.csv``, ``spikes.csv``): their names, the
+schema version, and writing and reading them.
+
+The layout is documented field by field in ``docs/run_record.md``; the run writes the files
+through ``callbacks.RunRecord``. Every write goes to a temporary file beside its target
+(``.<name>.<pid>.partial``, the checkpoints' convention, which ``callbacks.is_partial`` and the
+CLI's run folders recognise) and is renamed over it: a reader, or a run killed mid-write, sees
+the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from attn_lightning.results.files import read_csv, write_csv
+
+log = logging.getLogger("attn_lightning")
+
+PARTIAL = ".partial"  # as callbacks.checkpoints.PARTIAL (this layer cannot import that one)
+SCHEMA = 1  # record.json's "schema": raised when a field changes meaning or is removed
+RECORD = "record.json"
+CURVES = "curves.csv"
+SPIKES = "spikes.csv"
+RUN_RECORD_FILES = (RECORD, CURVES, SPIKES)
+CURVE_COLUMNS = ("step", "tag", "value")
+SPIKE_COLUMNS = (
+    "step",
+    "loss",
+    "ratio",
+    "total",
+    "grad_norm",
+    "grad_ratio",
+    "prior_grad_ratio",
+)
+
+Curves = dict[tuple[int, str], float]  # (step, tag) -> the last value logged there
+Spikes = dict[int, tuple[float, ...]]  # step -> the SPIKE_COLUMNS after "step"
+
+
+def write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
+    """Call ``write`` on a temporary path in ``path``'s folder, then ``os.replace`` it onto
+    ``path``."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def read_record(folder: Path) -> dict[str, Any]:
+    """The ``record.json`` in ``folder`` ({} when there is none, or it cannot be read: a record is
+    never a reason for a run to fail; the unreadable one is replaced, with a warning)."""
+    path = folder / RECORD
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        log.warning("run record %s is unreadable (%s): starting a new one", path, error)
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def write_record(folder: Path, record: Mapping[str, Any]) -> None:
+    """``record.json`` (sorted keys; NaN/inf as JSON's ``NaN``/``Infinity``, which Python's
+    ``json`` and pandas read back)."""
+    text = json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
+    write_atomic(folder / RECORD, lambda path: path.write_text(text, encoding="utf-8"))
+
+
+def read_curves(folder: Path, *, up_to_step: int) -> Curves:
+    """The rows of ``curves.csv`` at steps <= ``up_to_step`` (a resumed run logs the later ones
+    again; a step it does not reach again is no longer part of the run)."""
+    return {
+        (int(row["step"]), row["tag"]): float(row["value"])
+        for row in _rows(folder / CURVES)
+        if int(row["step"]) <= up_to_step
+    }
+
+
+def read_spikes(folder: Path, *, up_to_step: int) -> Spikes:
+    """The rows of ``spikes.csv`` at steps <= ``up_to_step`` (as ``read_curves``)."""
+    return {
+        int(row["step"]): tuple(float(row[c]) for c in SPIKE_COLUMNS[1:])
+        for row in _rows(folder / SPIKES)
+        if int(row["step"]) <= up_to_step
+    }
+
+
+def write_curves(folder: Path, curves: Curves) -> None:
+    """``curves.csv``: ``step,tag,value``, one row per (step, tag), by step then tag."""
+    rows = [{"step": s, "tag": t, "value": v} for (s, t), v in sorted(curves.items())]
+    write_atomic(folder / CURVES, lambda path: write_csv(path, rows, fields=CURVE_COLUMNS))
+
+
+def write_spikes(folder: Path, spikes: Spikes) -> None:
+    """``spikes.csv``: one row per spike, by step (a header only when there was none)."""
+    rows = [
+        dict(zip(SPIKE_COLUMNS, (step, *values), strict=True))
+        for step, values in sorted(spikes.items())
+    ]
+    write_atomic(folder / SPIKES, lambda path: write_csv(path, rows, fields=SPIKE_COLUMNS))
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    try:
+        return read_csv(path)[1]
+    except (OSError, ValueError) as error:
+        log.warning("%s is unreadable (%s): the resumed run starts it again", path, error)
+        return []
