@@ -151,7 +151,9 @@ class RunRecord(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         status = "stopped" if isinstance(exception, STOPS) else "crashed"
-        error = f"{type(exception).__name__}: {exception}".splitlines()[0][:500]
+        error = type(exception).__name__  # SIGTERMException has no message
+        if str(exception):
+            error += f": {str(exception).splitlines()[0][:500]}"
         self._end(trainer, pl_module, status, error)
 
     def _end(

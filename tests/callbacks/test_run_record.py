@@ -193,14 +193,18 @@ def test_a_crash_then_a_resume_keep_one_row_per_step_and_tag(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("stop", "error"),
+    ("stop", "error", "line"),
     [
-        ("sigterm", SIGTERMException),
-        (NonFiniteTraining("loss not finite"), NonFiniteTraining),
-        ("should_stop", None),
+        ("sigterm", SIGTERMException, "SIGTERMException"),
+        (
+            NonFiniteTraining("loss not finite"),
+            NonFiniteTraining,
+            "NonFiniteTraining: loss not finite",
+        ),
+        ("should_stop", None, None),
     ],
 )
-def test_a_stopped_run_says_stopped(tmp_path, stop, error):
+def test_a_stopped_run_says_stopped(tmp_path, stop, error, line):
     if error is None:
         _fit(tmp_path, RaiseAt(2, stop))
     else:
@@ -208,6 +212,7 @@ def test_a_stopped_run_says_stopped(tmp_path, stop, error):
             _fit(tmp_path, RaiseAt(2, stop))
     record, curves, _ = _read(tmp_path / "logs" / "exp" / "run")
     assert record["status"] == "stopped" and record["global_step"] == 2
+    assert record["subcommands"]["fit"]["error"] == line
     assert curves  # the steps before the stop
 
 
