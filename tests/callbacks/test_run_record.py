@@ -244,6 +244,12 @@ def test_only_global_rank_zero_writes(tmp_path, monkeypatch):
     assert not list((tmp_path / "logs").rglob("curves.csv"))
 
 
+def test_fast_dev_run_writes_no_record(tmp_path):
+    # Lightning swaps the logger for a DummyLogger, which has no folder.
+    _fit(tmp_path, fast_dev_run=2)
+    assert not list(tmp_path.rglob("record.json"))
+
+
 def test_tags_must_be_json():
     with pytest.raises(ValueError, match="tags must be a JSON dict"):
         RunRecord(tags={"when": object()})
