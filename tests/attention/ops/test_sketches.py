@@ -61,7 +61,9 @@ def test_chunked_level_forward_equals_the_whole_level(rows, bias):
     whole = sketch_level(x, params, 1e-5)
     chunked = chunked_sketch_level(x, params, 1e-5, rows=rows)
     assert chunked.shape == (2, 3, 50, 3)
-    assert torch.equal(chunked, whole)  # each row's arithmetic is unchanged
+    # Each row's arithmetic is the same, but a BLAS may block (and so round) a GEMM differently
+    # with the row count and the thread count: equal to float32 rounding, not bit for bit.
+    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)  # O(1) values
 
 
 @pytest.mark.parametrize("rows", [1, 3])
