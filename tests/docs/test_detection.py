@@ -1,0 +1,80 @@
+"""detection.md's section 2a table (12,000 steps), recomputed from ``detection_long``'s
+committed CSVs: per-run test mAP and seconds, the validation curves and the paired interval."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from attn_lightning.results.tables import format_mean_std, mean_std
+from tests.docs.pages import RESULTS, page_table, runs
+
+PAGE = "detection.md"
+METHOD, CONTROL = "optimization_encoder_self", "softmax_no_qk_encoder_self"
+
+
+def _by_seed(rows: list[dict[str, str]], variant: str, key: str) -> dict[int, float]:
+    return {int(r["seed"]): float(r[key]) for r in rows if r["variant"] == variant}
+
+
+def _signed(value: float, digits: int = 3) -> str:
+    return f"{value:+.{digits}f}".replace("-", "−")
+
+
+def test_section_2a_table_is_its_csvs():
+    table = {row[0]: row[1:] for row in page_table(PAGE, "| variant | test mAP (n = 3) |")}
+    per_run, curves = runs("detection_long_runs"), runs("detection_long_curves")
+    summary = {r["variant"]: r for r in runs("detection_long")}
+    method = _by_seed(per_run, METHOD, "test/mAP")
+    control = _by_seed(per_run, CONTROL, "test/mAP")
+    deltas = [_signed(method[s] - control[s]) for s in sorted(method)]
+    interval = summary[METHOD]["Δ test mAP vs control [95 % CI]"].removesuffix(" (n=3)")
+    for variant, tail in (
+        (METHOD, [interval.replace("-", "−"), ", ".join(deltas)]),
+        (CONTROL, ["–", "–"]),
+    ):
+        row = {k: float(v) for k, v in summary[variant].items() if k.endswith(("_mean", "_std"))}
+        # the summary's means are the per-run CSV's (its seconds unrounded: 1,259.499 not 1,259.5)
+        mean, std = mean_std(list(_by_seed(per_run, variant, "test/mAP").values()))
+        assert (mean, std) == pytest.approx((row["test/mAP_mean"], row["test/mAP_std"]))
+        seconds = mean_std(list(_by_seed(per_run, variant, "seconds").values()))
+        assert seconds == pytest.approx((row["seconds_mean"], row["seconds_std"]), abs=0.1)
+        val = [
+            statistics.fmean(
+                float(r["val/mAP"])
+                for r in curves
+                if r["variant"] == variant and int(r["optimizer_steps"]) == step
+            )
+            for step in (6000, 9000, 12000)
+        ]
+        assert table[f"`{variant}`"] == [
+            format_mean_std(mean, std, digits=3),
+            " / ".join(f"{v:.3f}" for v in val),
+            *tail,
+            f"{row['seconds_mean']:,.0f} ± {row['seconds_std']:,.0f}",
+        ], variant
+
+
+def test_section_2a_last_1500_steps_are_the_curves():
+    curves = runs("detection_long_curves")
+    page = (RESULTS / PAGE).read_text()
+    for variant, label in ((METHOD, "the method"), (CONTROL, "the control")):
+        at = {
+            (int(r["seed"]), int(r["optimizer_steps"])): float(r["val/mAP"])
+            for r in curves
+            if r["variant"] == variant
+        }
+        changes = ", ".join(_signed(at[(s, 12000)] - at[(s, 10500)], 4) for s in range(3))
+        assert f"{label} {changes}" in " ".join(page.split()), (label, changes)
+
+
+def test_section_2a_opening_gap_is_the_main_studys_curves():
+    at = {
+        (r["variant"], int(r["optimizer_steps"])): float(r["val/mAP"])
+        for r in runs("detection_runs_curves")
+        if r["seed"] == "0"
+    }
+    gaps = [_signed(at[(METHOD, s)] - at[(CONTROL, s)]) for s in (3000, 4000, 6000)]
+    quoted = "Δ val mAP {} at 3k, {} at 4k, {} at 6k steps, seed 0".format(*gaps)
+    assert quoted in " ".join((RESULTS / PAGE).read_text().split())
