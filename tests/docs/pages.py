@@ -11,11 +11,13 @@ from attn_lightning.results.files import read_csv
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
-def page_table(page: str, header: str) -> list[list[str]]:
-    """The body rows (cells stripped) of the table on ``docs/results/<page>`` whose header line
-    starts with ``header``."""
+def page_table(page: str, header: str, *, whole: bool = False) -> list[list[str]]:
+    """The body rows (cells stripped) of the first table on ``docs/results/<page>`` whose header
+    line starts with ``header`` (is ``header`` with ``whole``)."""
     lines = (RESULTS / page).read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    start = next(
+        i for i, line in enumerate(lines) if (line == header if whole else line.startswith(header))
+    )
     rows = []
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
