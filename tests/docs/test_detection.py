@@ -78,3 +78,24 @@ def test_section_2a_opening_gap_is_the_main_studys_curves():
     gaps = [_signed(at[(METHOD, s)] - at[(CONTROL, s)]) for s in (3000, 4000, 6000)]
     quoted = "Δ val mAP {} at 3k, {} at 4k, {} at 6k steps, seed 0".format(*gaps)
     assert quoted in " ".join((RESULTS / PAGE).read_text().split())
+
+
+def test_budget_table_is_its_csvs():
+    table = {row[0]: row[1:] for row in page_table(PAGE, "| budget (steps) | test mAP |")}
+    (short,) = [r for r in runs("detection_ablation_softmax_runs") if r["seed"] == "0"]
+    metrics = ("test/mAP", "test/AP50", "test/AP75")
+    assert table["2,000"] == [
+        *(f"{float(short[k]):.3f}" for k in metrics),
+        "–",
+        f"{float(short['seconds']):,.0f}",
+    ]
+    for budget in (4000, 8000):
+        (row,) = runs(f"detection_budget_{budget}")
+        val = [float(r["val/mAP"]) for r in runs(f"detection_budget_{budget}_curves")
+               if int(r["optimizer_steps"]) % 2000 == 0]  # fmt: skip
+        cells = table[f"{budget:,}"]
+        assert cells[:4] == [
+            *(f"{float(row[f'{k}_mean']):.3f}" for k in metrics),
+            " / ".join(f"{v:.3f}" for v in val),
+        ], budget
+        assert cells[4].startswith(f"{float(row['seconds_mean']):,.0f}"), budget
