@@ -99,3 +99,36 @@ def test_budget_table_is_its_csvs():
             " / ".join(f"{v:.3f}" for v in val),
         ], budget
         assert cells[4].startswith(f"{float(row['seconds_mean']):,.0f}"), budget
+
+
+def test_digits_table_and_cost_are_the_optimization_digits_csvs():
+    table = page_table(PAGE, "| variant | what differs from its control | test acc (%) (n = 5) |")
+    summary = runs("optimization_digits")
+    assert len(table) == len(summary)
+    for cells, row in zip(table, summary, strict=True):
+        assert cells[0].split()[0] == f"`{row['variant']}`"
+        mean, std = float(row["test/acc_mean"]), float(row["test/acc_std"])
+        delta = row["Δ test acc (%) vs control [95 % CI]"].removesuffix(" (n=5)")
+        assert cells[2:] == [
+            format_mean_std(mean, std, scale=100),
+            delta.replace("-", "−") if delta else "–",
+            f"{float(row['seconds_mean']):.0f}",
+        ], row["variant"]
+    seconds = {r["variant"]: float(r["seconds_mean"]) for r in summary}
+    ratio = seconds["optimization"] / seconds["softmax_no_qk"]
+    sentence = (
+        f"At {ratio:.1f}× the training time of its control** ({seconds['optimization']:.0f} s "
+        f"against {seconds['softmax_no_qk']:.0f} s per run"
+    )
+    assert sentence in " ".join((RESULTS / PAGE).read_text().split())
+    curves = runs("optimization_digits_curves")
+    at_100 = {
+        v: [100 * float(r["val/acc"]) for r in curves
+            if r["variant"] == v and r["optimizer_steps"] == "100"]
+        for v in ("optimization", "softmax_no_qk", "softmax")
+    }  # fmt: skip
+    ranges = [f"{min(a):.1f}–{max(a):.1f} %" for a in at_100.values()]
+    assert (
+        f"after 100 steps {ranges[0]} (5 seeds) against {ranges[1]} for its control "
+        f"`softmax_no_qk` and {ranges[2]} for full softmax"
+    ) in " ".join((RESULTS / PAGE).read_text().split())
