@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 
+from attn_lightning.results.paired import _t_interval
 from attn_lightning.results.tables import format_mean_std, mean_std
 from tests.docs.pages import RESULTS, page_table, runs
 
@@ -132,3 +133,89 @@ def test_digits_table_and_cost_are_the_optimization_digits_csvs():
         f"after 100 steps {ranges[0]} (5 seeds) against {ranges[1]} for its control "
         f"`softmax_no_qk` and {ranges[2]} for full softmax"
     ) in " ".join((RESULTS / PAGE).read_text().split())
+
+
+def _steps_cell(steps: dict[int, int]) -> str:
+    """``250 on every seed`` or ``1,000 on seeds 0, 1, 3, 4; 750 on seed 2`` (most seeds first)."""
+    groups: dict[int, list[int]] = {}
+    for seed, step in sorted(steps.items()):
+        groups.setdefault(step, []).append(seed)
+    if len(groups) == 1:
+        return f"{next(iter(groups)):,} on every seed"
+    parts = sorted(groups.items(), key=lambda g: -len(g[1]))
+    return "; ".join(
+        f"{step:,} on seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}" for step, s in parts
+    )
+
+
+def test_reversal_encoder_table_is_its_csvs():
+    table = {
+        row[0].split()[0]: row[2:]
+        for row in page_table(PAGE, "| variant | what differs from its control | converged |")
+    }
+    summary = {r["variant"]: r for r in runs("optimization_reversal")}
+    report = {r["variant"]: r for r in runs("optimization_reversal_report")}
+    per_run = runs("optimization_reversal_report_runs")
+    assert set(table) == {f"`{v}`" for v in summary}
+    for variant, row in summary.items():
+        # the report holds Lightning's logged step (n − 1) of the first validation ≥ 99 %
+        steps = {s: int(v) + 1 for s, v in _by_seed(per_run, variant, "steps_to_threshold").items()}
+        assert table[f"`{variant}`"] == [
+            f"{report[variant]['converged']}/{report[variant]['runs']}",
+            *(
+                format_mean_std(float(row[f"{k}_mean"]), float(row[f"{k}_std"]), scale=100)
+                for k in ("test/token_acc", "test/exact_acc")
+            ),
+            _steps_cell(steps),
+            f"{float(row['seconds_mean']):.0f}",
+        ], variant
+
+
+def _paired_cell(row: dict[str, str], key: str, digits: int) -> str:
+    """``+0.00422 [+0.00208, +0.00686]``: the mean Δ and its interval as the page quotes them."""
+    mean, low, high = (_signed(float(row[f"{key} {p}"]), digits) for p in ("mean", "low", "high"))
+    return f"{mean} [{low}, {high}]"
+
+
+def test_reversal_encoder_paired_sentences_are_its_csvs():
+    page = " ".join((RESULTS / PAGE).read_text().split())
+    paired = {r["variant"]: r for r in runs("optimization_reversal_report_paired")}
+    method = paired["optimization"]
+    assert method["control"] == "softmax_no_qk"
+    loss, token, exact = (
+        f"{_paired_cell(method, key, digits)}{unit} "
+        f"({method[f'{key} > 0']} / {method[f'{key} < 0']})"
+        for key, digits, unit in (
+            ("Δ test loss", 5, ""),
+            ("Δ token acc (pp)", 2, " pp"),
+            ("Δ exact-seq acc (pp)", 2, " pp"),
+        )
+    )
+    steps = _paired_cell(method, "Δ steps to threshold", 0)
+    assert (
+        f"test loss {loss}, token accuracy {token}, exact sequences {exact}, steps to 99 % {steps} "
+        "(+500 on four seeds, +250 on seed 2)"
+    ) in page
+    assert method["Δ steps to threshold per seed"] == "s0 +500, s1 +500, s2 +250, s3 +500, s4 +500"
+    # the sweep's Student-t interval of the token-accuracy Δ, quoted beside the bootstrap
+    (sweep,) = [r for r in runs("optimization_reversal") if r["variant"] == "optimization"]
+    t_cell = sweep["Δ token acc (%) vs control [95 % CI]"].removesuffix(" (n=5)")
+    assert f"reaches 0 ({t_cell.replace('-', '−')}, `optimization_reversal.csv`)" in page
+    # "a Student-t interval over the same five exact-sequence Δ would just reach it"
+    per_run = runs("optimization_reversal_report_runs")
+    ours, theirs = (
+        _by_seed(per_run, v, "test/exact_acc") for v in ("optimization", "softmax_no_qk")
+    )
+    t_low, t_high = _t_interval([ours[s] - theirs[s] for s in ours], 0.95)
+    assert t_low < 0 < t_high < 0.002
+    exact_range = sorted(100 * v for v in ours.values())
+    assert f"{exact_range[0]:.1f}–{exact_range[-1]:.1f} % of test sequences" in page
+    # softmax_encoder − softmax_no_qk: the page states the reverse difference
+    encoder = paired["softmax_encoder"]
+    assert encoder["Δ steps to threshold per seed"] == ", ".join(f"s{s} -250" for s in range(5))
+    assert (
+        float(encoder["Δ token acc (pp) mean"]) == float(encoder["Δ exact-seq acc (pp) mean"]) == 0
+    )
+    higher = f"{-float(encoder['Δ test loss mean']):.0e}".replace("e-0", "e-")
+    assert f"test loss higher by {higher} (both under 1e-5)" in page
+    assert max(float(r["test/loss"]) for r in per_run if r["variant"] != "optimization") < 1e-5
