@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from attn_lightning.results.paired import _t_interval
+from attn_lightning.results.paired import _t_interval, paired_delta
 from attn_lightning.results.tables import format_mean_std, mean_std
 from tests.docs.pages import RESULTS, page_table, runs
 
@@ -219,3 +219,54 @@ def test_reversal_encoder_paired_sentences_are_its_csvs():
     higher = f"{-float(encoder['Δ test loss mean']):.0e}".replace("e-0", "e-")
     assert f"test loss higher by {higher} (both under 1e-5)" in page
     assert max(float(r["test/loss"]) for r in per_run if r["variant"] != "optimization") < 1e-5
+
+
+def test_main_table_is_detection_runs_csv():
+    table = page_table(PAGE, "| variant | what differs from its control | attention params |")
+    summary = runs("detection_runs")
+    assert len(table) == len(summary)
+    for cells, row in zip(table, summary, strict=True):
+        delta = row["Δ test mAP vs control [95 % CI]"].removesuffix(" (n=5)").replace("-", "−")
+        stats = [
+            format_mean_std(float(row[f"test/{k}_mean"]), float(row[f"test/{k}_std"]), digits=3)
+            for k in ("mAP", "AP50", "AP75")
+        ]
+        # bold marks a reading, not a number: compared without it
+        assert [c.strip("*") for c in cells] == [
+            f"`{row['variant']}`",
+            row["what differs from the control"] or "–",
+            f"{int(row['attention params']):,}",
+            f"{float(row['forward ms / image']):.2f}",
+            f"{float(row['peak forward MiB']):.1f}",
+            *stats,
+            delta or "–",
+            f"{float(row['seconds_mean']):.0f}",
+        ], row["variant"]
+
+
+def test_main_table_readings_are_detection_runs_runs_csv():
+    page = " ".join((RESULTS / PAGE).read_text().split())
+    per_run = [r for r in runs("detection_runs_runs") if r["status"] == "ok"]
+    pool, method = (_by_seed(per_run, v, "test/mAP") for v in ("pool_encoder_self", METHOD))
+    direct = paired_delta(pool, method)
+    assert direct is not None and all(pool[s] > method[s] for s in method)
+    quoted = direct.format(digits=3).removesuffix(" (n=5)").replace("-", "−")
+    assert f"pooling − optimization = **{quoted}** test mAP (n = 5, higher on all 5 seeds" in page
+    cross = _by_seed(per_run, "optimization_decoder_cross", "test/mAP")
+    control = _by_seed(per_run, "softmax_no_qk_decoder_cross", "test/mAP")
+    assert (
+        f"fails on 5/5 seeds** ({', '.join(f'{cross[s]:.3f}' for s in sorted(cross))} against its "
+        f"control's {min(control.values()):.3f}–{max(control.values()):.3f})"
+    ) in page
+    # cost ratios of every optimization row to its control, as ranges
+    summary = {r["variant"]: r for r in runs("detection_runs")}
+    ratios = {
+        key: [
+            float(r[key]) / float(summary[r["control"].strip("`")][key])
+            for v, r in summary.items()
+            if v.startswith("optimization")
+        ]
+        for key in ("seconds_mean", "forward ms / image")
+    }
+    fit, forward = (f"{min(x):.1f}–{max(x):.1f}×" for x in ratios.values())
+    assert f"take {fit} the training wall time of their controls and {forward} the forward" in page
