@@ -12,17 +12,7 @@ import torch
 
 from attn_lightning.cli import command_line
 from attn_lightning.cli.checkpoints import newest_intact
-
-ROOT = Path(__file__).resolve().parents[2]
-BASE = ["--config", str(ROOT / "configs" / "reversal" / "base.yaml")]
-TINY = [
-    "--config",
-    str(ROOT / "configs" / "presets" / "debug.yaml"),
-    "--data.init_args.train_size=64",
-    "--data.init_args.val_size=32",
-    "--data.init_args.test_size=32",
-    "--trainer.logger=false",
-]
+from tests.cli.one_line import BASE, TINY, fails_in_one_line
 
 
 @pytest.fixture(autouse=True)
@@ -30,16 +20,6 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["train.py"])
     monkeypatch.delenv("ATTN_LIGHTNING_DEBUG", raising=False)
-
-
-def _error_line(args: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        command_line(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 # Bytes torch's weights-only unpickler fails on in ways other than UnpicklingError: "hello" is a
@@ -51,7 +31,7 @@ JUNK = {"hello": b"hello", "empty": b"", "text": b"not a checkpoint\n", "zipish"
 def test_junk_bytes_are_one_line_naming_the_file(name, tmp_path, capsys):
     path = tmp_path / "x.ckpt"
     path.write_bytes(JUNK[name])
-    line = _error_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
+    line = fails_in_one_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
     assert str(path) in line and "not a Lightning checkpoint" in line, line
     assert "weights_only" not in line
 
@@ -64,7 +44,7 @@ def test_an_unreadable_file_is_one_line(tmp_path, capsys, monkeypatch):
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(torch, "load", denied)
-    line = _error_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
+    line = fails_in_one_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
     assert str(path) in line and "cannot be read (PermissionError: Permission denied)" in line
 
 
@@ -78,7 +58,7 @@ def test_the_rescue_skips_junk_beside_a_truncated_last(tmp_path, capsys):
     last = folder / "last.ckpt"
     torch.save({"state_dict": {"w": torch.zeros(1000)}, "global_step": 40}, last)
     last.write_bytes(last.read_bytes()[:700])
-    line = _error_line(["fit", *BASE, *TINY, "--ckpt_path", str(last)], capsys)
+    line = fails_in_one_line(["fit", *BASE, *TINY, "--ckpt_path", str(last)], capsys)
     assert "is corrupt" in line and str(last) in line
     assert line.endswith(f"'{folder / 'best-step=20.ckpt'}' (step 20)"), line
     assert newest_intact(folder) == (folder / "best-step=20.ckpt", 20)
@@ -86,12 +66,12 @@ def test_the_rescue_skips_junk_beside_a_truncated_last(tmp_path, capsys):
 
 @pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
 def test_evaluating_without_a_checkpoint_is_refused(subcommand, capsys):
-    line = _error_line([subcommand, *BASE, *TINY], capsys)
+    line = fails_in_one_line([subcommand, *BASE, *TINY], capsys)
     assert f"{subcommand} without --ckpt_path" in line and "--ckpt_path initial" in line, line
 
 
 def test_the_initial_weights_are_evaluated_when_asked_for(capsys):
     command_line(["validate", *BASE, *TINY, "--ckpt_path", "initial", "--metrics_file=m.json"])
     assert "val/loss" in Path("m.json").read_text()
-    line = _error_line(["fit", *BASE, *TINY, "--ckpt_path=initial"], capsys)
+    line = fails_in_one_line(["fit", *BASE, *TINY, "--ckpt_path=initial"], capsys)
     assert "fit starts from the initial weights without --ckpt_path" in line, line

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,17 +13,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from attn_lightning.attention.base import CHECK_FINITE_ENV, check_finite
 from attn_lightning.cli import command_line
 from attn_lightning.cli.errors import class_options, condense, nearest, trainer_error
-
-ROOT = Path(__file__).resolve().parents[2]
-BASE = ["--config", str(ROOT / "configs" / "reversal" / "base.yaml")]
-TINY = [
-    "--config",
-    str(ROOT / "configs" / "presets" / "debug.yaml"),
-    "--data.init_args.train_size=64",
-    "--data.init_args.val_size=32",
-    "--data.init_args.test_size=32",
-    "--trainer.logger=false",
-]
+from tests.cli.one_line import BASE, ROOT, TINY, fails_in_one_line
 
 UNION_ERROR = """Parser key "model":
   Does not validate against any of the Union subtypes
@@ -45,17 +34,6 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv(CHECK_FINITE_ENV, "0")
     with check_finite(False):
         yield
-
-
-def _fails_in_one_line(args: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        command_line(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err and "usage:" not in err
-    return lines[0]
 
 
 def test_nearest_and_class_options():
@@ -97,21 +75,21 @@ def test_condense_names_the_class_and_suggests():
     ],
 )
 def test_bad_configuration_is_one_line(extra, expected, capsys):
-    line = _fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
+    line = fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
     assert expected in line
 
 
 def test_typo_in_a_yaml_key_suggests_the_nearest(tmp_path, capsys):
     typo = tmp_path / "typo.yaml"
     typo.write_text("model:\n  init_args:\n    d_modl: 32\n")
-    line = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
+    line = fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
     assert f"option 'd_modl' is not accepted in {typo}:3; did you mean 'net.d_model'?" in line
 
 
 def test_missing_data_files_are_one_line(tmp_path, capsys):
     lora = ["--config", str(ROOT / "configs" / "lora" / "base.yaml")]
     args = ["fit", *lora, *TINY[:2], "--data.init_args.source=mnist"]
-    line = _fails_in_one_line([*args, f"--data.init_args.root={tmp_path}"], capsys)
+    line = fails_in_one_line([*args, f"--data.init_args.root={tmp_path}"], capsys)
     assert "MNIST IDX files not found" in line and str(tmp_path) in line
 
 
@@ -125,7 +103,7 @@ def test_bad_checkpoints_are_one_line_without_unsafe_hints(kind, tmp_path, capsy
         path.write_bytes(path.read_bytes()[:500])
     elif kind == "not_lightning":
         torch.save({"w": torch.zeros(3)}, path)
-    line = _fails_in_one_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
+    line = fails_in_one_line(["validate", *BASE, *TINY, "--ckpt_path", str(path)], capsys)
     assert str(path) in line and "weights_only" not in line
     assert ("no such file" if kind == "missing" else "not a Lightning checkpoint") in line
 
@@ -139,7 +117,7 @@ def test_a_corrupt_last_checkpoint_names_the_newest_intact_one(tmp_path, capsys)
     last = folder / "last.ckpt"
     torch.save({"state_dict": {"w": torch.zeros(1000)}, "global_step": 40}, last)
     last.write_bytes(last.read_bytes()[:700])  # a copy killed midway
-    line = _fails_in_one_line(["fit", *BASE, *TINY, "--ckpt_path", str(last)], capsys)
+    line = fails_in_one_line(["fit", *BASE, *TINY, "--ckpt_path", str(last)], capsys)
     assert "is corrupt" in line and "newest intact checkpoint in its folder is " in line
     assert line.endswith(f"'{folder / 'best-step=30.ckpt'}' (step 30)")
 
@@ -149,7 +127,7 @@ def test_a_missing_lora_base_checkpoint_is_one_line(tmp_path, capsys):
     lora = ["--config", str(ROOT / "configs" / "lora_reversal" / "base.yaml")]
     missing = tmp_path / "nowhere" / "last.ckpt"
     args = ["fit", *lora, *TINY, f"--model.init_args.base_checkpoint={missing}"]
-    line = _fails_in_one_line(args, capsys)
+    line = fails_in_one_line(args, capsys)
     assert "base_checkpoint" in line and "does not exist" in line and str(missing) in line
 
 
@@ -164,12 +142,12 @@ def test_a_missing_lora_base_checkpoint_is_one_line(tmp_path, capsys):
 def test_a_bad_yaml_file_is_one_line_naming_it(text, expected, tmp_path, capsys):
     config = tmp_path / "mine.yaml"
     config.write_text(text)
-    line = _fails_in_one_line(["fit", *BASE, "--config", str(config)], capsys)
+    line = fails_in_one_line(["fit", *BASE, "--config", str(config)], capsys)
     assert f"error: {config}" in line and expected in line
 
 
 def test_no_config_names_the_experiment_config(capsys):
-    line = _fails_in_one_line(["fit", "--trainer.max_steps=3"], capsys)
+    line = fails_in_one_line(["fit", "--trainer.max_steps=3"], capsys)
     assert "--config configs/<experiment>/base.yaml" in line and "(data, model)" in line
 
 
@@ -178,7 +156,7 @@ def test_model_help_takes_a_class_name(capsys):
         command_line(["fit", "--model.help", "SequenceReversalTask"])
     assert exit_info.value.code == 0
     assert "--model.net.d_model" in capsys.readouterr().out
-    line = _fails_in_one_line(["fit", "--model.help", "SequenceReversal"], capsys)
+    line = fails_in_one_line(["fit", "--model.help", "SequenceReversal"], capsys)
     assert "unknown class 'SequenceReversal'; one of: " in line and "SequenceReversalTask" in line
 
 
@@ -212,14 +190,14 @@ no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a
 )
 def test_trainer_misconfigurations_are_one_line(extra, expected, capsys):
     # Lightning raises MisconfigurationException while the Trainer is built: 30+ lines before.
-    line = _fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
+    line = fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
     assert expected in line
 
 
 def test_trainer_misconfigurations_name_the_fix(capsys):
-    line = _fails_in_one_line(["fit", *BASE, *TINY, "--trainer.devices", "0"], capsys)
+    line = fails_in_one_line(["fit", *BASE, *TINY, "--trainer.devices", "0"], capsys)
     assert "--trainer.devices 1" in line
-    line = _fails_in_one_line(["fit", *BASE, *TINY, "--trainer.max_steps", "-5"], capsys)
+    line = fails_in_one_line(["fit", *BASE, *TINY, "--trainer.max_steps", "-5"], capsys)
     assert "-1" in line and "not accepted" not in line
 
 
@@ -231,7 +209,7 @@ def test_trainer_misconfigurations_name_the_fix(capsys):
     ],
 )
 def test_bad_sizes_are_one_line(extra, expected, capsys):
-    line = _fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
+    line = fails_in_one_line(["fit", *BASE, *TINY, *extra], capsys)
     assert expected in line
 
 
@@ -252,8 +230,8 @@ def test_a_key_typo_in_a_file_reads_as_the_same_typo_as_a_flag(
 ):
     typo = tmp_path / "typo.yaml"
     typo.write_text(yaml_text)
-    from_file = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
-    from_flag = _fails_in_one_line(["fit", *BASE, f"--{wrong}=3"], capsys)
+    from_file = fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
+    from_flag = fails_in_one_line(["fit", *BASE, f"--{wrong}=3"], capsys)
     assert from_flag == f"error: unrecognized argument --{wrong}; did you mean --{right}?"
     assert from_file == f"error: unrecognized key {wrong} in {typo}:{line}; did you mean {right}?"
 
@@ -287,7 +265,7 @@ def test_trainer_error_names_the_option_lightning_refuses():
 def test_a_class_option_typo_in_a_file_names_the_file(yaml_text, expected, tmp_path, capsys):
     typo = tmp_path / "typo.yaml"
     typo.write_text(yaml_text)
-    line = _fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
+    line = fails_in_one_line(["fit", *BASE, "--config", str(typo)], capsys)
     assert expected.format(typo=typo) in line
 
 
@@ -297,5 +275,5 @@ def test_a_misconfiguration_at_setup_is_one_line(monkeypatch, capsys):
         raise MisconfigurationException("No `training_step()` method defined.")
 
     monkeypatch.setattr("attn_lightning.cli.entry.main", refuse)
-    line = _fails_in_one_line(["fit"], capsys)
+    line = fails_in_one_line(["fit"], capsys)
     assert line == "error: trainer: No `training_step()` method defined."
