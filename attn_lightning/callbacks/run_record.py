@@ -72,6 +72,9 @@ class RunRecord(Callback):
         self._stage = ""
         self._curves: files.Curves = {}
         self._spikes: files.Spikes = {}
+        # The fit's curves and spikes are known (read back on a resume) only from on_train_start:
+        # a fit that ends before it (a resume at max_steps, a crash in setup) leaves the files.
+        self._curves_known = False
         self._tap: CurveTap | None = None
         self._trainer: pl.Trainer | None = None
         self._flushed = 0.0
@@ -85,6 +88,7 @@ class RunRecord(Callback):
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         self._record = files.read_record(self.folder)
+        self._curves_known = False
         for key, value in identity(trainer, pl_module, self.tags).items():
             if stage == "fit" or key not in self._record:  # a later test keeps the fit's
                 self._record[key] = value
@@ -112,6 +116,7 @@ class RunRecord(Callback):
         resumed = bool(trainer.ckpt_path)
         self._curves = files.read_curves(self.folder, up_to_step=step) if resumed else {}
         self._spikes = files.read_spikes(self.folder, up_to_step=step) if resumed else {}
+        self._curves_known = True
         self._flushed = time.monotonic()
 
     # ------------------------------------------------------------------ during the fit
@@ -193,7 +198,7 @@ class RunRecord(Callback):
     def _write_all(self) -> None:
         if self.folder is None:
             return
-        if self._stage == "fit":
+        if self._stage == "fit" and self._curves_known:
             files.write_curves(self.folder, self._curves)
             files.write_spikes(self.folder, self._spikes)
         self._flushed = time.monotonic()

@@ -192,6 +192,19 @@ def test_a_crash_then_a_resume_keep_one_row_per_step_and_tag(tmp_path):
     assert sorted(int(step) for step, tag in keys if tag == "mark") == [1, 2, 3]
 
 
+def test_resuming_a_finished_fit_keeps_its_curves(tmp_path):
+    # At max_steps already, Lightning restores the checkpoint and trains nothing (no
+    # on_train_start): the finished run's curves and spikes stay as they were.
+    _fit(tmp_path)
+    folder = tmp_path / "logs" / "exp" / "run"
+    _, curves, spikes = _read(folder)
+    assert curves and spikes
+    _fit(tmp_path, ckpt=str(tmp_path / "ckpt" / "last.ckpt"))
+    record, again, spikes_again = _read(folder)
+    assert record["status"] == "ok" and record["global_step"] == 5
+    assert again == curves and spikes_again == spikes
+
+
 @pytest.mark.parametrize(
     ("stop", "error", "line"),
     [
