@@ -38,7 +38,6 @@ names one fails before parsing with the new path (as does a backend overlay give
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -56,8 +55,6 @@ from lightning.pytorch.cli import (
     _InstantiatorFn,
 )
 
-from attn_lightning.attention import set_check_finite
-from attn_lightning.attention.base import CHECK_FINITE_ENV
 from attn_lightning.callbacks import (
     AdapterExport,
     AttentionDiagnostics,
@@ -79,6 +76,7 @@ from attn_lightning.cli.checkpoints import (
     resolve_class,
 )
 from attn_lightning.cli.config_checks import check_command_line, expand_help_names, rename_moved
+from attn_lightning.cli.debug import debug_checks, enable_debug_checks
 from attn_lightning.cli.errors import (
     AppArgumentParser,
     constructor_error,
@@ -393,7 +391,9 @@ def main(args: list[str] | None = None, *, run: bool = True) -> AttnLightningCLI
     quiet()  # Lightning's advertisement and a deprecation warning of its own code
     debug = debug_requested(sys.argv[1:] if args is None else args)
     AppArgumentParser.debug = debug
-    if debug:  # name the tensor and position of the first NaN/inf an attention layer gets
-        set_check_finite(True)
-        os.environ[CHECK_FINITE_ENV] = "1"  # for processes DDP spawns (they re-import)
-    return AttnLightningCLI(**cli_options(), args=args, run=run)
+    if not run:  # the caller goes on with the built CLI: the check stays as --debug asked
+        if debug:
+            enable_debug_checks()
+        return AttnLightningCLI(**cli_options(), args=args, run=False)
+    with debug_checks(debug):  # restored after the run (in-process runs, tests)
+        return AttnLightningCLI(**cli_options(), args=args, run=True)
