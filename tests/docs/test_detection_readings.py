@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from attn_lightning.results.paired import paired_delta
 from tests.docs.pages import RESULTS, runs
 
 PAGE = "detection.md"
@@ -49,3 +50,75 @@ def test_cross_attention_failure_sentence_is_the_main_study_csvs():
         f"its validation mAP stays between {min(ours):.3f} and {max(ours):.3f} at every validation "
         f"to step 6,000, where its control's reaches {max(theirs):.3f}"
     ) in page
+
+
+def _delta(variant: str) -> str:
+    """``variant``'s Δ cell of the main table as sentences quote it: ``−0.019 [−0.042, +0.005]``."""
+    (row,) = [r for r in runs("detection_runs") if r["variant"] == variant]
+    return row["Δ test mAP vs control [95 % CI]"].removesuffix(" (n=5)").replace("-", "−")
+
+
+def test_main_table_bullets_are_detection_runs_csvs():
+    page = " ".join((RESULTS / PAGE).read_text().split())
+    summary = {r["variant"]: r for r in runs("detection_runs")}
+    mean = {v: float(r["test/mAP_mean"]) for v, r in summary.items()}
+    std = {v: float(r["test/mAP_std"]) for v, r in summary.items()}
+    assert (
+        f"{_delta('optimization_decoder_self')} (n = 5): the interval is within ±0.005 mAP" in page
+    )
+    assert f"narrower than one seed's std ({std['optimization_decoder_self']:.3f})" in page
+    assert (
+        f"equals full softmax too ({mean['optimization_decoder_self']:.3f} vs "
+        f"{mean['softmax']:.3f} ± {std['softmax']:.3f})"
+    ) in page
+    assert f"Optimization {_delta('optimization_encoder_self')}; PoolFormer-style local" in page
+    assert f"pooling {_delta('pool_encoder_self')} against the same control" in page
+    forward = {v: float(r["forward ms / image"]) for v, r in summary.items()}
+    assert (
+        f"at {forward['pool_encoder_self']:.2f} ms instead of "
+        f"{forward['optimization_encoder_self']:.2f} ms per image"
+    ) in page
+    assert f"costs measurably against its control: {_delta('mean')}" in page
+    everywhere = f"{mean['optimization_all']:.3f} ± {std['optimization_all']:.3f}"
+    assert f"and so does every site at once ({everywhere}, 5/5)" in page
+    one_site = sorted(-float(_delta(f"softmax_no_qk_{s}").split()[0].replace("−", "-"))
+                      for s in ("encoder_self", "decoder_self", "decoder_cross"))  # fmt: skip
+    assert f"costs softmax {one_site[0]:.3f}–{one_site[-1]:.3f} mAP at one site" in page
+    assert f"which seeds 3–4 did not confirm: {_delta('softmax_no_qk_decoder_cross')})" in page
+    all_six = _delta("softmax_no_qk_all").replace("−", "")
+    low, high = all_six.split(" [")[1].rstrip("]").split(", ")
+    assert f"**{all_six.split()[0]} [{high}, {low}] at all six sites**" in page
+    saving = int(summary["softmax"]["attention params"]) - int(
+        summary["softmax_no_qk_decoder_self"]["attention params"]
+    )
+    assert f"the parameter saving is the {saving:,} Q/K weights per site" in page
+
+
+def test_cross_attention_n3_interval_is_seeds_0_to_2():
+    page = " ".join((RESULTS / PAGE).read_text().split())
+    per_run = [r for r in runs("detection_runs_runs") if r["status"] == "ok"]
+
+    def seeds(variant: str) -> dict[int, float]:
+        return {int(r["seed"]): float(r["test/mAP"]) for r in per_run
+                if r["variant"] == variant and int(r["seed"]) < 3}  # fmt: skip
+
+    delta = paired_delta(seeds("softmax_no_qk_decoder_cross"), seeds("softmax"))
+    assert delta is not None and delta.n == 3
+    quoted = delta.format(digits=3).removesuffix(" (n=3)").replace("-", "−")
+    assert f"at n = 3 the cross-attention's did, {quoted}, which seeds 3–4" in page
+
+
+def test_encoder_control_gain_to_12000_steps_is_the_runs_csvs():
+    page = " ".join((RESULTS / PAGE).read_text().split())
+    control = "softmax_no_qk_encoder_self"
+    before = {int(r["seed"]): float(r["test/mAP"]) for r in runs("detection_runs_runs")
+              if r["variant"] == control and int(r["seed"]) < 3}  # fmt: skip
+    after = {int(r["seed"]): float(r["test/mAP"]) for r in runs("detection_long_runs")
+             if r["variant"] == control}  # fmt: skip
+    gains = [after[s] - before[s] for s in sorted(after)]
+    assert len(gains) == 3 and all(g > 0 for g in gains)
+    assert (
+        f"the encoder's control gains {statistics.fmean(gains):+.3f} test mAP from 6,000 to 12,000 "
+        f"steps on seeds 0–2"
+    ) in page
+    assert f"{min(gains):+.3f} to {max(gains):+.3f} per seed)" in page
