@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from attn_lightning.results.files import read_csv
 from attn_lightning.results.paired import paired_delta
 from tests.docs.pages import RESULTS, runs
 
@@ -122,3 +123,53 @@ def test_encoder_control_gain_to_12000_steps_is_the_runs_csvs():
         f"steps on seeds 0–2"
     ) in page
     assert f"{min(gains):+.3f} to {max(gains):+.3f} per seed)" in page
+
+
+def _latency(name: str) -> dict[tuple[str, str, int], dict[str, str]]:
+    """``docs/figures/<name>.csv`` by (backend, mode, n)."""
+    rows = read_csv(RESULTS.parent / "figures" / f"{name}.csv")[1]
+    return {(r["backend"], r["mode"], int(r["n"])): r for r in rows}
+
+
+def test_efficiency_section_is_the_figures_csvs():
+    page = " ".join((RESULTS / PAGE).read_text().split())
+    cpu = _latency("efficiency_optimization_cpu_float32")
+
+    def speed(rows: dict[tuple[str, str, int], dict[str, str]], mode: str, n: int) -> float:
+        return float(rows[("softmax", mode, n)]["ms"]) / float(
+            rows[("optimization", mode, n)]["ms"]
+        )
+
+    assert f"{speed(cpu, 'fwdbwd', 64):.2f}× of SDPA's speed at N = 64" in page
+    assert f"{speed(cpu, 'fwdbwd', 4096):.3f}× at 4,096; too slow to measure at 16,384" in page
+    assert cpu[("optimization", "fwdbwd", 16384)]["note"].startswith("too slow")
+    before, after = (_latency(f"optimization_speedup_{w}") for w in ("before", "after"))
+    faster = sorted(
+        float(before[("optimization", "fwdbwd", n)]["ms"])
+        / float(after[("optimization", "fwdbwd", n)]["ms"])
+        for n in (64, 256)
+    )
+    assert f"that made it {faster[0]:.1f}–{faster[1]:.1f}× faster" in page
+    memory = float(cpu[("optimization", "fwdbwd", 4096)]["peak_mb"]) / 1024
+    sdpa = float(cpu[("softmax", "fwdbwd", 4096)]["peak_mb"])
+    assert f"{memory:.1f} GiB at N = 4,096 against SDPA's {sdpa:.0f} MiB" in page
+    gpu = _latency("efficiency_optimization_cuda_bfloat16")
+    assert (
+        f"**{speed(gpu, 'fwdbwd', 64):.3f}× at N = 64, {speed(gpu, 'fwdbwd', 1024):.3f}× at 1,024, "
+        f"{speed(gpu, 'fwdbwd', 4096):.3f}× at 4,096** "
+        f"({float(gpu[('optimization', 'fwdbwd', 4096)]['ms']):.0f} ms against "
+        f"{float(gpu[('softmax', 'fwdbwd', 4096)]['ms']):.2f} ms)"
+    ) in page
+    oom = gpu[("optimization", "fwdbwd", 16384)]["note"]
+    flash = float(gpu[("softmax", "fwdbwd", 16384)]["peak_mb"])
+    assert (
+        f"({oom.removeprefix('OOM (').removesuffix(')')}; flash: {flash:.1f} MiB)"
+        in page.replace("its K = 10 stored iterates: ", "")
+    )
+    forward = [float(gpu[(b, "fwd", 16384)]["ms"]) for b in ("optimization", "softmax")]
+    assert (
+        f"16,384: {forward[0]:.0f} ms against {forward[1]:.2f} ms ({forward[1] / forward[0]:.4f}×)"
+    ) in page
+    fp32 = _latency("efficiency_optimization_cuda_float32")
+    ratios = [speed(fp32, "fwdbwd", n) for n in (64, 256, 1024, 4096)]
+    assert f"it is {min(ratios):.3f}–{max(ratios):.2f}× of softmax for forward + backward" in page
