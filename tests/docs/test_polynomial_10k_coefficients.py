@@ -77,7 +77,12 @@ def test_logged_coefficients_are_the_traces_csv():
     ) in page
     c1, c0 = _logged(3, LAYER1, "c"), _logged(3, LAYER0, "c")
     end = max(c1)
-    climb = f"1 → {c1[500]:.2f} (step 500) → {c1[2500]:.2f} (2,500) → {c1[5000]:.2f} (5,000)"
+    # the CSV keeps a log every 250 steps: step 500 is the traces table's "step 600" column
+    assert 600 not in c1 and max(s for s in c1 if s <= 600) == 500
+    climb = (
+        f"1 → {c1[500]:.2f} (step 500, the last log the committed file keeps before the table's "
+        f'"step 600") → {c1[2500]:.2f} (2,500) → {c1[5000]:.2f} (5,000)'
+    )
     assert (
         f"layer 1's c climbs for the first half of the run, {climb}, and stays there "
         f"({c1[end]:.2f} at the end), layer 0's rises to {c0[500]:.2f} by step 500 and settles "
