@@ -116,3 +116,10 @@ def test_gpu_readings_are_the_csvs():
         for r in runs("image28_gpu")
     }
     assert f"softmax {rates['softmax']:.1f} steps/s against linear {rates['linear']:.1f}" in page
+
+
+def test_not_done_steps_are_the_runs_csv():
+    steps = [s for v in ("softmax", "linear", "performer") for s in _steps(v)]
+    assert (
+        f"({min(steps):,}–{max(steps):,} steps of batch 16 for the three faster backends" in _page()
+    )
