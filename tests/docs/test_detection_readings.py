@@ -7,6 +7,7 @@ import statistics
 
 from attn_lightning.results.files import read_csv
 from attn_lightning.results.paired import paired_delta
+from attn_lightning.results.tables import format_mean_std
 from tests.docs.pages import RESULTS, runs
 
 PAGE = "detection.md"
@@ -173,3 +174,32 @@ def test_efficiency_section_is_the_figures_csvs():
     fp32 = _latency("efficiency_optimization_cuda_float32")
     ratios = [speed(fp32, "fwdbwd", n) for n in (64, 256, 1024, 4096)]
     assert f"it is {min(ratios):.3f}–{max(ratios):.2f}× of softmax for forward + backward" in page
+
+
+def test_against_the_paper_repeats_the_csvs():
+    section = (RESULTS / PAGE).read_text().split("## 6. Against the paper")[1]
+    page = " ".join(section.split())
+    digits = {r["variant"]: r for r in runs("optimization_digits")}
+    delta = digits["optimization"]["Δ test acc (%) vs control [95 % CI]"].removesuffix(" (n=5)")
+    assert f"paired Δ against its control {delta.replace('-', '−')} points (n = 5)" in page
+    mean = {
+        v: format_mean_std(float(r["test/acc_mean"]), float(r["test/acc_std"]), scale=100, digits=1)
+        for v, r in digits.items()
+    }
+    assert (
+        f"its mean ({mean['optimization']} %) equal to full softmax's ({mean['softmax']} %)" in page
+    )
+    for variant in (
+        "optimization_decoder_self",
+        "optimization_encoder_self",
+        "optimization_decoder_cross",
+    ):
+        assert _delta(variant) in page, variant
+    assert f"all sites ({_delta('optimization_all').split()[0]})" in page
+    (control,) = [
+        r for r in runs("detection_ablation") if r["variant"] == "softmax_no_qk_decoder_cross"
+    ]
+    quoted = format_mean_std(
+        float(control["test/mAP_mean"]), float(control["test/mAP_std"]), digits=3
+    )
+    assert f"(18/18 runs ≤ 0.063 vs the control's {quoted})" in page
