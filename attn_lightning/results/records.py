@@ -1,25 +1,53 @@
-"""The one run record of every study: ``RunResult``, and its per-run CSV read back.
+"""The one reader of run records: ``RunResult``, built from a run folder's ``record.json``.
 
-A study's run is a (variant, seed) pair trained through ``train.py``; ``studies.runner`` turns its
-metrics file into a ``RunResult`` and ``results.tables.write_tables`` writes the ``<out>_runs.csv``
-that ``read_runs_csv`` reads back (for a study continued once the metrics files are gone).
-Extra per-run facts a study needs (a learning rate, a rank, a base seed) go in ``info``.
+A run (``train.py``, alone or a study's (variant, seed)) writes ``record.json``, ``curves.csv``
+and ``spikes.csv`` in its log folder (``docs/run_record.md``). Every table reads runs through
+this module:
+
+- ``load_run(folder) -> RunResult``: one record folder (``variant`` = the ``variant`` tag, else
+  the run's name; ``seconds`` = ``fit_seconds``; ``metrics`` = fit, then validate, then test
+  metrics merged; ``info`` = the other tags but ``study`` and ``seed``).
+- ``load_runs(root, **tags) -> list[RunResult]``: every record folder under ``root`` whose tags
+  equal ``tags``, by (variant, seed).
+- ``run_curves(folder)`` / ``run_spikes(folder)``: the rows of ``curves.csv[.gz]`` and
+  ``spikes.csv`` as floats (``step`` an int, ``tag`` a str).
+- ``run_folder(variant, seed)``: a study run's folder name, ``<label>-s<seed>``.
+- ``study_runs_dir(study)``: where a study's finished records are committed,
+  ``docs/results/<study>/runs/<run>/``; ``publish_run(folder, study)`` copies one there (curves
+  gzipped when large); ``find_ok(roots, variant, seed)`` is the (variant, seed) already done.
+
+A study's per-run facts beyond the record (a learning rate, a rank, a backend) are its tags,
+read back in ``RunResult.info``. ``read_runs_csv`` reads a committed ``<out>_runs.csv`` (the
+layout before records; it goes once no study reads one).
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
+import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.files import read_csv
+from attn_lightning.results.run_files import CURVES, RECORD, SPIKES, load_record
 
-# A run a study asked for but neither trained nor found (``--skip-runs`` without its metrics
-# file): not a failure, so tables leave it out of every count and name it apart.
+# A run a study asked for but neither trained nor found (``--skip-runs`` without its record):
+# not a failure, so tables leave it out of every count and name it apart.
 NOT_RUN = "not run"
 # A run stopped part-way by Ctrl-C or SIGTERM after saving its ``last.ckpt`` (train.py exits 130
 # or 143): not a failure either; ``--resume`` continues it.
 STOPPED = "stopped"
+OK = "ok"
+
+RESULTS = Path("docs/results")  # the checkout's committed results (studies run from its root)
+CURVES_GZ = CURVES + ".gz"
+GZIP_OVER = 200_000  # bytes: a published curves.csv larger than this is gzipped
+# Tags every study run carries that are not a study's own per-run facts (RunResult has them).
+_OWN_TAGS = ("study", "variant", "seed")
 
 
 @dataclass
@@ -33,20 +61,152 @@ class RunResult:
     status: str
     metrics: dict[str, float] = field(default_factory=dict)
     global_step: int | None = None
-    log_dir: str | None = None  # the run's TensorBoard folder (its metrics file says which)
-    info: dict[str, Any] = field(default_factory=dict)  # a study's own per-run facts
+    log_dir: str | None = None  # the run's record folder
+    info: dict[str, Any] = field(default_factory=dict)  # a study's own per-run facts (its tags)
 
     def value(self, key: str) -> float | None:
         """The run's final value of ``key`` (fit, validate and test metrics), or None."""
         return self.metrics.get(key)
 
 
+def run_label(name: str) -> str:
+    """A file-name-safe label: ``polynomial:form=sketch`` -> ``polynomial_form-sketch``."""
+    return name.replace(":", "_").replace("=", "-").replace(",", "_").replace("/", "-")
+
+
+def run_folder(variant: str, seed: int) -> str:
+    """A study run's folder name (``--run_name``): ``<run_label(variant)>-s<seed>``."""
+    return f"{run_label(variant)}-s{seed}"
+
+
+def load_run(folder: Path) -> RunResult:
+    """The ``RunResult`` of the run record in ``folder``.
+
+    Raises:
+        FileNotFoundError: naming ``folder/record.json`` when it does not exist.
+        ValueError: naming it when it is not a readable record or has no seed.
+    """
+    record = load_record(folder)
+    tags = dict(record.get("tags") or {})
+    seed = record.get("seed")
+    if seed is None:
+        seed = tags.get("seed")
+    if seed is None:
+        raise ValueError(f"{folder / RECORD} has no seed (neither 'seed' nor a 'seed' tag)")
+    metrics = record.get("metrics") or {}
+    merged = {
+        **(metrics.get("fit") or {}),
+        **(metrics.get("validate") or {}),
+        **(metrics.get("test") or {}),
+    }
+    return RunResult(
+        variant=str(tags.get("variant", record.get("run", folder.name))),
+        seed=int(seed),
+        seconds=record.get("fit_seconds"),
+        status=str(record.get("status", "crashed")),
+        metrics=merged,
+        global_step=record.get("global_step"),
+        log_dir=str(folder),
+        info={k: v for k, v in tags.items() if k not in _OWN_TAGS},
+    )
+
+
+def record_folders(root: Path) -> list[Path]:
+    """Every folder under ``root`` (at any depth) that holds a ``record.json``, sorted."""
+    if not root.is_dir():
+        return []
+    return sorted(path.parent for path in root.rglob(RECORD))
+
+
+def load_runs(root: Path, **tags: Any) -> list[RunResult]:
+    """The runs of every record folder under ``root`` whose tags equal ``tags``, by (variant,
+    seed). ``[]`` when ``root`` does not exist."""
+    runs = []
+    for folder in record_folders(root):
+        record_tags = load_record(folder).get("tags") or {}
+        if all(record_tags.get(k) == v for k, v in tags.items()):
+            runs.append(load_run(folder))
+    return sorted(runs, key=lambda r: (r.variant, r.seed))
+
+
+def find_ok(roots: Iterable[Path], variant: str, seed: int, **tags: Any) -> RunResult | None:
+    """The first ``ok`` run of (``variant``, ``seed``) under ``roots`` (with ``tags``), or None:
+    the run a study does not train again."""
+    for root in roots:
+        for run in load_runs(root, **tags):
+            if run.variant == variant and run.seed == seed and run.status == OK:
+                return run
+    return None
+
+
+def _csv_rows(folder: Path, name: str) -> list[dict[str, str]]:
+    path = folder / name
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+    elif (folder / f"{name}.gz").is_file():
+        text = gzip.decompress((folder / f"{name}.gz").read_bytes()).decode("utf-8")
+    else:
+        return []
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def run_curves(folder: Path) -> list[dict[str, Any]]:
+    """The rows of the run's ``curves.csv`` (or ``curves.csv.gz``): ``step`` (int), ``tag``,
+    ``value`` (float); ``[]`` when it has none."""
+    return [
+        {"step": int(row["step"]), "tag": row["tag"], "value": float(row["value"])}
+        for row in _csv_rows(folder, CURVES)
+    ]
+
+
+def run_spikes(folder: Path) -> list[dict[str, Any]]:
+    """The rows of the run's ``spikes.csv`` (``step`` an int, the rest floats); ``[]`` when it
+    has none."""
+    return [
+        {k: int(v) if k == "step" else float(v) for k, v in row.items()}
+        for row in _csv_rows(folder, SPIKES)
+    ]
+
+
+def study_runs_dir(study: str, results: Path = RESULTS) -> Path:
+    """Where a study's finished run records are committed: ``docs/results/<study>/runs/``."""
+    if not study or "/" in study or study.startswith("."):
+        raise ValueError(f"study {study!r} is not a folder name (a word like 'warm_start')")
+    return results / study / "runs"
+
+
+def publish_run(folder: Path, study: str, results: Path = RESULTS) -> Path:
+    """Copy a finished run's ``record.json``, ``spikes.csv`` and ``curves.csv`` (gzipped when over
+    ``GZIP_OVER`` bytes) to ``study_runs_dir(study)/<folder name>/``; returns that folder.
+
+    Raises:
+        FileNotFoundError: naming ``folder/record.json`` when ``folder`` holds no record.
+    """
+    load_record(folder)  # a clear error before anything is copied
+    target = study_runs_dir(study, results) / folder.name
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(folder / RECORD, target / RECORD)
+    if (folder / SPIKES).is_file():
+        shutil.copyfile(folder / SPIKES, target / SPIKES)
+    curves = folder / CURVES
+    for stale in (target / CURVES, target / CURVES_GZ):
+        stale.unlink(missing_ok=True)
+    if curves.is_file() and curves.stat().st_size > GZIP_OVER:
+        # mtime=0: the same curves give the same bytes (no spurious git diff on a re-publish).
+        (target / CURVES_GZ).write_bytes(gzip.compress(curves.read_bytes(), mtime=0))
+    elif curves.is_file():
+        shutil.copyfile(curves, target / CURVES)
+    elif (folder / CURVES_GZ).is_file():
+        shutil.copyfile(folder / CURVES_GZ, target / CURVES_GZ)
+    return target
+
+
 def read_runs_csv(path: Path, *, label: str = "variant") -> list[RunResult]:
     """The runs of a ``<out>_runs.csv`` that ``write_tables`` wrote, read back as ``RunResult``.
 
-    For a study continued over more seeds once the metrics files of its earlier runs are gone
-    (they live in the git-ignored ``sweeps/``; the CSV is committed). A run read back has the
-    CSV's columns as its metrics and no log folder. Raises ``FileNotFoundError`` naming the path.
+    The layout before run records (``convert_runs`` turns one into records). A run read back has
+    the CSV's columns as its metrics and no log folder. Raises ``FileNotFoundError`` naming the
+    path.
     """
     if not path.is_file():
         raise FileNotFoundError(f"no per-run CSV {path} (a study's <out>_runs.csv)")

@@ -68,6 +68,27 @@ def read_record(folder: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
+def load_record(folder: Path) -> dict[str, Any]:
+    """The ``record.json`` in ``folder``, for a reader (``results.records``): unlike
+    ``read_record`` (the writer's, which starts a new record over a bad one), a missing or
+    unreadable record is an error.
+
+    Raises:
+        FileNotFoundError: naming ``folder/record.json`` when it does not exist.
+        ValueError: naming it when it is not JSON or not a JSON object.
+    """
+    path = folder / RECORD
+    if not path.is_file():
+        raise FileNotFoundError(f"no run record {path} (a run folder holds record.json)")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ValueError(f"run record {path} is not valid JSON: {error}") from error
+    if not isinstance(record, dict):
+        raise ValueError(f"run record {path} is not a JSON object (got {type(record).__name__})")
+    return record
+
+
 def write_record(folder: Path, record: Mapping[str, Any]) -> None:
     """``record.json`` (sorted keys; NaN/inf as JSON's ``NaN``/``Infinity``, which Python's
     ``json`` and pandas read back)."""
