@@ -118,7 +118,7 @@ def record_folders(root: Path) -> list[Path]:
     return sorted(path.parent for path in root.rglob(RECORD))
 
 
-def load_runs(root: Path, **tags: Any) -> list[RunResult]:
+def load_runs(root: Path, /, **tags: Any) -> list[RunResult]:
     """The runs of every record folder under ``root`` whose tags equal ``tags``, by (variant,
     seed). ``[]`` when ``root`` does not exist."""
     runs = []
@@ -129,7 +129,7 @@ def load_runs(root: Path, **tags: Any) -> list[RunResult]:
     return sorted(runs, key=lambda r: (r.variant, r.seed))
 
 
-def find_ok(roots: Iterable[Path], variant: str, seed: int, **tags: Any) -> RunResult | None:
+def find_ok(roots: Iterable[Path], variant: str, seed: int, /, **tags: Any) -> RunResult | None:
     """The first ``ok`` run of (``variant``, ``seed``) under ``roots`` (with ``tags``), or None:
     the run a study does not train again."""
     for root in roots:

@@ -63,14 +63,14 @@ def add_run_arguments(
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="reuse a run's metrics file where it exists, continue a stopped run from its "
+        help="reuse a run's ok record where it exists, continue a stopped run from its "
         "last.ckpt, train the others",
     )
     parser.add_argument(
         "--skip-runs",
         "--skip_runs",
         action="store_true",
-        help="train nothing: tables from the metrics files that exist",
+        help="train nothing: tables from the run records that exist",
     )
     add_experiment(parser, experiment, experiment_help)
     add_out(parser)

@@ -1,13 +1,17 @@
-"""The one study runner: (config stack, variant, seed) -> a ``train.py`` run -> its metrics.
+"""The one study runner: (config stack, variant, seed) -> a ``train.py`` run -> its record.
 
 A ``Variant`` is a name plus config files stacked on the study's base configs and ``key=value``
-overrides (an attention spec is one override). ``Runner`` runs each (variant, seed) as a
+overrides (an attention spec is one override), and ``info``: the study's own facts of it (a
+backend, a condition), which become the run's tags. ``Runner`` runs each (variant, seed) as a
 ``python -m attn_lightning.cli`` subprocess (``train.py``'s own code path; several at once with
-``parallel``) or in this process, with ``--test_after_fit`` and a ``--metrics_file`` that it reads
-back into a ``RunResult``. ``build_cli`` builds a config stack's model and data exactly as
-``train.py`` would, for studies that measure a variant's model. ``CONFIGS`` is the checkout's
-``configs/`` the studies stack their variants on. ``attn_lightning.studies.sweep`` is the command
-line on top.
+``parallel``) or in this process, with ``--test_after_fit`` and ``--run_record.tags`` = {study,
+variant, seed, the runner's and the variant's tags}; the ``RunResult`` is the run's
+``record.json`` (``logs/<experiment>/<run>/``, ``results.records.load_run``). A (variant, seed)
+with an ``ok`` record under ``record_roots`` (a study's committed ``docs/results/<study>/runs/``)
+with the same tags is taken from there, not trained. ``build_cli`` builds a config stack's model
+and data exactly as ``train.py`` would, for studies that measure a variant's model. ``CONFIGS`` is
+the checkout's ``configs/`` the studies stack their variants on.
+``attn_lightning.studies.sweep`` is the command line on top.
 """
 
 from __future__ import annotations
@@ -27,7 +31,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_lightning.attention import parse_attention_spec
-from attn_lightning.results.records import NOT_RUN, STOPPED, RunResult
+from attn_lightning.results.records import (
+    NOT_RUN,
+    OK,
+    STOPPED,
+    RunResult,
+    find_ok,
+    load_run,
+    run_folder,
+    run_label,
+)
+from attn_lightning.results.run_files import RECORD
 
 if TYPE_CHECKING:
     from attn_lightning.cli import AttnLightningCLI
@@ -44,16 +58,17 @@ SEED = "{seed}"
 # train.py's exits after Ctrl-C / SIGTERM (128 + the signal, ``cli.entry``) and the signals
 # themselves (killed before its handler): the run stopped, and --resume continues it.
 STOP_CODES = (130, 143, -2, -15)
+SAVE_DIR = "trainer.logger.init_args.save_dir"  # the override that moves the runs' logs
 
 
-def run_label(spec: str) -> str:
-    """A file-name-safe label: ``polynomial:form=sketch`` -> ``polynomial_form-sketch``."""
-    return spec.replace(":", "_").replace("=", "-").replace(",", "_").replace("/", "-")
+__all__ = ["CONFIGS", "ROOT", "SEED", "Runner", "Variant", "build_cli", "run_label", "run_name"]
+# Tags the runner sets on every run (a study's own facts go beside them).
+OWN_TAGS = ("study", "variant", "seed")
 
 
 def run_name(variant: Variant, seed: int) -> str:
-    """A run's folder and metrics-file name: ``<label>-s<seed>``."""
-    return f"{run_label(variant.name)}-s{seed}"
+    """A run's folder name (``--run_name``): ``<label>-s<seed>`` (``records.run_folder``)."""
+    return run_folder(variant.name, seed)
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,9 @@ class Variant:
     configs: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     subcommand: str = "fit"  # "test" scores a checkpoint given in the overrides
+    # The study's own facts of this variant (a backend, a condition): the runs' tags, read back
+    # in ``RunResult.info``. Not part of the variant's identity (hash, ==): its name is.
+    info: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @classmethod
     def from_attention(cls, spec: str) -> Variant:
@@ -103,41 +121,56 @@ def build_cli(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> A
 
 @dataclass
 class Runner:
-    """Runs variants of a base config stack through ``train.py`` and reads their metrics files.
+    """Runs variants of a base config stack through ``train.py`` and reads their run records.
 
     Attributes:
         configs: base config stack, before each variant's configs.
         overrides: ``key=value`` arguments of every run (``--set``), after the variant's.
         experiment: ``--experiment`` of every run (logs/ and checkpoints/ folder).
-        runs_dir: where the metrics files ``<label>-s<seed>.json`` go.
+        study: the runs' ``study`` tag (default: ``experiment``).
+        tags: more tags of every run (e.g. ``{"task": "digits"}``), before the variant's ``info``.
+        record_roots: folders of committed records (``results.records.study_runs_dir``): a
+            (variant, seed) with an ``ok`` record there with this run's tags is taken from it,
+            not trained (a study continued on another machine trains only the rest).
+        log_root: the runs' logger ``save_dir``: a run's record is in
+            ``<log_root>/<experiment>/<label>-s<seed>/record.json`` (an override
+            ``trainer.logger.init_args.save_dir=DIR`` in ``overrides`` moves it to ``DIR``).
         python: the interpreter of the subprocesses, which run ``-m attn_lightning.cli``.
         train_script: a script to run instead (a stand-in ``train.py`` in tests).
         timeout: seconds per subprocess run (None: no limit).
         in_process: call ``attn_lightning.cli.main`` here instead (pays the imports once; one run
             at a time, no timeout).
-        resume: reuse a run's metrics file when it exists instead of training again; a fit
-            with no metrics file but a ``last.ckpt`` in its checkpoint folder (a run stopped
+        resume: reuse a run's ``ok`` record in ``log_root`` instead of training again; a fit
+            without one but with a ``last.ckpt`` in its checkpoint folder (a run stopped
             part-way: Ctrl-C, SIGTERM, a machine or session that went away) continues from it
             (``--ckpt_path``) instead of starting over. A resumed fit equals the uninterrupted
-            one (``tests/test_resume.py``). Like the metrics file, the folder is trusted to
-            hold the same run: its name is the experiment, variant and seed.
-        skip_runs: never train; read whatever metrics files exist (tables from earlier runs).
-        earlier: runs of an earlier session by (variant, seed), e.g. read back from a committed
-            ``<out>_runs.csv`` (``tables.read_runs_csv``): a job with no metrics file of its own
-            is taken from here instead of trained.
+            one (``tests/test_resume.py``). The folder is trusted to hold the same run: its name
+            is the experiment, variant and seed.
+        skip_runs: never train; read whatever records exist (tables from earlier runs).
+        runs_dir: also have each run write ``train.py --metrics_file`` to
+            ``<runs_dir>/<label>-s<seed>.json`` (``record``: facts a record does not keep, such as
+            the epoch); None: no metrics file.
     """
 
     configs: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     experiment: str = "sweep"
-    runs_dir: Path = Path("sweeps/sweep")
+    study: str | None = None
+    tags: Mapping[str, Any] = field(default_factory=dict)
+    record_roots: tuple[Path, ...] = ()
+    log_root: Path = Path("logs")
     python: str = sys.executable
     train_script: Path | None = None
     timeout: float | None = None
     in_process: bool = False
     resume: bool = False
     skip_runs: bool = False
-    earlier: Mapping[tuple[str, int], RunResult] = field(default_factory=dict)
+    runs_dir: Path | None = None
+
+    def run_tags(self, variant: Variant, seed: int) -> dict[str, Any]:
+        """The ``run_record.tags`` of one run: study, variant, seed, ``tags``, ``variant.info``."""
+        own = {"study": self.study or self.experiment, "variant": variant.name, "seed": seed}
+        return {**own, **self.tags, **variant.info}
 
     def train_args(
         self, variant: Variant, seed: int, *, ckpt_path: Path | None = None
@@ -153,9 +186,11 @@ class Runner:
             f"--seed_everything={seed}",
             f"--experiment={self.experiment}",
             f"--run_name={label}",
-            f"--metrics_file={self.runs_dir / f'{label}.json'}",
+            f"--run_record.tags={json.dumps(self.run_tags(variant, seed))}",
             "--trainer.enable_progress_bar=false",
         ]
+        if self.runs_dir is not None:
+            args.append(f"--metrics_file={self.metrics_file(variant, seed)}")
         if variant.subcommand == "fit":
             args.append("--test_after_fit=true")
         if ckpt_path is not None:
@@ -175,67 +210,102 @@ class Runner:
         last = Path("checkpoints") / self.experiment / run_name(variant, seed) / "last.ckpt"
         return last if last.is_file() else None
 
+    def run_dir(self, variant: Variant, seed: int) -> Path:
+        """One run's log folder, where its ``record.json`` is: ``<log_root>/<experiment>/<run>``."""
+        return self._log_root() / self.experiment / run_name(variant, seed)
+
+    def _log_root(self) -> Path:
+        # The last --set of the logger's folder wins, as on train.py's command line.
+        for override in reversed(self.overrides):
+            key, _, value = override.partition("=")
+            if key == SAVE_DIR:
+                return Path(value)
+        return self.log_root
+
     def metrics_file(self, variant: Variant, seed: int) -> Path:
-        """Where one run writes its metrics: ``<runs_dir>/<label>-s<seed>.json``."""
+        """Where one run writes ``--metrics_file``: ``<runs_dir>/<label>-s<seed>.json``.
+
+        Raises:
+            ValueError: when the runner has no ``runs_dir`` (its runs write no metrics file).
+        """
+        if self.runs_dir is None:
+            raise ValueError("this Runner has runs_dir=None: its runs write no metrics file")
         return self.runs_dir / f"{run_name(variant, seed)}.json"
 
     def record(self, variant: Variant, seed: int) -> dict[str, Any]:
-        """One run's metrics file as written (``metrics``, ``validate``, ``test``, ``global_step``,
-        ``log_dir``, ``best_model_path``, ...); FileNotFoundError naming it when absent."""
+        """One run's metrics file as written (``metrics``, ``test``, ``epoch``, ...), for facts its
+        record does not keep; FileNotFoundError naming it when absent."""
         path = self.metrics_file(variant, seed)
         if not path.is_file():
             raise FileNotFoundError(f"no metrics file {path}")
         record: dict[str, Any] = json.loads(path.read_text())
         return record
 
+    def _read(self, variant: Variant, seed: int, seconds: float | None) -> RunResult | None:
+        """The run's record as a ``RunResult`` named as the job (None, with a warning, when it
+        cannot be read); ``seconds`` where the record has no fit time."""
+        folder = self.run_dir(variant, seed)
+        try:
+            result = load_run(folder)
+        except (OSError, ValueError) as error:
+            log.warning("run %s: no readable record (%s)", run_name(variant, seed), error)
+            return None
+        result.variant, result.seed = variant.name, seed
+        # The fit's own time (FitClock, summed over resumes), whether the run trained now or is
+        # reused: one definition per column (the process time adds start-up and the test).
+        if result.seconds is None:
+            result.seconds = seconds
+        return result
+
     def run(self, variant: Variant, seed: int) -> RunResult:
-        """Train (or reuse) one run and read its metrics file."""
+        """Train (or reuse) one run and read its record."""
         label = run_name(variant, seed)
-        metrics_file = self.metrics_file(variant, seed)
-        if not metrics_file.exists() and (variant.name, seed) in self.earlier:
-            return self.earlier[variant.name, seed]
-        if self.skip_runs and not metrics_file.exists():
-            log.info("run %s: not run (--skip-runs; no metrics file %s)", label, metrics_file)
-            return RunResult(variant.name, seed, None, NOT_RUN)
-        reuse = self.skip_runs or (self.resume and metrics_file.exists())
-        seconds: float | None = None
-        status = "ok"
-        if not reuse:
-            metrics_file.unlink(missing_ok=True)
-            ckpt_path = self.resume_point(variant, seed)
-            if ckpt_path is not None:
-                log.info("run %s: continuing the stopped run from %s", label, ckpt_path)
-            # train.py refuses a fresh fit into an existing run folder; a run trained again by
-            # the study replaces its own earlier folders (the study owns its experiment name).
-            for root in ("logs", "checkpoints"):
-                stale = Path(root) / self.experiment / label
-                if ckpt_path is None and stale.is_dir():
-                    log.info("replacing the earlier run folder %s", stale)
-                    shutil.rmtree(stale)
+        tags = self.run_tags(variant, seed)
+        info = {k: v for k, v in tags.items() if k not in OWN_TAGS}
+        done = find_ok(self.record_roots, variant.name, seed, **tags)
+        if done is not None:
+            log.info("run %s: taken from the committed record %s", label, done.log_dir)
+            return done
+        has_record = (self.run_dir(variant, seed) / RECORD).is_file()
+        if self.skip_runs or (self.resume and has_record):
+            earlier = self._read(variant, seed, None) if has_record else None
+            if earlier is not None and (self.skip_runs or earlier.status == OK):
+                return earlier
+            if self.skip_runs:
+                log.info(
+                    "run %s: not run (--skip-runs; no record %s)",
+                    label,
+                    self.run_dir(variant, seed),
+                )
+                return RunResult(variant.name, seed, None, NOT_RUN, info=info)
+        if self.runs_dir is not None:
+            self.metrics_file(variant, seed).unlink(missing_ok=True)
             self.runs_dir.mkdir(parents=True, exist_ok=True)
-            start = time.perf_counter()
-            status = (
-                self._in_process(variant, seed, ckpt_path)
-                if self.in_process
-                else self._spawn(variant, seed, ckpt_path)
-            )
-            seconds = time.perf_counter() - start
-        result = RunResult(variant.name, seed, seconds, status)
-        if status == "ok" and metrics_file.exists():
-            record = self.record(variant, seed)
-            result.metrics = {
-                **record.get("metrics", {}),
-                **record.get("validate", {}),
-                **record.get("test", {}),
-            }
-            result.global_step = record.get("global_step")
-            result.log_dir = record.get("log_dir")
-            # The fit's own time as train.py measured it, whether the run trained now or is
-            # reused: one definition per column (the process time adds start-up and the test).
-            result.seconds = record.get("fit_seconds", result.seconds)
-        elif status == "ok":
-            result.status = "crashed"
-            log.warning("run %s wrote no metrics file %s", label, metrics_file)
+        ckpt_path = self.resume_point(variant, seed)
+        if ckpt_path is not None:
+            log.info("run %s: continuing the stopped run from %s", label, ckpt_path)
+        # train.py refuses a fresh fit into an existing run folder; a run trained again by
+        # the study replaces its own earlier folders (the study owns its experiment name).
+        for root in (self._log_root(), Path("checkpoints")):
+            stale = root / self.experiment / label
+            if ckpt_path is None and stale.is_dir():
+                log.info("replacing the earlier run folder %s", stale)
+                shutil.rmtree(stale)
+        start = time.perf_counter()
+        status = (
+            self._in_process(variant, seed, ckpt_path)
+            if self.in_process
+            else self._spawn(variant, seed, ckpt_path)
+        )
+        seconds = time.perf_counter() - start
+        if status != OK:
+            return RunResult(variant.name, seed, seconds, status, info=info)
+        result = self._read(variant, seed, seconds)
+        if result is None:
+            return RunResult(variant.name, seed, seconds, "crashed", info=info)
+        # The process's own outcome: a fit that ended by early stopping exits 0 and is a
+        # finished run, though its record says "stopped" (resumable).
+        result.status = OK
         return result
 
     def _spawn(self, variant: Variant, seed: int, ckpt_path: Path | None = None) -> str:

@@ -9,9 +9,10 @@ A variant is a name plus configs stacked on ``--config`` and/or ``key=value`` ov
 ``--backends`` gives attention specs ``name[:key=value,...]`` (values parsed as YAML, e.g.
 ``polynomial:form=sketch,sketch_size=64``), ``--variants`` config overlays (named by file stem).
 Each (variant, seed) is a ``train.py fit`` run, spawned as ``python -m attn_lightning.cli fit``
-(``--jobs`` at once; ``--train-script`` runs a script instead) with ``--test_after_fit`` and a
-``--metrics_file`` that is read back. ``--seeds`` sets ``seed_everything`` (init, batch order,
-random features); the data seed stays the config's.
+(``--jobs`` at once; ``--train-script`` runs a script instead) with ``--test_after_fit``; its
+``RunResult`` is read from the run's ``record.json`` (``logs/<experiment>/<run>/``).
+``--seeds`` sets ``seed_everything`` (init, batch order, random features); the data seed stays
+the config's.
 
 Writes ``<out>.md`` (summary + per-run tables + the command), ``<out>.csv`` (summary) and
 ``<out>_runs.csv`` (one row per run), rewritten after every run. The columns are ``--metrics``
@@ -128,7 +129,6 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         configs=tuple(args.config),
         overrides=tuple(args.set),
         experiment=experiment,
-        runs_dir=Path("sweeps") / experiment,
         python=args.python,
         train_script=args.train_script,
         timeout=args.timeout,

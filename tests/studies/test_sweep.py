@@ -35,18 +35,35 @@ def test_summarize_mean_std_and_failures():
     assert b["test/exact_acc_mean"] is None
 
 
-FAKE_TRAIN = """
-import json, sys
+# What every stand-in train.py shares: its arguments, and the record.json a run leaves in
+# logs/<experiment>/<run_name>/ (the fields the runner reads; docs/run_record.md).
+FAKE_RECORD = """
+import json, os, sys
 args = dict(a[2:].split("=", 1) for a in sys.argv[2:] if a.startswith("--") and "=" in a)
+
+
+def write_record(metrics, global_step, fit_seconds=None, **extra):
+    folder = os.path.join("logs", args["experiment"], args["run_name"])
+    os.makedirs(folder, exist_ok=True)
+    record = {"seed": int(args["seed_everything"]), "tags": json.loads(args["run_record.tags"]),
+              "status": "ok", "global_step": global_step, "fit_seconds": fit_seconds,
+              "metrics": metrics, **extra}
+    with open(os.path.join(folder, "record.json"), "w") as f:
+        f.write(json.dumps(record))
+"""
+
+FAKE_TRAIN = (
+    FAKE_RECORD
+    + """
 name = json.loads(args["model.init_args.attention"])["name"]
 if name == "crash":
     sys.exit("crash: bad option")
 if name == "stop" and args["seed_everything"] == "1":
     sys.exit(143)  # train.py after a SIGTERM: last.ckpt saved, resumable
 acc = {"good": 1.0, "stop": 1.0, "flaky": 0.9 + 0.1 * (args["seed_everything"] == "0")}[name]
-record = {"global_step": 7, "metrics": {}, "test": {"test/token_acc": acc, "test/exact_acc": acc}}
-open(args["metrics_file"], "w").write(json.dumps(record))
+write_record({"test": {"test/token_acc": acc, "test/exact_acc": acc}}, 7)
 """
+)
 
 
 def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch, caplog):
@@ -153,24 +170,34 @@ def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
         assert len(list(csv.DictReader(f))) == 1
     ckpt_dir = tmp_path / "checkpoints" / "sweep-tiny" / "linear_feature_map-relu-s0"
     assert (ckpt_dir / "last.ckpt").is_file()
+    # The result is the run's record.json, tagged by the runner; no metrics file is written.
+    folder = tmp_path / "logs" / "sweep-tiny" / "linear_feature_map-relu-s0"
+    record = json.loads((folder / "record.json").read_text())
+    assert record["tags"] == {
+        "study": "sweep-tiny",
+        "variant": "linear:feature_map=relu",
+        "seed": 0,
+    }
+    assert results[0].log_dir == str(Path("logs/sweep-tiny/linear_feature_map-relu-s0"))
+    assert results[0].value("test/token_acc") == record["metrics"]["test"]["test/token_acc"]
+    assert not list(tmp_path.rglob("*-s0.json"))
     # A run's seconds are its fit's own time, the same whether it trained now or is reused.
-    (record,) = [json.loads(p.read_text()) for p in tmp_path.rglob("*-s0.json")]
     assert results[0].seconds == record["fit_seconds"]
     (again,) = main([*args, "--resume"])
     assert again.seconds == record["fit_seconds"] and again.metrics == results[0].metrics
 
 
-FAKE_OVERLAY_TRAIN = """
-import json, sys
+FAKE_OVERLAY_TRAIN = (
+    FAKE_RECORD
+    + """
 argv = sys.argv[2:]
-args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
 configs = [argv[i + 1] for i, a in enumerate(argv) if a == "--config"]
 loss = {"small.yaml": 1.0, "large.yaml": 3.0}[configs[-1].rsplit("/", 1)[-1]]
 loss += 0.1 * int(args["seed_everything"]) * (2 if loss > 2 else 1)
-record = {"global_step": 5, "metrics": {"val/loss": loss},
-          "test": {"test/loss": loss, "test/bits_per_dim": loss / 2}}
-open(args["metrics_file"], "w").write(json.dumps(record))
+test = {"test/loss": loss, "test/bits_per_dim": loss / 2}
+write_record({"fit": {"val/loss": loss}, "test": test}, 5)
 """
+)
 
 
 def test_sweep_variants_metrics_direction_and_jobs(tmp_path, monkeypatch):
@@ -198,13 +225,13 @@ def test_sweep_variants_metrics_direction_and_jobs(tmp_path, monkeypatch):
     with (tmp_path / "img_runs.csv").open() as f:
         assert next(csv.DictReader(f))["val/loss"] == "1.0"
 
-    # --skip-runs rebuilds the tables from the metrics files; default columns: test/ metrics.
+    # --skip-runs rebuilds the tables from the run records; default columns: test/ metrics.
     script.write_text("raise SystemExit(1)")
     again = main([*common, "--skip-runs"])
     assert [r.value("test/loss") for r in again] == [r.value("test/loss") for r in results]
     md = (tmp_path / "img.md").read_text()
     assert "| variant | runs | crashed | test bits/dim | test loss |" in md
-    # --resume reuses the existing files and runs only what is missing (here: nothing).
+    # --resume reuses the ok records and runs only what is missing (here: nothing).
     assert [r.status for r in main([*common, "--resume"])] == ["ok"] * 4
     # --skip-runs over a seed never run: "not run", named under the table, in no count.
     more = list(common)
@@ -257,7 +284,6 @@ def test_runner_in_process_runs_train_and_survives_a_crash(tmp_path, monkeypatch
             "trainer.max_steps=2",
         ),
         experiment="inproc",
-        runs_dir=tmp_path / "metrics",
         in_process=True,
     )
     jobs = [(Variant.from_attention("softmax"), 0), (Variant.from_attention("no_such_backend"), 0)]
@@ -265,59 +291,113 @@ def test_runner_in_process_runs_train_and_survives_a_crash(tmp_path, monkeypatch
     ok, crashed = runner.run_all(jobs, on_result=lambda r, done: seen.append(len(done)))
     assert (ok.status, ok.global_step, crashed.status) == ("ok", 2, "crashed")
     assert 0.0 <= ok.value("test/token_acc") <= 1.0 and seen == [1, 2]
-    assert (tmp_path / "metrics" / "softmax-s0.json").is_file()
+    assert ok.log_dir == str(Path("logs/inproc/softmax-s0")) and ok.seconds is not None
+    assert (tmp_path / ok.log_dir / "record.json").is_file()
 
 
-def test_runner_takes_an_earlier_run_instead_of_training_it(tmp_path, monkeypatch):
-    # A committed run (read back from a CSV) stands in for a job with no metrics file; a job
-    # whose metrics file exists reads the file, and the rest would train (here: fail fast).
+def _record(folder: Path, seed: int, status: str, **tags) -> None:
+    folder.mkdir(parents=True)
+    record = {"seed": seed, "status": status, "metrics": {"test": {"test/loss": seed / 4}}}
+    record["tags"] = {"study": "s", "variant": "softmax", "seed": seed, **tags}
+    (folder / "record.json").write_text(json.dumps(record))
+
+
+def test_runner_takes_an_ok_record_instead_of_training_it(tmp_path, monkeypatch):
+    # Committed records (another machine's runs) stand in for the jobs with an ok one of the same
+    # tags; with --resume a local ok record is reused; the rest would train (here: fail fast).
     monkeypatch.chdir(tmp_path)
-    earlier = RunResult("softmax", 0, 5.0, "ok", {"test/loss": 0.25}, global_step=7)
+    committed = tmp_path / "docs" / "results" / "s" / "runs"
+    _record(committed / "softmax-s0", 0, "ok", task="a")
+    _record(committed / "softmax-s1", 1, "crashed", task="a")
+    _record(committed / "other-task-s3", 3, "ok", task="b")
+    _record(tmp_path / "logs" / "exp" / "softmax-s2", 2, "ok", task="a")
     runner = Runner(
-        runs_dir=tmp_path / "m",
-        earlier={("softmax", 0): earlier},
+        experiment="exp",
+        study="s",
+        tags={"task": "a"},
+        record_roots=(committed,),
         train_script=tmp_path / "missing_train.py",
         resume=True,
     )
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "softmax-s1.json").write_text('{"test": {"test/loss": 0.5}}')
     softmax = Variant.from_attention("softmax")
-    first, second, third = runner.run_all([(softmax, 0), (softmax, 1), (softmax, 2)])
-    assert first is earlier and second.value("test/loss") == 0.5
-    assert third.status == "crashed"  # no earlier run, no metrics file: trained (and failed)
+    results = runner.run_all([(softmax, s) for s in range(4)])
+    assert [r.status for r in results] == ["ok", "crashed", "ok", "crashed"]
+    assert results[0].log_dir == str(committed / "softmax-s0") and results[0].info == {"task": "a"}
+    assert results[2].value("test/loss") == 0.5  # the local record, reused
+    assert results[3].info == {"task": "a"}  # a failed run keeps its tags
+    runner.resume = False  # the local record is trained again; the committed one still counts
+    first, third = runner.run_all([(softmax, 0), (softmax, 2)])
+    assert (first.status, third.status) == ("ok", "crashed")
 
 
-ARGS_TRAIN = """
-import json, sys
-args = dict(a[2:].split("=", 1) for a in sys.argv[2:] if a.startswith("--") and "=" in a)
-record = {"global_step": 7, "fit_seconds": 3.0, "test": {"test/loss": 0.5}, "args": args}
-open(args["metrics_file"], "w").write(json.dumps(record))
+def test_run_tags_are_the_study_the_variant_and_its_info(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "fake_train.py"
+    # An early stop: train.py exits 0, its record says "stopped"; the study counts a finished run.
+    script.write_text(
+        FAKE_RECORD + 'write_record({"test": {"test/loss": 1.0}}, 3, status="stopped")'
+    )
+    variant = Variant("tuned", info={"backend": "linear", "lr": 0.01})
+    assert variant == Variant("tuned") and hash(variant) == hash(Variant("tuned"))
+    runner = Runner(experiment="e", study="s", tags={"task": "digits"}, train_script=script)
+    args = runner.train_args(variant, 2)
+    assert (
+        "--run_record.tags="
+        + json.dumps(
+            {
+                "study": "s",
+                "variant": "tuned",
+                "seed": 2,
+                "task": "digits",
+                "backend": "linear",
+                "lr": 0.01,
+            }
+        )
+        in args
+    )
+    assert not any(a.startswith("--metrics_file") for a in args)
+    (result,) = runner.run_all([(variant, 2)])
+    assert (result.status, result.global_step, result.seed) == ("ok", 3, 2)
+    assert result.info == {"task": "digits", "backend": "linear", "lr": 0.01}
+    skipped = Runner(experiment="e", study="s", skip_runs=True).run(Variant("never"), 0)
+    assert skipped.status == "not run"
+    # A study that moves the logs (--set of the logger's save_dir) finds its records there.
+    moved = Runner(experiment="e", overrides=("trainer.logger.init_args.save_dir=work/logs",))
+    assert moved.run_dir(variant, 2) == Path("work/logs/e/tuned-s2")
+
+
+ARGS_TRAIN = (
+    FAKE_RECORD
+    + """
+write_record({"test": {"test/loss": 0.5}}, 7, 3.0, args=args)
 """
+)
 
 
 def test_resume_continues_a_stopped_run_from_its_last_checkpoint(tmp_path, monkeypatch):
-    # s0 stopped part-way (a last.ckpt, no metrics file), s1 never saved (a log folder only).
+    # s0 stopped part-way (a last.ckpt, its record "stopped"), s1 never saved (a log folder only).
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "args_train.py"
     script.write_text(ARGS_TRAIN)
     stopped = tmp_path / "checkpoints" / "exp" / "softmax-s0"
     stopped.mkdir(parents=True)
     (stopped / "last.ckpt").write_bytes(b"ckpt")
-    (tmp_path / "logs" / "exp" / "softmax-s1").mkdir(parents=True)
+    log_dir = tmp_path / "logs" / "exp"
+    _record(log_dir / "softmax-s0", 0, "stopped")
+    (log_dir / "softmax-s1").mkdir(parents=True)
     softmax = Variant.from_attention("softmax")
 
     def run(resume: bool) -> list[dict]:
-        runner = Runner(runs_dir=tmp_path / "m", experiment="exp", train_script=script)
+        runner = Runner(experiment="exp", train_script=script)
         runner.resume = resume
-        for path in (tmp_path / "m").glob("*.json"):
-            path.unlink()
+        for path in log_dir.glob("*/record.json"):  # as if the runs had stopped again
+            path.write_text(path.read_text().replace('"ok"', '"stopped"'))
         runner.run_all([(softmax, 0), (softmax, 1)])
-        return [json.loads((tmp_path / "m" / f"softmax-s{s}.json").read_text()) for s in (0, 1)]
+        return [json.loads((log_dir / f"softmax-s{s}" / "record.json").read_text()) for s in (0, 1)]
 
     first, second = run(resume=True)
     assert first["args"]["ckpt_path"] == str(Path("checkpoints/exp/softmax-s0/last.ckpt"))
     assert (stopped / "last.ckpt").is_file()  # the run continues in its own folder
-    assert "ckpt_path" not in second["args"]  # nothing to continue: started afresh, folder gone
-    assert not (tmp_path / "logs" / "exp" / "softmax-s1").exists()
+    assert "ckpt_path" not in second["args"]  # nothing to continue: started afresh
     first, _ = run(resume=False)  # without --resume every run starts over
     assert "ckpt_path" not in first["args"] and not stopped.exists()
