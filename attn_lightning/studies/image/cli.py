@@ -6,11 +6,12 @@
     python -m attn_lightning.studies.image samples --ckpt-path checkpoints/image/<run>/last.ckpt \\
         --out docs/results/figures --prefix linear_
 
-``tables``: per-seed and paired-by-seed tables of a sweep's committed ``<out>_runs.csv``, no
-training (``image.tables``)::
+``tables``: per-seed and paired-by-seed tables of a sweep's committed run records, no training
+(``image.tables``)::
 
-    python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k_runs.csv \\
-        --control softmax --out docs/results/image28_mnist5k_paired
+    python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k/runs \\
+        --variants softmax linear performer polysketch --control softmax \\
+        --out docs/results/image28_mnist5k_paired
 
 The runs themselves are sweeps (``python -m attn_lightning.studies.sweep`` over the
 ``configs/image/`` overlays). The old ``python -m attn_lightning.studies.image_samples`` still
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser("samples", help="sample and completion grids of a checkpoint as PNG")
     )
     tables.add_arguments(
-        sub.add_parser("tables", help="per-seed and paired tables from a committed runs CSV")
+        sub.add_parser("tables", help="per-seed and paired tables from run records")
     )
     return parser
 

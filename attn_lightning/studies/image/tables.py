@@ -1,16 +1,16 @@
-"""The image study's ``tables``: per-seed and paired-by-seed tables from a committed runs CSV.
+"""The image study's ``tables``: per-seed and paired-by-seed tables from a study's run records.
 
-    python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k_runs.csv \\
-        --control softmax --out docs/results/image28_mnist5k_paired \\
-        [--metrics test/bits_per_dim test/completion_bpd] [--variants softmax linear ...]
+    python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k/runs \\
+        --variants softmax linear performer polysketch --control softmax \\
+        --out docs/results/image28_mnist5k_paired [--metrics test/bits_per_dim ...]
 
-A sweep's ``<out>_runs.csv`` keeps every run's test metrics and fit time after the runs' own
-files (git-ignored ``sweeps/``, ``logs/``) are gone. This rebuilds from it, with no training:
-``<out>.md`` with one row per backend (``mean ± std`` and every seed's value of each metric,
-fit time per seed) and one per backend other than ``--control`` (its Δ vs the control on every
-seed both ran, the sign count, the bootstrap interval of the mean Δ from five seeds up), and
+``--runs`` is a folder of run records (``docs/run_record.md``; a sweep's committed
+``docs/results/<page>/runs/``), read with ``results.records.load_runs``; no training. Writes
+``<out>.md`` with one row per backend (``mean ± std`` and every seed's value of each metric, fit
+time per seed) and one per backend other than ``--control`` (its Δ vs the control on every seed
+both ran, the sign count, the bootstrap interval of the mean Δ from five seeds up), and
 ``<out>.csv`` / ``<out>_deltas.csv`` with their rows. For unimodal outcomes (bits/dim); the
-reversal study's bimodal ones have ``python -m attn_lightning.studies.reversal tables``.
+reversal study's bimodal ones have their own tables.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.environment import command_line
-from attn_lightning.results.files import markdown_records, read_csv, write_csv
-from attn_lightning.results.records import read_runs_csv
+from attn_lightning.results.files import markdown_records, write_csv
+from attn_lightning.results.records import load_runs
 from attn_lightning.results.seed_tables import MIN_INTERVAL_SEEDS, delta_rows, seed_rows
 
 DEFAULT_METRICS = ("test/bits_per_dim", "test/completion_bpd")
@@ -30,10 +30,10 @@ DEFAULT_METRICS = ("test/bits_per_dim", "test/completion_bpd")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``tables`` flags."""
     add = parser.add_argument
-    add("--runs", type=Path, required=True, help="a sweep's <out>_runs.csv")
+    add("--runs", type=Path, required=True, help="a folder of run records (<page>/runs/)")
     add("--out", type=Path, required=True, help="output path without extension")
     add("--control", default=None, help="the variant every other is paired against (by seed)")
-    add("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="metric columns")
+    add("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="metric keys")
     add("--variants", nargs="+", default=None, help="variants in table order (default: all)")
 
 
@@ -41,14 +41,13 @@ def tables(args: argparse.Namespace, *, prog: str, argv: list[str]) -> list[Path
     """Write ``<out>.md``, ``<out>.csv`` and (with a control) ``<out>_deltas.csv``; returns them.
 
     Raises:
-        FileNotFoundError: no such runs CSV.
-        ValueError: a ``--variants``/``--control`` name or a metric the CSV does not have,
-            naming what it has.
+        FileNotFoundError: no run record under ``--runs``.
+        ValueError: a ``--variants``/``--control`` name or a metric the records do not have,
+            naming what they have.
     """
-    # A sweep labels its runs "variant" (config overlays) or "backend" (attention specs).
-    _, rows = read_csv(args.runs)
-    label = "backend" if rows and "backend" in rows[0] else "variant"
-    runs = read_runs_csv(args.runs, label=label)
+    runs = load_runs(args.runs)
+    if not runs:
+        raise FileNotFoundError(f"no run records (record.json) under {args.runs}")
     present = list(dict.fromkeys(r.variant for r in runs))
     names = list(args.variants) if args.variants else present
     wanted = names + ([args.control] if args.control else [])
@@ -65,8 +64,8 @@ def tables(args: argparse.Namespace, *, prog: str, argv: list[str]) -> list[Path
         paired = delta_rows(runs, names, args.control, args.metrics, label="backend")
     lines = [
         f"Regenerate with:\n\n```bash\n{command_line(prog, argv)}\n```\n",
-        f"From `{args.runs.name}` (finished runs only), no training. Mean ± std over seeds, "
-        "every seed's value beside it; fit time is `train.py`'s own.\n",
+        f"From the run records in `{args.runs.as_posix()}/` (finished runs only), no training. "
+        "Mean ± std over seeds, every seed's value beside it; fit time is `train.py`'s own.\n",
         markdown_records(per_variant),
     ]
     if paired:

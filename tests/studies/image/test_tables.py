@@ -1,8 +1,10 @@
 """``studies.image tables``: the image page's per-seed and paired tables regenerate from the
-committed runs CSV, and a wrong name, metric or path is a clear error."""
+committed run records, and a wrong name, metric or path is a clear error."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,8 @@ import pytest
 from attn_lightning.studies.image import main
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
-RUNS = DOCS / "image28_mnist5k_runs.csv"
+RUNS = DOCS / "image28_mnist5k" / "runs"
+ORDER = ["--variants", "softmax", "linear", "performer", "polysketch"]
 
 
 def _tables(markdown: str) -> list[str]:
@@ -19,11 +22,11 @@ def _tables(markdown: str) -> list[str]:
 
 def test_the_committed_mnist5k_tables_and_the_page_are_what_the_command_writes(tmp_path):
     out = tmp_path / "image28_mnist5k_paired"
-    main(["tables", "--runs", str(RUNS), "--control", "softmax", "--out", str(out)])
+    main(["tables", "--runs", str(RUNS), *ORDER, "--control", "softmax", "--out", str(out)])
     ours = (tmp_path / "image28_mnist5k_paired.md").read_text()
     committed = (DOCS / "image28_mnist5k_paired.md").read_text()
-    assert (
-        ours.replace(str(tmp_path), "docs/results").replace(str(DOCS), "docs/results") == committed
+    assert ours.replace(str(tmp_path), "docs/results").replace(str(DOCS), "docs/results") == (
+        committed
     )
     for name in ("image28_mnist5k_paired.csv", "image28_mnist5k_paired_deltas.csv"):
         assert (tmp_path / name).read_text() == (DOCS / name).read_text()
@@ -51,14 +54,23 @@ def test_a_name_or_metric_the_csv_lacks_is_an_error_naming_what_it_has(
     assert not list(tmp_path.iterdir())  # nothing half-written
 
 
-def test_a_missing_runs_csv_is_an_error_naming_it(tmp_path, capsys):
+def test_a_folder_without_records_is_an_error_naming_it(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main(["tables", "--runs", str(tmp_path / "none_runs.csv"), "--out", str(tmp_path / "t")])
-    assert "none_runs.csv" in capsys.readouterr().err
+        main(["tables", "--runs", str(tmp_path / "none"), "--out", str(tmp_path / "t")])
+    assert "none" in capsys.readouterr().err
 
 
-def test_a_sweep_over_backends_labels_its_runs_backend(tmp_path):
-    runs = tmp_path / "b_runs.csv"
-    runs.write_text(RUNS.read_text().replace("variant,seed", "backend,seed", 1))
-    main(["tables", "--runs", str(runs), "--control", "softmax", "--out", str(tmp_path / "b")])
-    assert "| linear | +0.0141 / +0.0274 / +0.0061 |" in (tmp_path / "b.md").read_text()
+def test_the_runs_are_read_from_their_records_alone(tmp_path):
+    """A copy of the records with one value changed changes the table: the CSV is not read."""
+    runs = tmp_path / "runs"
+    shutil.copytree(RUNS, runs)
+    record = runs / "linear-s0" / "record.json"
+    data = json.loads(record.read_text())
+    data["metrics"]["test"]["test/bits_per_dim"] = 1.9
+    record.write_text(json.dumps(data))
+    out = tmp_path / "b"
+    main(["tables", "--runs", str(runs), *ORDER, "--control", "softmax", "--out", str(out)])
+    assert (
+        "| linear | 0 1 2 | 1.5248 ± 0.3249 | 1.9000 / 1.3429 / 1.3316 |"
+        in (tmp_path / "b.md").read_text()
+    )
