@@ -2,8 +2,9 @@
 run record folder per row, ``docs/results/<study>/runs/<run>/``.
 
     python -m attn_lightning.results.convert_runs docs/results/warm_start_digits_runs.csv \\
-        --study warm_start --tags task=digits
+        --study warm_start --group digits --tags task=digits
 
+(``--group`` puts the folders under ``runs/<group>/``: runs of one study that share names.)
 Each row becomes a schema-1 ``record.json`` (``docs/run_record.md``) holding what the row has:
 
 - ``run``: ``<label>-s<seed>`` as the study runner names runs (``--name`` columns instead of
@@ -39,7 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.files import read_csv
-from attn_lightning.results.records import GZIP_OVER, RESULTS, run_folder, study_runs_dir
+from attn_lightning.results.records import (
+    GZIP_OVER,
+    RESULTS,
+    folder_name,
+    run_folder,
+    study_runs_dir,
+)
 from attn_lightning.results.run_files import CURVE_COLUMNS, CURVES, SCHEMA, write_record
 
 log = logging.getLogger("attn_lightning.results.convert_runs")
@@ -82,9 +89,11 @@ def convert_runs(
     curves: Path | None = None,
     experiment: str | None = None,
     results: Path = RESULTS,
+    group: str | None = None,
 ) -> list[Path]:
     """Write one record folder per row of ``runs_csv`` under ``study_runs_dir(study,
-    results)`` (module doc); returns the folders in row order.
+    results)`` (under its ``group`` folder when given: runs of the study that share names, e.g.
+    its tasks) (module doc); returns the folders in row order.
 
     Raises:
         FileNotFoundError: naming ``runs_csv`` (or ``curves``) when it does not exist.
@@ -112,6 +121,8 @@ def convert_runs(
     by_run = _curves(curves, label) if curves is not None else {}
     holds = ["metrics", *(["curves"] if curves is not None else [])]
     target = study_runs_dir(study, results)
+    if group is not None:
+        target = target / folder_name(group, "group")
     folders: list[Path] = []
     seen: set[str] = set()
     for row in rows:
@@ -217,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     parser.add_argument("--tags", nargs="+", type=_tag, default=[], help="key=value tags")
     parser.add_argument("--curves", type=Path, help="the study's <out>_curves.csv")
     parser.add_argument("--experiment", help="the records' experiment (default: the study)")
+    parser.add_argument("--group", help="a folder under runs/ (runs that share names)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="default: docs/results")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -230,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         curves=args.curves,
         experiment=args.experiment,
         results=args.results,
+        group=args.group,
     )
 
 

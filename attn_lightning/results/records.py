@@ -13,8 +13,9 @@ this module:
   ``spikes.csv`` as floats (``step`` an int, ``tag`` a str).
 - ``run_folder(variant, seed)``: a study run's folder name, ``<label>-s<seed>``.
 - ``study_runs_dir(study)``: where a study's finished records are committed,
-  ``docs/results/<study>/runs/<run>/``; ``publish_run(folder, study)`` copies one there (curves
-  gzipped when large); ``find_ok(roots, variant, seed)`` is the (variant, seed) already done.
+  ``docs/results/<study>/runs/[<group>/]<run>/``; ``publish_run(folder, study, group=...)``
+  copies one there (curves gzipped when large); ``find_ok(roots, variant, seed)`` is the
+  (variant, seed) already done.
 
 A study's per-run facts beyond the record (a learning rate, a rank, a backend) are its tags,
 read back in ``RunResult.info``. ``read_runs_csv`` reads a committed ``<out>_runs.csv`` (the
@@ -168,22 +169,31 @@ def run_spikes(folder: Path) -> list[dict[str, Any]]:
     ]
 
 
+def folder_name(name: str, what: str) -> str:
+    """``name`` if it is one folder's name (a ValueError naming it and ``what`` it is, if not)."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"{what} {name!r} is not a folder name (a word like 'warm_start')")
+    return name
+
+
 def study_runs_dir(study: str, results: Path = RESULTS) -> Path:
     """Where a study's finished run records are committed: ``docs/results/<study>/runs/``."""
-    if not study or "/" in study or study.startswith("."):
-        raise ValueError(f"study {study!r} is not a folder name (a word like 'warm_start')")
-    return results / study / "runs"
+    return results / folder_name(study, "study") / "runs"
 
 
-def publish_run(folder: Path, study: str, results: Path = RESULTS) -> Path:
+def publish_run(
+    folder: Path, study: str, results: Path = RESULTS, *, group: str | None = None
+) -> Path:
     """Copy a finished run's ``record.json``, ``spikes.csv`` and ``curves.csv`` (gzipped when over
-    ``GZIP_OVER`` bytes) to ``study_runs_dir(study)/<folder name>/``; returns that folder.
+    ``GZIP_OVER`` bytes) to ``study_runs_dir(study)/[<group>/]<folder name>/``; returns that
+    folder. ``group`` keeps apart the runs of one study that share names (its tasks, its pages).
 
     Raises:
         FileNotFoundError: naming ``folder/record.json`` when ``folder`` holds no record.
     """
     load_record(folder)  # a clear error before anything is copied
-    target = study_runs_dir(study, results) / folder.name
+    target = study_runs_dir(study, results)
+    target = (target if group is None else target / folder_name(group, "group")) / folder.name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(folder / RECORD, target / RECORD)
     if (folder / SPIKES).is_file():

@@ -115,7 +115,8 @@ def test_the_command_line_takes_tags_and_refuses_a_bad_one(tmp_path, capsys):
     runs = tmp_path / "t_runs.csv"
     runs.write_text("variant,seed,status\nsoftmax,0,ok\n")
     argv = [str(runs), "--study", "t", "--tags", "task=digits", "n=3"]
-    (folder,) = main([*argv, "--results", str(tmp_path)])
+    (folder,) = main([*argv, "--results", str(tmp_path), "--group", "digits"])
+    assert folder == tmp_path / "t" / "runs" / "digits" / "softmax-s0"
     assert load_run(folder).info == {"task": "digits", "n": 3}
     with pytest.raises(SystemExit):
         main([str(runs), "--study", "t", "--tags", "novalue"])

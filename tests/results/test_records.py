@@ -141,10 +141,20 @@ def test_publish_run_copies_the_record_and_gzips_large_curves(tmp_path):
     ]
     assert len(run_curves(target)) == GZIP_OVER // 10
     assert json.loads((target / "record.json").read_text())["run"] == "v-s0"
+    grouped = publish_run(run, "study", results, group="digits")  # runs sharing names
+    assert grouped == study_runs_dir("study", results) / "digits" / "v-s0"
+    assert [r.log_dir for r in load_runs(study_runs_dir("study", results))] == [
+        str(grouped),
+        str(target),
+    ]
 
 
 def test_publish_run_and_study_runs_dir_refuse_bad_input(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"record\.json"):
         publish_run(tmp_path, "study", tmp_path)
-    with pytest.raises(ValueError, match="not a folder name"):
+    with pytest.raises(ValueError, match=r"study '\.\./up' is not a folder name"):
         study_runs_dir("../up")
+    (tmp_path / "r").mkdir()
+    _record(tmp_path / "r", variant="v")
+    with pytest.raises(ValueError, match="group '' is not a folder name"):
+        publish_run(tmp_path / "r", "s", tmp_path, group="")
