@@ -205,6 +205,7 @@ def write_tables(
     jobs: int = 1,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
     notes: Sequence[str] = (),
+    machine: str | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``<out>.md`` (summary, per-run table, command), ``<out>.csv``, ``<out>_runs.csv``.
 
@@ -218,6 +219,8 @@ def write_tables(
         jobs: runs that ran at once (stated in the machine line).
         extra: per variant, more summary columns (title -> value), e.g. measured model costs.
         notes: lines printed under the summary table.
+        machine: the machine line of the runs, when they ran elsewhere (default: this
+            machine's ``machine_line(jobs=jobs)``).
 
     Returns:
         The summary rows (also in ``<out>.csv``).
@@ -291,7 +294,7 @@ def write_tables(
         per_run.append(cells)
     lines = [
         f"Regenerate with:\n\n```bash\n{command}\n```\n",
-        machine_line(jobs=jobs) + "\n",
+        (machine or machine_line(jobs=jobs)) + "\n",
         f"Test split, best-by-validation checkpoint. Mean ± std over seeds; {failed}"
         "crashed runs are excluded from the means.\n",
         markdown_table(head, body),

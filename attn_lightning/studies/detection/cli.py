@@ -14,14 +14,16 @@ self, decoder cross, all three) the optimization variant next to its softmax ``n
 Student-t interval. A variant is ``configs/detection/<variant>.yaml`` stacked on
 ``configs/detection/base.yaml``; each (variant, seed) is a ``train.py fit`` run of
 ``studies.runner`` (``--jobs`` at once). Then every variant's model is measured on one CPU
-thread at batch ``--batch`` (``detection.costs``). ``--skip-runs`` rebuilds the tables from the
-metrics files of an earlier run, ``--earlier`` takes runs from committed tables.
+thread at batch ``--batch`` (``detection.costs``). A (variant, seed) that already has
+an ``ok`` record (committed under ``docs/results/detection/runs/``, or in ``logs/``) is not
+trained again: that is how the study continues on another machine.
 
 Writes ``<out>.md`` (summary with the cost columns + per-run table + the command),
 ``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run), ``<out>_curves.csv`` (val mAP
-at every validation of every run, ``results.curves``) and, with the costs,
-``<out>_sites.{md,csv}``: each site's backend, projections, attention parameters and counted
-forward FLOPs. ``sites`` writes only that table (no training, no timing)::
+at every validation of every run, from the records' curves) and, with the costs (kept in
+``docs/results/detection/costs.json``), ``<out>_sites.{md,csv}``: each site's backend,
+projections, attention parameters and counted forward FLOPs. ``sites`` writes only that table
+(no training, no timing)::
 
     python -m attn_lightning.studies.detection sites --out docs/results/detection_sites
 
@@ -51,6 +53,11 @@ experiment ``detection_ablation``. It asks which ingredient decides whether a si
 ``probe``: statistics of the decoder cross-attention weights of trained runs
 (``detection.probe``).
 
+``report [PAGE ...]``: rebuild the study's pages (``docs/results/<PAGE>.md`` and its CSVs; all of
+them without a name) from the committed run records alone (``detection.report``)::
+
+    python -m attn_lightning.studies.detection report detection_runs
+
 Old spellings still work, with a FutureWarning naming the new one: no subcommand is ``run``;
 ``--sensitivity [VARIANT]``, ``--ablation [VARIANT]`` and ``--sites`` are the subcommands of
 those names; ``python -m attn_lightning.studies.detection_probe`` is ``probe``.
@@ -62,7 +69,6 @@ import argparse
 import logging
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.environment import command_line
@@ -77,18 +83,19 @@ from attn_lightning.studies.arguments import (
 )
 from attn_lightning.studies.detection import probe
 from attn_lightning.studies.detection.costs import site_costs, write_sites
+from attn_lightning.studies.detection.report import PAGES, write_page
 from attn_lightning.studies.detection.sensitivity import SENSITIVITY_DEFAULT
 from attn_lightning.studies.detection.study import grid_variants, run_grid, run_study
 from attn_lightning.studies.detection.variants import variants
 
 log = logging.getLogger("attn_lightning.studies.detection")
 PROG = "python -m attn_lightning.studies.detection"
-SUBCOMMANDS = ("run", "sensitivity", "ablation", "sites", "probe")
+SUBCOMMANDS = ("run", "sensitivity", "ablation", "sites", "probe", "report")
 GRID_FLAGS = ("--sensitivity", "--ablation")  # the old spellings of the grid subcommands
 
 
 def _study_arguments(parser: argparse.ArgumentParser, experiment: str) -> None:
-    # What run, sensitivity and ablation share: the runs, the costs, earlier tables.
+    # What run, sensitivity and ablation share: the runs and the costs.
     add_run_arguments(
         parser,
         experiment=experiment,
@@ -96,16 +103,6 @@ def _study_arguments(parser: argparse.ArgumentParser, experiment: str) -> None:
     )
     parser.add_argument("--batch", type=int, default=8, help="batch of the cost measurement")
     parser.add_argument("--repeats", type=int, default=20, help="timed forward calls")
-    parser.add_argument(
-        "--earlier",
-        nargs="+",
-        type=Path,
-        default=[],
-        metavar="PREFIX",
-        help="committed tables of earlier runs (<PREFIX>_runs.csv, <PREFIX>_curves.csv): a "
-        "(variant, seed) with no metrics file of its own is read from the first that has it "
-        "instead of trained",
-    )
     parser.add_argument(
         "--no-costs", "--no_costs", action="store_true", help="skip the cost measurement"
     )
@@ -146,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_overrides(sites)
     add_out(sites)
     probe.add_arguments(sub.add_parser("probe", help="the cross-attention weights of trained runs"))
+    pages = sub.add_parser("report", help="rebuild the study's pages from its committed records")
+    pages.add_argument(
+        "pages",
+        nargs="*",
+        metavar="PAGE",
+        help=f"pages to rebuild (default all: {', '.join(PAGES)})",
+    )
     return parser
 
 
@@ -205,6 +209,14 @@ def main(argv: list[str] | None = None) -> list[Any]:
     else:
         args = parser.parse_args(spelled)
     command = command_line(PROG, argv)
+    if args.subcommand == "report":
+        unknown = [name for name in args.pages if name not in PAGES]
+        if unknown:
+            parser.error(f"report: no page {', '.join(unknown)}; allowed: {', '.join(PAGES)}")
+        for name in args.pages or PAGES:
+            write_page(name)
+            log.info("wrote docs/results/%s.md and its CSVs", name)
+        return []
     if args.subcommand == "probe":
         if args.batches < 1:
             parser.error(f"--batches must be >= 1, got {args.batches}")

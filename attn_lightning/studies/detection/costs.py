@@ -5,12 +5,16 @@ weights: cost does not depend on them) and measured in this process on the CPU: 
 parameters (projections and backend tensors) and all parameters, median forward latency per image
 and peak forward memory (``benchmarks.measure``), at the config's input size. The ``sites``
 subcommand writes each site's backend, projections, attention parameters and counted forward
-FLOPs (``benchmarks.sites``) without training or timing anything.
+FLOPs (``benchmarks.sites``) without training or timing anything. Measured costs are kept in
+``docs/results/detection/costs.json`` (``costs_file``, ``write_costs``, ``read_costs``) beside
+the study's run records: a timing belongs to the machine that made it, so a page rebuilt from
+records takes it from there instead of timing again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,12 @@ from attn_lightning.benchmarks import sites
 from attn_lightning.results import environment, markdown_meta, write_csv
 from attn_lightning.studies.detection.variants import CONFIGS
 from attn_lightning.studies.runner import Variant, build_cli
+
+
+def costs_file(results: Path) -> Path:
+    """Where the measured costs of pages written under ``results`` are kept:
+    ``<results>/detection/costs.json`` (``docs/results/detection/costs.json``)."""
+    return results / "detection" / "costs.json"
 
 
 def build_model(variant: Variant, *, overrides: Sequence[str] = ()) -> tuple[nn.Module, int]:
@@ -90,3 +100,24 @@ def write_sites(out: Path, rows: list[sites.SiteRow], *, command: str) -> None:
         "join its dictionary (S' = S + R columns), which the other backends do not have.\n"
     )
     out.with_name(out.name + "_sites.md").write_text(text)
+
+
+def read_costs(path: Path) -> dict[str, dict[str, Any]]:
+    """The measured costs per variant in ``path`` (``measure``'s dicts); {} without the file."""
+    if not path.is_file():
+        return {}
+    variants: dict[str, dict[str, Any]] = json.loads(path.read_text())["variants"]
+    return variants
+
+
+def write_costs(path: Path, costs: Mapping[str, Mapping[str, Any]], *, command: str) -> None:
+    """Add (or replace) ``costs`` per variant in ``path``, noting the measuring ``command``; the
+    other variants' entries stay as they were measured."""
+    doc: dict[str, Any] = (
+        json.loads(path.read_text()) if path.is_file() else {"commands": [], "variants": {}}
+    )
+    doc["variants"].update({name: dict(cost) for name, cost in costs.items()})
+    if command not in doc["commands"]:
+        doc["commands"].append(command)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")

@@ -15,10 +15,10 @@ on validation images:
   (1: the same weights, 0: disjoint cells), averaged over the pairs — whether the object
   queries look at different places, which a set prediction needs.
 
-A run is found by its metrics file ``sweeps/<experiment>/<run name>.json`` (read by the study
-runner: ``<variant>-s<seed>``, made file-safe), which names its best checkpoint and log folder;
-the model is rebuilt from the run's own resolved ``config.yaml`` by ``train.py``'s parser, so
-any overlay or override is honoured.
+A run is found by its record, ``logs/<experiment>/<run name>/record.json`` (the study runner's
+run name: ``<variant>-s<seed>``, made file-safe), which names its best checkpoint; the model is
+rebuilt from the run's own resolved ``config.yaml`` beside it by ``train.py``'s parser, so any
+overlay or override is honoured. (A committed record has no checkpoint: probe a local run.)
 
 Weights: ``OptimizationAttention.attention_weights``; any other backend attends over identity
 values (``out = w @ I`` is ``w``; needs ``supports_any_value_dim``)::
@@ -46,8 +46,9 @@ from attn_lightning.attention.optimization import OptimizationAttention
 from attn_lightning.cli.checkpoints import load_checkpoint
 from attn_lightning.models.transformer import MultiHeadAttention
 from attn_lightning.results import markdown_records, write_csv
+from attn_lightning.results.run_files import load_record
 from attn_lightning.studies.arguments import add_experiment, add_out, add_seeds
-from attn_lightning.studies.runner import Runner, Variant, build_cli
+from attn_lightning.studies.runner import Variant, build_cli, run_name
 
 STATS: tuple[str, ...] = ("mass on objects", "cells in objects", "argmax spread")
 STATS += ("std across images", "std across queries", "query overlap")
@@ -108,33 +109,38 @@ def layer_stats(weights: Tensor, targets: Sequence[dict[str, Any]]) -> dict[str,
     }
 
 
-def run_record(experiment: str, variant: str, seed: int) -> dict[str, Any]:
-    """The metrics file of a study run; FileNotFoundError naming it and what to run."""
-    runner = Runner(experiment=experiment, runs_dir=Path("sweeps") / experiment)
+def probed_run(experiment: str, variant: str, seed: int) -> tuple[Path, Path]:
+    """A study run's log folder and its best checkpoint; FileNotFoundError naming what is
+    missing and what to run."""
+    folder = Path("logs") / experiment / run_name(Variant(variant), seed)
     try:
-        return runner.record(Variant(variant), seed)
-    except FileNotFoundError as error:
+        record = load_record(folder)
+    except (FileNotFoundError, ValueError) as error:
         raise FileNotFoundError(
             f"{error}: run the study first (python -m attn_lightning.studies.detection run "
             f"--variants {variant} --seeds {seed} --experiment {experiment}), or pick "
             "--experiment/--variants/--seeds of a run that exists"
         ) from None
+    best = (record.get("best_checkpoint") or {}).get("path")
+    if not best or not Path(best).is_file():
+        raise FileNotFoundError(f"run {folder} has no best checkpoint file ({best})")
+    return folder, Path(best)
 
 
 def probe(experiment: str, variant: str, seed: int, *, batches: int) -> list[dict[str, Any]]:
     """One row per decoder layer: ``STATS`` averaged over ``batches`` validation batches of
     the run's best checkpoint."""
-    record = run_record(experiment, variant, seed)
+    folder, best = probed_run(experiment, variant, seed)
     # The run's resolved fit config, minus fit's own arguments (build_cli parses no subcommand).
-    config = yaml.safe_load((Path(record["log_dir"]) / "config.yaml").read_text())
+    config = yaml.safe_load((folder / "config.yaml").read_text())
     for fit_only in ("ckpt_path", "weights_only"):
         config.pop(fit_only, None)
-    with tempfile.TemporaryDirectory() as folder:
-        resolved = Path(folder) / "config.yaml"
+    with tempfile.TemporaryDirectory() as scratch:
+        resolved = Path(scratch) / "config.yaml"
         resolved.write_text(yaml.safe_dump(config))
         cli = build_cli([resolved])
     model = cli.model
-    model.load_state_dict(load_checkpoint(record["best_model_path"])["state_dict"])
+    model.load_state_dict(load_checkpoint(best)["state_dict"])
     model.eval()
     net: nn.Module = model.net
     backends = [
@@ -174,7 +180,7 @@ def probe(experiment: str, variant: str, seed: int, *, batches: int) -> list[dic
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``probe`` subcommand's flags."""
-    add_experiment(parser, "detection_report", "the runs' experiment (sweeps/ folder)")
+    add_experiment(parser, "detection_report", "the runs' experiment (logs/ folder)")
     parser.add_argument(
         "--variants", nargs="+", required=True, help="variant names of finished runs"
     )

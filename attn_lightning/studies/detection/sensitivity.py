@@ -60,7 +60,10 @@ ABLATIONS: dict[str, tuple[Any, ...]] = {
 Options = Mapping[str, tuple[Any, ...]]  # option -> the values a grid gives it
 GRID_TITLES = {"lam": "λ", "iterations": "K", "random_tokens": "random tokens", "power": "p"}
 DELTA_VS_REFERENCE = f"Δ {column(COMPARED).title} vs default [95 % CI]"
-KEYS90 = "keys90"  # AttentionDiagnostics' attention/<layer>/keys90, if a metrics file holds it
+KEYS90 = "keys90"  # AttentionDiagnostics' attention/<layer>/keys90, if a record holds it
+# A run converted from a committed table carries its point's keys90 cell as the page showed it
+# in this tag: the per-layer values behind that cell were never committed.
+KEYS90_CELL = "keys90_cell"
 
 
 @dataclass
@@ -195,7 +198,7 @@ def sensitivity_cells(
     """Per grid point: its λ, K, random tokens, the paired Δ test mAP vs the first point (the
     variant's own; ``reference`` there) and, if any run reports it, the mean keys90."""
     reference = grid[0].variant.name
-    has_keys90 = any(_keys90(r) is not None for r in results)
+    has_keys90 = any(_keys90(r) is not None or KEYS90_CELL in r.info for r in results)
     cells: dict[str, dict[str, Any]] = {}
     for point in grid:
         name = point.variant.name
@@ -209,9 +212,14 @@ def sensitivity_cells(
             ok = [r for r in results if r.variant == name and r.status == "ok"]
             values = [v for r in ok if (v := _keys90(r)) is not None]
             mean, std = mean_std(values)
-            # (n): runs read back from a CSV carry no keys90, so n can be below the mAP's n.
+            shown = {str(r.info[KEYS90_CELL]) for r in ok if KEYS90_CELL in r.info}
+            # (n): converted runs carry no per-layer keys90, so n can be below the mAP's n.
             row[KEYS90] = (
-                None if mean is None else f"{format_mean_std(mean, std, digits=2)} ({len(values)})"
+                f"{format_mean_std(mean, std, digits=2)} ({len(values)})"
+                if mean is not None
+                else shown.pop()
+                if len(shown) == 1
+                else None
             )
         cells[name] = row
     return cells

@@ -4,32 +4,40 @@
 (variant, seed) is a ``train.py fit`` run of ``studies.runner`` (``--jobs`` at once) stacked on
 ``configs/detection/base.yaml``, the tables are rewritten after every run (without the cost
 columns, so a long study can be inspected part-way), then every variant's model is measured
-(``detection.costs``) and the tables, the per-site table and the val mAP curves are written.
+(``detection.costs``: kept in ``costs.json``) and the tables, the per-site table and the val mAP
+curves (from the runs' records) are written. A (variant, seed) with an ``ok`` record already
+(the study's committed records, or a local run) is not trained again (``studies.runner``).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from attn_lightning.results.curves import append_curves
-from attn_lightning.results.records import RunResult
-from attn_lightning.studies.detection.costs import measure, site_costs, write_sites
+from attn_lightning.results.records import RunResult, study_runs_dir
+from attn_lightning.studies.detection.costs import (
+    costs_file,
+    measure,
+    site_costs,
+    write_costs,
+    write_sites,
+)
 from attn_lightning.studies.detection.sensitivity import (
     ABLATIONS,
     GRID,
     GridPoint,
     sensitivity_grid,
 )
-from attn_lightning.studies.detection.tables import CURVE, read_earlier, write, write_sensitivity
+from attn_lightning.studies.detection.tables import write, write_curves, write_sensitivity
 from attn_lightning.studies.detection.variants import CONFIGS, CONTROLS, variants
 from attn_lightning.studies.runner import Runner, Variant
 
 log = logging.getLogger("attn_lightning.studies.detection")
+# The runs' study tag; their committed records are docs/results/detection/runs/<experiment>/<run>/
+STUDY = "detection"
 HEADINGS = {
     "sensitivity": "Sensitivity of optimization attention",
     "ablation": "Ablation of optimization attention: one ingredient of the paper's form "
@@ -53,8 +61,8 @@ def run_study(
 ) -> list[RunResult]:
     """Train (or reuse) ``chosen`` over ``args.seeds``, measure their costs and write the tables
     (a grid's tables, headed ``heading``, when ``grid`` is given); returns the runs in table
-    order. ``args`` holds the flags of ``arguments.add_run_arguments`` plus ``--earlier``,
-    ``--no-costs``, ``--batch`` and ``--repeats``."""
+    order. ``args`` holds the flags of ``arguments.add_run_arguments`` plus ``--no-costs``,
+    ``--batch`` and ``--repeats``."""
 
     def tables(done: list[RunResult], costs: dict[str, dict[str, Any]]) -> None:
         if grid:
@@ -64,13 +72,12 @@ def run_study(
         else:
             write(args.out, done, costs, command=command, jobs=args.jobs)
 
-    earlier, earlier_curves = read_earlier(args.earlier)
     runner = Runner(
-        earlier=earlier,
         configs=(str(CONFIGS / "base.yaml"),),
         overrides=tuple(args.set),
         experiment=args.experiment,
-        runs_dir=Path("sweeps") / args.experiment,
+        study=STUDY,
+        record_roots=(study_runs_dir(STUDY) / args.experiment,),
         resume=args.resume,
         skip_runs=args.skip_runs,
     )
@@ -84,10 +91,10 @@ def run_study(
         torch.set_num_threads(1)
         for v in chosen:
             costs[v.name] = measure(v, overrides=args.set, batch=args.batch, repeats=args.repeats)
+        write_costs(costs_file(args.out.parent), costs, command=command)
         write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
     tables(results, costs)
-    # Once, at the end: it reads every run's log folder.
-    append_curves(args.out, results, CURVE, earlier_curves)
+    write_curves(args.out, results)  # once, at the end: it reads every run's curves
     log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results
 

@@ -3,8 +3,8 @@
 ``write`` is ``results.tables.write_tables`` with the study's metrics (``METRICS``), the cost
 columns (``detection.costs``) and, for each variant whose control also ran, the control, what
 differs and the paired-by-seed Δ (``detection.variants``). ``write_sensitivity`` opens the same
-tables with a grid's own (``detection.sensitivity``). ``read_earlier`` takes runs of earlier
-sessions back from the committed per-run and curve CSVs.
+tables with a grid's own (``detection.sensitivity``). ``write_curves`` adds every run's
+validation mAP, read from its record's curves (``results.records.run_curves``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.curves import read_curve_rows
-from attn_lightning.results.records import RunResult, read_runs_csv
+from attn_lightning.results.curves import curves_table
+from attn_lightning.results.files import write_csv
+from attn_lightning.results.records import RunResult, run_curves
 from attn_lightning.results.tables import column, write_tables
 from attn_lightning.studies.detection.sensitivity import (
     KEYS90,
@@ -38,10 +39,13 @@ def write(
     command: str,
     jobs: int = 1,
     cells: Mapping[str, Mapping[str, Any]] | None = None,
+    label: str = "variant",
+    machine: str | None = None,
 ) -> None:
     """The study's tables: ``METRICS`` mean ± std per variant, its cost columns, the
     comparison with its control where both ran (``CONTROLS``) and any other per-variant
-    ``cells`` (title -> value; the sensitivity grid's)."""
+    ``cells`` (title -> value; the sensitivity grid's); ``label`` titles the variant column,
+    ``machine`` is the runs' machine line (default: this machine's)."""
     notes = []
     if costs:
         inputs = sorted({str(cost["input"]) for cost in costs.values()})
@@ -71,10 +75,11 @@ def write(
         results,
         command=command,
         metrics=METRICS,
-        label="variant",
+        label=label,
         jobs=jobs,
         extra=extra,
         notes=notes,
+        machine=machine,
     )
 
 
@@ -87,6 +92,7 @@ def write_sensitivity(
     command: str,
     jobs: int = 1,
     heading: str = "Sensitivity of optimization attention",
+    machine: str | None = None,
 ) -> None:
     """The sensitivity tables: ``<out>.md`` opens with the grid (its options, test mAP
     mean ± std (n), AP50, AP75, the paired Δ vs the variant's own point, keys90 where reported),
@@ -105,7 +111,7 @@ def write_sensitivity(
             f"No {KEYS90} column: the runs' metrics files hold no attention/<layer>/{KEYS90} "
             "(AttentionDiagnostics logs it to TensorBoard only, under logs/<experiment>/<run>/)."
         )
-    write(out, results, costs, command=command, jobs=jobs, cells=cells)
+    write(out, results, costs, command=command, jobs=jobs, cells=cells, machine=machine)
     md = out.with_name(out.name + ".md")
     where = ", ".join(f"`{site}`" for site in optimization_sites(own.variant.name))
     head = [
@@ -120,18 +126,40 @@ def write_sensitivity(
     md.write_text("\n".join(head) + "\n" + md.read_text())
 
 
-def read_earlier(
-    prefixes: Sequence[Path],
-) -> tuple[dict[tuple[str, int], RunResult], list[dict[str, Any]]]:
-    """Runs of earlier sessions from committed tables (``--earlier``): by (variant, seed), the
-    run of the first ``<prefix>_runs.csv`` that holds it, and its rows of that prefix's
-    ``<prefix>_curves.csv``."""
-    earlier: dict[tuple[str, int], RunResult] = {}
-    curves: list[dict[str, Any]] = []
-    for prefix in prefixes:
-        runs = read_runs_csv(prefix.with_name(prefix.name + "_runs.csv"))
-        new = {(r.variant, r.seed): r for r in runs if (r.variant, r.seed) not in earlier}
-        earlier.update(new)
-        rows = read_curve_rows(prefix.with_name(prefix.name + "_curves.csv"))
-        curves += [c for c in rows if (c["variant"], c["seed"]) in new]
-    return earlier, curves
+def curve_rows(results: Sequence[RunResult], tag: str = CURVE) -> list[dict[str, Any]]:
+    """``{variant, seed, optimizer_steps, <tag>}`` for every value of ``tag`` in the curves of
+    every finished run's record, in the runs' order. A validation is logged at the index of
+    the step just taken, so ``optimizer_steps`` is the curve's step + 1."""
+    rows = []
+    for r in results:
+        if r.status != "ok" or r.log_dir is None:
+            continue
+        for point in run_curves(Path(r.log_dir)):
+            if point["tag"] == tag:
+                rows.append(
+                    {
+                        "variant": r.variant,
+                        "seed": r.seed,
+                        "optimizer_steps": int(point["step"]) + 1,
+                        tag: float(point["value"]),
+                    }
+                )
+    return rows
+
+
+def write_curves(out: Path, results: Sequence[RunResult], tag: str = CURVE) -> None:
+    """``<out>_curves.csv`` (every value of ``tag`` of every finished run) and its table at the
+    end of ``<out>.md``; nothing when no run logged ``tag``."""
+    rows = curve_rows(results, tag)
+    if not rows:
+        return
+    path = out.with_name(out.name + "_curves.csv")
+    write_csv(path, rows)
+    lines = [
+        f"`{tag}` per run after the number of optimiser steps in each column "
+        f"(every logged value: `{path.name}`):\n",
+        *curves_table(rows, tag),
+        "",
+    ]
+    md = out.with_name(out.name + ".md")
+    md.write_text(md.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))

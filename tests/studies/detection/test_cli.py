@@ -1,10 +1,9 @@
-"""The detection study's command line: tables from metrics files, the paired comparison with
+"""The detection study's command line: tables from run records, the paired comparison with
 each variant's control, and the old spellings (mode flags, no subcommand) still working."""
 
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shlex
 import subprocess
@@ -22,22 +21,19 @@ from attn_lightning.studies.detection.variants import (
     WHAT_DIFFERS,
     comparisons,
 )
+from tests.studies.detection.runs import fake_record
 
 
-def _fake_metrics(folder, variant: str, seed: int, m_ap: float) -> None:
-    record = {
-        "fit_seconds": 100.0 + seed,
-        "global_step": 500,
-        "metrics": {"val/mAP": m_ap + 0.01, "val/loss": 1.0},
-        "test": {"test/mAP": m_ap, "test/AP50": 2 * m_ap, "test/AP75": m_ap / 2, "test/loss": 1.0},
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{variant}-s{seed}.json").write_text(json.dumps(record))
+def _fake_metrics(logs, variant: str, seed: int, m_ap: float) -> None:
+    # a finished run's record, where the runner finds it: logs/detection_report/<run>/
+    test = {"test/mAP": m_ap, "test/AP50": 2 * m_ap, "test/AP75": m_ap / 2, "test/loss": 1.0}
+    fit = {"val/mAP": m_ap + 0.01, "val/loss": 1.0}
+    fake_record(logs, "detection_report", variant, seed, test=test, fit=fit, seconds=100.0 + seed)
 
 
-def test_tables_from_existing_metrics_files(tmp_path, monkeypatch):
+def test_tables_from_existing_records(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    runs = tmp_path / "sweeps" / "detection_report"
+    runs = tmp_path / "logs"
     _fake_metrics(runs, "softmax", 0, 0.1)
     _fake_metrics(runs, "softmax", 1, 0.3)
     _fake_metrics(runs, "mean", 0, 0.05)  # mean seed 1 never finished
@@ -48,7 +44,7 @@ def test_tables_from_existing_metrics_files(tmp_path, monkeypatch):
         ("softmax", 0, "ok"),
         ("softmax", 1, "ok"),
         ("mean", 0, "ok"),
-        ("mean", 1, "not run"),  # no metrics file and --skip-runs: not a crash
+        ("mean", 1, "not run"),  # no record and --skip-runs: not a crash
     ]
     md = (tmp_path / "table.md").read_text()
     head = "| variant | runs | crashed | test mAP | test AP50 | test AP75 | val mAP |"
@@ -74,9 +70,24 @@ def test_tables_from_existing_metrics_files(tmp_path, monkeypatch):
     assert old == md.replace("detection run --variants", "detection --variants")
 
 
+def test_a_run_with_a_committed_record_is_not_trained_again(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    committed = tmp_path / "docs" / "results" / "detection" / "runs"
+    test = {"test/mAP": 0.7, "test/AP50": 0.9, "test/AP75": 0.8}
+    fake_record(committed, "detection_report", "softmax", 0, test=test, study="detection")
+    # the same run of another experiment is not this one's
+    fake_record(committed, "detection_long", "softmax", 1, test=test, study="detection")
+    argv = ["run", "--variants", "softmax", "--seeds", "0", "1", "--no-costs", "--skip-runs"]
+    results = main([*argv, "--out", str(tmp_path / "t")])
+    assert [(r.seed, r.status) for r in results] == [(0, "ok"), (1, "not run")]
+    folder = committed.relative_to(tmp_path) / "detection_report" / "softmax-s0"
+    assert results[0].log_dir == str(folder)
+    assert "| `softmax` | 1 | 0 | 0.700 ± 0.000 |" in (tmp_path / "t.md").read_text()
+
+
 def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    runs = tmp_path / "sweeps" / "detection_report"
+    runs = tmp_path / "logs"
     for seed, m_ap in enumerate((0.20, 0.30)):
         _fake_metrics(runs, "softmax_no_qk_encoder_self", seed, m_ap)
     for seed, m_ap in enumerate((0.15, 0.21)):  # per-seed Δ -0.05, -0.09
@@ -189,4 +200,4 @@ def test_the_old_probe_module_runs_the_probe_subcommand_with_a_warning(tmp_path)
     warning = [line for line in done.stderr.splitlines() if "FutureWarning" in line]
     assert len(warning) == 1
     assert "use python -m attn_lightning.studies.detection probe" in warning[0]
-    assert "no metrics file sweeps/detection_report/softmax-s7.json" in done.stderr
+    assert "no run record logs/detection_report/softmax-s7/record.json" in done.stderr

@@ -69,7 +69,7 @@ def test_a_run_that_does_not_exist_is_named(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["probe", "--variants", "softmax", "--seeds", "7", "--out", str(tmp_path / "p")])
     err = capsys.readouterr().err
-    assert "no metrics file sweeps/detection_report/softmax-s7.json" in err
+    assert "no run record logs/detection_report/softmax-s7/record.json" in err
     with pytest.raises(SystemExit):
         main(["probe", "--variants", "softmax", "--batches", "0", "--out", str(tmp_path / "p")])
     assert "--batches must be >= 1, got 0" in capsys.readouterr().err

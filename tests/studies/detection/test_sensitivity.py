@@ -23,7 +23,7 @@ from attn_lightning.studies.detection.sensitivity import (
 )
 from attn_lightning.studies.detection.variants import CONFIGS
 from attn_lightning.studies.runner import Variant, run_name
-from tests.studies.detection.runs import SMALL, tiny_runner
+from tests.studies.detection.runs import SMALL, fake_record, tiny_runner
 
 ONE_AT_A_TIME = [
     "optimization_decoder_cross",
@@ -45,23 +45,20 @@ def _site_specs(variant: Variant) -> dict[str, dict]:
     return specs
 
 
-def _fake_metrics(folder: Path, name: str, seed: int, m_ap: float, keys90: float | None) -> None:
-    metrics = {"val/mAP": m_ap, "val/loss": 1.0}
-    record = {
-        "fit_seconds": 50.0,
-        "global_step": 2000,
-        "metrics": metrics,
-        "test": {"test/mAP": m_ap, "test/AP50": 2 * m_ap, "test/AP75": m_ap / 2},
-    }
+def _fake_metrics(
+    logs: Path, experiment: str, name: str, seed: int, m_ap: float, keys90: float | None
+) -> None:
+    # a finished run's record, where the runner finds it: logs/<experiment>/<run>/
+    fit = {"val/mAP": m_ap, "val/loss": 1.0}
     if keys90 is not None:  # two layers report it; the table shows their mean
         for layer, offset in (
             ("net.decoder.0.cross_attn", -1.0),
             ("net.decoder.1.cross_attn", 1.0),
         ):
-            metrics[f"attention/{layer}/keys90"] = keys90 + offset
-            metrics[f"attention/{layer}/keys90_fraction"] = 0.5
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{run_name(Variant(name), seed)}.json").write_text(json.dumps(record))
+            fit[f"attention/{layer}/keys90"] = keys90 + offset
+            fit[f"attention/{layer}/keys90_fraction"] = 0.5
+    test = {"test/mAP": m_ap, "test/AP50": 2 * m_ap, "test/AP75": m_ap / 2}
+    fake_record(logs, experiment, name, seed, test=test, fit=fit, seconds=50.0, steps=2000)
 
 
 def test_one_at_a_time_grid_changes_one_option_of_the_site_spec():
@@ -156,10 +153,10 @@ def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
     tmp_path, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
-    runs = tmp_path / "sweeps" / "detection_ablation"
-    _fake_metrics(runs, "optimization_decoder_cross", 0, 0.01, keys90=None)
-    _fake_metrics(runs, "optimization_decoder_cross@power=1.0", 0, 0.41, keys90=None)
-    _fake_metrics(runs, "softmax_no_qk_decoder_cross", 0, 0.58, keys90=None)
+    runs, exp = tmp_path / "logs", "detection_ablation"
+    _fake_metrics(runs, exp, "optimization_decoder_cross", 0, 0.01, keys90=None)
+    _fake_metrics(runs, exp, "optimization_decoder_cross@power=1.0", 0, 0.41, keys90=None)
+    _fake_metrics(runs, exp, "softmax_no_qk_decoder_cross", 0, 0.58, keys90=None)
     out = tmp_path / "abl"
     results = main(["ablation", "--seeds", "0", "--out", str(out), "--skip-runs", "--no-costs"])
     assert [r.variant for r in results][-1] == "softmax_no_qk_decoder_cross"
@@ -211,14 +208,14 @@ def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch, capsys)
         sensitivity_grid("mixed")
 
 
-def test_sensitivity_tables_from_metrics_files(tmp_path, monkeypatch):
+def test_sensitivity_tables_from_records(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    runs = tmp_path / "sweeps" / "detection_sensitivity"  # not the study's detection_report
+    runs, exp = tmp_path / "logs", "detection_sensitivity"  # not the study's detection_report
     for seed, m_ap in enumerate((0.50, 0.52, 0.54)):
-        _fake_metrics(runs, ONE_AT_A_TIME[0], seed, m_ap, keys90=None)
+        _fake_metrics(runs, exp, ONE_AT_A_TIME[0], seed, m_ap, keys90=None)
     for seed, m_ap in enumerate((0.45, 0.49, 0.50)):  # per-seed Δ -0.05, -0.03, -0.04
-        _fake_metrics(runs, "optimization_decoder_cross@lam=0.3", seed, m_ap, keys90=None)
-    _fake_metrics(runs, "optimization_decoder_cross@iterations=5", 1, 0.42, keys90=None)
+        _fake_metrics(runs, exp, "optimization_decoder_cross@lam=0.3", seed, m_ap, keys90=None)
+    _fake_metrics(runs, exp, "optimization_decoder_cross@iterations=5", 1, 0.42, keys90=None)
     out = tmp_path / "sens"
     argv = ["sensitivity", "--seeds", "0", "1", "2", "--out", str(out)]
     results = main([*argv, "--skip-runs", "--no-costs"])
@@ -247,16 +244,15 @@ def test_sensitivity_tables_from_metrics_files(tmp_path, monkeypatch):
     lam = rows["optimization_decoder_cross@lam=0.3"]
     assert (lam["λ"], lam["K"], lam["random tokens"]) == ("0.3", "10", "8")
     assert lam[DELTA_VS_REFERENCE] == "-0.040 [-0.065, -0.015] (n=3)"
-    with (tmp_path / "sens_runs.csv").open() as f:  # the 7 runs with a metrics file, of 18
+    with (tmp_path / "sens_runs.csv").open() as f:  # the 7 runs with a record, of 18
         assert len(list(csv.DictReader(f))) == 7
     assert "Not run yet (no metrics file; built with `--skip-runs`):" in md
 
 
-def test_keys90_is_a_column_when_the_metrics_files_hold_it(tmp_path, monkeypatch):
+def test_keys90_is_a_column_when_the_records_hold_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    runs = tmp_path / "sweeps" / "grid"
     for seed, keys90 in enumerate((3.0, 5.0)):
-        _fake_metrics(runs, ONE_AT_A_TIME[0], seed, 0.5, keys90=keys90)
+        _fake_metrics(tmp_path / "logs", "grid", ONE_AT_A_TIME[0], seed, 0.5, keys90=keys90)
     argv = ["sensitivity", "--seeds", "0", "1", "--experiment", "grid"]
     main([*argv, "--out", str(tmp_path / "s"), "--skip-runs", "--no-costs"])
     md = (tmp_path / "s.md").read_text()
@@ -286,11 +282,11 @@ def test_one_grid_point_trains_through_train_py(tmp_path, monkeypatch):
     result = tiny_runner("grid", tmp_path / "runs").run(point.variant, 0)
     assert (result.variant, result.status, result.global_step) == (point.variant.name, "ok", 2)
     assert 0.0 <= result.metrics["test/mAP"] <= 1.0
-    assert (tmp_path / "runs" / "optimization_decoder_cross@lam-0.3-s0.json").is_file()
-    logged = tmp_path / "logs" / "grid" / "optimization_decoder_cross@lam-0.3-s0" / "hparams.yaml"
-    hparams = yaml.safe_load(logged.read_text())
+    folder = Path("logs") / "grid" / "optimization_decoder_cross@lam-0.3-s0"
+    assert result.log_dir == str(folder) and (folder / "record.json").is_file()
+    hparams = yaml.safe_load((folder / "hparams.yaml").read_text())
     assert hparams["decoder_cross"] == {**SPEC, "lam": 0.3, "iterations": 10, "random_tokens": 8}
-    # The backends' diagnostics after the last step reach the metrics file (the keys90 column).
+    # The backends' diagnostics after the last step reach the record (the keys90 column).
     keys90 = [k for k in result.metrics if k.endswith("/keys90")]
     assert sorted(keys90) == [f"attention/net.decoder.{i}.cross_attn/keys90" for i in (0, 1)]
     assert all(result.metrics[k] >= 1.0 for k in keys90)

@@ -1,15 +1,13 @@
-"""The detection study's tables: the cost columns, and earlier runs read back from committed
-tables."""
+"""The detection study's tables: the cost columns, and the validation curves read from the
+runs' records."""
 
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
-from attn_lightning.results import write_csv
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import write_tables
-from attn_lightning.studies.detection.tables import read_earlier, write
+from attn_lightning.studies.detection.tables import curve_rows, write, write_curves
+from tests.studies.detection.runs import fake_record
 
 
 def test_write_adds_the_cost_columns(tmp_path):
@@ -33,26 +31,30 @@ def test_write_adds_the_cost_columns(tmp_path):
     assert row["attention params"] == "99840" and "input" not in row
 
 
-def test_earlier_runs_come_from_the_first_table_that_holds_them(tmp_path):
-    def table(name: str, runs: list[RunResult], curve_value: float) -> Path:
-        out = tmp_path / name
-        write_tables(out, runs, command="x", metrics=["test/mAP"], label="variant")
-        curve = [
-            {"variant": r.variant, "seed": r.seed, "optimizer_steps": 500, "val/mAP": curve_value}
-            for r in runs
-        ]
-        write_csv(out.with_name(name + "_curves.csv"), curve)
-        return out
-
-    first = table("grid", [RunResult("a", 0, 1.0, "ok", {"test/mAP": 0.1})], 0.1)
-    second = table(
-        "main",
-        [
-            RunResult("a", 0, 1.0, "ok", {"test/mAP": 0.9}),
-            RunResult("a", 1, 1.0, "ok", {"test/mAP": 0.8}),
-        ],
-        0.9,
+def test_curves_are_the_records_val_map_after_each_optimiser_step(tmp_path):
+    runs = tmp_path / "runs"
+    curve = {499: 0.1, 999: 0.3}  # a validation is logged at the index of the step just taken
+    folder = fake_record(runs, "e", "softmax", 0, test={"test/mAP": 0.3}, curve=curve)
+    (folder / "curves.csv").write_text(
+        (folder / "curves.csv").read_text() + "999,train/loss,2.5\n"  # another tag: not shown
     )
-    earlier, curves = read_earlier([first, second])
-    assert earlier["a", 0].value("test/mAP") == 0.1 and earlier["a", 1].value("test/mAP") == 0.8
-    assert sorted((c["seed"], c["val/mAP"]) for c in curves) == [(0, 0.1), (1, 0.9)]
+    results = [
+        RunResult("softmax", 0, 1.0, "ok", {"test/mAP": 0.3}, 1000, log_dir=str(folder)),
+        RunResult("mean", 0, 1.0, "crashed", log_dir=str(folder)),  # not finished: no curve
+    ]
+    assert curve_rows(results) == [
+        {"variant": "softmax", "seed": 0, "optimizer_steps": 500, "val/mAP": 0.1},
+        {"variant": "softmax", "seed": 0, "optimizer_steps": 1000, "val/mAP": 0.3},
+    ]
+    write(tmp_path / "t", results, {}, command="cmd")
+    write_curves(tmp_path / "t", results)
+    md = (tmp_path / "t.md").read_text()
+    assert "`val/mAP` per run after the number of optimiser steps" in md
+    assert "| `softmax` | 0 | 0.100 | 0.300 |" in md
+    assert (tmp_path / "t_curves.csv").read_text().splitlines() == [
+        "variant,seed,optimizer_steps,val/mAP",
+        "softmax,0,500,0.1",
+        "softmax,0,1000,0.3",
+    ]
+    write_curves(tmp_path / "none", results[1:])  # no finished run: no file, no section
+    assert not (tmp_path / "none_curves.csv").exists()

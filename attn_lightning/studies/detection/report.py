@@ -1,0 +1,125 @@
+"""The detection study's pages, rebuilt from its committed run records alone.
+
+``python -m attn_lightning.studies.detection report [PAGE ...]`` rewrites
+``docs/results/<PAGE>.{md,csv}``, ``<PAGE>_runs.csv`` and ``<PAGE>_curves.csv`` from the records
+under ``docs/results/detection/runs/<experiment>/`` (``results.records``) and, for the cost
+columns, the measurements in ``docs/results/detection/costs.json`` (``detection.costs``); no
+page reads a log folder or another page's CSV. ``PAGES`` is the report spec: per page, the runs
+it shows (their experiment, variants and seeds, in table order) and its layout (the study's
+table, or a grid's with ``detection.sensitivity``). A (variant, seed) a page asks for without a
+record is shown as not run. The training subcommands (``run``, ``sensitivity``, ``ablation``)
+write the same tables from the runs they made (``detection.study``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from attn_lightning.results.records import NOT_RUN, RunResult, load_runs, study_runs_dir
+from attn_lightning.studies.detection.costs import costs_file, read_costs
+from attn_lightning.studies.detection.study import HEADINGS, STUDY, grid_variants
+from attn_lightning.studies.detection.tables import write, write_curves, write_sensitivity
+from attn_lightning.studies.detection.variants import CONTROLS, STUDY_VARIANTS
+
+RESULTS = Path("docs/results")
+MACHINE = "machine"  # a converted run's tag: the machine line of the page it was converted from
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of the study: the runs it shows and how.
+
+    Attributes:
+        experiment: the runs' ``train.py --experiment`` (their record's ``experiment``).
+        seeds: the seeds shown, per variant.
+        variants: the variants in table order (a grid page makes its own from ``grid``).
+        grid: ``sensitivity`` or ``ablation``: a grid around ``centre`` (``detection.study``).
+        centre: the optimization variant a grid varies.
+        label: the title of the variant column (the sweep CLI's pages say ``backend``).
+        costs: whether the cost columns (``costs.json``) are shown.
+    """
+
+    experiment: str
+    seeds: tuple[int, ...]
+    variants: tuple[str, ...] = ()
+    grid: str | None = None
+    centre: str | None = None
+    label: str = "variant"
+    costs: bool = False
+
+
+PAGES: dict[str, Page] = {
+    "detection_runs": Page("detection_report", (0, 1, 2, 3, 4), STUDY_VARIANTS, costs=True),
+    "detection_sensitivity": Page(
+        "detection_report", (0, 1, 2), grid="sensitivity", centre="optimization_decoder_self"
+    ),
+    "detection_ablation": Page(
+        "detection_ablation", (0, 1), grid="ablation", centre="optimization_decoder_cross"
+    ),
+    "detection_ablation_softmax": Page("detection_ablation", (0, 1), ("softmax",)),
+    "detection_long": Page(
+        "detection_long", (0, 1, 2), ("optimization_encoder_self", "softmax_no_qk_encoder_self")
+    ),
+    "detection_budget_4000": Page("detection-budget-4000", (0,), ("softmax",), label="backend"),
+    "detection_budget_8000": Page("detection-budget-8000", (0,), ("softmax",), label="backend"),
+    "detection_cross_keys": Page("detection-cross-keys", (0,), ("optimization_decoder_cross",)),
+    "detection_cross_keys_qk": Page(
+        "detection-cross-keys-qk", (0, 1), ("optimization_decoder_cross",)
+    ),
+}
+
+
+def page_runs(page: Page, runs: Sequence[RunResult]) -> list[RunResult]:
+    """The page's runs among ``runs`` (its experiment's) in table order: variant by variant,
+    seed by seed; a (variant, seed) without a record is ``NOT_RUN``."""
+    names = list(page.variants)
+    if page.grid is not None and page.centre is not None:
+        names = [point.variant.name for point in grid_variants(page.grid, page.centre)]
+        if page.grid == "ablation" and page.centre in CONTROLS:
+            names.append(CONTROLS[page.centre])
+    found = {(r.variant, r.seed): r for r in runs}
+    return [
+        found.get((name, seed)) or RunResult(name, seed, None, NOT_RUN)
+        for name in names
+        for seed in page.seeds
+    ]
+
+
+def machine_of(runs: Sequence[RunResult]) -> str | None:
+    """The machine line of runs converted from a page (their ``machine`` tag: the machine the
+    page named), or None (this machine's) when they name none or several."""
+    machines = {str(r.info[MACHINE]) for r in runs if MACHINE in r.info}
+    if len(machines) != 1:
+        return None
+    return f"Machine: {machines.pop()}; runs one after another."
+
+
+def write_page(
+    name: str,
+    *,
+    runs_dir: Path | None = None,
+    out_dir: Path = RESULTS,
+    costs: Path | None = None,
+) -> list[RunResult]:
+    """Rebuild page ``name`` of ``PAGES`` from the records under ``runs_dir`` (default the
+    study's committed ones) into ``out_dir``, with the costs in ``costs`` (default
+    ``docs/results/detection/costs.json``); returns its runs. ValueError naming the pages."""
+    if name not in PAGES:
+        raise ValueError(f"no detection page {name!r}; allowed: {', '.join(PAGES)}")
+    page = PAGES[name]
+    runs = page_runs(page, load_runs((runs_dir or study_runs_dir(STUDY)) / page.experiment))
+    out = out_dir / name
+    command = f"python -m attn_lightning.studies.detection report {name}"
+    measured = read_costs(costs or costs_file(RESULTS)) if page.costs else {}
+    shown = {v: measured[v] for v in dict.fromkeys(r.variant for r in runs) if v in measured}
+    machine = machine_of(runs)
+    if page.grid is not None and page.centre is not None:
+        grid = grid_variants(page.grid, page.centre)
+        heading = HEADINGS[page.grid]
+        write_sensitivity(out, runs, grid, shown, command=command, heading=heading, machine=machine)
+    else:
+        write(out, runs, shown, command=command, label=page.label, machine=machine)
+    write_curves(out, runs)
+    return runs
