@@ -15,8 +15,9 @@ Student-t interval. A variant is ``configs/detection/<variant>.yaml`` stacked on
 ``configs/detection/base.yaml``; each (variant, seed) is a ``train.py fit`` run of
 ``studies.runner`` (``--jobs`` at once). Then every variant's model is measured on one CPU
 thread at batch ``--batch`` (``detection.costs``). A (variant, seed) that already has
-an ``ok`` record (committed under ``docs/results/detection/runs/``, or in ``logs/``) is not
-trained again: that is how the study continues on another machine.
+an ``ok`` record (committed under ``docs/results/detection/runs/<experiment>/``, or in
+``logs/``) is not trained again: that is how the study continues on another machine.
+``--publish`` copies the records of the runs it finished there, to be committed.
 
 Writes ``<out>.md`` (summary with the cost columns + per-run table + the command),
 ``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run), ``<out>_curves.csv`` (val mAP
@@ -105,6 +106,12 @@ def _study_arguments(parser: argparse.ArgumentParser, experiment: str) -> None:
     parser.add_argument("--repeats", type=int, default=20, help="timed forward calls")
     parser.add_argument(
         "--no-costs", "--no_costs", action="store_true", help="skip the cost measurement"
+    )
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="copy each finished run's record to docs/results/detection/runs/<experiment>/, "
+        "where its pages and a study continued elsewhere find it",
     )
 
 

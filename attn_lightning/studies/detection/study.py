@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from attn_lightning.results.records import RunResult, study_runs_dir
+from attn_lightning.results.records import OK, RunResult, publish_run, study_runs_dir
 from attn_lightning.studies.detection.costs import (
     costs_file,
     measure,
@@ -62,7 +63,7 @@ def run_study(
     """Train (or reuse) ``chosen`` over ``args.seeds``, measure their costs and write the tables
     (a grid's tables, headed ``heading``, when ``grid`` is given); returns the runs in table
     order. ``args`` holds the flags of ``arguments.add_run_arguments`` plus ``--no-costs``,
-    ``--batch`` and ``--repeats``."""
+    ``--publish``, ``--batch`` and ``--repeats``."""
 
     def tables(done: list[RunResult], costs: dict[str, dict[str, Any]]) -> None:
         if grid:
@@ -86,6 +87,8 @@ def run_study(
         parallel=args.jobs,
         on_result=lambda _, done: tables(done, {}),
     )
+    if args.publish:
+        publish(results, args.experiment)
     costs: dict[str, dict[str, Any]] = {}
     if not args.no_costs:
         torch.set_num_threads(1)
@@ -97,6 +100,15 @@ def run_study(
     write_curves(args.out, results)  # once, at the end: it reads every run's curves
     log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results
+
+
+def publish(results: list[RunResult], experiment: str) -> None:
+    """Copy the record of every finished run that is not a committed one yet to
+    ``docs/results/detection/runs/<experiment>/`` (``results.records.publish_run``)."""
+    committed = study_runs_dir(STUDY).resolve()
+    for r in results:
+        if r.status == OK and r.log_dir and not Path(r.log_dir).resolve().is_relative_to(committed):
+            log.info("published %s", publish_run(Path(r.log_dir), STUDY, group=experiment))
 
 
 def run_grid(

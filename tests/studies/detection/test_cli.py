@@ -85,6 +85,22 @@ def test_a_run_with_a_committed_record_is_not_trained_again(tmp_path, monkeypatc
     assert "| `softmax` | 1 | 0 | 0.700 ± 0.000 |" in (tmp_path / "t.md").read_text()
 
 
+def test_publish_copies_the_finished_local_runs_records(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    committed = tmp_path / "docs" / "results" / "detection" / "runs" / "detection_report"
+    _fake_metrics(tmp_path / "logs", "softmax", 0, 0.5)
+    test = {"test/mAP": 0.4}
+    fake_record(committed.parent, "detection_report", "mean", 0, test=test, study="detection")
+    argv = ["run", "--variants", "softmax", "mean", "--seeds", "0", "--skip-runs", "--no-costs"]
+    main([*argv, "--out", str(tmp_path / "t")])
+    assert not (committed / "softmax-s0").exists()  # without --publish: nothing copied
+    main([*argv, "--publish", "--out", str(tmp_path / "t")])
+    assert (committed / "softmax-s0" / "record.json").read_text() == (
+        tmp_path / "logs" / "detection_report" / "softmax-s0" / "record.json"
+    ).read_text()
+    assert sorted(p.name for p in committed.iterdir()) == ["mean-s0", "softmax-s0"]
+
+
 def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "logs"
