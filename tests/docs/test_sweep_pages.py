@@ -3,7 +3,8 @@ run records (``docs/results/<page>/runs/``) alone: the page's own command is par
 sweep's parser, its runs are read with ``load_runs`` and its curves with ``run_curves``, and the
 sweep's table writers rebuild ``<page>.md``, ``<page>.csv``, ``<page>_runs.csv`` and
 ``<page>_curves.csv``, which must equal the committed files (a record or a page edited alone
-fails). The machine line is the records' ``machine`` tag (converted runs have no environment)."""
+fails; ``OLDER_LAYOUT`` pages: their CSVs). The machine line is the records' ``machine`` tag
+(converted runs have no environment)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,25 @@ PAGES = (
     "image_bpd_8x8",
     "image_bpd_8x8_1000steps",
     "optimization_digits",
+)
+# Pages whose .md an older table writer wrote (accuracies as fractions, no greedy or loss
+# columns, 0.0000 for a loss now shown as 9.41e-08): today's writer lays the same numbers out
+# otherwise, so only their CSVs are compared; their records are the same data.
+OLDER_LAYOUT = (
+    "optimization_reversal",
+    "polynomial_len50_learned_rerun",
+    "sequence_reversal_ladder_len100",
+    "sequence_reversal_ladder_len100_softmax",
+    "sequence_reversal_ladder_len150",
+    "sequence_reversal_ladder_len150_softmax",
+    "sequence_reversal_len256_3000steps_5seeds",
+    "sequence_reversal_len256_3000steps_linear",
+    "sequence_reversal_len256_3000steps_softmax",
+    "sequence_reversal_len256_a",
+    "sequence_reversal_len256_b",
+    "sequence_reversal_len50",
+    "sequence_reversal_len50_1500steps",
+    "sequence_reversal_len50_1500steps_performer",
 )
 # Written by hand under a generated table (the sweep never writes them): left out of the
 # comparison, and each must still be on its page.
@@ -131,10 +151,14 @@ def _expected(stem: str, text: str) -> str:
 
 
 @pytest.mark.parametrize("stem", PAGES)
-def test_the_sweep_page_and_its_csvs_are_rebuilt_from_its_records(tmp_path, stem):
+def test_the_sweep_page_is_rebuilt_from_its_records(tmp_path, stem):
     md = rebuild(stem, tmp_path)
-    committed = (RESULTS / f"{stem}.md").read_text()
-    assert md.read_text() == _expected(stem, committed)
+    assert md.read_text() == _expected(stem, (RESULTS / f"{stem}.md").read_text())
+
+
+@pytest.mark.parametrize("stem", PAGES + OLDER_LAYOUT)
+def test_the_sweep_pages_csvs_are_rebuilt_from_its_records(tmp_path, stem):
+    rebuild(stem, tmp_path)
     for suffix in ("_runs.csv", "_curves.csv"):
         ours = tmp_path / f"{stem}{suffix}"
         if ours.is_file() or (RESULTS / f"{stem}{suffix}").is_file():
