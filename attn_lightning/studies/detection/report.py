@@ -24,7 +24,6 @@ from attn_lightning.studies.detection.tables import write, write_curves, write_s
 from attn_lightning.studies.detection.variants import CONTROLS, STUDY_VARIANTS
 
 RESULTS = Path("docs/results")
-MACHINE = "machine"  # a converted run's tag: the machine line of the page it was converted from
 
 
 @dataclass(frozen=True)
@@ -87,15 +86,6 @@ def page_runs(page: Page, runs: Sequence[RunResult]) -> list[RunResult]:
     ]
 
 
-def machine_of(runs: Sequence[RunResult]) -> str | None:
-    """The machine line of runs converted from a page (their ``machine`` tag: the machine the
-    page named), or None (this machine's) when they name none or several."""
-    machines = {str(r.info[MACHINE]) for r in runs if MACHINE in r.info}
-    if len(machines) != 1:
-        return None
-    return f"Machine: {machines.pop()}; runs one after another."
-
-
 def write_page(
     name: str,
     *,
@@ -114,12 +104,11 @@ def write_page(
     command = f"python -m attn_lightning.studies.detection report {name}"
     measured = read_costs(costs or costs_file(RESULTS)) if page.costs else {}
     shown = {v: measured[v] for v in dict.fromkeys(r.variant for r in runs) if v in measured}
-    machine = machine_of(runs)
     if page.grid is not None and page.centre is not None:
         grid = grid_variants(page.grid, page.centre)
         heading = HEADINGS[page.grid]
-        write_sensitivity(out, runs, grid, shown, command=command, heading=heading, machine=machine)
+        write_sensitivity(out, runs, grid, shown, command=command, heading=heading)
     else:
-        write(out, runs, shown, command=command, label=page.label, machine=machine)
+        write(out, runs, shown, command=command, label=page.label)
     write_curves(out, runs)
     return runs

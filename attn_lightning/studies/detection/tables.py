@@ -15,7 +15,8 @@ from typing import Any
 
 from attn_lightning.results.curves import curves_table
 from attn_lightning.results.files import write_csv
-from attn_lightning.results.records import RunResult, run_curves
+from attn_lightning.results.records import OK, RunResult, run_curves
+from attn_lightning.results.run_files import load_record
 from attn_lightning.results.tables import column, write_tables
 from attn_lightning.studies.detection.sensitivity import (
     KEYS90,
@@ -28,6 +29,7 @@ from attn_lightning.studies.detection.sensitivity import (
 from attn_lightning.studies.detection.variants import COMPARED, comparisons
 
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
+MACHINE = "machine"  # a converted run's tag: the machine named by the page it was converted from
 CURVE = "val/mAP"  # <out>_curves.csv: every validation of every run
 
 
@@ -45,7 +47,7 @@ def write(
     """The study's tables: ``METRICS`` mean ± std per variant, its cost columns, the
     comparison with its control where both ran (``CONTROLS``) and any other per-variant
     ``cells`` (title -> value; the sensitivity grid's); ``label`` titles the variant column,
-    ``machine`` is the runs' machine line (default: this machine's)."""
+    ``machine`` is the machine line (default: the runs' own, ``machine_line_of``)."""
     notes = []
     if costs:
         inputs = sorted({str(cost["input"]) for cost in costs.values()})
@@ -79,7 +81,7 @@ def write(
         jobs=jobs,
         extra=extra,
         notes=notes,
-        machine=machine,
+        machine=machine or machine_line_of(results, jobs=jobs),
     )
 
 
@@ -124,6 +126,31 @@ def write_sensitivity(
         "",
     ]
     md.write_text("\n".join(head) + "\n" + md.read_text())
+
+
+def _machine(run: RunResult) -> str | None:
+    if MACHINE in run.info:
+        return str(run.info[MACHINE])
+    if run.status != OK or run.log_dir is None:
+        return None
+    try:
+        env = load_record(Path(run.log_dir)).get("environment")
+    except (FileNotFoundError, ValueError):
+        return None
+    if not env:
+        return None
+    return f"{env['platform']}, {env.get('device_name') or env['device']}, Python {env['python']}"
+
+
+def machine_line_of(results: Sequence[RunResult], *, jobs: int = 1) -> str | None:
+    """``Machine: <platform>, <device>, Python <version>; runs one after another.`` of the
+    finished runs, from their records' environment (a converted run: its ``machine`` tag); all
+    of them when they ran on several; None (this machine's line) when no run says."""
+    machines = list(dict.fromkeys(m for r in results if (m := _machine(r)) is not None))
+    if not machines:
+        return None
+    pace = "runs one after another" if jobs <= 1 else f"{jobs} runs at a time"
+    return f"Machine{'s' if len(machines) > 1 else ''}: {'; '.join(machines)}; {pace}."
 
 
 def curve_rows(results: Sequence[RunResult], tag: str = CURVE) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ shared by the detection study tests."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from attn_lightning.results.run_files import write_curves, write_record
 from attn_lightning.studies.detection.variants import CONFIGS
@@ -42,6 +43,7 @@ def fake_record(
     steps: int = 500,
     curve: dict[int, float] | None = None,
     study: str | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> Path:
     """A finished run's record folder ``<root>/<experiment>/<variant>-s<seed>/`` as ``train.py``
     leaves it (record.json and curves.csv, ``val/mAP`` at the steps of ``curve``); its ``study``
@@ -62,6 +64,7 @@ def fake_record(
             "fit_seconds": seconds,
             "global_step": steps,
             "metrics": {"fit": fit or {}, "test": test},
+            "environment": environment,
         },
     )
     write_curves(folder, {(step, "val/mAP"): value for step, value in (curve or {}).items()})

@@ -6,7 +6,12 @@ from __future__ import annotations
 import csv
 
 from attn_lightning.results.records import RunResult
-from attn_lightning.studies.detection.tables import curve_rows, write, write_curves
+from attn_lightning.studies.detection.tables import (
+    curve_rows,
+    machine_line_of,
+    write,
+    write_curves,
+)
 from tests.studies.detection.runs import fake_record
 
 
@@ -58,3 +63,22 @@ def test_curves_are_the_records_val_map_after_each_optimiser_step(tmp_path):
     ]
     write_curves(tmp_path / "none", results[1:])  # no finished run: no file, no section
     assert not (tmp_path / "none_curves.csv").exists()
+
+
+def test_the_machine_line_is_the_runs_own(tmp_path):
+    env = {"platform": "Linux-x", "device": "cuda:0", "device_name": "H100", "python": "3.11.7"}
+    folder = fake_record(tmp_path, "e", "softmax", 0, test={"test/mAP": 0.3}, environment=env)
+    ran = RunResult("softmax", 0, 1.0, "ok", {"test/mAP": 0.3}, 500, log_dir=str(folder))
+    converted = RunResult("mean", 0, 1.0, "ok", info={"machine": "Linux-y, x86_64, Python 3.11"})
+    assert (
+        machine_line_of([ran]) == "Machine: Linux-x, H100, Python 3.11.7; runs one after another."
+    )
+    assert machine_line_of([ran, converted], jobs=2) == (
+        "Machines: Linux-x, H100, Python 3.11.7; Linux-y, x86_64, Python 3.11; 2 runs at a time."
+    )
+    assert machine_line_of([RunResult("a", 0, None, "not run")]) is None  # this machine's
+    write(tmp_path / "t", [ran], {}, command="cmd")
+    assert (
+        "\nMachine: Linux-x, H100, Python 3.11.7; runs one after another.\n"
+        in (tmp_path / "t.md").read_text()
+    )
