@@ -35,7 +35,7 @@ tokens ∈ {0, 8}, one option changed at a time (6 points with the default) or, 
 ``--full-grid``, the full 3×3×2 factorial (18). A point is the overlay plus an override that
 replaces the spec of every optimization site, named ``<variant>@<option>=<value>,...`` after the
 options that differ from the variant's own point (which keeps the plain name), so a one-at-a-time
-run and the same full-grid point share a name and a metrics file (``--resume`` reuses it). Its
+run and the same full-grid point share a name and a record (``--resume`` reuses it). Its
 runs' experiment defaults to ``detection_sensitivity``, so the variant's own point never replaces
 the study's run of the same name::
 
@@ -44,7 +44,7 @@ the study's run of the same name::
         --out docs/results/detection_sensitivity
 
 Its tables add λ, K, random tokens, the paired Δ test mAP vs the variant's own point and, where
-the runs' metrics files hold ``attention/<layer>/keys90``, the mean keys90 over the layers.
+the runs' records hold ``attention/<layer>/keys90``, the mean keys90 over the layers.
 
 ``ablation [VARIANT]``: the same with ``ABLATIONS`` in place of the grid: the paper's form at the
 variant's site(s) with one ingredient swapped at a time (dictionary keys, power 1, signed weights,

@@ -94,7 +94,6 @@ def write_sensitivity(
     command: str,
     jobs: int = 1,
     heading: str = "Sensitivity of optimization attention",
-    machine: str | None = None,
 ) -> None:
     """The sensitivity tables: ``<out>.md`` opens with the grid (its options, test mAP
     mean ± std (n), AP50, AP75, the paired Δ vs the variant's own point, keys90 where reported),
@@ -110,10 +109,10 @@ def write_sensitivity(
     ]
     if not any(KEYS90 in row for row in cells.values()):
         notes.append(
-            f"No {KEYS90} column: the runs' metrics files hold no attention/<layer>/{KEYS90} "
-            "(AttentionDiagnostics logs it to TensorBoard only, under logs/<experiment>/<run>/)."
+            f"No {KEYS90} column: the runs' records hold no attention/<layer>/{KEYS90} "
+            "(AttentionDiagnostics logs it for optimization layers only)."
         )
-    write(out, results, costs, command=command, jobs=jobs, cells=cells, machine=machine)
+    write(out, results, costs, command=command, jobs=jobs, cells=cells)
     md = out.with_name(out.name + ".md")
     where = ", ".join(f"`{site}`" for site in optimization_sites(own.variant.name))
     head = [

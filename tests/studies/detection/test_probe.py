@@ -1,5 +1,5 @@
 """The cross-attention probe: weights of any backend, the statistics on hand-made cases, one
-trained run read back from its metrics file, and a clear error for a run that does not exist."""
+trained run read back from its record, and a clear error for a run that does not exist."""
 
 from __future__ import annotations
 
