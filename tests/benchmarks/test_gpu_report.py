@@ -3,6 +3,7 @@ SIGTERM, the page after each stage), its plan's command lines and a dry run of t
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from attn_lightning.benchmark import build_parser, main
-from attn_lightning.benchmarks.gpu_report import kernels, plan, profile
-from attn_lightning.benchmarks.gpu_report.child import KERNELS, PROFILE
+from attn_lightning.benchmarks.gpu_report import bandwidth, kernels, plan, profile
+from attn_lightning.benchmarks.gpu_report.child import COPY, KERNELS, PROFILE
 from attn_lightning.benchmarks.gpu_report.command import DEFAULT_BUDGET_S, RESERVE_S, pack, select
 from attn_lightning.benchmarks.gpu_report.runner import Stage, run_stages
 from attn_lightning.results import read_csv
@@ -215,6 +216,17 @@ def test_a_triton_row_has_its_slot_in_the_plan():
     assert "linear:triton" in plan.LINEAR  # issue 47: timed the day the registry has it
 
 
+def test_every_stage_that_times_kernels_measures_the_copy_bandwidth_first(tmp_path):
+    for sizes, device in ((plan.CUDA, "cuda"), (plan.DRY, "cpu")):
+        stages = {s.name: s for s in plan.plan(tmp_path, tmp_path, sizes)}
+        for name in ("anchor", "kernels", "normaliser", "kernels-64k"):
+            first = json.loads(stages[name].argv[-1])[0]
+            assert first[0] == COPY
+            args = bandwidth.build_parser().parse_args(first[1:])
+            assert args.device == device and args.out == tmp_path / "bandwidth"
+        assert json.loads(stages["profile"].argv[-1])[0][0] != COPY
+
+
 @pytest.mark.parametrize("at_once", [True, False])
 def test_under_the_report_a_test_failure_is_printed_when_it_happens(tmp_path, at_once):
     # A stage killed at its timeout never reaches pytest's summary: the conftest prints each
@@ -267,6 +279,11 @@ def test_dry_run_writes_the_page_after_each_stage_and_one_archive(tmp_path, caps
     assert "## Per call, H 2, D 8, B·N 32" in text
     assert "not run: needs CUDA" in text  # linear:fla, a CUDA-only contender, says so
     assert "## Top kernels by device time" in text
+    assert "- **copy_bandwidth**: `" in text and "## Achieved bandwidth" in text
+    assert "| flash | 1x2x32x8 | float32 |" in text  # the formula's row, a CPU copy bandwidth
+    assert "## auto's choice" in text  # the torch kernel only, on the CPU
+    # Skipped with its reason: not in this checkout's registry, or (once it is) needs CUDA.
+    assert "| linear:triton: linear, fused Triton kernel (issue 47) | not run: " in text
     assert "- **fla_autotune**: `reduced`" in text
     assert os.environ.get("ATTN_LIGHTNING_FLA_AUTOTUNE") != "reduced"
     _, rows = read_csv(out / "kernels" / "kernels.csv")

@@ -11,8 +11,10 @@ of 10), the normaliser before vs now, ``torch.profiler``'s top kernels of each c
 shape (``profile``), the reversal model's training step, decode vs the KV cache, N = 64k, then
 the CUDA tests and the broader per-call table as time allows. After every stage it rewrites
 ``<out>/gpu_report.md`` (the targets of docs/benchmarks.md met or not with their numbers,
-``targets``; the tables, ``page``) and ``<out>/gpu_report.tar.gz`` (every file), so a run
-killed from outside keeps what its finished stages measured.
+``targets``; the tables, ``page``; each row's achieved bandwidth against the device's copy
+bandwidth, ``bandwidth``; ``auto``'s pick against the fastest linear kernel, ``auto_choice``)
+and ``<out>/gpu_report.tar.gz`` (every file), so a run killed from outside keeps what its
+finished stages measured.
 
 Without CUDA it refuses (one line) unless ``--dry-run``: the same pipeline at toy shapes on the
 CPU. This process never touches the GPU: the stages do, so a wedged kernel costs its stage only.

@@ -1,7 +1,8 @@
 """The process of one benchmark stage: several jobs, one after another, each writing its files.
 
 A job is a ``python -m attn_lightning.benchmark`` command line (``latency ...``, ``model ...``,
-``decode ...``), ``kernels ...`` (``kernels.main``) or ``profile ...`` (``profile.main``); each is
+``decode ...``), ``kernels ...`` (``kernels.main``), ``profile ...`` (``profile.main``) or
+``copy ...`` (``bandwidth.main``: the device's copy bandwidth); each is
 imported when its first job runs (the benchmark CLI imports Lightning: seconds a stage that
 races kernels need not spend). Running them in one process saves a Python,
 torch and CUDA start-up per job, and each job's CSV and markdown are written when it ends, so a
@@ -17,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-KERNELS, PROFILE = "kernels", "profile"
+KERNELS, PROFILE, COPY = "kernels", "profile", "copy"
 # ``python -c`` program of the stage process: no entry point of its own is needed.
 PROGRAM = (
     "import sys; from attn_lightning.benchmarks.gpu_report.child import main; "
@@ -47,6 +48,10 @@ def main(argv: Sequence[str]) -> int:
                 from attn_lightning.benchmarks.gpu_report import profile
 
                 profile.main(job[1:])
+            elif job[0] == COPY:
+                from attn_lightning.benchmarks.gpu_report import bandwidth
+
+                bandwidth.main(job[1:])
             else:
                 from attn_lightning.benchmarks import cli
 

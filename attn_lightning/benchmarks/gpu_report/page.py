@@ -4,7 +4,9 @@ Sections, each from the files the stages wrote (``collect``), each left out when
 wrote nothing: the targets (``targets``), the stages (status, seconds, why), the CUDA tests, one
 table per regime of ms per causal fwd+bwd (contender × N, speed-up vs flash; fla's op is the
 anchor of the ``linear`` rows), the agreement of each contender with the float32 torch kernel and
-its first call (compilation, autotuning), the profiler's top kernels
+its first call (compilation, autotuning), each attention row's achieved bandwidth against the
+device's copy bandwidth (``bandwidth``; the copy bandwidth also in the header), ``auto``'s
+choice per shape against the fastest linear kernel (``auto_choice``), the profiler's top kernels
 (``profile/top_kernels.md``), the training step, decode, and the broader per-call table.
 """
 
@@ -15,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from attn_lightning.benchmarks import decode, plots, report, scaling
-from attn_lightning.benchmarks.gpu_report import collect, profile, targets
+from attn_lightning.benchmarks.gpu_report import auto_choice, bandwidth, collect, profile, targets
 from attn_lightning.benchmarks.gpu_report.calls import CONTENDERS, LINEAR_OUTPUTS, Shape
 from attn_lightning.benchmarks.gpu_report.kernels import KernelRow
 from attn_lightning.benchmarks.gpu_report.runner import StageResult
@@ -82,6 +84,22 @@ def kernel_section(rows: Sequence[KernelRow]) -> list[str]:
     ]
     parts.append("## Agreement, first calls and spread\n\n" + markdown_table(header, body))
     return parts + normaliser_section(rows)
+
+
+def bandwidth_section(rows: Sequence[KernelRow], copy_gb_s: float | None) -> list[str]:
+    """Achieved bandwidth of every timed attention row, against the copy bandwidth if measured."""
+    found = [
+        bandwidth.achieved(r.contender, r.shape, r.dtype, r.ms, copy_gb_s)
+        for r in rows
+        if r.contender in bandwidth.ROWS and r.ms is not None
+    ]
+    if not found:
+        return []
+    copy = "not measured" if copy_gb_s is None else f"{copy_gb_s:,.0f} GB/s"
+    return [
+        f"## Achieved bandwidth vs the memory roofline (copy bandwidth: {copy})\n\n"
+        f"{bandwidth.FORMULA}.\n\n{bandwidth.table(found)}"
+    ]
 
 
 def normaliser_section(rows: Sequence[KernelRow]) -> list[str]:
@@ -175,7 +193,12 @@ def write_page(
 ) -> str:
     """Write ``<out>/gpu_report.md`` from the stages' files; return its text."""
     kernels, decode_rows = collect.kernel_rows(out), collect.decode_rows(out)
-    found = targets.evaluate(kernels, collect.model_rows(out, "model_tokens_*.csv"), decode_rows)
+    copy_gb_s = bandwidth.read_copy(out)
+    steps = collect.model_rows(out, "model_tokens_*.csv")
+    found = targets.evaluate(kernels, steps, decode_rows, copy_gb_s=copy_gb_s)
+    copy = "not measured" if copy_gb_s is None else f"{copy_gb_s:,.0f} GB/s"
+    # Measured once per report by the first stage that times kernels (bandwidth.py).
+    meta = {**meta, "copy_bandwidth": f"{copy} (device-to-device copy, read + write, median)"}
     stage_rows = [
         [r.name, r.what, r.status, f"{r.seconds:.0f}", r.note or (r.log and f"`{r.log}`")]
         for r in results
@@ -195,6 +218,8 @@ def write_page(
         "## Tests\n\n"
         + ("\n".join(f"- {s.name}: {s.line()}" for s in tests if s) or "No test results."),
         *kernel_section(kernels),
+        *bandwidth_section(kernels, copy_gb_s),
+        *auto_choice.section(kernels),
         *profile_section(out),
         *_model_section(out),
         *_decode_section(decode_rows),

@@ -2,13 +2,17 @@
 
 The stages of ``cuda_plan`` (bf16, causal forward + backward, CUDA events):
 
+0. In each stage that times kernels (``anchor``, ``kernels``, ``normaliser``, ``kernels-64k``),
+   first: the device's copy bandwidth (``bandwidth``: a timed large device-to-device copy,
+   measured once per report, the page's roofline).
 1. ``anchor``: fla's own ``chunk_linear_attn`` (``calls``: features made outside the timing,
    normalize=True, and the raw kernel) at every shape of ``SHAPES``. First, because a report
    without it cannot judge our fla path (the 2026-11-26 run killed it), and because it pays fla's
    first-call autotuning, whose results Triton can keep on disk for the stages after it (fla
    asks it to: ``FLA_CACHE_RESULTS``).
-2. ``kernels``: SDPA flash and ``linear`` on each kernel (fla, torch, auto; triton where it
-   exists) at the same shapes, each compared with the float32 torch kernel.
+2. ``kernels``: SDPA flash and ``linear`` on each kernel (fla, torch, auto, triton; a kernel the
+   checkout lacks gives a row saying so) at the same shapes, each compared with the float32
+   torch kernel.
 3. ``normaliser``: the adapter's normaliser as it was (strided cumsum) vs as it is now.
 4. ``profile``: ``torch.profiler``'s top kernels of each contender at ``PROFILE_SHAPE``.
 5. ``model``: the reversal model's training step (width 256, 2 layers) at B·N = 64k tokens,
@@ -20,8 +24,9 @@ The stages of ``cuda_plan`` (bf16, causal forward + backward, CUDA events):
 
 The estimates are for an H100 with a cold Triton cache and ``--fla-autotune reduced`` (the
 2026-11-26 run: model 58 s, decode 18 s; fla's first calls ~20 s per (K, V) pair); stages
-1–7 are estimated at 6.7 minutes. ``dry_plan`` is the same stages at toy shapes on the CPU
-(``DRY``), float32, where the CUDA-only contenders give rows that say so.
+1–7 are estimated at 7.1 minutes (the triton rows and the copy bandwidth included).
+``dry_plan`` is the same stages at toy shapes on the CPU (``DRY``), float32, where the CUDA-only
+contenders give rows that say so.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attn_lightning.benchmarks.gpu_report.calls import Shape
-from attn_lightning.benchmarks.gpu_report.child import KERNELS, PROFILE, command
+from attn_lightning.benchmarks.gpu_report.child import COPY, KERNELS, PROFILE, command
 from attn_lightning.benchmarks.gpu_report.runner import Stage
 
 # The three regimes of docs/benchmarks.md (B·N constant within each); the targets' shapes first.
@@ -92,6 +97,7 @@ class Sizes:
     selection: str
     scale: float  # of the estimates (1 on an H100)
     cuda: bool = True
+    copy_mb: float = 1024.0  # of each tensor of the copy-bandwidth job (1 GiB: far past L2)
 
 
 CUDA = Sizes(
@@ -124,6 +130,7 @@ DRY = Sizes(
     "dispatch_rule or unknown_implementation",
     0.05,
     cuda=False,
+    copy_mb=8.0,
 )
 
 
@@ -135,6 +142,14 @@ def kernel_job(
     return shlex.split(
         f"{KERNELS} --shapes {words(*shapes)} --contenders {words(*contenders)} "
         f"{sizes.kernel_flags} --repeats {repeats} --out {words(out / 'kernels')} --tag {tag}"
+    )
+
+
+def copy_job(out: Path, sizes: Sizes) -> list[str]:
+    """The copy-bandwidth job (``bandwidth.py``) writing ``<out>/bandwidth/copy.csv`` once."""
+    device = "cuda" if sizes.cuda else "cpu"
+    return shlex.split(
+        f"{COPY} --device {device} --size-mb {sizes.copy_mb:g} --out {words(out / 'bandwidth')}"
     )
 
 
@@ -207,7 +222,8 @@ def plan(out: Path, tests_root: Path | None, sizes: Sizes) -> list[Stage]:
     k = sizes.scale
 
     def kernels(tag: str, shapes: Sequence[Shape], who: Sequence[str]) -> tuple[str, ...]:
-        return command([kernel_job(out, tag, shapes, who, sizes)])
+        # The copy bandwidth first: measured by whichever of these stages runs first.
+        return command([copy_job(out, sizes), kernel_job(out, tag, shapes, who, sizes)])
 
     every = (*ANCHOR, *LINEAR)
     stages = [
@@ -222,8 +238,8 @@ def plan(out: Path, tests_root: Path | None, sizes: Sizes) -> list[Stage]:
             "kernels",
             "flash and linear on each kernel, every shape",
             kernels("kernels", sizes.shapes, LINEAR),
-            90 * k,
-            200,
+            110 * k,  # 20 s more than before the triton rows: their first calls compile
+            220,
         ),
         Stage(
             "normaliser",
@@ -257,8 +273,8 @@ def plan(out: Path, tests_root: Path | None, sizes: Sizes) -> list[Stage]:
             "kernels-64k",
             f"every contender at {sizes.long_shape}",
             kernels("kernels_64k", [sizes.long_shape], every),
-            40 * k,
-            90,
+            45 * k,
+            100,
         ),
         Stage(
             "parity",

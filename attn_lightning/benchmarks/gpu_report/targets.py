@@ -12,7 +12,9 @@ decode ones on the ``model`` and ``decode`` rows.
 * the reversal model's training step (width 256, B·N = 64k tokens): ``linear`` faster than
   softmax from some N ≤ 8,192 on (``report.crossover``);
 * decode per token at 64k tokens of context: ``linear``'s step ≥ 10× faster than softmax's
-  preallocated KV cache.
+  preallocated KV cache;
+* issue 47: the fused Triton kernel (``linear:triton``) within 5× of the memory roofline at
+  N = 32k (H 4, D 64; ``bandwidth``: the bytes a fwd+bwd moves at the copy bandwidth).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from attn_lightning.benchmarks import decode, model_step, report
+from attn_lightning.benchmarks.gpu_report import bandwidth
 from attn_lightning.benchmarks.gpu_report.calls import Shape
 from attn_lightning.benchmarks.gpu_report.kernels import KernelRow
 
@@ -37,6 +40,7 @@ TORCH_KERNEL_SPEEDUP = 2.0
 MODEL_CROSSOVER_N = 8192
 DECODE_CONTEXT, DECODE_RATIO = 65536, 10.0
 SOFTMAX, LINEAR = "softmax", "linear"
+ROOFLINE_SHAPE, ROOFLINE_LIMIT, TRITON = Shape(2, 4, 32768, 64), 5.0, "linear:triton"
 
 
 @dataclass(frozen=True)
@@ -146,16 +150,38 @@ def decode_step(rows: Sequence[decode.DecodeRow]) -> Target:
     )
 
 
+def roofline(rows: Sequence[KernelRow], copy_gb_s: float | None) -> Target:
+    """``linear:triton``'s time over the memory roofline at ``ROOFLINE_SHAPE``."""
+    what = (
+        f"triton kernel within {ROOFLINE_LIMIT:g}× of the memory roofline at "
+        f"{_short(ROOFLINE_SHAPE)} (issue 47)"
+    )
+    row = next((r for r in rows if r.contender == TRITON and r.shape == ROOFLINE_SHAPE), None)
+    if row is None or row.ms is None or copy_gb_s is None:
+        why = "no copy bandwidth" if row and row.ms is not None else (row.note if row else "–")
+        return Target(what, why or "–", verdict(None))
+    roof = bandwidth.roofline_ms(row.shape, row.dtype, copy_gb_s)
+    moved = bandwidth.bytes_moved(row.shape, row.dtype)
+    measured = (
+        f"{row.ms:.3g} ms / {roof:.3g} ms roofline = {row.ms / roof:.2f}× ({moved / 1e6:,.0f} MB "
+        f"at {copy_gb_s:,.0f} GB/s copy; {moved / row.ms / 1e6:,.0f} GB/s achieved)"
+    )
+    return Target(what, measured, verdict(row.ms / roof <= ROOFLINE_LIMIT))
+
+
 def evaluate(
     kernels: Sequence[KernelRow],
     steps: Sequence[model_step.Row],
     decoded: Sequence[decode.DecodeRow],
+    *,
+    copy_gb_s: float | None = None,
 ) -> list[Target]:
-    """Every target, in the order of docs/benchmarks.md."""
+    """Every target, in the order of docs/benchmarks.md, then issue 47's roofline."""
     return [
         fla_path(kernels),
         *auto_vs_flash(kernels),
         torch_kernel(kernels),
         model(steps),
         decode_step(decoded),
+        roofline(kernels, copy_gb_s),
     ]

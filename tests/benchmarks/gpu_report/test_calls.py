@@ -79,3 +79,17 @@ def test_auto_names_the_kernel_it_resolves_to(monkeypatch):
     monkeypatch.setattr(fla, "resolve", lambda *a, **k: "fla")
     call = calls.linear("auto")(SHAPE, CPU, torch.float32)
     assert call.kernel == "auto: fla"
+
+
+def test_the_triton_row_is_skipped_with_its_reason(monkeypatch):
+    # A checkout whose registry lacks "triton": the row names the registry's allowed kernels.
+    def unknown(*args, **kwargs):
+        raise ValueError("unknown implementation 'triton' for attention 'linear'")
+
+    monkeypatch.setattr(calls, "build_attention", unknown)
+    with pytest.raises(calls.Unavailable, match="implementation 'triton' not available: unknown"):
+        calls.CONTENDERS["linear:triton"][1](SHAPE, CPU, torch.float32)
+    # One that has it: a Triton kernel is timed on CUDA only (the interpreter is for tests).
+    monkeypatch.setattr(calls, "build_attention", lambda *a, **k: torch.nn.Identity())
+    with pytest.raises(calls.Unavailable, match=r"needs CUDA \(a Triton kernel\)"):
+        calls.CONTENDERS["linear:triton"][1](SHAPE, CPU, torch.float32)
