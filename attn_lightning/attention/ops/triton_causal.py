@@ -1,0 +1,226 @@
+"""Our chunk-parallel causal product as fused Triton kernels: ``implementation: triton``.
+
+The same algorithm as ``causal_product`` (chunk states at once, a prefix sum over chunks, every
+chunk read out in parallel), in three kernels forward and four backward, so no (B, H, N, C) score
+tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``)::
+
+    1 states   S_c = φ(K_c)ᵀV_c, z_c = Σ φ(K_c)     grid (chunks, B·H, F·E tiles), float32
+    2 prefix   S_c ← Σ_{c'<c} S_c' (exclusive), z too; the totals are the final state
+    3 readout  out = (tril(Q_cK_cᵀ)V_c + Q_c S_c) / (offset + eps + rowsum tril(Q_cK_cᵀ) + Q_c z_c)
+    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states + reverse prefix);
+               dQ, dK (grid over F tiles) and dV (grid over E tiles), as in ``causal_product``
+
+Readout and backward run on values centred per chunk (m_c, the mean of the values before chunk
+c; exact in value, as ``centred_product``): in bf16 the uncentred terms are of size z·|v̄| and
+cancel, and their rounding cost dq a relative error of 0.10 against float64 at N = 128 for values
+of mean 2σ (centred: 0.025; the torch kernel 0.018; interpreter, F 16, Dv 8, C 32).
+
+Contract (as the torch kernel's ``causal_linear_attention``): padded keys are zero rows of φ(k)
+(the backend's job) and add nothing; the normaliser is float32 (offset + eps + intra-chunk part
++ φ(q)·z_prev); a query that sees no key gives 0; N needs no padding (a partial last chunk is
+masked in the kernels); the final state ``(S, z)``, float32 ``(B, H, F, Dv)`` and ``(B, H, F)``,
+is ``linear_attention_step``'s state after the N tokens (``return_state=True``).
+
+Precision: bf16 inputs run bf16 ``tl.dot`` operands (tensor cores) with float32 accumulation; the
+chunk states, their prefix sums, the normaliser and the backward's dDen are float32, and a state is
+rounded to bf16 only as a dot operand (as the torch kernel does). Numerator and normaliser use the
+same bf16-rounded scores, so an output stays a weighted average of values. fp16 inputs run in
+float32 (``product_dtype``: fp16's range is too small for the normaliser); float32 inputs run
+``tl.dot`` with ``input_precision="ieee"``, true float32, not TF32 (the contract says float32).
+float64 has no kernel: refused, as ``fla`` does.
+
+Devices: CUDA tensors run the compiled kernels. CPU tensors run them through Triton's interpreter
+when ``TRITON_INTERPRET=1`` (``triton.knobs.runtime.interpret``) is on — slow, for tests — and are
+refused otherwise. ``auto`` never takes this kernel: it has not been timed on a GPU yet (issue 47's
+targets are unmeasured), see ``fla.AUTO_TAKES_FLA``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from attn_lightning.attention.base import State
+from attn_lightning.attention.ops.linear_kernels import product_dtype
+from attn_lightning.attention.ops.triton_causal_kernels import kernels
+
+DEFAULT_CHUNK = 64
+MAX_TILE = 64  # F and E tiles: wider φ loops over tiles (registers bound the tile, not F)
+
+
+def interpreter_on() -> bool:
+    """Whether Triton's CPU interpreter is on (``TRITON_INTERPRET=1`` or the knob set)."""
+    return bool(triton.knobs.runtime.interpret)
+
+
+def check_runnable(v: Tensor, *, backend: str) -> None:
+    """Refuse a call the Triton kernels cannot run, naming the value and what is allowed.
+
+    Raises:
+        ValueError: a float64 tensor, or a tensor neither on CUDA nor on the CPU under
+            ``TRITON_INTERPRET=1``.
+    """
+    if v.dtype == torch.float64:
+        raise ValueError(
+            f"attention {backend!r}: implementation 'triton' has no float64 kernel; use "
+            "implementation: auto or torch for float64"
+        )
+    if v.device.type == "cuda" or (v.device.type == "cpu" and interpreter_on()):
+        return
+    raise ValueError(
+        f"attention {backend!r}: implementation 'triton' runs on CUDA tensors (or CPU tensors "
+        f"under TRITON_INTERPRET=1, for tests), got a {v.device.type} tensor; use "
+        "implementation: auto or torch"
+    )
+
+
+def _tile(width: int) -> int:
+    """A power of two ≥ 16 (``tl.dot``'s minimum) covering ``width``, at most ``MAX_TILE``."""
+    return min(max(16, triton.next_power_of_2(width)), MAX_TILE)
+
+
+def _references(v3: Tensor, chunk: int) -> Tensor:
+    """Chunk c's centring reference (``_grad_qk``): the float32 mean of the values before chunk c,
+    v's first value for chunk 0 — ``(BH, N, E) -> (BH, NC, E)``, only earlier positions."""
+    bh, n, e = v3.shape
+    nc = triton.cdiv(n, chunk)
+    sums = torch.zeros(bh, nc * chunk, e, dtype=torch.float32, device=v3.device)
+    sums[:, :n] = v3
+    before = sums.view(bh, nc, chunk, e).sum(2).cumsum(1)[:, :-1]  # Σ v over chunks 0..c-1
+    counts = torch.arange(1, nc, device=v3.device, dtype=torch.float32)[:, None] * chunk
+    return torch.cat([v3[:, :1].float(), before / counts], dim=1)
+
+
+class _TritonProduct(torch.autograd.Function):
+    """``(num / den, S_end, z_end)`` on ``(B, H, N, ·)`` inputs of one dtype; module docstring."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, shift: float, chunk: int):
+        b, h, n, f = q.shape
+        e, bh, nc = v.shape[-1], b * h, triton.cdiv(n, chunk)
+        q3, k3, v3 = (x.contiguous().view(bh, n, x.shape[-1]) for x in (q, k, v))
+        bf, be = _tile(f), _tile(e)
+        nft, net = triton.cdiv(f, bf), triton.cdiv(e, be)
+        sizes = {"C": chunk, "BF": bf, "BE": be}
+        # tf32 is ignored for bf16 operands. The interpreter's tl.dot multiplies bf16 bit
+        # patterns as integers (Triton 3.8), so there the (bf16-rounded) operands go in as float32.
+        prec = "ieee" if q.dtype == torch.float32 else "tf32"
+        interpreted = q.device.type != "cuda"
+        kn = kernels(interpreted)
+        dots = {"PREC": prec, "DOT": tl.float32 if interpreted or prec == "ieee" else tl.bfloat16}
+        f32 = torch.float32
+        s, z = q.new_empty(bh, nc, f, e, dtype=f32), q.new_empty(bh, nc, f, dtype=f32)
+        s_end, z_end = q.new_empty(bh, f, e, dtype=f32), q.new_empty(bh, f, dtype=f32)
+        out, den = torch.empty_like(v3), q.new_empty(bh, n, dtype=f32)
+        mean = _references(v3, chunk)
+        keep = v3.dtype != torch.float32  # backward's float32 copy of out (``_readout``)
+        out32 = q.new_empty(bh, n, e, dtype=f32) if keep else out
+        kn.states[(nc, bh, nft * net)](
+            k3, v3, s, s, s, z, n, f, e, nc, net, SCALED=False, **dots, **sizes
+        )
+        kn.prefix[(bh, nft * net)](s, z, s_end, z_end, f, e, nc, net, BF=bf, BE=be, REVERSE=False)
+        kn.readout[(nc, bh, net)](
+            q3,
+            k3,
+            v3,
+            mean,
+            s,
+            z,
+            out,
+            out32,
+            den,
+            shift,
+            n,
+            f,
+            e,
+            nc,
+            nft,
+            KEEP=keep,
+            **dots,
+            **sizes,
+        )
+        ctx.save_for_backward(q3, k3, v3, mean, s, z, out32, den)
+        ctx.meta = (b, h, nc, nft, net, sizes, dots)
+        ctx.mark_non_differentiable(s_end, z_end)
+        return out.view(b, h, n, e), s_end.view(b, h, f, e), z_end.view(b, h, f)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor, *_state_grads: Tensor):
+        q3, k3, v3, mean, s, z, out, den = ctx.saved_tensors
+        b, h, nc, nft, net, sizes, dots = ctx.meta
+        bh, n, f = q3.shape
+        e = v3.shape[-1]
+        kn = kernels(q3.device.type != "cuda")
+        grad = grad_out.to(v3.dtype).contiguous().view(bh, n, e)
+        gden, gden_c = torch.empty_like(den), torch.empty_like(den)
+        kn.delta[(nc, bh)](
+            grad, out, den, mean, gden, gden_c, n, e, nc, net, C=sizes["C"], BE=sizes["BE"]
+        )
+        r, rz = torch.empty_like(s), torch.empty_like(z)  # R_c, r_c: sums over later chunks
+        kn.states[(nc, bh, nft * net)](
+            q3, grad, den, gden, r, rz, n, f, e, nc, net, SCALED=True, **dots, **sizes
+        )
+        kn.prefix[(bh, nft * net)](r, rz, r, rz, f, e, nc, net, BF=sizes["BF"], BE=sizes["BE"],
+                                   REVERSE=True)  # fmt: skip
+        dq, dk, dv = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(v3)
+        kn.grad_qk[(nc, bh, nft)](
+            q3,
+            k3,
+            v3,
+            mean,
+            grad,
+            den,
+            gden_c,
+            s,
+            z,
+            r,
+            rz,
+            dq,
+            dk,
+            n,
+            f,
+            e,
+            nc,
+            net,
+            **dots,
+            **sizes,
+        )
+        kn.grad_v[(nc, bh, net)](q3, k3, grad, den, r, dv, n, f, e, nc, nft, **dots, **sizes)
+        return dq.view(b, h, n, f), dk.view(b, h, n, f), dv.view(b, h, n, e), None, None
+
+
+def triton_causal_linear_attention(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    *,
+    offset: float,
+    eps: float,
+    chunk_size: int = DEFAULT_CHUNK,
+    return_state: bool = False,
+) -> Tensor | tuple[Tensor, State]:
+    """``linear_kernels.causal_linear_attention`` with the fused Triton kernels.
+
+    Args:
+        phi_q, phi_k: ``(B, H, N, F)`` features (padded keys already zero rows).
+        v: ``(B, H, N, Dv)``; the output has its dtype.
+        offset, eps: the normaliser is ``offset + eps + φ(q_i)ᵀΣ_{j≤i}φ(k_j)``.
+        chunk_size: tokens per chunk, a power of two ≥ 16 (``tl.dot``'s minimum tile).
+        return_state: also return the final ``(S, z)`` (float32, ``linear_attention_step``'s).
+
+    Raises:
+        ValueError: ``chunk_size`` not a power of two ≥ 16, a float64 tensor, or a device the
+            kernels cannot run on (``check_runnable``).
+    """
+    valid = isinstance(chunk_size, int) and not isinstance(chunk_size, bool)
+    if not valid or chunk_size < 16 or chunk_size & (chunk_size - 1):
+        raise ValueError(f"chunk_size must be a power of two >= 16, got {chunk_size!r}")
+    check_runnable(v, backend="triton kernel")
+    dtype = product_dtype(v.dtype)
+    with torch.autocast(device_type=v.device.type, enabled=False):
+        q, k, vv = phi_q.to(dtype), phi_k.to(dtype), v.to(dtype)
+        out, s_end, z_end = _TritonProduct.apply(q, k, vv, float(offset + eps), chunk_size)
+    out = out.to(v.dtype)
+    return (out, (s_end, z_end)) if return_state else out

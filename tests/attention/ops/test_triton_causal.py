@@ -1,0 +1,134 @@
+"""The fused Triton causal product under Triton's CPU interpreter: outputs and gradients against
+the float64 masked product and the torch kernel, normaliser, zero-key queries, final state.
+
+Interpreted kernels come from ``triton_causal_kernels.kernels(True)``, chosen per call for CPU
+tensors; the fixture turns the interpreter on through ``TRITON_INTERPRET`` for each test only, so
+no other test (nor a CUDA test's compiled kernels) sees it. Tiny shapes: the interpreter is slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_lightning.attention.ops.causal_product import normalised_causal_product
+from attn_lightning.attention.ops.linear_kernels import linear_attention_step
+from attn_lightning.attention.ops.triton_causal import (
+    check_runnable,
+    interpreter_on,
+    triton_causal_linear_attention,
+)
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert interpreter_on()
+
+
+def _inputs(n, f, e, dtype, mean=0.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.rand(2, 2, n, f, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 2, n, e, generator=g, dtype=torch.float64) + mean
+    grad = torch.randn(2, 2, n, e, generator=g, dtype=torch.float64)
+    return [t.to(dtype) for t in (q, k, v, grad)]
+
+
+def _reference(q, k, v, shift):
+    """Float64 ``Σ_{j≤i} s_ij v_j / (shift + Σ_{j≤i} s_ij)``, 0 where the normaliser is 0."""
+    s = (q @ k.transpose(-1, -2)).tril()
+    den = shift + s.sum(-1, keepdim=True)
+    return s @ v / den.masked_fill(den == 0, 1.0)
+
+
+def _relative(got, want):
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+def _run(fn, tensors):
+    """Output and (dq, dk, dv) of ``fn`` for ``tensors = (q, k, v, grad)``."""
+    q, k, v, grad = tensors
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(grad.to(out.dtype))
+    return out, [t.grad for t in leaves]
+
+
+# N 37 with chunks of 16: two full chunks and a partial one; F 80, E 70: two tiles of each.
+@pytest.mark.parametrize("n,f,e", [(37, 8, 16), (37, 80, 70)])
+@pytest.mark.parametrize("shift", [1e-6, 1.0])
+def test_float32_matches_float64_reference_and_torch_kernel(interpret, n, f, e, shift):
+    tensors = _inputs(n, f, e, torch.float32, mean=1.0)
+    out, grads = _run(
+        lambda a, b, c: triton_causal_linear_attention(
+            a, b, c, offset=shift - 1e-6, eps=1e-6, chunk_size=16
+        ),
+        tensors,
+    )
+    ref, ref_grads = _run(lambda a, b, c: _reference(a, b, c, shift), [t.double() for t in tensors])
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+    padded = [torch.nn.functional.pad(t, (0, 0, 0, 48 - n)) for t in tensors]
+    torch_out, torch_grads = _run(
+        lambda a, b, c: normalised_causal_product(a, b, c, 16, shift), padded
+    )
+    torch.testing.assert_close(out, torch_out[:, :, :n], rtol=1e-5, atol=1e-6)
+    for got, want in zip(grads, torch_grads):
+        torch.testing.assert_close(got, want[:, :, :n], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mean", [0.0, 2.0])  # values with a mean: the centred backward's case
+def test_bfloat16_matches_float64_reference(interpret, mean):
+    tensors = _inputs(100, 16, 8, torch.bfloat16, mean=mean)
+    out, grads = _run(
+        lambda a, b, c: triton_causal_linear_attention(
+            a, b, c, offset=0.0, eps=1e-6, chunk_size=32
+        ),
+        tensors,
+    )
+    ref, ref_grads = _run(lambda a, b, c: _reference(a, b, c, 1e-6), [t.double() for t in tensors])
+    assert out.dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g in grads)
+    assert _relative(out, ref) < 1e-2
+    for got, want in zip(grads, ref_grads):
+        assert _relative(got, want) < 3e-2
+
+
+def test_query_that_sees_no_key_gives_zero_and_padding_adds_nothing(interpret):
+    q, k, v, grad = _inputs(37, 8, 16, torch.float32)
+    k[:, :, :5] = 0.0  # the first five keys padded (zero features, as the backends pass them)
+    out, grads = _run(
+        lambda a, b, c: triton_causal_linear_attention(a, b, c, offset=0.0, eps=0.0, chunk_size=16),
+        (q, k, v, grad),
+    )
+    assert torch.equal(out[:, :, :5], torch.zeros_like(out[:, :, :5]))
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
+    ref = _reference(q.double(), k.double(), v.double(), 0.0)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_final_state_is_the_recurrent_step_state(interpret):
+    q, k, v, _ = _inputs(37, 8, 16, torch.float32)
+    _, (s, z) = triton_causal_linear_attention(
+        q, k, v, offset=0.0, eps=1e-6, chunk_size=16, return_state=True
+    )
+    state = None
+    for t in range(37):
+        _, state = linear_attention_step(
+            q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state
+        )
+    assert s.dtype == z.dtype == torch.float32
+    torch.testing.assert_close(s, state[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(z, state[1], rtol=1e-5, atol=1e-5)
+
+
+def test_refusals_name_the_value(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    x = torch.rand(1, 1, 16, 16)
+    with pytest.raises(ValueError, match=r"runs on CUDA tensors .* got a cpu tensor"):
+        check_runnable(x, backend="linear")
+    with pytest.raises(ValueError, match="no float64 kernel"):
+        check_runnable(x.double(), backend="linear")
+    with pytest.raises(ValueError, match="power of two >= 16, got 24"):
+        triton_causal_linear_attention(x, x, x, offset=0.0, eps=1e-6, chunk_size=24)
