@@ -4,8 +4,9 @@ Linear (Katharopoulos), Performer (FAVOR+), PolySketch and mean pooling only def
 non-causal, causal-chunked and recurrent forms all come from ``linear_kernels`` (one kernel, no
 per-variant copies). ``implementation`` picks the kernel of the causal product: ``torch`` (our
 chunked ``causal_product``), ``fla`` (flash-linear-attention's fused Triton kernel, CUDA only:
-``ops/fla.py``) or ``auto`` (fla for half-precision CUDA tensors when fla-core is installed,
-torch otherwise). The non-causal product and ``step`` are the same under every choice.
+``ops/fla.py``), ``triton`` (our chunk-parallel product as fused Triton kernels, CUDA, or CPU
+under ``TRITON_INTERPRET=1``: ``ops/triton_causal.py``) or ``auto`` (the torch kernel for now:
+``fla.AUTO_TAKES_FLA``). The non-causal product and ``step`` are the same under every choice.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ class FeatureMapAttention(Attention):
 
     Args:
         head_dim: D.
-        chunk_size: tokens per chunk of the torch causal kernel (fla's kernel uses its own 64).
+        chunk_size: tokens per chunk of the torch causal kernel (fla's and triton's use 64).
         eps: added to the normaliser.
-        implementation: ``auto``, ``torch`` or ``fla``, the causal product's kernel (module
-            docstring). ``fla`` without fla-core fails here; on a non-CUDA tensor, in forward.
+        implementation: ``auto``, ``torch``, ``fla`` or ``triton``, the causal product's kernel
+            (module docstring). ``fla`` without fla-core fails here; on a non-CUDA tensor (and
+            ``triton`` without the interpreter there), in forward.
     """
 
     supports_recurrence = True
@@ -80,7 +82,7 @@ class FeatureMapAttention(Attention):
     ) -> Tensor:
         kernel = fla.resolve(self.implementation, v, backend=self.name)  # refuses before φ
         bf16 = q.dtype == product_dtype(v.dtype) == torch.bfloat16
-        low = bf16 and causal and kernel == "torch" and self.features_in_bf16
+        low = bf16 and causal and kernel in ("torch", "triton") and self.features_in_bf16
         dtype = torch.bfloat16 if low else None  # φ in the GEMMs' dtype, or float32 at least
         phi_q = self.features(q, is_query=True, dtype=dtype)
         phi_k = self.features(k, is_query=False, dtype=dtype)
@@ -92,6 +94,12 @@ class FeatureMapAttention(Attention):
             return linear_attention(phi_q, phi_k, v, offset=offset, eps=eps)
         if kernel == "fla":
             return fla.fla_causal_linear_attention(phi_q, phi_k, v, offset=offset, eps=eps)
+        if kernel == "triton":  # imported here: Triton loads only for calls that ask for it
+            from attn_lightning.attention.ops.triton_causal import triton_causal_linear_attention
+
+            out = triton_causal_linear_attention(phi_q, phi_k, v, offset=offset, eps=eps)
+            assert isinstance(out, Tensor)  # return_state=False: the output alone
+            return out
         return causal_linear_attention(
             phi_q, phi_k, v, chunk_size=self.chunk_size, offset=offset, eps=eps
         )

@@ -68,7 +68,7 @@ from torch import Tensor
 from attn_lightning.attention.ops import fla_autotune
 from attn_lightning.attention.ops.causal_normaliser import causal_normaliser
 
-IMPLEMENTATIONS = ("auto", "torch", "fla")
+IMPLEMENTATIONS = ("auto", "torch", "fla", "triton")
 PACKAGE = "fla-core"
 MIN_VERSION = (0, 5, 1)  # [B, T, H, K] layout, no head_first flag, the signatures used here
 INSTALL = "pip install -e '.[gpu]' (or pip install 'fla-core>=0.5.1')"
@@ -83,7 +83,9 @@ MAX_TILE = 128  # fla's widest dv-kernel tile (Hopper; 64 or 32 on smaller GPUs:
 # each (batch, head), was slower than the torch kernel from N = 1,024 up (fwd + bwd at N = 32k:
 # 29.8 vs 4.5 ms) — most of it this adapter's strided normaliser scan, not fla (a profile on an
 # H100, 2026-11-28; now chunked). ``implementation: fla`` runs every width, bf16 on padded
-# widths (``fla_widths``).
+# widths (``fla_widths``). ``auto`` never takes ``triton`` either (our fused chunk-parallel kernel,
+# ``triton_causal``): it is verified on the CPU under Triton's interpreter but has not been timed
+# on a GPU (issue 47's targets are unmeasured); ``implementation: triton`` runs it as asked.
 AUTO_TAKES_FLA = False
 
 # fla's chunk op: (q, k, v, *, scale, normalize) -> (out, final state); [B, T, H, ·] tensors.
@@ -138,7 +140,8 @@ def choose(implementation: str, device_type: str, dtype: torch.dtype, *, install
 
     ``auto`` takes the torch kernel while ``AUTO_TAKES_FLA`` is False (see there); were it True,
     it would take fla for CUDA tensors in bf16/fp16 when fla-core is installed. ``torch`` and
-    ``fla`` are taken as asked (``resolve`` checks that ``fla`` can run).
+    ``fla`` and ``triton`` are taken as asked (``resolve`` checks that they can run); ``auto``
+    never takes ``triton`` (see ``AUTO_TAKES_FLA``).
     """
     if implementation == "auto":
         fla_ok = AUTO_TAKES_FLA and installed
@@ -150,9 +153,16 @@ def resolve(implementation: str, v: Tensor, *, backend: str) -> str:
     """``choose`` for a call whose values are ``v``, refusing an ``fla`` that cannot run.
 
     Raises:
-        ValueError: ``fla`` asked for a tensor that is not on CUDA, or a float64 one.
+        ValueError: ``fla`` or ``triton`` asked for a tensor that is not on CUDA (``triton``:
+            nor on the CPU under ``TRITON_INTERPRET=1``), or a float64 one.
         ModuleNotFoundError: ``fla`` asked for without fla-core (``check_installed``).
     """
+    if implementation == "triton":
+        # Imported here: Triton loads only for calls that ask for it.
+        from attn_lightning.attention.ops.triton_causal import check_runnable
+
+        check_runnable(v, backend=backend)
+        return "triton"
     if implementation == "fla":
         if v.device.type != "cuda":
             raise ValueError(

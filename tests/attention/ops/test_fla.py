@@ -289,8 +289,10 @@ def test_fla_without_a_usable_package_fails_at_build_time(monkeypatch, version, 
 
 
 def test_unknown_implementation_lists_the_allowed():
-    with pytest.raises(ValueError, match=r"implementation 'triton'.*allowed: auto, torch, fla"):
-        build_attention("performer", head_dim=4, implementation="triton")
+    with pytest.raises(
+        ValueError, match=r"implementation 'cuda'.*allowed: auto, torch, fla, triton"
+    ):
+        build_attention("performer", head_dim=4, implementation="cuda")
 
 
 def test_every_feature_map_backend_takes_the_option():

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attn_lightning.attention import build_attention
+from attn_lightning.attention.ops import fla
 from attn_lightning.attention.ops.causal_product import normalised_causal_product
 from attn_lightning.attention.ops.linear_kernels import linear_attention_step
 from attn_lightning.attention.ops.triton_causal import (
@@ -132,3 +134,35 @@ def test_refusals_name_the_value(monkeypatch):
         check_runnable(x.double(), backend="linear")
     with pytest.raises(ValueError, match="power of two >= 16, got 24"):
         triton_causal_linear_attention(x, x, x, offset=0.0, eps=1e-6, chunk_size=24)
+
+
+@pytest.mark.parametrize("name", ["linear", "mean", "performer", "polysketch"])
+def test_backends_with_triton_match_the_torch_kernel(interpret, name):
+    torch.manual_seed(0)
+    triton_attn = build_attention(name, head_dim=4, implementation="triton")
+    torch_attn = build_attention(name, head_dim=4, implementation="torch")
+    torch_attn.load_state_dict(triton_attn.state_dict())  # the same random features
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 20, 4, generator=g) for _ in range(3))
+    mask = torch.ones(2, 20, dtype=torch.bool)
+    mask[1, 13:] = False
+    outs, grads = [], []
+    for attn in (triton_attn, torch_attn):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = attn(*leaves, causal=True, key_padding_mask=mask)
+        out.square().sum().backward()
+        outs.append(out)
+        # mean pooling ignores q: its gradient is None under both kernels
+        grads.append([t.grad for t in leaves])
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-5)
+
+
+def test_backend_with_triton_on_a_cpu_tensor_is_one_line(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    attn = build_attention("linear", head_dim=4, implementation="triton")
+    x = torch.randn(1, 1, 3, 4)
+    with pytest.raises(ValueError, match="implementation 'triton' runs on CUDA") as err:
+        attn(x, x, x, causal=True)
+    assert "implementation: auto" in str(err.value) and "\n" not in str(err.value)
+    assert fla.resolve("auto", x, backend="linear") == "torch"  # auto never takes triton
