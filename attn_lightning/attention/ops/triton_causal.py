@@ -33,6 +33,12 @@ Devices: CUDA tensors run the compiled kernels. CPU tensors run them through Tri
 when ``TRITON_INTERPRET=1`` (``triton.knobs.runtime.interpret``) is on — slow, for tests — and are
 refused otherwise. ``auto`` never takes this kernel: it has not been timed on a GPU yet (issue 47's
 targets are unmeasured), see ``fla.AUTO_TAKES_FLA``.
+
+Verified (2026-11-28): outputs, gradients, normaliser, padding, zero-key queries and the final state
+under the interpreter against float64 and the torch kernel (``tests/attention/ops/
+test_triton_causal.py``); all six kernels compile for sm_90 (bf16 and fp32, Triton 3.8, no GPU at
+hand). They have not yet run compiled on a GPU: ``tests/attention/test_triton_cuda.py`` does that
+where one is present, and ``gpu-report``'s triton rows time them.
 """
 
 from __future__ import annotations
