@@ -38,6 +38,7 @@ from attn_lightning.studies.lora.jobs import mlp_jobs, transformer_jobs, variant
 from attn_lightning.studies.lora.lrsweep import (
     ADAPTATIONS,
     HEADS,
+    LRS_FLAGS,
     SWEEP_LRS,
     lrsweep_all_jobs,
     run_lrsweep,
@@ -129,7 +130,7 @@ def _ranks_and_domains(p: argparse.ArgumentParser) -> None:
 
 def _add_lrsweep(sweep: argparse.ArgumentParser) -> None:
     group = sweep.add_argument_group("learning rates per adaptation, chosen on validation")
-    for adaptation, flag in zip(SWEEP_LRS, ("base", "full", "lora", "scratch"), strict=True):
+    for adaptation, flag in LRS_FLAGS.items():
         group.add_argument(
             f"--lrs-{flag}",
             nargs="+",

@@ -30,12 +30,17 @@ from attn_lightning.studies.lora.runs import (
 from attn_lightning.studies.runner import Variant
 
 log = logging.getLogger("attn_lightning.studies.lora")
-SWEEP_LRS = {  # per-adaptation learning-rate grids, the defaults of --lrs-<adaptation>
-    "base": [1e-3, 3e-3, 1e-2],
-    "full": [3e-4, 1e-3, 3e-3],  # every weight moves: smaller steps
-    "lora": [1e-3, 3e-3, 1e-2],
-    "lora_scratch": [1e-3, 3e-3, 1e-2],
+# Per-adaptation learning-rate grids, the defaults of --lrs-<adaptation>. Widened from the first
+# 3-rate grids (issue 46) where mnist5k's choices sat at an edge: the base and every full
+# fine-tune chose the top rate (one above, now interior), LoRA rows the top (two above) or the
+# bottom (one below), LoRA from scratch rows the top (two above).
+SWEEP_LRS = {
+    "base": [1e-3, 3e-3, 1e-2, 3e-2],
+    "full": [3e-4, 1e-3, 3e-3, 1e-2],  # every weight moves: smaller steps
+    "lora": [3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1],
+    "lora_scratch": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1],
 }
+LRS_FLAGS = {"base": "base", "full": "full", "lora": "lora", "lora_scratch": "scratch"}
 HEADS = {  # the head (fc3) in a LoRA run; the student's "LoRA on all three layers" is "lora"
     "lora": ("model.init_args.target_modules=[fc1, fc2, fc3]",),  # adapted by LoRA: 1,050·r
     "frozen": ("model.init_args.target_modules=[fc1, fc2]",),  # not adapted: 976·r

@@ -19,6 +19,7 @@ from typing import Any
 from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import format_mean_std, mean_std
+from attn_lightning.studies.lora.lrsweep import LRS_FLAGS, SWEEP_LRS
 from attn_lightning.studies.lora.lrsweep_pattern import pattern_section
 from attn_lightning.studies.lora.lrsweep_report import sweep_section, sweep_summary
 from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, read_runs, runs_csv
@@ -29,7 +30,7 @@ COMMANDS = """```bash
 nice -n 19 python -m attn_lightning.studies.lora mlp          # ~130 runs
 nice -n 19 python -m attn_lightning.studies.lora variants     # ~18 runs, after mlp
 nice -n 19 python -m attn_lightning.studies.lora transformer  # ~25 runs
-nice -n 19 python -m attn_lightning.studies.lora lrsweep      # 801 runs (--plan: count)
+nice -n 19 python -m attn_lightning.studies.lora lrsweep      # 1443 runs (--plan: count)
 python -m attn_lightning.studies.lora report                  # tables from the CSVs
 ```
 
@@ -160,6 +161,10 @@ def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
     heads = values("head")
     if heads:
         options.append("--heads " + " ".join(heads))
+    for adaptation, flag in LRS_FLAGS.items():  # a grid other than today's default is named
+        ran = {r.info["lr"] for r in sweep if r.info["adaptation"] == adaptation} - {""}
+        if ran and ran != {f"{lr:g}" for lr in SWEEP_LRS[adaptation]}:
+            options.append(f"--lrs-{flag} " + " ".join(sorted(ran, key=float)))
     return [
         "These runs (`lrsweep`; add `--work DIR` for where its logs and checkpoints go):",
         "",

@@ -69,7 +69,7 @@ def test_old_and_new_spellings_plan_the_same(tmp_path, caplog):
     caplog.clear()
     with pytest.warns(FutureWarning):
         main(["--part", "lrsweep", *argv])
-    assert caplog.text == new and "801 runs planned" in new
+    assert caplog.text == new and "1443 runs planned" in new
 
 
 def _commands() -> list[list[str]]:

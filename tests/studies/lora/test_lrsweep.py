@@ -154,17 +154,18 @@ def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
 def test_plan_counts_every_run(tmp_path, caplog):
     args = _args(tmp_path)
     jobs = lrsweep.lrsweep_all_jobs(args)
-    # (3 base lrs + 3 domains × (before + 3 full lrs + 2 adaptations × 2 heads × 7 ranks × 3
-    # lrs)) × 3 seeds
-    assert len(jobs) == 3 * (3 + 3 * (1 + 3 + 2 * 2 * 7 * 3)) == 801
+    # (4 base lrs + 3 domains × (before + 4 full lrs + 2 heads × 7 ranks × (6 LoRA lrs + 5
+    # from-scratch lrs))) × 3 seeds
+    assert len(jobs) == 3 * (4 + 3 * (1 + 4 + 2 * 7 * (6 + 5))) == 1443
     small = _args(
         tmp_path, "--seeds", "0", "--ranks", "4", "--domains", "rotated", "--heads", "lora"
     )
-    assert len(lrsweep.lrsweep_all_jobs(small)) == 3 + 1 + 3 + 2 * 3
+    assert len(lrsweep.lrsweep_all_jobs(small)) == 4 + 1 + 4 + 6 + 5
     with caplog.at_level(logging.INFO, logger="attn_lightning.studies.lora"):
         cli.main(["lrsweep", "--plan", "--out", str(tmp_path / "lora"), "--work", str(tmp_path)])
-    assert "801 runs planned (9 base, 9 before, 27 full, 378 lora, 378 lora_scratch)" in caplog.text
-    assert "0 done, 801 to run; ~20 s per run (--seconds-per-run): ~4.5 h" in caplog.text
+    planned = "1443 runs planned (12 base, 9 before, 36 full, 756 lora, 630 lora_scratch)"
+    assert planned in caplog.text
+    assert "0 done, 1443 to run; ~20 s per run (--seconds-per-run): ~8.0 h" in caplog.text
     assert not (tmp_path / "lora.md").exists()  # --plan runs and writes nothing
 
 

@@ -76,6 +76,8 @@ def test_the_committed_tables_regenerate_from_the_committed_runs(tmp_path):
     ours = (tmp_path / "lora.md").read_text().replace(str(tmp_path), "docs/results")
     ours = machine.sub("Machine: (this one),", ours)
     assert "lora lrsweep --out docs/results/lora --seeds 0 1 2 --source digits" in ours
+    # The digits ran the first 3-rate grids, not today's defaults: the command names them.
+    assert "--lrs-base 0.001 0.003 0.01 --lrs-full 0.0003 0.001 0.003 --lrs-lora 0.001" in ours
     assert ours == machine.sub("Machine: (this one),", (DOCS / "lora.md").read_text())
     _, rows = read_csv(tmp_path / "lora_lrsweep_summary.csv")
     assert len(rows) == 267 and sum(r["chosen"] == "True" for r in rows) > 0
@@ -97,4 +99,5 @@ def test_the_committed_mnist5k_tables_regenerate_from_their_runs(tmp_path):
     ours = (tmp_path / "lora_mnist5k.md").read_text().replace(str(tmp_path), "docs/results")
     assert machine.sub("M,", ours) == machine.sub("M,", (DOCS / "lora_mnist5k.md").read_text())
     assert "lrsweep --out docs/results/lora_mnist5k --seeds 0 1 2 --source mnist5k" in ours
+    assert "--lrs-" not in ours  # widened to today's default grids (issue 46)
     assert not (tmp_path / "lora_mnist5k_summary.csv").exists()  # no mlp/variants/transformer
