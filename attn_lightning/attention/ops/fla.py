@@ -85,7 +85,7 @@ MAX_TILE = 128  # fla's widest dv-kernel tile (Hopper; 64 or 32 on smaller GPUs:
 # H100, 2026-11-28; now chunked). ``implementation: fla`` runs every width, bf16 on padded
 # widths (``fla_widths``). ``auto`` never takes ``triton`` either (our fused chunk-parallel kernel,
 # ``triton_causal``): it is verified on the CPU under Triton's interpreter but has not been timed
-# on a GPU (issue 47's targets are unmeasured); ``implementation: triton`` runs it as asked.
+# on a GPU (its speed targets are unmeasured); ``implementation: triton`` runs it as asked.
 AUTO_TAKES_FLA = False
 
 # fla's chunk op: (q, k, v, *, scale, normalize) -> (out, final state); [B, T, H, ·] tensors.

@@ -1,4 +1,4 @@
-"""Issue 48 item 4's evidence: per measured shape, the fastest ``linear`` kernel and auto's pick.
+"""The evidence for ``auto``: per measured shape, the fastest ``linear`` kernel and auto's pick.
 
 The rule ``auto`` must keep: at a measured shape it never picks a kernel more than ``TOLERANCE``
 (10 %) slower than another kernel measured there. Per shape where at least one of ``KERNELS`` was

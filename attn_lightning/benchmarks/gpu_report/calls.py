@@ -244,7 +244,7 @@ CONTENDERS: dict[str, tuple[str, Maker]] = {
     "linear:fla": ("linear, fla kernel (our adapter)", linear("fla")),
     "linear:torch": ("linear, torch kernel", linear("torch")),
     "linear:auto": ("linear, implementation auto", linear("auto")),
-    "linear:triton": ("linear, fused Triton kernel (issue 47)", linear("triton")),
+    "linear:triton": ("linear, fused Triton kernel (ours)", linear("triton")),
     "normaliser:old": ("normaliser, strided cumsum (before)", normaliser("old")),
     "normaliser:new": ("normaliser, by chunks (ops/causal_normaliser.py)", normaliser("new")),
 }

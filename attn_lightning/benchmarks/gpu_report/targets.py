@@ -13,7 +13,7 @@ decode ones on the ``model`` and ``decode`` rows.
   softmax from some N ≤ 8,192 on (``report.crossover``);
 * decode per token at 64k tokens of context: ``linear``'s step ≥ 10× faster than softmax's
   preallocated KV cache;
-* issue 47: the fused Triton kernel (``linear:triton``) within 5× of the memory roofline at
+* the fused Triton kernel (``linear:triton``) within 5× of the memory roofline at
   N = 32k (H 4, D 64; ``bandwidth``: the bytes a fwd+bwd moves at the copy bandwidth).
 """
 
@@ -154,7 +154,7 @@ def roofline(rows: Sequence[KernelRow], copy_gb_s: float | None) -> Target:
     """``linear:triton``'s time over the memory roofline at ``ROOFLINE_SHAPE``."""
     what = (
         f"triton kernel within {ROOFLINE_LIMIT:g}× of the memory roofline at "
-        f"{_short(ROOFLINE_SHAPE)} (issue 47)"
+        f"{_short(ROOFLINE_SHAPE)}"
     )
     row = next((r for r in rows if r.contender == TRITON and r.shape == ROOFLINE_SHAPE), None)
     if row is None or row.ms is None or copy_gb_s is None:
@@ -176,7 +176,7 @@ def evaluate(
     *,
     copy_gb_s: float | None = None,
 ) -> list[Target]:
-    """Every target, in the order of docs/benchmarks.md, then issue 47's roofline."""
+    """Every target, in the order of docs/benchmarks.md, then the Triton kernel's roofline."""
     return [
         fla_path(kernels),
         *auto_vs_flash(kernels),

@@ -31,7 +31,7 @@ from attn_lightning.studies.runner import Variant
 
 log = logging.getLogger("attn_lightning.studies.lora")
 # Per-adaptation learning-rate grids, the defaults of --lrs-<adaptation>. Widened from the first
-# 3-rate grids (issue 46) where mnist5k's choices sat at an edge: the base and every full
+# 3-rate grids where mnist5k's choices sat at an edge: the base and every full
 # fine-tune chose the top rate (one above, now interior), LoRA rows the top (two above) or the
 # bottom (one below), LoRA from scratch rows the top (two above).
 SWEEP_LRS = {
