@@ -19,17 +19,24 @@ file's ``log_dir``, read by ``results.curves.read_scalars``) gives the run's own
 A run's ``status`` is the report's word for it: ``ok`` (test metrics present), ``no test`` (a
 metrics file without them) or ``unfinished`` (a folder under ``logs/<experiment>/`` without a
 metrics file: still running, crashed or timed out).
+
+The study runner no longer asks its runs for a metrics file: a run it trained is its run record,
+``logs/<experiment>/<label>-s<seed>/record.json`` (``results.records.load_run``). Both are read:
+the metrics files of earlier sweeps, then the records of runs without one (a record whose fit is
+not ``ok`` counts as ``unfinished``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.curves import read_scalars, series
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import RunResult, load_run
+from attn_lightning.results.run_files import RECORD
 from attn_lightning.studies.reversal.dynamics import (
     VAL_TAG,
     best_validation,
@@ -39,7 +46,7 @@ from attn_lightning.studies.reversal.dynamics import (
     spike_steps,
     steps_to_threshold,
 )
-from attn_lightning.studies.runner import Runner, Variant, run_label
+from attn_lightning.studies.runner import run_label
 
 log = logging.getLogger("attn_lightning.studies.reversal")
 
@@ -81,47 +88,69 @@ def run_facts(log_dir: Path, threshold: float) -> dict[str, Any]:
     }
 
 
-def _read(runner: Runner, root: Path, name: tuple[str, int], threshold: float) -> RunResult:
-    label, seed = name
-    run = runner.run(Variant(label), seed)
-    # Only the test metrics: the fit's and the validation's are not the report's.
+def _from_metrics_file(path: Path, label: str, seed: int) -> RunResult:
+    """A sweep's ``--metrics_file`` as a ``RunResult`` (fit, validate, test metrics merged)."""
+    record = json.loads(path.read_text())
+    metrics = {**record.get("metrics", {}), **record.get("validate", {}), **record.get("test", {})}
+    return RunResult(
+        label,
+        seed,
+        record.get("fit_seconds"),
+        "ok",
+        metrics=metrics,
+        global_step=record.get("global_step"),
+        log_dir=record.get("log_dir"),
+    )
+
+
+def _with_facts(run: RunResult, log_dir: Path, threshold: float) -> RunResult:
+    """Only the test metrics (the fit's and validation's are not the report's), the report's
+    status, and the run's TensorBoard facts in ``info``."""
     run.metrics = {k: float(v) for k, v in run.metrics.items() if k.startswith("test/")}
     run.status = "ok" if CONVERGENCE_METRIC in run.metrics else "no test"
-    stem = f"{label}-s{seed}"
-    log_dir = root / (run.log_dir or f"logs/{runner.experiment}/{stem}")
     if not log_dir.is_dir():
-        log.warning("run %s: no TensorBoard folder %s", stem, log_dir)
+        log.warning("run %s-s%d: no TensorBoard folder %s", run.variant, run.seed, log_dir)
         return run
     run.info.update(run_facts(log_dir, threshold))
     return run
 
 
 def load_runs(root: Path, experiment: str, threshold: float) -> list[RunResult]:
-    """Every run of ``sweeps/<experiment>``, plus log folders without a metrics file, sorted by
-    (variant, seed).
+    """Every run of ``sweeps/<experiment>`` (metrics files) and ``logs/<experiment>`` (run
+    records of runs without a metrics file; log folders without either are ``unfinished``),
+    sorted by (variant, seed).
 
     Raises:
-        FileNotFoundError: the folder holds no metrics file.
+        FileNotFoundError: neither folder holds a run.
     """
     folder = root / "sweeps" / experiment
+    logs = root / "logs" / experiment
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
-    if not files:
-        raise FileNotFoundError(
-            f"no runs in {folder.absolute()}: no <label>-s<seed>.json metrics files"
-        )
-    runner = Runner(experiment=experiment, runs_dir=folder, skip_runs=True)
     runs = []
     for path in files:
         name = split_name(path.stem)
-        # The runner finds a run's file by its label: a name it would spell otherwise is foreign.
+        # A run's file is named by its label: a name the runner would spell otherwise is foreign.
         if name is None or run_label(name[0]) != name[0]:
             log.warning("skipping %s: not <label>-s<seed>.json", path)
             continue
-        runs.append(_read(runner, root, name, threshold))
+        run = _from_metrics_file(path, *name)
+        log_dir = root / (run.log_dir or f"logs/{experiment}/{path.stem}")
+        runs.append(_with_facts(run, log_dir, threshold))
     seen = {p.stem for p in files}
-    logs = root / "logs" / experiment
     for log_dir in sorted(logs.iterdir()) if logs.is_dir() else []:
         name = split_name(log_dir.name)
-        if log_dir.is_dir() and name is not None and log_dir.name not in seen:
-            runs.append(RunResult(name[0], name[1], None, "unfinished"))
+        if not log_dir.is_dir() or name is None or log_dir.name in seen:
+            continue
+        if (log_dir / RECORD).is_file():
+            run = load_run(log_dir)
+            if run.status == "ok":
+                run.variant, run.seed = name
+                runs.append(_with_facts(run, log_dir, threshold))
+                continue
+        runs.append(RunResult(name[0], name[1], None, "unfinished"))
+    if not runs:
+        raise FileNotFoundError(
+            f"no runs in {folder.absolute()} or {logs.absolute()}: no <label>-s<seed>.json "
+            "metrics files and no run records"
+        )
     return sorted(runs, key=lambda r: (r.variant, r.seed))
