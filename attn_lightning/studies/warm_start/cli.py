@@ -4,27 +4,31 @@
         --base-steps 1500 --finetune-steps 300 --set trainer.val_check_interval=100 \\
         --out docs/results/warm_start_reversal
     python -m attn_lightning.studies.warm_start tables --task reversal \\
-        --runs docs/results/warm_start_reversal_runs.csv --out docs/results/warm_start_reversal
+        --out docs/results/warm_start_reversal
 
-``tables`` rewrites the tables from a committed ``<out>_runs.csv`` (``committed``), training
-nothing: for a change in how the runs are summarised once their metrics files are gone.
+Every run's record is committed under ``docs/results/warm_start/runs/<task>/`` (``run`` copies
+each finished one there, ``results.records.publish_run``), tagged with the task and its budgets;
+``run`` trains only the (variant, seed) pairs without an ``ok`` record there of the same tags, so
+a study continues on another machine. ``tables`` rewrites the tables from those records alone
+(``results.records.load_runs``), training nothing.
 
 Each task's base config is stacked with ``configs/presets/cpu.yaml`` (``--preset`` to change);
 every run is a ``train.py`` run through ``studies.runner`` (``--jobs`` at once, ``--resume`` reuses
-metrics files). Runs are ordered so every seed's softmax base trains before the runs that start
-from it; with ``--jobs`` > 1 the bases run first, alone.
+the ok records in ``logs/``). Runs are ordered so every seed's softmax base trains before the runs
+that start from it; with ``--jobs`` > 1 the bases run first, alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import OK, RunResult, load_runs, publish_run, study_runs_dir
 from attn_lightning.studies.arguments import (
     add_run_arguments,
     check_overrides,
@@ -33,10 +37,17 @@ from attn_lightning.studies.arguments import (
 )
 from attn_lightning.studies.runner import Runner
 from attn_lightning.studies.warm_start import tables
-from attn_lightning.studies.warm_start.committed import read_runs
-from attn_lightning.studies.warm_start.plan import BACKENDS, CONVERGED, TASKS, Plan, config
+from attn_lightning.studies.warm_start.plan import (
+    BACKENDS,
+    CONVERGED,
+    TASKS,
+    Plan,
+    config,
+    in_run_order,
+)
 
 PROG = "python -m attn_lightning.studies.warm_start"
+STUDY = "warm_start"  # its records: docs/results/warm_start/runs/<task>/
 log = logging.getLogger("attn_lightning.studies.warm_start")
 
 
@@ -51,9 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--redraw-every", type=int, default=100, help="Performer redraw interval")
     run.add_argument("--preset", default="configs/presets/cpu.yaml", help="stacked last")
     add_run_arguments(run, experiment=None, experiment_help="default: warm-start-<task>")
-    rebuild = commands.add_parser("tables", help="rewrite the tables from a committed runs CSV")
+    rebuild = commands.add_parser("tables", help="rewrite the tables from the committed records")
     rebuild.add_argument("--task", choices=sorted(TASKS), required=True)
-    rebuild.add_argument("--runs", type=Path, required=True, help="the study's <out>_runs.csv")
+    rebuild.add_argument(
+        "--records",
+        type=Path,
+        default=study_runs_dir(STUDY),
+        help="the run records (default: docs/results/warm_start/runs)",
+    )
     rebuild.add_argument("--out", type=Path, required=True, help="output path, no extension")
     return parser
 
@@ -79,10 +95,13 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     args = parser.parse_args(argv)
     command = f"{PROG} {shlex.join(argv)}"
     if args.command == "tables":
-        runs = read_runs(args.runs)
+        runs = in_run_order(load_runs(args.records, study=STUDY, task=args.task))
+        if not runs:
+            parser.error(f"no {args.task} run records under {args.records}")
         note = (
-            f"Rebuilt from the committed `{args.runs.name}` (nothing trained); the runs were made "
-            "by this study's `run` command (`docs/results/warm_start.md`).\n"
+            f"Rebuilt from the committed run records `{STUDY}/runs/{args.task}/` (nothing "
+            "trained); the runs were made by this study's `run` command "
+            "(`docs/results/warm_start.md`).\n"
         )
         _write(args.out, runs, args.task, command, [note])
         log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(args.out,) * 4)
@@ -90,29 +109,40 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     check_overrides(parser, args.set)
     experiment = args.experiment or f"warm-start-{args.task}"
     plan = Plan(args.task, args.base_steps, args.finetune_steps, args.redraw_every, experiment)
-    chosen = plan.variants()
+    # The facts a row of the tables needs ride on the run as tags (RunResult.info).
+    chosen = [
+        dataclasses.replace(v, info={"backend": backend, "condition": condition})
+        for v, backend, condition in plan.variants()
+    ]
+    committed = study_runs_dir(STUDY)
     runner = Runner(
         configs=(str(config(args.task)), args.preset),
         # Step budgets, not the config's epochs (digits trains by epochs).
         overrides=("trainer.max_epochs=-1", *args.set),
         experiment=experiment,
-        runs_dir=Path("sweeps") / experiment,
+        study=STUDY,
+        tags=plan.tags(),
+        record_roots=(committed,),
         resume=args.resume,
         skip_runs=args.skip_runs,
     )
-    facts = {v.name: (backend, condition) for v, backend, condition in chosen}
 
-    def write(done: list[RunResult]) -> None:
-        for run in done:
-            run.info["backend"], run.info["condition"] = facts[run.variant]
-        _write(args.out, done, args.task, command, [])
+    def write(result: RunResult | None, done: list[RunResult]) -> None:
+        folder = None if result is None or result.log_dir is None else Path(result.log_dir)
+        # A run trained now is committed with the others; one taken from there is not copied.
+        fresh = folder is not None and committed not in folder.parents
+        if fresh and folder is not None and result is not None and result.status == OK:
+            publish_run(folder, STUDY, group=args.task)
+        _write(args.out, in_run_order(done), args.task, command, [])
 
-    bases = runner.run_all([(chosen[0][0], s) for s in args.seeds], parallel=args.jobs)
-    rest = [(v, s) for s in args.seeds for v, _, _ in chosen[1:]]
+    bases = runner.run_all(
+        [(chosen[0], s) for s in args.seeds], parallel=args.jobs, on_result=write
+    )
+    rest = [(v, s) for s in args.seeds for v in chosen[1:]]
     others = runner.run_all(
-        rest, parallel=args.jobs, on_result=lambda _, done: write([*bases, *done])
+        rest, parallel=args.jobs, on_result=lambda r, done: write(r, [*bases, *done])
     )
     runs = [*bases, *others]
-    write(runs)
+    write(None, runs)
     log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(args.out,) * 4)
     return runs

@@ -20,9 +20,12 @@ Conditions (the ``condition`` of a row), each against the others of the same bac
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from attn_lightning.results.records import RunResult
 from attn_lightning.studies.runner import SEED, Variant, run_label
 
 # The backends swapped in (the issue's list), as attention specs.
@@ -59,6 +62,16 @@ class Plan:
     finetune_steps: int
     redraw_every: int
     experiment: str
+
+    def tags(self) -> dict[str, Any]:
+        """Every run's tags besides its variant's: a committed record is reused only by a plan
+        with the same task and budgets."""
+        return {
+            "task": self.task,
+            "base_steps": self.base_steps,
+            "finetune_steps": self.finetune_steps,
+            "redraw_every": self.redraw_every,
+        }
 
     def base_checkpoint(self) -> str:
         """The base run's ``last.ckpt`` of the run's seed (``{seed}`` is filled per run)."""
@@ -97,6 +110,20 @@ class Plan:
                 scratch = (attention, f"trainer.max_steps={steps}", NO_REDRAW)
                 runs.append((Variant(f"{key}@scratch-{steps}", overrides=scratch), key, condition))
         return runs
+
+
+def in_run_order(runs: Iterable[RunResult]) -> list[RunResult]:
+    """``runs`` in the order ``run`` trains them (its per-run table's rows): every seed's base,
+    then per seed each backend's conditions, as ``BACKENDS`` and ``CONDITIONS`` list them."""
+    backends, conditions = list(BACKENDS), list(CONDITIONS)
+
+    def key(run: RunResult) -> tuple[int, int, int, int]:
+        backend, condition = run.info.get("backend"), run.info.get("condition")
+        if condition == "base" or backend not in backends or condition not in conditions:
+            return (0, run.seed, 0, 0)
+        return (1, run.seed, backends.index(backend), conditions.index(condition))
+
+    return sorted(runs, key=key)
 
 
 # Feature redraw off: the fine-tune's control for "with redraw", and every run but that one.
