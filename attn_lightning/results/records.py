@@ -10,7 +10,8 @@ this module:
 - ``load_runs(root, **tags) -> list[RunResult]``: every record folder under ``root`` whose tags
   equal ``tags``, by (variant, seed).
 - ``run_curves(folder)`` / ``run_spikes(folder)``: the rows of ``curves.csv[.gz]`` and
-  ``spikes.csv`` as floats (``step`` an int, ``tag`` a str).
+  ``spikes.csv`` as floats (``step`` an int, ``tag`` a str); ``run_scalars(folder)`` the curves
+  by tag, ``{tag: [(step, value), ...]}``.
 - ``run_folder(variant, seed)``: a study run's folder name, ``<label>-s<seed>``.
 - ``study_runs_dir(study)``: where a study's finished records are committed,
   ``docs/results/<study>/runs/[<group>/]<run>/``; ``publish_run(folder, study, group=...)``
@@ -43,6 +44,8 @@ NOT_RUN = "not run"
 # or 143): not a failure either; ``--resume`` continues it.
 STOPPED = "stopped"
 OK = "ok"
+# A run's logged scalars by tag, as (step, value) points sorted by step.
+Scalars = dict[str, list[tuple[int, float]]]
 
 RESULTS = Path("docs/results")  # the checkout's committed results (studies run from its root)
 CURVES_GZ = CURVES + ".gz"
@@ -158,6 +161,15 @@ def run_curves(folder: Path) -> list[dict[str, Any]]:
         {"step": int(row["step"]), "tag": row["tag"], "value": float(row["value"])}
         for row in _csv_rows(folder, CURVES)
     ]
+
+
+def run_scalars(folder: Path) -> Scalars:
+    """The run's ``curves.csv`` by tag: ``{tag: [(step, value), ...]}`` sorted by step (the shape
+    TensorBoard scalars were read in before records); ``{}`` when it has none."""
+    scalars: Scalars = {}
+    for row in run_curves(folder):
+        scalars.setdefault(row["tag"], []).append((row["step"], row["value"]))
+    return {tag: sorted(points) for tag, points in scalars.items()}
 
 
 def run_spikes(folder: Path) -> list[dict[str, Any]]:

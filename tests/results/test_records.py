@@ -15,6 +15,7 @@ from attn_lightning.results.records import (
     load_runs,
     publish_run,
     run_curves,
+    run_scalars,
     run_spikes,
     study_runs_dir,
 )
@@ -118,6 +119,12 @@ def test_curves_and_spikes_read_back_gzipped_or_not(tmp_path):
     (tmp_path / "curves.csv").unlink()
     assert [r["step"] for r in run_curves(tmp_path)] == [5, 10]
     assert run_curves(tmp_path / "absent") == [] and run_spikes(tmp_path / "absent") == []
+
+
+def test_run_scalars_groups_the_curves_by_tag_in_step_order(tmp_path):
+    write_curves(tmp_path, {(10, "a"): 0.5, (5, "a"): 1.0, (5, "b"): 2.0})
+    assert run_scalars(tmp_path) == {"a": [(5, 1.0), (10, 0.5)], "b": [(5, 2.0)]}
+    assert run_scalars(tmp_path / "absent") == {}
 
 
 def test_publish_run_copies_the_record_and_gzips_large_curves(tmp_path):
