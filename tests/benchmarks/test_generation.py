@@ -323,6 +323,9 @@ def test_ratios_from_a_committed_csv_are_recomputed_from_its_seconds(tmp_path, c
     page = (tmp_path / "gen.md").read_text()
     assert page.startswith("Regenerate with: old\n") and page.rstrip().endswith("after")
     assert "| 21.53 |" in page and "| a |" not in page and "--ratios-from" in page
+    assert "median" not in page.split("| backend")[1].splitlines()[0]  # no medians: no column
+    assert benchmark_main(["generation", "--ratios-from", str(path)]) == 0
+    assert (tmp_path / "gen.md").read_text() == page  # a second rewrite keeps one note
     with pytest.raises(SystemExit) as exit_info:
         benchmark_main(["generation", "--ratios-from", str(tmp_path / "none.csv")])
     assert exit_info.value.code == 2 and "no CSV file" in capsys.readouterr().err

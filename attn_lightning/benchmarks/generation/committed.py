@@ -55,6 +55,9 @@ def rewrite_ratios(path: Path, command: str) -> Path:
         f"millisecond: every ratio within {bound:.2g} %) by\n\n```bash\n"
         f"{command}\n```\n\nThe earlier file divided images/s rounded to 3 decimals.\n"
     )
-    text = [*lines[:first], note, throughput_table(written), *lines[last + 1 :]]
+    head = lines[:first]
+    # A rewrite of a rewritten page replaces its note rather than adding a second one.
+    start = next((i for i, line in enumerate(head) if line.startswith(note[:40])), len(head))
+    text = [*head[:start], note, throughput_table(written), *lines[last + 1 :]]
     page.write_text("\n".join(text).rstrip("\n") + "\n")
     return path
