@@ -3,7 +3,7 @@
 ``sample_grid`` and ``completion_grid`` build ``(3, H', W')`` float images in [0, 1] from any
 ``ImageSampler`` (``draw_samples`` and ``draw_completions`` from tokens already sampled); the
 ``ImageGrids`` callback logs them to TensorBoard during training,
-``python -m attn_lightning.studies.image_samples`` writes the same grids as PNG from a checkpoint
+``python -m attn_lightning.studies.image samples`` writes the same grids as PNG from a checkpoint
 and ``ImageGenerationTask.save_predictions`` beside its predicted tokens (``train.py predict``).
 Completion rows read ``occluded | completion 1 … C | original``; the held-out part of the
 occluded image is drawn mid-grey with a red line under the last observed pixel row.

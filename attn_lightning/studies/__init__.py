@@ -11,7 +11,5 @@ report``) and ``reversal`` (``report``). Their tables and CSVs are written by
 Deprecated aliases, kept at their old paths so old command lines still run (each warns with a
 FutureWarning naming the new spelling):
 
-- ``python -m attn_lightning.studies.detection_probe`` -> ``... studies.detection probe``
-- ``python -m attn_lightning.studies.image_samples`` -> ``... studies.image samples``
 - ``python -m attn_lightning.studies.reversal_report`` -> ``... studies.reversal report``
 """

@@ -61,7 +61,7 @@ them without a name) from the committed run records alone (``detection.report``)
 
 Old spellings still work, with a FutureWarning naming the new one: no subcommand is ``run``;
 ``--sensitivity [VARIANT]``, ``--ablation [VARIANT]`` and ``--sites`` are the subcommands of
-those names; ``python -m attn_lightning.studies.detection_probe`` is ``probe``.
+those names.
 """
 
 from __future__ import annotations

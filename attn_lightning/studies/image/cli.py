@@ -14,8 +14,7 @@
         --out docs/results/image28_mnist5k_paired
 
 The runs themselves are sweeps (``python -m attn_lightning.studies.sweep`` over the
-``configs/image/`` overlays). The old ``python -m attn_lightning.studies.image_samples`` still
-works, with a FutureWarning naming ``samples``.
+``configs/image/`` overlays).
 """
 
 from __future__ import annotations

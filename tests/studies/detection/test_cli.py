@@ -4,10 +4,7 @@ each variant's control, and the old spellings (mode flags, no subcommand) still 
 from __future__ import annotations
 
 import csv
-import os
 import shlex
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -201,19 +198,3 @@ def test_an_old_sites_line_ignores_the_training_flags(tmp_path, monkeypatch, cap
     assert [r["site"] for r in rows] == ["encoder_self", "decoder_self", "decoder_cross"]
     assert main(["sites", "--variants", "softmax", *small, "--out", str(out)]) == []
     assert read_csv(out.with_name("s_sites.csv"))[1] == rows
-
-
-def test_the_old_probe_module_runs_the_probe_subcommand_with_a_warning(tmp_path):
-    argv = ["--variants", "softmax", "--seeds", "7", "--out", str(tmp_path / "p")]
-    done = subprocess.run(
-        [sys.executable, "-m", "attn_lightning.studies.detection_probe", *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "default"},
-    )
-    assert done.returncode == 2
-    warning = [line for line in done.stderr.splitlines() if "FutureWarning" in line]
-    assert len(warning) == 1
-    assert "use python -m attn_lightning.studies.detection probe" in warning[0]
-    assert "no run record logs/detection_report/softmax-s7/record.json" in done.stderr

@@ -3,8 +3,6 @@ the ImageGrids callback logs to TensorBoard; the old module path still works, wi
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,21 +61,3 @@ def test_short_run_logs_image_grids_and_sample_images_writes_pngs(trained, tmp_p
     paths = main(["samples", *argv])
     assert [p.name for p in paths] == ["lin_samples.png", "lin_completions.png"]
     _completion_shape(paths[1])
-
-
-def test_the_old_module_path_writes_the_same_grids_with_one_warning(trained, tmp_path):
-    ckpt = trained / "checkpoints" / "debug" / "r" / "last.ckpt"
-    argv = ["--ckpt-path", str(ckpt), "--out", str(tmp_path), "--prefix", "old_", *GRIDS]
-    done = subprocess.run(
-        [sys.executable, "-m", "attn_lightning.studies.image_samples", *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "default", "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr
-    warning = [line for line in done.stderr.splitlines() if "FutureWarning" in line]
-    assert len(warning) == 1
-    assert warning[0].endswith("use python -m attn_lightning.studies.image samples")
-    assert (tmp_path / "old_samples.png").is_file()
-    _completion_shape(tmp_path / "old_completions.png")
