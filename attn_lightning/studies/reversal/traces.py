@@ -1,9 +1,18 @@
-"""A reversal run's training trace, read from its TensorBoard folder: final loss, loss spikes
-with their size and the gradient at them, and the learned coefficients over the steps.
+"""A reversal run's training trace, read from its run record: final loss, loss spikes with their
+size and the gradient at them, and the learned coefficients over the steps.
 
-``load_traces`` reads every finished run of a sweep (``runs.load_runs``) into a ``RunTrace``; the
-row functions turn one trace into the lines of ``trajectories``' CSVs (see that module).
-Spikes are ``GradientTracker``'s: a step whose loss is above 3× the median of the 50 before.
+``load_traces`` reads every ``ok`` run record under the given folders into a ``RunTrace``
+(``run_scalars``: its ``curves.csv`` by tag; ``run_spikes``: ``GradientTracker``'s
+``spikes.csv``); the row functions turn one trace into the lines of ``trajectories``' CSVs.
+
+A fresh run's record holds every logged point. One converted from the CSVs ``trajectories``
+wrote before run records holds what those kept: the coefficient logs every 250 steps, the
+spikes, and as ``converted/`` curve tags what needed the curves gone with the logs: the final
+and lowest training loss and largest gradient norm (``converted/final_train_loss_last500``,
+``converted/min_train_loss``, ``converted/max_grad_norm`` at the run's last step) and the
+gradient logged at or before each spike (``converted/<column>`` at the spike's step;
+``converted/top_group/<group>`` = that group's ratio). A value comes from the run's own curves
+when the record has them, else from its converted tag.
 """
 
 from __future__ import annotations
@@ -16,27 +25,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.curves import Scalars, series
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.curves import series
+from attn_lightning.results.records import (
+    OK,
+    RunResult,
+    Scalars,
+    load_runs,
+    run_label,
+    run_scalars,
+    run_spikes,
+)
+from attn_lightning.results.run_files import SPIKES, load_record
 from attn_lightning.studies.reversal.dynamics import (
+    GROUPS,
     NORM_TAG,
     SpikeGradient,
     max_grad_norm,
     spike_gradients,
-    spike_steps,
 )
-from attn_lightning.studies.reversal.runs import load_runs
-from attn_lightning.studies.runner import run_label
 
 LOSS_TAG = "train/loss"
-SPIKE_LOSS_TAG = "train/loss_at_spike"
-SPIKE_RATIO_TAG = "train/loss_spike_ratio"
-# GradientTracker's gradient at the spike's own step, measured every step (absent from runs
-# logged before it): the norm, its ratio to the median of the steps before, the previous step's.
+CONVERTED = "converted/"  # a converted record's own curve tags (module docstring)
+# The gradient logged at or last before a spike (``dynamics.spike_gradients``), per spike row.
+LOGGED_GRADIENT = (
+    *("grad_step", "grad_norm", "grad_norm_over_median", "grad_norm_over_recent"),
+    *("top_group", "top_group_over_median"),
+)
+# GradientTracker's gradient at the spike's own step (``spikes.csv``; NaN in runs logged before
+# it measured every step): the norm, its ratio to the median of the steps before, the previous
+# step's ratio.
 SPIKE_GRAD_TAGS = {
-    "grad_at_spike": "grad/norm_at_spike",
-    "grad_at_spike_over_median": "grad/norm_at_spike_ratio",
-    "grad_before_spike_over_median": "grad/norm_before_spike_ratio",
+    "grad_at_spike": "grad_norm",
+    "grad_at_spike_over_median": "grad_ratio",
+    "grad_before_spike_over_median": "prior_grad_ratio",
 }
 RECENT = 200  # steps of gradient logs a spike's gradient is compared with (10 logs at 20)
 # a_i, and c = (‖γ‖/‖γ₀‖)², the LN scale's growth (QKNorm.scale_growth; absent from older logs).
@@ -45,13 +66,16 @@ COEFFICIENT = re.compile(r"^attention/(?P<layer>.+)/(?P<key>a\d+|c)$")
 
 @dataclass
 class RunTrace:
-    """One finished run's training trace (see the module docstring)."""
+    """One finished run's training trace: ``spikes`` are the rows of its ``spikes.csv`` (None
+    without one)."""
 
     variant: str
     seed: int
     steps: int | None
     test_loss: float | None
     scalars: Scalars = field(repr=False)
+    spikes: list[dict[str, Any]] | None = field(default=None, repr=False)
+    experiment: str = ""
 
 
 def final_loss(scalars: Scalars, tail: int) -> float | None:
@@ -60,8 +84,7 @@ def final_loss(scalars: Scalars, tail: int) -> float | None:
     if not points:
         return None
     last = points[-1][0]
-    values = [v for s, v in points if s > last - tail]
-    return statistics.fmean(values)
+    return statistics.fmean(v for s, v in points if s > last - tail)
 
 
 def coefficient_order(key: str) -> tuple[int, int]:
@@ -100,33 +123,63 @@ def value_at(points: Sequence[tuple[int, float]], step: int) -> float | None:
     return before[-1] if before else None
 
 
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else value  # NaN in spikes.csv: not measured
+
+
+def _over_recent(norms: Sequence[tuple[int, float]], grad: SpikeGradient) -> float | None:
+    """The spike's gradient norm / the median of the norms logged in the ``RECENT`` steps before.
+
+    A long run's own median norm is that of its converged phase (10⁻⁶ where the loss is 10⁻⁸),
+    which makes every early norm look huge; the recent ones are the spike's own context.
+    """
+    before = [v for s, v in norms if grad.grad_step - RECENT <= s < grad.grad_step]
+    finite = [v for v in before if math.isfinite(v)]
+    median = statistics.median(finite) if finite else None
+    return grad.norm / median if median else None
+
+
+def logged_gradients(scalars: Scalars) -> dict[int, tuple[Any, ...]]:
+    """Per spike step, the gradient logged at or last before it (``LOGGED_GRADIENT`` values):
+    from the run's ``grad/`` curves, else from a converted record's ``converted/`` tags."""
+    norms = series(scalars, NORM_TAG)
+    if norms:  # the run's own curves
+        return {
+            g.spike_step: (
+                g.grad_step,
+                g.norm,
+                g.ratio,
+                _over_recent(norms, g),
+                g.group,
+                g.group_ratio,
+            )
+            for g in spike_gradients(scalars)
+        }
+    columns = [dict(scalars.get(CONVERTED + key, [])) for key in LOGGED_GRADIENT[:4]]
+    groups = {g: dict(scalars.get(f"{CONVERTED}top_group/{g}", [])) for g in GROUPS}
+    tops = {s: (g, ratio) for g, ratios in groups.items() for s, ratio in ratios.items()}
+    return {
+        step: (int(grad_step), *(c.get(step) for c in columns[1:]), *tops.get(step, (None, None)))
+        for step, grad_step in columns[0].items()
+    }
+
+
 def spike_rows(trace: RunTrace) -> list[dict[str, Any]]:
-    """One row per loss spike of a run (see ``<out>_spikes.csv`` in the module docstring)."""
-    norms = series(trace.scalars, NORM_TAG)
-    losses = dict(series(trace.scalars, SPIKE_LOSS_TAG))
-    ratios = dict(series(trace.scalars, SPIKE_RATIO_TAG))
-    gradients = {g.spike_step: g for g in spike_gradients(trace.scalars)}
-    at_spike = {key: dict(series(trace.scalars, tag)) for key, tag in SPIKE_GRAD_TAGS.items()}
-    rows = []
-    for step in spike_steps(trace.scalars) or []:
-        grad = gradients.get(step)
-        rows.append(
-            {
-                "variant": trace.variant,
-                "seed": trace.seed,
-                "step": step,
-                "loss": losses.get(step),
-                "loss_over_median": ratios.get(step),
-                "grad_step": None if grad is None else grad.grad_step,
-                "grad_norm": None if grad is None else grad.norm,
-                "grad_norm_over_median": None if grad is None else grad.ratio,
-                "grad_norm_over_recent": None if grad is None else _over_recent(norms, grad),
-                "top_group": None if grad is None else grad.group,
-                "top_group_over_median": None if grad is None else grad.group_ratio,
-                **{key: values.get(step) for key, values in at_spike.items()},
-            }
-        )
-    return rows
+    """One row per loss spike of a run (see ``<out>_spikes.csv`` in ``trajectories``)."""
+    gradients = logged_gradients(trace.scalars)
+    empty = (None,) * len(LOGGED_GRADIENT)
+    return [
+        {
+            "variant": trace.variant,
+            "seed": trace.seed,
+            "step": spike["step"],
+            "loss": _number(spike["loss"]),
+            "loss_over_median": _number(spike["ratio"]),
+            **dict(zip(LOGGED_GRADIENT, gradients.get(spike["step"], empty), strict=True)),
+            **{key: _number(spike[column]) for key, column in SPIKE_GRAD_TAGS.items()},
+        }
+        for spike in trace.spikes or []
+    ]
 
 
 BURST_GAP = 100  # steps: spikes closer than this to the previous one are one burst
@@ -171,83 +224,78 @@ def burst_rows(spikes: Sequence[dict[str, Any]], gap: int = BURST_GAP) -> list[d
 
 
 # The gradient columns of a burst's first spike (``spike_rows`` keys).
-BURST_GRADIENT = (
-    "grad_step",
-    "grad_norm_over_recent",
-    "grad_at_spike",
-    "grad_at_spike_over_median",
-    "grad_before_spike_over_median",
-)
-
-
-def _over_recent(norms: Sequence[tuple[int, float]], grad: SpikeGradient) -> float | None:
-    """The spike's gradient norm / the median of the norms logged in the ``RECENT`` steps before.
-
-    A long run's own median norm is that of its converged phase (10⁻⁶ where the loss is 10⁻⁸),
-    which makes every early norm look huge; the recent ones are the spike's own context.
-    """
-    before = [v for s, v in norms if grad.grad_step - RECENT <= s < grad.grad_step]
-    finite = [v for v in before if math.isfinite(v)]
-    median = statistics.median(finite) if finite else None
-    return grad.norm / median if median else None
+BURST_GRADIENT = ("grad_step", "grad_norm_over_recent", *SPIKE_GRAD_TAGS)
 
 
 def run_row(trace: RunTrace, tail: int, spikes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The run's line of ``<out>_runs.csv``; ``spikes``: its ``spike_rows``."""
     losses = [v for _, v in series(trace.scalars, LOSS_TAG)]
     sizes = [r["loss_over_median"] for r in spikes if r["loss_over_median"] is not None]
+    norm = max_grad_norm(trace.scalars)
+
+    def converted(key: str) -> float | None:  # a converted record's value (module docstring)
+        points = trace.scalars.get(CONVERTED + key)
+        return points[-1][1] if points else None
+
     return {
         "variant": trace.variant,
         "seed": trace.seed,
         "steps": trace.steps,
-        "final_train_loss": final_loss(trace.scalars, tail),
-        "min_train_loss": min(losses) if losses else None,
+        "final_train_loss": final_loss(trace.scalars, tail)
+        if losses
+        else converted(f"final_train_loss_last{tail}"),
+        "min_train_loss": min(losses) if losses else converted("min_train_loss"),
         "test_loss": trace.test_loss,
-        "spikes": None if spike_steps(trace.scalars) is None else len(spikes),
+        "spikes": None if trace.spikes is None else len(spikes),
         "largest_spike": max(sizes) if sizes else None,
-        "max_grad_norm": max_grad_norm(trace.scalars),
+        "max_grad_norm": converted("max_grad_norm") if norm is None else norm,
     }
 
 
 def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
     """The run's lines of ``<out>_coefficients.csv`` (long format)."""
-    rows = []
-    for (layer, key), points in coefficient_series(trace.scalars).items():
-        for step, value in thin(points, every):
-            rows.append(
-                {
-                    "variant": trace.variant,
-                    "seed": trace.seed,
-                    "layer": layer,
-                    "key": key,
-                    "step": step,
-                    "value": value,
-                }
-            )
-    return rows
+    return [
+        {"variant": trace.variant, "seed": trace.seed, "layer": layer, "key": key}
+        | {"step": step, "value": value}
+        for (layer, key), points in coefficient_series(trace.scalars).items()
+        for step, value in thin(points, every)
+    ]
+
+
+def _trace(run: RunResult) -> RunTrace:
+    folder = Path(str(run.log_dir))
+    return RunTrace(
+        run_label(run.variant),
+        run.seed,
+        run.global_step,
+        run.value("test/loss"),
+        run_scalars(folder),
+        run_spikes(folder) if (folder / SPIKES).is_file() else None,
+        str(load_record(folder).get("experiment")),
+    )
 
 
 def load_traces(
-    root: Path, experiment: str, variants: Sequence[str] | None = None
+    roots: Sequence[Path], variants: Sequence[str] | None = None
 ) -> tuple[list[RunTrace], list[RunResult]]:
-    """The finished runs' traces, and the runs left out (unfinished, or no TensorBoard folder).
+    """The traces of the ``ok`` run records under ``roots`` (a (variant, seed) in several: the
+    first), and the runs left out (no ``ok`` record), by variant then seed.
 
-    ``variants``: labels or backend specs (``polynomial:degree=8``), in the order wanted.
+    ``variants``: labels or backend specs (``polynomial:degree=8``), in the order wanted;
+    default: every variant, in the order found.
     """
-    if variants is not None:
-        variants = [run_label(v) for v in variants]
-    traces, missing = [], []
-    for run in load_runs(root, experiment, threshold=0.99):
-        if variants is not None and run.variant not in variants:
-            continue
-        scalars = run.info.get("scalars")  # absent: unfinished, or no TensorBoard folder
-        if run.status == "unfinished" or scalars is None:
-            missing.append(run)
-            continue
-        traces.append(
-            RunTrace(run.variant, run.seed, run.global_step, run.value("test/loss"), scalars)
-        )
-    if variants is not None:
-        order = {v: i for i, v in enumerate(variants)}
-        traces.sort(key=lambda t: (order[t.variant], t.seed))
-    return traces, missing
+    found = [run for root in roots for run in load_runs(root)]
+    labels = [run_label(v) for v in variants] if variants is not None else None
+    order = labels or list(dict.fromkeys(run_label(run.variant) for run in found))
+    found = [r for r in found if run_label(r.variant) in order]
+    found.sort(key=lambda r: (order.index(run_label(r.variant)), r.seed))
+    traces: dict[tuple[str, int], RunTrace] = {}
+    for run in found:
+        if run.status == OK and (run_label(run.variant), run.seed) not in traces:
+            traces[(run_label(run.variant), run.seed)] = _trace(run)
+    missing = {
+        (run_label(r.variant), r.seed): r
+        for r in found
+        if (run_label(r.variant), r.seed) not in traces
+    }
+    return list(traces.values()), list(missing.values())

@@ -1,49 +1,99 @@
-"""The long runs' traces: final loss, spikes with their size and gradient, learned coefficients,
-on fake runs whose every number is known."""
+"""The long runs' traces from run records: final loss, spikes with their size and gradient,
+learned coefficients, on fake records whose every number is known (fresh ones, holding every
+logged point, and one converted from the CSVs written before records)."""
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from attn_lightning.results.files import read_csv
+from attn_lightning.results.run_files import write_curves, write_record, write_spikes
 from attn_lightning.studies.reversal.cli import main
 from attn_lightning.studies.reversal.traces import burst_rows, final_loss, thin
-from tests.studies.reversal.fake_runs import EXPERIMENT, fake_scalars, test_metrics, write_run
 
 LEARNED = "polynomial_degree-4_learned_coefficients-true"
+LAYERS = ("net.decoder.layers.0.attn", "net.decoder.layers.1.attn")
+GROUPS = ("attention", "feedforward", "embedding", "other")
+NAN = math.nan
 
 
-def _learned_scalars(seed: int) -> dict:
-    # 200 steps; training loss 1.0 falling to 0.01 over the last 100 steps (logged every 20);
-    # a spike at step 130 (5× its median, loss 0.2), gradient 10× its median at step 120;
-    # coefficients logged every 50 steps: a0 grows by 0.1 per log, a4 stays at 0.04 + seed.
-    scalars = fake_scalars(
-        [0.5, 0.9, 0.995, 0.999], spikes=[130], grads={120: {"global_norm": 10.0}}
-    )
+def _scalars(spikes: dict[int, float], grads: dict[int, float], loss: float = 2.0) -> dict:
+    # 200 steps as the study logs them: the loss and every gradient norm every 20 steps (norm
+    # 1.0 unless in ``grads``), the spike flags every step.
+    scalars: dict[str, list[tuple[int, float]]] = {
+        "train/loss_step": [(s, loss) for s in range(19, 200, 20)],
+        "train/loss_spike": [(s, float(s in spikes)) for s in range(200)],
+    }
+    for name in ("global_norm", *GROUPS):
+        scalars[f"grad/{name}"] = [(s, grads.get(s, 1.0)) for s in range(0, 200, 20)]
+    return scalars
+
+
+def _record(
+    root: Path,
+    variant: str,
+    seed: int,
+    scalars: dict,
+    spikes: dict[int, tuple[float, ...]] | None,
+    *,
+    test_loss: float = 0.001,
+    status: str = "ok",
+) -> Path:
+    """A run record folder under ``root``: ``scalars`` as its curves.csv, ``spikes`` (step ->
+    loss, ratio, total, grad_norm, grad_ratio, prior_grad_ratio) as its spikes.csv (None: none)."""
+    folder = root / f"{variant}-s{seed}"
+    folder.mkdir(parents=True)
+    record: dict[str, Any] = {
+        "schema": 1,
+        "experiment": "poly",
+        "run": folder.name,
+        "seed": seed,
+        "tags": {"study": "poly", "variant": variant, "seed": seed},
+        "status": status,
+        "global_step": 200,
+        "metrics": {"test": {"test/loss": test_loss}},
+    }
+    write_record(folder, record)
+    write_curves(folder, {(s, tag): v for tag, points in scalars.items() for s, v in points})
+    if spikes is not None:
+        write_spikes(folder, spikes)
+    return folder
+
+
+def _learned(seed: int) -> dict:
+    # Training loss 1.0 falling to 0.01 over the last 100 steps; a spike at step 130 (5× its
+    # median, loss 0.2), the gradient 10× at step 120; coefficients logged every 50 steps: a0
+    # grows by 0.1 per log, a4 stays at 0.04 + seed; seed 1 also logs c.
+    scalars = _scalars({130: 5.0}, {120: 10.0})
     scalars["train/loss_step"] = [(s, 1.0 if s < 100 else 0.01) for s in range(19, 200, 20)]
-    scalars["train/loss_at_spike"] = [(130, 0.2)]
-    scalars["train/loss_spike_ratio"] = [(130, 5.0)]
-    if seed == 0:  # the gradient measured at the spike's own step (seed 1: an older log)
-        scalars["grad/norm_at_spike"] = [(130, 3.0)]
-        scalars["grad/norm_at_spike_ratio"] = [(130, 30.0)]
-        scalars["grad/norm_before_spike_ratio"] = [(130, 2.0)]
-    for layer in ("net.decoder.layers.0.attn", "net.decoder.layers.1.attn"):
+    for layer in LAYERS:
         scalars[f"attention/{layer}/a0"] = [(s, 1.0 + 0.1 * (s // 50)) for s in range(0, 200, 50)]
         scalars[f"attention/{layer}/a4"] = [(s, 0.04 + seed) for s in range(0, 200, 50)]
-        if seed == 1:  # runs from 2026-11-26 on also log the kernel's scale c
+        if seed == 1:
             scalars[f"attention/{layer}/c"] = [(s, 2.0) for s in range(0, 200, 50)]
     return scalars
+
+
+# seed 0's tracker measured the spike step's own gradient (3.0, 30× and 2×); seed 1's did not.
+SPIKE = {0: (0.2, 5.0, 1.0, 3.0, 30.0, 2.0), 1: (0.2, 5.0, 1.0, NAN, NAN, NAN)}
 
 
 @pytest.fixture(scope="module")
 def long_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("long")
     for seed in (0, 1):
-        write_run(root, LEARNED, seed, _learned_scalars(seed), test_metrics(1.0, 1.0, 0.001))
-    softmax = fake_scalars([0.9, 0.999, 0.999, 0.999], spikes=[])
-    write_run(root, "softmax", 0, softmax, test_metrics(1.0, 1.0, 0.002))
-    write_run(root, "softmax", 1, softmax, None)  # still running: named, not counted
+        _record(root, LEARNED, seed, _learned(seed), {130: SPIKE[seed]})
+    _record(root, "softmax", 0, _scalars({}, {}), {}, test_loss=0.002)
+    _record(root, "softmax", 1, _scalars({}, {}), {}, status="running")  # named, not counted
     return root
+
+
+def _run(root: Path, out: Path, *args: str) -> list[dict]:
+    return main(["trajectories", "--runs", str(root), "--out", str(out), *args])
 
 
 def test_final_loss_is_the_mean_over_the_last_steps():
@@ -55,18 +105,10 @@ def test_final_loss_is_the_mean_over_the_last_steps():
 
 def test_spikes_less_than_the_gap_apart_in_one_run_are_one_burst():
     def spike(variant, step, loss, grad):
-        return {
-            "variant": variant,
-            "seed": 0,
-            "step": step,
-            "loss": loss,
-            "loss_over_median": loss * 10,
-            "grad_step": step - 5,
-            "grad_norm_over_recent": grad,
-            "grad_at_spike": None,
-            "grad_at_spike_over_median": None,
-            "grad_before_spike_over_median": None,
-        }
+        at_spike = ("grad_at_spike", "grad_at_spike_over_median", "grad_before_spike_over_median")
+        row = {"variant": variant, "seed": 0, "step": step, "loss": loss}
+        row |= {"loss_over_median": loss * 10, "grad_step": step - 5}
+        return row | {"grad_norm_over_recent": grad} | dict.fromkeys(at_spike)
 
     spikes = [spike("a", 10, 0.1, 0.5), spike("a", 110, 0.3, 9.0), spike("a", 211, 0.2, 1.0)]
     spikes.append(spike("b", 215, 0.05, 2.0))  # another run: its own burst, however close
@@ -93,18 +135,13 @@ def test_thin_keeps_the_first_point_of_each_bucket_and_the_last():
 
 def test_trajectories_tables_and_files(long_study, tmp_path):
     out = tmp_path / "traces"
-    rows = main(
-        [
-            *("trajectories", "--experiment", EXPERIMENT, "--root", str(long_study)),
-            *("--out", str(out), "--tail", "100", "--every", "100", "--steps", "0", "100"),
-        ]
-    )
+    rows = _run(long_study, out, "--tail", "100", "--every", "100", "--steps", "0", "100")
     by_run = {(r["variant"], r["seed"]): r for r in rows}
     assert set(by_run) == {(LEARNED, 0), (LEARNED, 1), ("softmax", 0)}
     learned = by_run[(LEARNED, 0)]
     assert learned["final_train_loss"] == pytest.approx(0.01)  # steps 119..199 only
     assert learned["min_train_loss"] == pytest.approx(0.01)
-    assert learned["test_loss"] == pytest.approx(0.001)
+    assert (learned["test_loss"], learned["steps"]) == (0.001, 200)
     assert (learned["spikes"], learned["largest_spike"]) == (1, 5.0)
     assert learned["max_grad_norm"] == pytest.approx(10.0)
     assert by_run[("softmax", 0)]["spikes"] == 0
@@ -115,11 +152,13 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     spike = spikes[0]
     assert (spike["step"], spike["loss"], spike["loss_over_median"]) == ("130", "0.2", "5")
     assert (spike["grad_step"], float(spike["grad_norm"])) == ("120", 10.0)
-    # Against the norms logged in the 200 steps before (all 1.0): 10×.
+    # Against the norms logged in the 200 steps before (all 1.0): 10×; every group is 10× its
+    # median there too, and the first of equals stands out.
     assert float(spike["grad_norm_over_recent"]) == pytest.approx(10.0)
+    assert (spike["top_group"], spike["top_group_over_median"]) == ("attention", "10")
     at_spike = ("grad_at_spike", "grad_at_spike_over_median", "grad_before_spike_over_median")
     assert [spike[k] for k in at_spike] == ["3", "30", "2"]
-    assert [spikes[1][k] for k in at_spike] == ["", "", ""]  # not logged: empty, not zero
+    assert [spikes[1][k] for k in at_spike] == ["", "", ""]  # NaN (not measured): empty
 
     _, bursts = read_csv(tmp_path / "traces_bursts.csv")
     assert [(b["seed"], b["first_step"], b["spikes"]) for b in bursts] == [
@@ -131,7 +170,7 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     meta, coefficients = read_csv(tmp_path / "traces_coefficients.csv")
     assert meta["command"].startswith("python -m attn_lightning.studies.reversal trajectories")
     a0 = [r for r in coefficients if r["seed"] == "0" and r["key"] == "a0"]
-    assert {r["layer"] for r in a0} == {"net.decoder.layers.0.attn", "net.decoder.layers.1.attn"}
+    assert {r["layer"] for r in a0} == set(LAYERS)
     # Logged at 0, 50, 100, 150; every 100 keeps 0 and 100, and the last point (150).
     assert [int(r["step"]) for r in a0 if r["layer"].endswith("0.attn")] == [0, 100, 150]
     keys = [r["key"] for r in coefficients if r["seed"] == "1" and r["layer"].endswith("0.attn")]
@@ -139,94 +178,92 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     assert not any(r["key"] == "c" for r in coefficients if r["seed"] == "0")
 
     page = (tmp_path / "traces.md").read_text()
+    assert page.startswith("# Training traces: `poly`")
     assert "| 130 | 2.00e-01 | 5.0 | 1.00e+01 (120) | 10.0 | 3.00e+00 | 30.0 | 2.0 |" in page
     assert "| 0 | 130–130 | 1 | 2.00e-01 | 5 | 10.00 | 30.00 | 2.00 |" in page  # the bursts
-    assert "`softmax` s1" in page  # the unfinished run is named
+    assert "Not in these tables (no ok record): `softmax` s1." in page
+    assert "without a training-loss curve" not in page  # every record has its curves
     # a4 is 0.04 (seed 0) and 1.04 (seed 1): median [min, max] over the two seeds.
     assert "| a4 | 2 | 0.540 [0.040, 1.040] | 0.540 [0.040, 1.040] |" in page
     assert "| c | 1 | 2.000 | 2.000 |" in page  # one run: no spread
     # a0 at step 0 is 1.0, at 100 is 1.2, at the end (150) 1.3; max |a| the same.
     row = "| a0 | 2 | 1.000 [1.000, 1.000] | 1.200 [1.200, 1.200] | 1.300 [1.300, 1.300] | 1.300"
     assert row in page
+    assert "![traces_loss](traces_loss.png)" in page
     assert (tmp_path / "traces_loss.png").stat().st_size > 0
     assert (tmp_path / "traces_coefficients.png").stat().st_size > 0
 
 
-def test_trajectories_without_runs_is_a_clear_error(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main(["trajectories", "--experiment", "none", "--root", str(tmp_path), "--out", "x"])
-    assert "no runs in" in capsys.readouterr().err
+def test_a_converted_record_gives_its_converted_values(tmp_path):
+    # Converted from the CSVs written before records: no loss or gradient curves; the final and
+    # lowest loss and largest norm at the last step, the gradient logged before each spike at
+    # the spike's step, as converted/ tags.
+    runs = tmp_path / "runs"
+    tags = {
+        "converted/final_train_loss_last500": [(199, 1e-7)],
+        "converted/min_train_loss": [(199, 5e-8)],
+        "converted/max_grad_norm": [(199, 1.5)],
+        "converted/grad_step": [(613, 600.0)],
+        "converted/grad_norm": [(613, 3.5e-4)],
+        "converted/grad_norm_over_median": [(613, 103.0)],
+        "converted/grad_norm_over_recent": [(613, 0.33)],
+        "converted/top_group/other": [(613, 131.0)],
+        "attention/net.layers.0.attn/a0": [(0, 1.0), (250, 1.5)],
+    }
+    _record(runs, LEARNED, 0, tags, {613: (0.0097, 85.0, 1.0, NAN, NAN, NAN)})
+    out = tmp_path / "converted"
+    [row] = _run(runs, out)
+    assert (row["final_train_loss"], row["min_train_loss"]) == (1e-7, 5e-8)
+    assert (row["max_grad_norm"], row["spikes"], row["largest_spike"]) == (1.5, 1, 85.0)
+    _, [spike] = read_csv(tmp_path / "converted_spikes.csv")
+    assert (spike["grad_step"], spike["grad_norm"], spike["grad_norm_over_recent"]) == (
+        "600",
+        "0.00035",
+        "0.33",
+    )
+    assert (spike["top_group"], spike["top_group_over_median"]) == ("other", "131")
+    page = out.with_suffix(".md").read_text()
+    assert "without a training-loss curve (converted from earlier `trajectories` CSVs" in page
+    assert f"not in the loss figure): `{LEARNED}` s0." in page
+    assert "_loss.png" not in page and not (tmp_path / "converted_loss.png").exists()
+    # Another tail than the converted one cannot be recomputed: no value, not a wrong one.
+    assert _run(runs, out, "--tail", "100")[0]["final_train_loss"] is None
+
+
+def test_a_run_in_several_folders_is_its_ok_record_once(long_study, tmp_path):
+    # A study continued elsewhere: the same run unfinished in one folder, ok in another.
+    later = tmp_path / "later"
+    _record(later, "softmax", 1, _scalars({}, {}, loss=3.0), {}, test_loss=0.004)
+    _record(later, LEARNED, 0, _learned(0), {130: SPIKE[0]}, test_loss=0.5)  # a second copy
+    rows = main(
+        ["trajectories", "--runs", str(long_study), str(later), "--out", str(tmp_path / "x")]
+    )
+    assert [(r["variant"], r["seed"]) for r in rows] == [
+        (LEARNED, 0),
+        (LEARNED, 1),
+        ("softmax", 0),
+        ("softmax", 1),
+    ]
+    assert rows[0]["test_loss"] == 0.001  # the first folder's copy
+    assert rows[3]["final_train_loss"] == 3.0
+    assert "Not in these tables" not in (tmp_path / "x.md").read_text()
 
 
 def test_variants_by_spec_pick_and_order_the_runs(long_study, tmp_path):
     spec = "polynomial:degree=4,learned_coefficients=true"
-    args = ["trajectories", "--experiment", EXPERIMENT, "--root", str(long_study)]
-    rows = main([*args, "--out", str(tmp_path / "x"), "--variants", "softmax", spec])
+    rows = _run(long_study, tmp_path / "x", "--variants", "softmax", spec)
     assert [(r["variant"], r["seed"]) for r in rows] == [("softmax", 0), (LEARNED, 0), (LEARNED, 1)]
 
 
 def test_no_coefficients_file_without_a_learned_variant(long_study, tmp_path):
-    out = tmp_path / "soft"
-    main(
-        [
-            *("trajectories", "--experiment", EXPERIMENT, "--root", str(long_study)),
-            *("--out", str(out), "--variants", "softmax"),
-        ]
-    )
+    _run(long_study, tmp_path / "soft", "--variants", "softmax")
     assert (tmp_path / "soft_runs.csv").is_file() and (tmp_path / "soft_spikes.csv").is_file()
     assert not (tmp_path / "soft_coefficients.csv").exists()
     assert not (tmp_path / "soft_coefficients.png").exists()
     assert "## Learned coefficients" not in (tmp_path / "soft.md").read_text()
 
 
-def test_committed_rows_of_runs_whose_logs_are_gone_join_the_tables(long_study, tmp_path):
-    # Session 1 wrote the traces of the long study; session 2 has only the logs of learned seed 1
-    # (again) and of a new learned seed 2 and softmax seed 3: its tables hold every run, seed 1
-    # from its logs (not twice), and the bursts are recomputed over all the spikes.
-    first = tmp_path / "first"
-    args = ["trajectories", "--experiment", EXPERIMENT, "--tail", "100"]
-    main([*args, "--root", str(long_study), "--out", str(first)])
-    later = tmp_path / "later"
-    write_run(later, LEARNED, 1, _learned_scalars(1), test_metrics(1.0, 1.0, 0.001))
-    write_run(later, LEARNED, 2, _learned_scalars(2), test_metrics(1.0, 1.0, 0.003))
-    softmax = fake_scalars([0.9, 0.999, 0.999, 0.999], spikes=[])
-    write_run(later, "softmax", 3, softmax, test_metrics(1.0, 1.0, 0.004))
-    out = tmp_path / "merged"
-    args += ["--root", str(later), "--out", str(out), "--variants", "softmax", LEARNED]
-    rows = main([*args, "--committed", str(first)])
-    assert [(r["variant"], r["seed"]) for r in rows] == [
-        ("softmax", 0),
-        ("softmax", 3),
-        (LEARNED, 0),
-        (LEARNED, 1),
-        (LEARNED, 2),
-    ]
-    committed = rows[2]  # seed 0 from the CSV: numbers are numbers again
-    assert (committed["spikes"], committed["test_loss"], committed["steps"]) == (1, 0.001, 200)
-    assert rows[4]["test_loss"] == pytest.approx(0.003)
-    _, bursts = read_csv(tmp_path / "merged_bursts.csv")
-    assert [(b["seed"], b["first_step"]) for b in bursts] == [
-        ("0", "130"),
-        ("1", "130"),
-        ("2", "130"),
-    ]
-    _, coefficients = read_csv(tmp_path / "merged_coefficients.csv")
-    assert sorted({r["seed"] for r in coefficients}) == ["0", "1", "2"]
-    assert (
-        len([r for r in coefficients if r["seed"] == "1"])
-        == len([r for r in coefficients if r["seed"] == "2"]) + 2 * 2
-    )  # seed 1 also logs c (two layers, two thinned points); not duplicated
-    page = (tmp_path / "merged.md").read_text()
-    assert f"`{LEARNED}` | 3 | 0, 1, 2 |" in page
-    assert "`softmax` | 2 | 0, 3 |" in page
-    assert "as committed: `softmax` s0; `" + LEARNED + "` s0." in page
-    assert "read from logs here: `softmax` s3; `" + LEARNED + "` s1, s2." in page
-    # Run again over its own output: the same tables (a run is never counted twice).
-    assert main([*args, "--committed", str(out)]) == rows
-
-
-def test_committed_prefix_without_its_files_is_a_clear_error(long_study, tmp_path, capsys):
-    args = ["trajectories", "--experiment", EXPERIMENT, "--root", str(long_study)]
+def test_trajectories_without_records_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main([*args, "--out", str(tmp_path / "x"), "--committed", str(tmp_path / "nothing")])
-    assert "nothing_runs.csv" in capsys.readouterr().err
+        _run(tmp_path, tmp_path / "x")
+    assert "no finished run (an ok record.json) under" in capsys.readouterr().err
