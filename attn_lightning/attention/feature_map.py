@@ -5,8 +5,9 @@ non-causal, causal-chunked and recurrent forms all come from ``linear_kernels`` 
 per-variant copies). ``implementation`` picks the kernel of the causal product: ``torch`` (our
 chunked ``causal_product``), ``fla`` (flash-linear-attention's fused Triton kernel, CUDA only:
 ``ops/fla.py``), ``triton`` (our chunk-parallel product as fused Triton kernels, CUDA, or CPU
-under ``TRITON_INTERPRET=1``: ``ops/triton_causal.py``) or ``auto`` (the torch kernel for now:
-``fla.AUTO_TAKES_FLA``). The non-causal product and ``step`` are the same under every choice.
+under ``TRITON_INTERPRET=1``: ``ops/triton_causal.py``; linear's elu + 1 is applied in its loads)
+or ``auto`` (the torch kernel for now: ``fla.AUTO_TAKES_FLA``). The non-causal product and
+``step`` are the same under every choice.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class FeatureMapAttention(Attention):
     # float32's range): bf16 inputs bound for the torch causal kernel's bf16 GEMMs then skip a
     # float32 copy of x and of φ and two casts, forward and backward.
     features_in_bf16: bool = False
+    # True when φ is elu(x) + 1: the Triton kernel then applies it to raw q and k as it loads them
+    # (and its derivative to dq, dk), so no φ tensor is written or read (``triton_causal``).
+    fuses_elu_features: bool = False
 
     def __init__(
         self,
@@ -84,11 +88,14 @@ class FeatureMapAttention(Attention):
         bf16 = q.dtype == product_dtype(v.dtype) == torch.bfloat16
         low = bf16 and causal and kernel in ("torch", "triton") and self.features_in_bf16
         dtype = torch.bfloat16 if low else None  # φ in the GEMMs' dtype, or float32 at least
-        phi_q = self.features(q, is_query=True, dtype=dtype)
-        phi_k = self.features(k, is_query=False, dtype=dtype)
+        fused = causal and kernel == "triton" and self.fuses_elu_features  # raw q, k: φ in-kernel
+        phi_q = q if fused else self.features(q, is_query=True, dtype=dtype)
+        phi_k = k if fused else self.features(k, is_query=False, dtype=dtype)
         if key_padding_mask is not None:
-            # Zero features: a masked key adds to neither Σφ(k)vᵀ nor Σφ(k).
-            phi_k = phi_k.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
+            # Zero features (fused: raw -inf, as φ(-inf) = 0 and so is φ' there): a masked key
+            # adds to neither Σφ(k)vᵀ nor Σφ(k).
+            fill = float("-inf") if fused else 0.0
+            phi_k = phi_k.masked_fill(~key_padding_mask[:, None, :, None], fill)
         offset, eps = self.normalizer_offset, self.eps
         if not causal:
             return linear_attention(phi_q, phi_k, v, offset=offset, eps=eps)
@@ -97,7 +104,9 @@ class FeatureMapAttention(Attention):
         if kernel == "triton":  # imported here: Triton loads only for calls that ask for it
             from attn_lightning.attention.ops.triton_causal import triton_causal_linear_attention
 
-            out = triton_causal_linear_attention(phi_q, phi_k, v, offset=offset, eps=eps)
+            out = triton_causal_linear_attention(
+                phi_q, phi_k, v, offset=offset, eps=eps, elu_features=fused
+            )
             assert isinstance(out, Tensor)  # return_state=False: the output alone
             return out
         return causal_linear_attention(

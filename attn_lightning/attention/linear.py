@@ -83,7 +83,8 @@ class LinearAttention(FeatureMapAttention):
         feature_map: one of ``FEATURE_MAPS`` (elu, relu, softplus, squared_relu).
         chunk_size: tokens per chunk in the causal kernel.
         eps: added to the normaliser (a query whose keys all have zero features gets 0).
-        implementation: the causal kernel, ``auto``, ``torch`` or ``fla`` (``feature_map``).
+        implementation: the causal kernel, ``auto``, ``torch``, ``fla`` or ``triton``
+            (``feature_map``; ``triton`` applies the ``elu`` map inside the kernel).
     """
 
     name = "linear"
@@ -103,6 +104,7 @@ class LinearAttention(FeatureMapAttention):
         )
         check_choice("feature_map", feature_map, FEATURE_MAPS, backend=self.name)
         self.feature_map_name = feature_map
+        self.fuses_elu_features = feature_map == "elu"  # the Triton kernel applies φ on load
         self._phi = FEATURE_MAPS[feature_map]
 
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:

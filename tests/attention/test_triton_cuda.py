@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attn_lightning.attention import build_attention
 from attn_lightning.attention.ops.linear_kernels import linear_attention_step
@@ -71,3 +72,30 @@ def test_backend_bf16_training_step_matches_torch_kernel(name):
     want = ref(q.float(), k.float(), v.float(), causal=True)
     assert torch.isfinite(out).all()
     assert _relative(out.float(), want.double()) < 2e-2
+
+
+# linear's elu + 1 applied in the kernels' loads: raw q, k (mean 0), padded keys -inf.
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_compiled_elu_features_match_float64(dtype):
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 4, 1000, 64, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 4, 1000, 64, generator=g, dtype=torch.float64) + 2.0
+    grad = torch.randn(2, 4, 1000, 64, generator=g, dtype=torch.float64)
+    q, k, v, grad = (t.to(dtype).double() for t in (q, k, v, grad))
+    mask = torch.ones(2, 1000, dtype=torch.bool)
+    mask[1, 700:] = False
+    ref64 = [t.clone().requires_grad_() for t in (q, k, v)]
+    phi_k = (F.elu(ref64[1]) + 1).masked_fill(~mask[:, None, :, None], 0.0)
+    s = ((F.elu(ref64[0]) + 1) @ phi_k.transpose(-1, -2)).tril()
+    (s @ ref64[2] / (1e-6 + s.sum(-1, keepdim=True))).backward(grad)
+    low = [t.to("cuda", dtype).requires_grad_() for t in (q, k, v)]
+    padded = low[1].masked_fill(~mask.cuda()[:, None, :, None], float("-inf"))
+    out = triton_causal_linear_attention(
+        low[0], padded, low[2], offset=0.0, eps=1e-6, elu_features=True
+    )
+    out.backward(grad.to("cuda", dtype))
+    ref = (s @ ref64[2] / (1e-6 + s.sum(-1, keepdim=True))).detach()
+    tol_out, tol_grad = (1e-2, 3e-2) if dtype == torch.bfloat16 else (1e-5, 1e-4)
+    assert _relative(out.detach().cpu(), ref) < tol_out
+    for got, want in zip(low, ref64):
+        assert _relative(got.grad.cpu(), want.grad) < tol_grad

@@ -15,6 +15,14 @@ c; exact in value, as ``centred_product``): in bf16 the uncentred terms are of s
 cancel, and their rounding cost dq a relative error of 0.10 against float64 at N = 128 for values
 of mean 2σ (centred: 0.025; the torch kernel 0.018; interpreter, F 16, Dv 8, C 32).
 
+Fused feature map (``elu_features``, ``linear``'s default φ = elu + 1): the kernels take raw q
+and k and apply φ to each tile as they load it (float32, rounded once to the inputs' dtype, as
+the unfused bf16 features), so no (B, H, N, F) feature tensor is written, read or saved; padded
+keys come as -inf rows (φ = 0, φ' = 0). Backward applies ``φ'(x) = 1 (x > 0) or eˣ`` inside
+``grad_qk`` to the float32 sums of dφ(q), dφ(k) before their one rounding to the inputs' dtype:
+applying it outside on the kernel's feature-space gradients would round dφ to bf16 and then the
+product again (and write and re-read two (B, H, N, F) tensors). The final state is over φ(k).
+
 Contract (as the torch kernel's ``causal_linear_attention``): padded keys are zero rows of φ(k)
 (the backend's job) and add nothing; the normaliser is float32 (offset + eps + intra-chunk part
 + φ(q)·z_prev); a query that sees no key gives 0; N needs no padding (a partial last chunk is
@@ -36,7 +44,8 @@ targets are unmeasured), see ``fla.AUTO_TAKES_FLA``.
 
 Verified (2026-11-28): outputs, gradients, normaliser, padding, zero-key queries and the final state
 under the interpreter against float64 and the torch kernel (``tests/attention/ops/
-test_triton_causal.py``); all six kernels compile for sm_90 (bf16 and fp32, Triton 3.8, no GPU at
+test_triton_causal.py``; the fused elu + 1 also against the unfused path: ``..._elu.py``); all six
+kernels, and the four with the fused φ, compile for sm_90 (bf16 and fp32, Triton 3.8, no GPU at
 hand). They have not yet run compiled on a GPU: ``tests/attention/test_triton_cuda.py`` does that
 where one is present, and ``gpu-report``'s triton rows time them.
 """
@@ -103,7 +112,7 @@ class _TritonProduct(torch.autograd.Function):
     """``(num / den, S_end, z_end)`` on ``(B, H, N, ·)`` inputs of one dtype; module docstring."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, shift: float, chunk: int):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, shift: float, chunk: int, elu: bool):
         b, h, n, f = q.shape
         e, bh, nc = v.shape[-1], b * h, triton.cdiv(n, chunk)
         q3, k3, v3 = (x.contiguous().view(bh, n, x.shape[-1]) for x in (q, k, v))
@@ -116,6 +125,7 @@ class _TritonProduct(torch.autograd.Function):
         interpreted = q.device.type != "cuda"
         kn = kernels(interpreted)
         dots = {"PREC": prec, "DOT": tl.float32 if interpreted or prec == "ieee" else tl.bfloat16}
+        dots["ELU1"] = elu  # φ = elu + 1 applied to q and k on load (the kernels that read them)
         f32 = torch.float32
         s, z = q.new_empty(bh, nc, f, e, dtype=f32), q.new_empty(bh, nc, f, dtype=f32)
         s_end, z_end = q.new_empty(bh, f, e, dtype=f32), q.new_empty(bh, f, dtype=f32)
@@ -194,7 +204,7 @@ class _TritonProduct(torch.autograd.Function):
             **sizes,
         )
         kn.grad_v[(nc, bh, net)](q3, k3, grad, den, r, dv, n, f, e, nc, nft, **dots, **sizes)
-        return dq.view(b, h, n, f), dk.view(b, h, n, f), dv.view(b, h, n, e), None, None
+        return dq.view(b, h, n, f), dk.view(b, h, n, f), dv.view(b, h, n, e), None, None, None
 
 
 def triton_causal_linear_attention(
@@ -206,15 +216,19 @@ def triton_causal_linear_attention(
     eps: float,
     chunk_size: int = DEFAULT_CHUNK,
     return_state: bool = False,
+    elu_features: bool = False,
 ) -> Tensor | tuple[Tensor, State]:
     """``linear_kernels.causal_linear_attention`` with the fused Triton kernels.
 
     Args:
-        phi_q, phi_k: ``(B, H, N, F)`` features (padded keys already zero rows).
+        phi_q, phi_k: ``(B, H, N, F)`` features (padded keys already zero rows), or with
+            ``elu_features`` the raw q and k (padded keys -inf rows: φ(-inf) = 0).
         v: ``(B, H, N, Dv)``; the output has its dtype.
         offset, eps: the normaliser is ``offset + eps + φ(q_i)ᵀΣ_{j≤i}φ(k_j)``.
         chunk_size: tokens per chunk, a power of two ≥ 16 (``tl.dot``'s minimum tile).
         return_state: also return the final ``(S, z)`` (float32, ``linear_attention_step``'s).
+        elu_features: the kernels apply φ(x) = elu(x) + 1 to q and k as they load them (and its
+            derivative to dq, dk): ``linear``'s default map without a feature tensor in memory.
 
     Raises:
         ValueError: ``chunk_size`` not a power of two ≥ 16, a float64 tensor, or a device the
@@ -227,6 +241,7 @@ def triton_causal_linear_attention(
     dtype = product_dtype(v.dtype)
     with torch.autocast(device_type=v.device.type, enabled=False):
         q, k, vv = phi_q.to(dtype), phi_k.to(dtype), v.to(dtype)
-        out, s_end, z_end = _TritonProduct.apply(q, k, vv, float(offset + eps), chunk_size)
+        shift = float(offset + eps)
+        out, s_end, z_end = _TritonProduct.apply(q, k, vv, shift, chunk_size, elu_features)
     out = out.to(v.dtype)
     return (out, (s_end, z_end)) if return_state else out

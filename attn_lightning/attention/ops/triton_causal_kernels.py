@@ -17,19 +17,45 @@ Sums are ``tl.reduce(x, axis, tl.standard._sum_combine)``, not ``tl.sum``: ``tl.
 ``tl.zeros``, hence ``tl.full``) is a ``@triton.jit`` function, compiled or interpreted once
 at ``import triton``, and a compiled one cannot run inside an interpreted kernel; ``tl.reduce``
 is a builtin the interpreter replaces per launch (and recognises ``_sum_combine`` as ``np.sum``).
+For the same reason the device functions the kernels call (``_phi``, ``_qk_tile``) are wrapped per
+mode with them (``kernels``). ``ELU1`` kernels read raw q, k and apply φ = elu + 1 on load.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from types import SimpleNamespace
 
 import triton
 import triton.language as tl
 
 
+def _phi(x, mask, ELU1: tl.constexpr):
+    """A loaded feature tile ``x`` as features: itself, or (ELU1) ``elu(x) + 1`` evaluated in
+    float32 and rounded to x's dtype once (the unfused path's bf16 φ), 0 outside ``mask`` (a
+    masked load's 0 would become φ(0) = 1, and a -inf key, a padded one, becomes 0)."""
+    if ELU1:
+        xf = x.to(tl.float32)
+        x = tl.where(mask, tl.where(xf > 0.0, xf + 1.0, tl.exp(xf)), 0.0).to(x.dtype)
+    return x
+
+
+def _qk_tile(q, k, base, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.constexpr,
+             PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
+    """F-tile ``ft`` of one chunk: its columns and their mask, the φ(Q), φ(K) tiles and their
+    float32 scores ``φ(Q)φ(K)ᵀ`` (C × C), the loop step readout and grad_v share."""
+    fo = ft * BF + tl.arange(0, BF)
+    fm = fo < F
+    m = rm[:, None] & fm[None, :]
+    off = base + rows[:, None] * F + fo[None, :]
+    qb = _phi(tl.load(q + off, m, 0.0), m, ELU1)
+    kb = _phi(tl.load(k + off, m, 0.0), m, ELU1)
+    return fo, fm, qb, kb, tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
+
+
 def _states(a, b, den, gden, s, z, N, F, E, NC, NE_T, C: tl.constexpr, BF: tl.constexpr,
-            BE: tl.constexpr, SCALED: tl.constexpr, PREC: tl.constexpr,
+            BE: tl.constexpr, SCALED: tl.constexpr, ELU1: tl.constexpr, PREC: tl.constexpr,
             DOT: tl.constexpr):  # fmt: skip
     """One chunk's ``A_cᵀB_c`` (F-tile × E-tile) and ``Σ_rows A_c`` (SCALED: ``A_cᵀ(B_c/den)``
     and ``A_cᵀ gden``, backward's ``Q_cᵀ dNum_c`` and ``Q_cᵀ dDen_c``); grid (NC, BH, F·E tiles)."""
@@ -38,7 +64,8 @@ def _states(a, b, den, gden, s, z, N, F, E, NC, NE_T, C: tl.constexpr, BF: tl.co
     rows = c * C + tl.arange(0, C)
     fo, eo = ft * BF + tl.arange(0, BF), et * BE + tl.arange(0, BE)
     rm, fm, em = rows < N, fo < F, eo < E
-    ab = tl.load(a + bh * N * F + rows[:, None] * F + fo[None, :], rm[:, None] & fm[None, :], 0.0)
+    am = rm[:, None] & fm[None, :]
+    ab = _phi(tl.load(a + bh * N * F + rows[:, None] * F + fo[None, :], am, 0.0), am, ELU1)
     bb = tl.load(b + bh * N * E + rows[:, None] * E + eo[None, :], rm[:, None] & em[None, :], 0.0)
     if SCALED:
         d = tl.load(den + bh * N + rows, rm, 1.0)
@@ -83,8 +110,8 @@ def _prefix(s, z, s_end, z_end, F, E, NC, NE_T, BF: tl.constexpr, BE: tl.constex
 
 
 def _readout(q, k, v, mean, s, z, out, out32, den, shift, N, F, E, NC, NF_T, KEEP: tl.constexpr,
-             C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, PREC: tl.constexpr,
-             DOT: tl.constexpr):  # fmt: skip
+             C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
+             PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``out = (tril(QKᵀ)V + Q S_prev) / den``, ``den = shift + rowsum tril(QKᵀ) + Q z_prev``, for
     one chunk and E-tile; grid (NC, BH, E tiles). Saved: the float32 normaliser (1 where it is
     exactly 0) and (KEEP, half inputs) a float32 copy of out, whose bf16 rounding (2⁻⁹·|out|)
@@ -103,12 +130,8 @@ def _readout(q, k, v, mean, s, z, out, out32, den, shift, N, F, E, NC, NF_T, KEE
     inter = tl.full((C, BE), 0.0, tl.float32)
     qz = tl.full((C,), 0.0, tl.float32)
     for ft in range(0, NF_T):
-        fo = ft * BF + tl.arange(0, BF)
-        fm = fo < F
-        m = rm[:, None] & fm[None, :]
-        qb = tl.load(q + bh * N * F + rows[:, None] * F + fo[None, :], m, 0.0)
-        kb = tl.load(k + bh * N * F + rows[:, None] * F + fo[None, :], m, 0.0)
-        scores += tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
+        fo, fm, qb, _kb, sc = _qk_tile(q, k, bh * N * F, rows, rm, ft, F, BF, ELU1, PREC, DOT)
+        scores += sc
         zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0)
         so = ((bh * NC + c) * F + fo[:, None]) * E + eo[None, :]
         sb = tl.load(s + so, fm[:, None] & em[None, :], 0.0) - zb[:, None] * mb[None, :]
@@ -157,8 +180,8 @@ def _delta(grad, out, den, mean, gden, gden_c, N, E, NC, NE_T, C: tl.constexpr,
 
 
 def _grad_qk(q, k, v, mean, grad, den, gden_c, s, z, r, rz, dq, dk, N, F, E, NC, NE_T,
-             C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, PREC: tl.constexpr,
-             DOT: tl.constexpr):  # fmt: skip
+             C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
+             PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """dQ, dK of one chunk and F-tile; grid (NC, BH, F tiles).
 
     Uncentred, with ``G = dO/den`` and ``dA = tril(G Vᵀ + dDen)``: ``dQ = dA K + G S_prevᵀ +
@@ -175,8 +198,10 @@ def _grad_qk(q, k, v, mean, grad, den, gden_c, s, z, r, rz, dq, dk, N, F, E, NC,
     rm, fm = rows < N, fo < F
     d = tl.load(den + bh * N + rows, rm, 1.0)
     gd = tl.load(gden_c + bh * N + rows, rm, 0.0)
-    qb = tl.load(q + bh * N * F + rows[:, None] * F + fo[None, :], rm[:, None] & fm[None, :], 0.0)
-    kb = tl.load(k + bh * N * F + rows[:, None] * F + fo[None, :], rm[:, None] & fm[None, :], 0.0)
+    qm = rm[:, None] & fm[None, :]
+    qx = tl.load(q + bh * N * F + rows[:, None] * F + fo[None, :], qm, 0.0)
+    kx = tl.load(k + bh * N * F + rows[:, None] * F + fo[None, :], qm, 0.0)
+    qb, kb = _phi(qx, qm, ELU1), _phi(kx, qm, ELU1)
     da = tl.full((C, C), 0.0, tl.float32)
     gq = tl.full((C, BF), 0.0, tl.float32)
     gk = tl.full((C, BF), 0.0, tl.float32)
@@ -203,13 +228,17 @@ def _grad_qk(q, k, v, mean, grad, den, gden_c, s, z, r, rz, dq, dk, N, F, E, NC,
     da = tl.where(i[None, :] <= i[:, None], da + gd[:, None], 0.0).to(qb.dtype)
     gq += tl.dot(da.to(DOT), kb.to(DOT), input_precision=PREC) + gd[:, None] * zb[None, :]
     gk += tl.dot(tl.trans(da).to(DOT), qb.to(DOT), input_precision=PREC) + rzb[None, :]
+    if ELU1:  # d(elu + 1)/dx = 1 (x > 0) or e^x, on the float32 sums: dq, dk rounded once
+        gq *= tl.where(qx > 0.0, 1.0, tl.exp(qx.to(tl.float32)))
+        gk *= tl.where(kx > 0.0, 1.0, tl.exp(kx.to(tl.float32)))
     off = bh * N * F + rows[:, None] * F + fo[None, :]
-    tl.store(dq + off, gq.to(qb.dtype), rm[:, None] & fm[None, :])
-    tl.store(dk + off, gk.to(qb.dtype), rm[:, None] & fm[None, :])
+    tl.store(dq + off, gq.to(qb.dtype), qm)
+    tl.store(dk + off, gk.to(qb.dtype), qm)
 
 
 def _grad_v(q, k, grad, den, r, dv, N, F, E, NC, NF_T, C: tl.constexpr, BF: tl.constexpr,
-            BE: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
+            BE: tl.constexpr, ELU1: tl.constexpr, PREC: tl.constexpr,
+            DOT: tl.constexpr):  # fmt: skip
     """``dV = tril(QKᵀ)ᵀ G + K R`` of one chunk and E-tile (``G = dO/den``, R as in
     ``_grad_qk``); grid (NC, BH, E tiles)."""
     c, bh, et = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
@@ -219,12 +248,8 @@ def _grad_v(q, k, grad, den, r, dv, N, F, E, NC, NF_T, C: tl.constexpr, BF: tl.c
     scores = tl.full((C, C), 0.0, tl.float32)
     gv = tl.full((C, BE), 0.0, tl.float32)
     for ft in range(0, NF_T):
-        fo = ft * BF + tl.arange(0, BF)
-        fm = fo < F
-        m = rm[:, None] & fm[None, :]
-        qb = tl.load(q + bh * N * F + rows[:, None] * F + fo[None, :], m, 0.0)
-        kb = tl.load(k + bh * N * F + rows[:, None] * F + fo[None, :], m, 0.0)
-        scores += tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
+        fo, fm, qb, kb, sc = _qk_tile(q, k, bh * N * F, rows, rm, ft, F, BF, ELU1, PREC, DOT)
+        scores += sc
         so = ((bh * NC + c) * F + fo[:, None]) * E + eo[None, :]
         rb = tl.load(r + so, fm[:, None] & em[None, :], 0.0).to(qb.dtype)
         gv += tl.dot(kb.to(DOT), rb.to(DOT), input_precision=PREC)
@@ -239,6 +264,7 @@ def _grad_v(q, k, grad, den, r, dv, N, F, E, NC, NF_T, C: tl.constexpr, BF: tl.c
 
 
 _KERNELS = (_states, _prefix, _readout, _delta, _grad_qk, _grad_v)
+_HELPERS = (_phi, _qk_tile)  # device functions the kernels call (inlined by the compiler)
 
 
 @functools.cache
@@ -247,6 +273,11 @@ def kernels(interpreted: bool) -> SimpleNamespace:
 
     Both can live in one process: a CPU test's interpreted launch leaves the CUDA tests' compiled
     kernels compiled. The interpreter class is imported only when asked for.
+
+    A kernel finds its helpers (``_HELPERS``) by global name, and a compiled kernel can call only
+    a compiled helper, an interpreted one only an interpreted (or plain) one: so each mode's
+    functions are copies of the module's with a globals dict of their own, in which the helper
+    names are that mode's wrapped helpers (the module's own names stay plain functions).
     """
     if interpreted:
         from triton.runtime.interpreter import InterpretedFunction
@@ -254,4 +285,13 @@ def kernels(interpreted: bool) -> SimpleNamespace:
         wrap = InterpretedFunction
     else:
         wrap = triton.jit
-    return SimpleNamespace(**{fn.__name__.lstrip("_"): wrap(fn) for fn in _KERNELS})
+    scope = dict(globals())  # the interpreter adds its names here, not to the module
+
+    def bind(fn):
+        copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__)
+        copy.__annotations__ = fn.__annotations__  # tl.constexpr marks: not in __code__
+        copy.__doc__, copy.__qualname__ = fn.__doc__, fn.__qualname__
+        return wrap(copy)
+
+    scope |= {fn.__name__: bind(fn) for fn in _HELPERS}
+    return SimpleNamespace(**{fn.__name__.lstrip("_"): bind(fn) for fn in _KERNELS})

@@ -20,6 +20,7 @@ from attn_lightning.attention.ops.triton_causal_kernels import kernels
 INTS = {"N", "F", "E", "NC", "NE_T", "NF_T"}
 HALF = {"q", "k", "v", "a", "b", "grad", "out", "dq", "dk", "dv"}  # in the inputs' dtype
 CONSTEXPRS = {"C": 64, "BF": 64, "BE": 64, "SCALED": True, "REVERSE": True, "KEEP": True}
+CONSTEXPRS |= {"ELU1": False}
 CONSTEXPRS |= {"PREC": "tf32", "DOT": tl.bfloat16}
 
 
@@ -40,11 +41,20 @@ def _signature(name: str, fn) -> dict[str, str]:
     return types
 
 
-@pytest.mark.parametrize("name", ["states", "prefix", "readout", "delta", "grad_qk", "grad_v"])
-def test_kernel_compiles_for_sm90_in_bf16(name):
+KERNELS = ["states", "prefix", "readout", "delta", "grad_qk", "grad_v"]
+ELU1 = ["states", "readout", "grad_qk", "grad_v"]  # the kernels that load q or k
+
+
+# Each kernel, and (elu1) the variant applying elu + 1 on load, which calls the helpers.
+@pytest.mark.parametrize(
+    ("name", "elu1"), [(n, False) for n in KERNELS] + [(n, True) for n in ELU1]
+)
+def test_kernel_compiles_for_sm90_in_bf16(name, elu1):
     fn = getattr(kernels(False), name)
     signature = _signature(name, fn)
     constexprs = {k: v for k, v in CONSTEXPRS.items() if signature.get(k) == "constexpr"}
+    if "ELU1" in signature:
+        constexprs["ELU1"] = elu1
     assert set(constexprs) == {k for k, v in signature.items() if v == "constexpr"}
     try:
         compiled = triton.compile(
