@@ -30,6 +30,8 @@ def stacks() -> list:
     cases = []
     for path in sorted(CONFIGS.rglob("*.yaml")):
         rel = path.relative_to(CONFIGS)
+        if rel.parts[0] == "studies":  # study plans (studies.sweep --plan), not train.py configs
+            continue
         if rel.parts[0] == "presets":
             cases += [pytest.param([b, path], id=f"{b.parent.name}+{rel}") for b in BASES]
         elif path.name == "base.yaml":

@@ -1,11 +1,11 @@
-"""Training curves of a study's runs, read back from their TensorBoard folders.
+"""Training curves of a study's runs, read back from their run records.
 
-A run's metrics file names its ``log_dir``; ``read_scalars`` loads every scalar of that folder
-and ``curve_rows`` turns one tag (e.g. ``val/mAP``) of every finished run into long-format rows
-``{variant, seed, optimizer_steps, <tag>}`` for ``<out>_curves.csv``; ``curves_table`` shows them
-per run in a markdown table of at most ``max_columns`` validation points (the CSV keeps all).
-Validation scalars are logged at the index of the step just taken, so ``optimizer_steps`` is
-that index + 1.
+``curve_rows`` turns one logged tag (e.g. ``val/mAP``) of every finished run into long-format
+rows ``{variant, seed, optimizer_steps, <tag>}`` for ``<out>_curves.csv``, from each run's
+``curves.csv`` (``records.run_scalars``); ``curves_table`` shows them per run in a markdown
+table of at most ``max_columns`` validation points (the CSV keeps all). A record's ``step`` is
+the logger's, the index of the optimiser step just taken (converted records store
+``optimizer_steps - 1`` too), so ``optimizer_steps`` is that ``step + 1``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.files import markdown_table, read_csv, write_csv
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.files import markdown_table, write_csv
+from attn_lightning.results.records import OK, RunResult, Scalars, run_scalars
 from attn_lightning.results.tables import column
 
-Scalars = dict[str, list[tuple[int, float]]]
+__all__ = [
+    "Scalars",
+    "append_curves",
+    "curve_rows",
+    "curves_table",
+    "read_scalars",
+    "series",
+    "write_curves",
+]
 
 
 def read_scalars(log_dir: Path) -> Scalars:
@@ -47,38 +55,18 @@ def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
     return []
 
 
-def curve_rows(
-    results: Sequence[RunResult], tag: str, earlier: Sequence[dict[str, Any]] = ()
-) -> list[dict[str, Any]]:
-    """One row per finished run and logged value of ``tag``, in the runs' order. A run without
-    a log folder (read back from an earlier CSV) takes its rows from ``earlier`` (an earlier
-    ``<out>_curves.csv``, ``read_curve_rows``); one with neither gives none."""
+def curve_rows(results: Sequence[RunResult], tag: str) -> list[dict[str, Any]]:
+    """One row per finished (``ok``) run and logged value of ``tag`` (or ``tag_step``), in the
+    runs' order, from each run's record folder (``log_dir``); a run without one gives none."""
     rows = []
     for r in results:
-        if r.status != "ok":
+        if r.status != OK or r.log_dir is None:
             continue
-        if r.log_dir is None or not Path(r.log_dir).is_dir():
-            rows += [e for e in earlier if (e["variant"], int(e["seed"])) == (r.variant, r.seed)]
-            continue
-        for step, value in series(read_scalars(Path(r.log_dir)), tag):
+        for step, value in series(run_scalars(Path(r.log_dir)), tag):
             rows.append(
                 {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, tag: value}
             )
     return rows
-
-
-def read_curve_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of an earlier ``<out>_curves.csv`` (numbers as numbers); [] when it is absent."""
-    if not path.is_file():
-        return []
-    _, rows = read_csv(path)
-    return [
-        {
-            k: (v if k == "variant" else int(v) if k in ("seed", "optimizer_steps") else float(v))
-            for k, v in row.items()
-        }
-        for row in rows
-    ]
 
 
 def _shown_steps(steps: Sequence[int], max_columns: int) -> list[int]:
@@ -106,13 +94,10 @@ def curves_table(rows: Sequence[dict[str, Any]], tag: str, *, max_columns: int =
     return markdown_table(["variant", "seed", *(str(s) for s in steps)], body).splitlines()
 
 
-def write_curves(
-    out: Path, results: Sequence[RunResult], tag: str, earlier: Sequence[dict[str, Any]] = ()
-) -> list[str]:
-    """Write ``<out>_curves.csv`` (every logged value of ``tag`` of every finished run, runs
-    read back from a CSV taking theirs from ``earlier``) and return the markdown section that
-    shows it; [] (and no file) when no run logged ``tag``."""
-    rows = curve_rows(results, tag, earlier)
+def write_curves(out: Path, results: Sequence[RunResult], tag: str) -> list[str]:
+    """Write ``<out>_curves.csv`` (every logged value of ``tag`` of every finished run) and
+    return the markdown section that shows it; [] (and no file) when no run logged ``tag``."""
+    rows = curve_rows(results, tag)
     if not rows:
         return []
     path = out.with_name(out.name + "_curves.csv")
@@ -125,11 +110,9 @@ def write_curves(
     ]
 
 
-def append_curves(
-    out: Path, results: Sequence[RunResult], tag: str, earlier: Sequence[dict[str, Any]] = ()
-) -> None:
+def append_curves(out: Path, results: Sequence[RunResult], tag: str) -> None:
     """``write_curves`` and its section appended to ``<out>.md`` (written by ``write_tables``)."""
-    lines = write_curves(out, results, tag, earlier)
+    lines = write_curves(out, results, tag)
     if lines:
         md = out.with_name(out.name + ".md")
         md.write_text(md.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))

@@ -1,9 +1,11 @@
-"""The command-line pieces the studies share: a study's parser, its run flags, old spellings.
+"""The command-line pieces the studies share: a study's parser, its run flags, plans, old spellings.
 
 Every study that trains runs through ``studies.runner`` and so takes the same flags for them:
 ``--seeds``, ``--set KEY=VALUE`` (a ``train.py`` argument of every run), ``--jobs``, ``--resume``,
 ``--skip-runs``, ``--experiment`` and ``--out``; ``add_run_arguments`` adds them with one
-meaning everywhere. ``renamed`` is the one notice an old spelling (a module path, a flag) gives.
+meaning everywhere. ``plan_argv`` reads a declarative plan (``configs/studies/<study>.yaml``:
+the study's options by their long names) as the arguments it stands for. ``renamed`` is the one
+notice an old spelling (a module path, a flag) gives.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import logging
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 
 def study_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
@@ -43,9 +47,9 @@ def add_experiment(parser: argparse.ArgumentParser, default: str | None, text: s
     parser.add_argument("--experiment", default=default, help=text)
 
 
-def add_out(parser: argparse.ArgumentParser) -> None:
-    """``--out`` (required): the tables' path without extension."""
-    parser.add_argument("--out", required=True, type=Path, help="output path without extension")
+def add_out(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--out``: the tables' path without extension."""
+    parser.add_argument("--out", required=required, type=Path, help="output path without extension")
 
 
 def add_run_arguments(
@@ -54,9 +58,11 @@ def add_run_arguments(
     experiment: str | None,
     experiment_help: str,
     seeds: Sequence[int] = (0, 1, 2),
+    out_required: bool = True,
 ) -> None:
     """The flags of a study that trains: ``--seeds --set --jobs --resume --skip-runs
-    --experiment --out`` (``experiment``: the default of ``--experiment``)."""
+    --experiment --out`` (``experiment``: the default of ``--experiment``; ``out_required``
+    False for a study whose plan gives ``--out``)."""
     add_seeds(parser, seeds)
     add_overrides(parser)
     parser.add_argument("--jobs", type=int, default=1, help="training runs at once")
@@ -73,7 +79,7 @@ def add_run_arguments(
         help="train nothing: tables from the run records that exist",
     )
     add_experiment(parser, experiment, experiment_help)
-    add_out(parser)
+    add_out(parser, required=out_required)
 
 
 def check_overrides(parser: argparse.ArgumentParser, overrides: Sequence[str]) -> None:
@@ -81,6 +87,47 @@ def check_overrides(parser: argparse.ArgumentParser, overrides: Sequence[str]) -
     bad = [o for o in overrides if "=" not in o]
     if bad:
         parser.error(f"--set expects KEY=VALUE, got {bad}")
+
+
+def plan_argv(
+    parser: argparse.ArgumentParser, path: Path, *, exclude: Sequence[str] = ()
+) -> list[str]:
+    """The command-line arguments a plan file stands for, checked by key.
+
+    A plan is a YAML mapping from ``parser``'s long option names (without ``--``: ``config``,
+    ``backends``, ``set``, ``skip-runs``) to their values: a list for an option that takes
+    several or repeats (``pair``: a list of pairs), ``true``/``false`` for a flag. The values
+    are then parsed by ``parser`` itself, so a plan is checked as its command line is.
+    ``exclude``: options a plan may not set (``plan`` itself, modes of one call).
+
+    Raises:
+        ValueError: naming ``path`` when it is not a mapping, a key that is no option (with the
+            allowed keys), or a flag that is not true/false.
+    """
+    plan = yaml.safe_load(path.read_text()) if path.is_file() else None
+    if not isinstance(plan, dict):
+        raise ValueError(f"plan {path} is not a YAML mapping of option names to values")
+    options: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        names = [o for o in action.option_strings if o.startswith("--")]
+        if names and names[0][2:] not in ("help", *exclude):
+            options[names[0][2:]] = action
+    argv: list[str] = []
+    for key, value in plan.items():
+        if key not in options:
+            allowed = ", ".join(sorted(options))
+            raise ValueError(f"plan {path}: unknown key {key!r}; the keys are {allowed}")
+        flag, action = f"--{key}", options[key]
+        if action.nargs == 0:  # store_true
+            if not isinstance(value, bool):
+                raise ValueError(f"plan {path}: {key} is a flag, give true or false, not {value!r}")
+            argv += [flag] if value else []
+        elif isinstance(action, argparse._AppendAction):
+            for item in value if isinstance(value, list) else [value]:
+                argv += [flag, *map(str, item if isinstance(item, list) else [item])]
+        else:
+            argv += [flag, *map(str, value if isinstance(value, list) else [value])]
+    return argv
 
 
 def log_to_stderr() -> None:

@@ -4,15 +4,25 @@
         --backends softmax linear performer:num_features=64 polynomial:form=sketch \\
         --seeds 0 1 2 --set trainer.max_steps=3000 --out docs/results/reversal_len50 \\
         --metric test/token_acc --threshold 0.99
+    python -m attn_lightning.studies.sweep --plan configs/studies/sequence_reversal_len50.yaml
 
 A variant is a name plus configs stacked on ``--config`` and/or ``key=value`` overrides:
 ``--backends`` gives attention specs ``name[:key=value,...]`` (values parsed as YAML, e.g.
 ``polynomial:form=sketch,sketch_size=64``), ``--variants`` config overlays (named by file stem).
-Each (variant, seed) is a ``train.py fit`` run, spawned as ``python -m attn_lightning.cli fit``
-(``--jobs`` at once; ``--train-script`` runs a script instead) with ``--test_after_fit``; its
-``RunResult`` is read from the run's ``record.json`` (``logs/<experiment>/<run>/``).
-``--seeds`` sets ``seed_everything`` (init, batch order, random features); the data seed stays
-the config's.
+Each (variant, seed) is a ``train.py fit`` run through ``studies.runner.Runner`` (``--jobs`` at
+once; ``--train-script`` runs a script instead) with ``--test_after_fit``; its ``RunResult`` is
+its run record. ``--seeds`` sets ``seed_everything`` (init, batch order, random features); the
+data seed stays the config's.
+
+The study's records are ``<out>/runs/`` (``docs/results/<page>/runs/``): a (variant, seed) with
+an ``ok`` record there is taken from it, not trained, and each run that finishes ``ok`` here is
+published there (``records.publish_run``); continuing a sweep on another machine trains only the
+rest. ``--report-only`` trains nothing and rebuilds the page from those records alone (a
+(variant, seed) without one is "not run"); ``--into DIR`` writes the files into DIR instead of
+beside ``--out`` (a check of the committed page). ``--plan FILE`` reads the options from a plan
+(``configs/studies/<page>.yaml``: the options by their long names, ``--out`` by default
+``docs/results/<plan name>``); options given here override it (``--config``, ``--set`` and
+``--pair`` add to it). The page's command is then the plan's.
 
 Writes ``<out>.md`` (summary + per-run tables + the command), ``<out>.csv`` (summary) and
 ``<out>_runs.csv`` (one row per run), rewritten after every run. The columns are ``--metrics``
@@ -22,8 +32,8 @@ a run that crashes or times out is counted apart. ``--pair VARIANT CONTROL`` (re
 columns "control" and the paired-by-seed Δ of the variant vs that control on ``--metric`` (else
 the first ``--metrics``) with its 95 % interval (``results.paired``); ``--curve TAG`` writes
 ``<out>_curves.csv`` with every logged value of TAG per run and a table of it
-(``results.curves``). Studies (``detection``, ``lora``) use ``studies.runner.Runner`` and
-``results.tables.write_tables`` from Python.
+(``results.curves``). The machine line is the records': a converted run's ``machine`` tag, a
+fresh run's environment.
 """
 
 from __future__ import annotations
@@ -35,14 +45,23 @@ import sys
 from pathlib import Path
 
 from attn_lightning.results.curves import append_curves
-from attn_lightning.results.environment import command_line
+from attn_lightning.results.environment import command_line, machine_line
 from attn_lightning.results.paired import comparisons
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import (
+    NOT_RUN,
+    OK,
+    RunResult,
+    load_runs,
+    publish_run,
+    study_runs_dir,
+)
+from attn_lightning.results.run_files import load_record
 from attn_lightning.results.tables import Convergence, summarize, write_tables
 from attn_lightning.studies.arguments import (
     add_run_arguments,
     check_overrides,
     log_to_stderr,
+    plan_argv,
     study_parser,
 )
 from attn_lightning.studies.runner import Runner, Variant, run_label
@@ -51,6 +70,10 @@ __all__ = ["RunResult", "Runner", "Variant", "main", "run_label", "summarize"]
 
 log = logging.getLogger("attn_lightning.studies.sweep")
 PROG = "python -m attn_lightning.studies.sweep"
+PLANS = Path("configs/studies")
+# Options of one call, not of the study: a plan cannot set them, and the page's command omits
+# the two that change only where and how its files are made.
+CALL_ONLY = ("plan", "report-only", "into", "dry-run")
 PAIRED_NOTE = (
     "Δ vs control: per seed, the variant's value minus its control's (same seed: same "
     "initialisation stream, batch order and data), mean [95 % Student-t interval] over the n "
@@ -62,11 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The sweep CLI (see the module docstring)."""
     parser = study_parser(PROG, __doc__)
     add = parser.add_argument
-    add("--config", action="append", required=True, help="base train.py config (repeatable)")
+    add("--config", action="append", help="base train.py config (repeatable; required)")
     add("--backends", nargs="+", default=[], help="attention variants: name[:key=value,...]")
     add("--variants", nargs="+", default=[], help="config overlay variants (YAML files)")
     add_run_arguments(
-        parser, experiment=None, experiment_help="log/checkpoint folder (default: sweep-<out name>)"
+        parser,
+        experiment=None,
+        experiment_help="log/checkpoint folder (default: sweep-<out name>)",
+        out_required=False,  # a --plan gives it
     )
     add("--metrics", nargs="+", default=None, help="table columns (default: test/ metrics)")
     add("--metric", default=None, help="convergence metric (needs --threshold)")
@@ -97,38 +123,100 @@ def build_parser() -> argparse.ArgumentParser:
         help="add the paired-by-seed Δ of VARIANT vs CONTROL on --metric (else the first of "
         "--metrics) with its 95%% interval (repeatable)",
     )
+    add("--plan", type=Path, default=None, help="a plan file of these options (YAML)")
+    add("--report-only", action="store_true", help="train nothing: the page from <out>/runs/")
+    add("--into", type=Path, default=None, help="write the files here instead of beside --out")
     return parser
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, str]:
+    """The sweep's options (a plan's, then ``argv``'s) and the page's command line."""
+    parser = build_parser()
+    path = parser.parse_args(argv).plan
+    planned = []
+    if path is not None:
+        try:
+            planned = plan_argv(parser, path, exclude=CALL_ONLY)
+        except ValueError as error:
+            parser.error(str(error))
+        if "--out" not in planned:
+            planned += ["--out", str(Path("docs/results") / path.stem)]
+    args = parser.parse_args([*planned, *argv])
+    if args.out is None:
+        parser.error("give --out (or a --plan)")
+    if not args.config:
+        parser.error("give --config (or a --plan that names it)")
+    if not args.backends and not args.variants:
+        parser.error("give --backends and/or --variants")
+    if (args.metric is None) != (args.threshold is None):
+        parser.error("--metric and --threshold go together")
+    check_overrides(parser, args.set)
+    return args, command_line(PROG, _without_call_options(argv))
+
+
+def _without_call_options(argv: list[str]) -> list[str]:
+    """``argv`` without ``--report-only`` and ``--into DIR`` (they change no number)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--into":
+            skip = True
+        elif arg != "--report-only" and not arg.startswith("--into="):
+            kept.append(arg)
+    return kept
+
+
+def machine(runs: list[RunResult], jobs: int) -> str:
+    """The page's machine line: each run's ``machine`` tag (a converted run) or its record's
+    environment; this machine's without either (no run has finished)."""
+    seen = []
+    for r in runs:
+        if r.status == NOT_RUN or r.log_dir is None:
+            continue
+        env = load_record(Path(r.log_dir)).get("environment") or {}
+        name = r.info.get("machine") or (
+            f"{env.get('platform')}, {env.get('device_name') or env.get('device')}, "
+            f"Python {env.get('python')}"
+            if env
+            else None
+        )
+        if name and name not in seen:
+            seen.append(name)
+    if not seen:
+        return machine_line(jobs=jobs)
+    pace = "runs one after another" if jobs <= 1 else f"{jobs} runs at a time"
+    return f"Machine: {'; and '.join(seen)}; {pace}."
 
 
 def main(argv: list[str] | None = None) -> list[RunResult]:
     """Run the sweep CLI; returns the runs (in the order of the tables)."""
     log_to_stderr()
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.backends and not args.variants:
-        parser.error("give --backends and/or --variants")
-    if (args.metric is None) != (args.threshold is None):
-        parser.error("--metric and --threshold go together")
-    check_overrides(parser, args.set)
+    args, command = parse(argv)
     try:  # fail before the first run on a malformed spec
         variants = [Variant.from_attention(s) for s in args.backends]
     except ValueError as error:
-        parser.error(str(error))
+        build_parser().error(str(error))
     variants += [Variant.from_config(p) for p in args.variants]
     names = [v.name for v in variants]
     unknown = [n for pair in args.pair for n in pair if n not in names]
     if unknown:
-        parser.error(f"--pair names {unknown}, not variants of this sweep; they are {names}")
+        build_parser().error(
+            f"--pair names {unknown}, not variants of this sweep; they are {names}"
+        )
     compared = args.metric or (args.metrics[0] if args.metrics else None)
     if args.pair and compared is None:
-        parser.error("--pair needs the metric to compare: give --metric or --metrics")
+        build_parser().error("--pair needs the metric to compare: give --metric or --metrics")
     controls = dict(map(tuple, args.pair))
-    experiment = args.experiment or f"sweep-{args.out.name}"
+    study, results_dir = args.out.name, args.out.parent
+    records = study_runs_dir(study, results_dir)
     runner = Runner(
         configs=tuple(args.config),
         overrides=tuple(args.set),
-        experiment=experiment,
+        experiment=args.experiment or f"sweep-{study}",
+        study=study,
+        record_roots=(records,),
         python=args.python,
         train_script=args.train_script,
         timeout=args.timeout,
@@ -143,14 +231,17 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     convergence = (
         None if args.metric is None else Convergence(args.metric, args.threshold, args.direction)
     )
+    out = args.out if args.into is None else args.into / study
 
-    def tables(_: RunResult, finished: list[RunResult]) -> None:
+    def tables(result: RunResult, finished: list[RunResult]) -> None:
+        if result.status == OK and result.log_dir and records not in Path(result.log_dir).parents:
+            result.log_dir = str(publish_run(Path(result.log_dir), study, results_dir))
         extra = comparisons(finished, controls, compared) if compared else {}
         titles = list(dict.fromkeys(t for row in extra.values() for t in row))
         write_tables(
-            args.out,
+            out,
             finished,
-            command=command_line(PROG, argv),
+            command=command,
             metrics=args.metrics,
             convergence=convergence,
             label="variant" if args.variants else "backend",
@@ -158,13 +249,25 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             # Every variant gets every column ("–" where it has no control): one CSV header.
             extra={n: {t: extra.get(n, {}).get(t) for t in titles} for n in names},
             notes=[PAIRED_NOTE] if extra else [],
+            machine=machine(finished, args.jobs),
         )
 
-    results = runner.run_all(jobs, parallel=args.jobs, on_result=tables)
-    if args.curve:  # once, at the end: it reads every run's TensorBoard folder
-        append_curves(args.out, results, args.curve)
-    log.info("wrote %s.md, %s.csv, %s_runs.csv", args.out, args.out, args.out)
+    if args.report_only:
+        results = report(records, [(v.name, s) for v, s in jobs])
+        tables(results[-1], results)
+    else:
+        results = runner.run_all(jobs, parallel=args.jobs, on_result=tables)
+    if args.curve:  # once, at the end: it reads every run's curves
+        append_curves(out, results, args.curve)
+    log.info("wrote %s.md, %s.csv, %s_runs.csv", out, out, out)
     return results
+
+
+def report(records: Path, jobs: list[tuple[str, int]]) -> list[RunResult]:
+    """The runs of ``jobs`` (variant name, seed) from the records under ``records`` alone, in
+    job order; a job without a record is ``NOT_RUN``."""
+    found: dict[tuple[str, int], RunResult] = {(r.variant, r.seed): r for r in load_runs(records)}
+    return [found.get(job) or RunResult(job[0], job[1], None, NOT_RUN) for job in jobs]
 
 
 if __name__ == "__main__":

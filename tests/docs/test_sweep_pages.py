@@ -1,27 +1,21 @@
 """Pages written by plain ``python -m attn_lightning.studies.sweep``, rebuilt from their committed
-run records (``docs/results/<page>/runs/``) alone: the page's own command is parsed with the
-sweep's parser, its runs are read with ``load_runs`` and its curves with ``run_curves``, and the
-sweep's table writers rebuild ``<page>.md``, ``<page>.csv``, ``<page>_runs.csv`` and
-``<page>_curves.csv``, which must equal the committed files (a record or a page edited alone
-fails; ``OLDER_LAYOUT`` pages: their CSVs). The machine line is the records' ``machine`` tag
-(converted runs have no environment)."""
+run records (``docs/results/<page>/runs/``) alone by the sweep's own command: each page's plan
+(``configs/studies/<page>.yaml``, the page's "regenerate with" line) run with ``--report-only``
+into a temporary folder must give back ``<page>.md``, ``<page>.csv``, ``<page>_runs.csv`` and
+``<page>_curves.csv`` as committed (a record or a page edited alone fails; ``OLDER_LAYOUT``
+pages: their CSVs)."""
 
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from attn_lightning.results.curves import curves_table
-from attn_lightning.results.files import read_csv, write_csv
-from attn_lightning.results.paired import comparisons
-from attn_lightning.results.records import RunResult, load_runs, run_curves, study_runs_dir
-from attn_lightning.results.tables import Convergence, write_tables
-from attn_lightning.studies.sweep import PAIRED_NOTE, build_parser
+from attn_lightning.results.files import read_csv
+from attn_lightning.results.records import load_runs, study_runs_dir
+from attn_lightning.studies.sweep import PLANS, main, parse
 from tests.docs.pages import RESULTS
 
 PAGES = (
@@ -73,67 +67,14 @@ IRREPRODUCIBLE = {
 }
 
 
-def _curve_rows(runs: list[RunResult], tag: str) -> list[dict[str, Any]]:
-    """``results.curves``' long rows from the records: a logged step n is n + 1 optimiser
-    steps (validation is logged at the index of the step just taken)."""
-    return [
-        {"variant": r.variant, "seed": r.seed, "optimizer_steps": c["step"] + 1, tag: c["value"]}
-        for r in runs
-        if r.status == "ok" and r.log_dir is not None
-        for c in run_curves(Path(r.log_dir))
-        if c["tag"] == tag
-    ]
-
-
 def rebuild(stem: str, out_dir: Path, results: Path = RESULTS) -> Path:
-    """Rebuild ``<stem>.md`` and its CSVs under ``out_dir`` from the records under ``results``,
-    as the page's own sweep command writes them; returns the page's path."""
-    page = (results / f"{stem}.md").read_text()
-    command = page.split("```bash\n", 1)[1].split("\n```", 1)[0]
-    args = build_parser().parse_args(shlex.split(command)[3:])
-    names = [*args.backends, *(Path(p).stem for p in args.variants)]
-    jobs = [(name, seed) for name in names for seed in args.seeds]
-    by_job = {(r.variant, r.seed): r for r in load_runs(study_runs_dir(stem, results))}
-    assert sorted(by_job) == sorted(jobs), stem  # one record per (variant, seed), no other
-    runs = [by_job[job] for job in jobs]
-    compared = args.metric or (args.metrics[0] if args.metrics else None)
-    extra = comparisons(runs, dict(map(tuple, args.pair)), compared) if compared else {}
-    titles = list(dict.fromkeys(t for row in extra.values() for t in row))
-    out = out_dir / stem
-    convergence = (
-        None if args.metric is None else Convergence(args.metric, args.threshold, args.direction)
-    )
-    write_tables(
-        out,
-        runs,
-        command=command,
-        metrics=args.metrics,
-        convergence=convergence,
-        label="variant" if args.variants else "backend",
-        jobs=args.jobs,
-        extra={n: {t: extra.get(n, {}).get(t) for t in titles} for n in names},
-        notes=[PAIRED_NOTE] if extra else [],
-    )
-    md = out.with_name(f"{stem}.md")
-    lines = md.read_text().splitlines()
-    machines = {r.info["machine"] for r in runs}
-    assert len(machines) == 1, machines
-    pace = "runs one after another" if args.jobs <= 1 else f"{args.jobs} runs at a time"
-    machine = next(i for i, line in enumerate(lines) if line.startswith("Machine: "))
-    lines[machine] = f"Machine: {machines.pop()}; {pace}."
-    text = "\n".join(lines) + "\n"
-    if args.curve:
-        rows = _curve_rows(runs, args.curve)
-        write_csv(out.with_name(f"{stem}_curves.csv"), rows)
-        section = [
-            f"`{args.curve}` per run after the number of optimiser steps in each column "
-            f"(every logged value: `{stem}_curves.csv`):\n",
-            *curves_table(rows, args.curve),
-            "",
-        ]
-        text = text.rstrip("\n") + "\n\n" + "\n".join(section)
-    md.write_text(text)
-    return md
+    """Run the page's plan with ``--report-only`` into ``out_dir`` (records under ``results``);
+    returns the rebuilt page's path."""
+    plan = PLANS / f"{stem}.yaml"
+    # The plan's own --out (docs/results/<stem>) unless the records are elsewhere.
+    out = [] if results == RESULTS else ["--out", str(results / stem)]
+    main(["--plan", str(plan), *out, "--report-only", "--into", str(out_dir)])
+    return out_dir / f"{stem}.md"
 
 
 def _expected(stem: str, text: str) -> str:
@@ -178,6 +119,26 @@ def test_the_sweep_pages_csvs_are_rebuilt_from_its_records(tmp_path, stem):
                 assert mine[key] == cell, key
 
 
+def test_every_plan_loads_and_names_its_pages_records():
+    """Each committed plan parses with the sweep's own parser and has one record per (variant,
+    seed) it asks for (and no other) in its page's records folder."""
+    plans = sorted(PLANS.glob("*.yaml"))
+    assert {p.stem for p in plans} >= set(PAGES + OLDER_LAYOUT)
+    for plan in plans:
+        args, command = parse(["--plan", str(plan)])
+        assert command == f"python -m attn_lightning.studies.sweep --plan {plan}"
+        assert args.out == Path("docs/results") / plan.stem and all(
+            Path(c).is_file() for c in args.config
+        )
+        records = study_runs_dir(plan.stem, RESULTS)
+        assert records.is_dir(), plan
+        names = [*args.backends, *(Path(p).stem for p in args.variants)]
+        jobs = sorted((n, s) for n in names for s in args.seeds)
+        assert sorted((r.variant, r.seed) for r in load_runs(records)) == jobs, plan
+        page = (RESULTS / f"{plan.stem}.md").read_text()
+        assert f"python -m attn_lightning.studies.sweep --plan {plan.as_posix()}\n" in page
+
+
 def test_a_changed_record_changes_the_rebuilt_page(tmp_path):
     """The page is read from the records: one test metric edited in a copy shows on it."""
     results = tmp_path / "results"
@@ -187,5 +148,5 @@ def test_a_changed_record_changes_the_rebuilt_page(tmp_path):
     data = json.loads(record.read_text())
     data["metrics"]["test"]["test/acc"] = 0.501
     record.write_text(json.dumps(data))
-    md = rebuild("optimization_digits", tmp_path, results)
+    md = rebuild("optimization_digits", tmp_path / "page", results)
     assert "| `pool` | 4 | ok | 800 | 50.10 |" in md.read_text()

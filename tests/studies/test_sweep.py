@@ -158,7 +158,7 @@ def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
     ]
     results = main(args)
     assert [(r.status, r.global_step) for r in results] == [("ok", 2)]
-    with (out.parent / "tiny_curves.csv").open() as f:  # read back from the run's TensorBoard
+    with (out.parent / "tiny_curves.csv").open() as f:  # read back from the run's record
         assert {r["variant"] for r in csv.DictReader(f)} == {"linear:feature_map=relu"}
     md = (out.parent / "tiny.md").read_text()
     assert "python -m attn_lightning.studies.sweep --config" in md
@@ -173,12 +173,12 @@ def test_sweep_cli_runs_train_py_and_writes_tables(tmp_path, monkeypatch):
     # The result is the run's record.json, tagged by the runner; no metrics file is written.
     folder = tmp_path / "logs" / "sweep-tiny" / "linear_feature_map-relu-s0"
     record = json.loads((folder / "record.json").read_text())
-    assert record["tags"] == {
-        "study": "sweep-tiny",
-        "variant": "linear:feature_map=relu",
-        "seed": 0,
-    }
-    assert results[0].log_dir == str(Path("logs/sweep-tiny/linear_feature_map-relu-s0"))
+    assert record["tags"] == {"study": "tiny", "variant": "linear:feature_map=relu", "seed": 0}
+    # ... published under the page's records (<out>/runs/), where the tables read it from.
+    published = out / "runs" / "linear_feature_map-relu-s0"
+    assert results[0].log_dir == str(published)
+    assert json.loads((published / "record.json").read_text()) == record
+    assert (published / "curves.csv").read_bytes() == (folder / "curves.csv").read_bytes()
     assert results[0].value("test/token_acc") == record["metrics"]["test"]["test/token_acc"]
     assert not list(tmp_path.rglob("*-s0.json"))
     # A run's seconds are its fit's own time, the same whether it trained now or is reused.
