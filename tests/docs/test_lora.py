@@ -1,8 +1,8 @@
 """The LoRA pages' learning-rate tables and lora.md's reading of them, recomputed from the
 committed per-(row, lr) CSVs: every row's validation accuracy per learning rate, its chosen rate
 (bold) and its validation accuracy there, and the counts of choices at the edge of the grid that
-lora.md states (issue 46). A number edited on a page, or a CSV regenerated without its page,
-fails."""
+lora.md states (issue 46); and each page's student-vs-ours table rebuilt from the committed run
+records alone. A number edited on a page, or a CSV regenerated without its page, fails."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collections import defaultdict
 
 import pytest
 
+from attn_lightning.studies.lora.lrsweep_report import sweep_section
+from attn_lightning.studies.lora.runs import load_part
 from tests.docs.pages import RESULTS, page_table, runs
 
 HEADER = "| domain | method | r | head | trainable params | student (%) | ours: test (%)"
@@ -23,6 +25,16 @@ METHODS = {  # the page's words for each adaptation
 }
 HEADS = {"LoRA (fc1-fc3)": "lora", "frozen (LoRA on fc1, fc2)": "frozen"}
 PAGES = {"lora.md": "lora_lrsweep_summary", "lora_mnist5k.md": "lora_mnist5k_lrsweep_summary"}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_student_table_is_rebuilt_from_the_committed_records(page):
+    out = RESULTS / page.removesuffix(".md")
+    lines = sweep_section(load_part(out, "lrsweep"))
+    rebuilt = [line for line in lines if line.startswith("| ") and not line.startswith("| domain")]
+    table = page_table(page, HEADER)
+    assert [[c.strip() for c in line.strip("|").split("|")] for line in rebuilt] == table
+    # The whole pages and CSVs, regenerated into tmp_path: tests/studies/lora/test_report.py.
 
 
 def _by_row(summary: str) -> dict[tuple[str, str, str, str], list[dict[str, str]]]:

@@ -3,6 +3,7 @@ rank, over seeds, against the student's table (``python -m attn_lightning.studie
 mlp|variants|transformer|lrsweep|report``).
 
 ``cli`` is the command line; ``jobs`` and ``lrsweep`` plan each part's runs; ``runs`` runs them
-through ``studies.runner`` and keeps them as ``RunResult``s in per-run CSVs; ``report`` and
-``lrsweep_report`` write the tables.
+through ``studies.runner`` and commits each finished one as a run record under
+``docs/results/<out>/runs/<part>/``; ``report`` and ``lrsweep_report`` write the tables from those
+records.
 """

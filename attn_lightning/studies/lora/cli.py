@@ -5,16 +5,18 @@
     nice -n 19 python -m attn_lightning.studies.lora transformer
     nice -n 19 python -m attn_lightning.studies.lora lrsweep       # the student's table
     python -m attn_lightning.studies.lora lrsweep --plan   # runs planned, time estimate
-    python -m attn_lightning.studies.lora report           # tables only, from the CSVs
+    python -m attn_lightning.studies.lora report           # tables only, from the records
 
 Every run is a ``train.py`` run of ``attn_lightning.studies.runner`` (in this process, so ~150
 runs pay the import cost once). The parts (``jobs``): ``mlp`` adapts a base MLP to shifted
 digits (before adaptation, full fine-tuning, LoRA and LoRA from scratch at every rank);
 ``variants`` compares LoRA's head and bias options at one rank; ``transformer`` adapts a reversal
 transformer's attention projections; ``lrsweep`` is the protocol against the student's table,
-3 learning rates per adaptation chosen on validation (``lrsweep``). Each part keeps its runs in
-``<out>_<part>_runs.csv`` (``runs``); ``report`` (also run after each part) writes ``<out>.md``,
-``<out>_summary.csv`` and ``<out>_lrsweep_summary.csv`` (``report``, ``lrsweep_report``).
+learning rates per adaptation chosen on validation (``lrsweep``). Each part commits its finished
+runs as run records under ``<out>/runs/<part>/`` (``runs``): a part continued on another machine
+trains only the runs without an ok record there. ``report`` (also run after each part) writes
+``<out>.md``, ``<out>_summary.csv``, ``<out>_lrsweep_summary.csv`` and the per-run CSVs from
+those records (``report``, ``lrsweep_report``).
 
 Old command lines still run: ``--part PART`` is the subcommand ``PART`` and ``--methods`` is
 ``--adaptations``, with one notice naming the command line in today's spelling.
@@ -23,12 +25,14 @@ Old command lines still run: ``--part PART`` is the subcommand ``PART`` and ``--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shlex
+import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from attn_lightning.data.domains import NORMALIZATIONS
@@ -44,7 +48,7 @@ from attn_lightning.studies.lora.lrsweep import (
     run_lrsweep,
 )
 from attn_lightning.studies.lora.report import write_report
-from attn_lightning.studies.lora.runs import Job, pending, read_runs, run_part, runs_csv
+from attn_lightning.studies.lora.runs import Job, load_part, part_dir, pending, run_part
 
 log = logging.getLogger("attn_lightning.studies.lora")
 PROG = "python -m attn_lightning.studies.lora"
@@ -58,13 +62,19 @@ PARTS: dict[str, Callable[[argparse.Namespace], list[Job]]] = {
     "lrsweep": lrsweep_all_jobs,
 }
 
-OLD_FLAGS = {"--methods": "--adaptations"}  # lrsweep's flags under their old names
+OLD_FLAGS = {"--methods": "--adaptations"}
+NOISY = (
+    "lightning",
+    "lightning.pytorch",
+    "lightning.fabric",
+    "tensorboard",
+)  # lrsweep's flags under their old names
 
 
 def log_plan(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
     """Log how many runs the part plans, how many are done, and a time estimate for the rest."""
     todo = jobs if args.fresh else pending(args, part, jobs)
-    ok = [r for r in read_runs(runs_csv(args.out, part)) if r.status == "ok" and r.seconds]
+    ok = [r for r in load_part(args.out, part) if r.status == "ok" and r.seconds]
     seconds = args.seconds_per_run
     source = "--seconds-per-run"
     if ok and not args.fresh:
@@ -99,7 +109,9 @@ def _options(*adders: Callable[[argparse.ArgumentParser], None]) -> argparse.Arg
 
 
 def _out(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="docs/results/lora", help="CSV/markdown prefix")
+    p.add_argument(
+        "--out", default="docs/results/lora", help="records (<out>/runs/), CSV/markdown prefix"
+    )
 
 
 def _runs(p: argparse.ArgumentParser) -> None:
@@ -200,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the student's table: learning rates per adaptation, chosen on validation",
     )
     _add_lrsweep(sweep)
-    parts.add_parser("report", parents=[out], help="the tables from the per-run CSVs")
+    parts.add_parser("report", parents=[out], help="the tables from the run records")
     return parser
 
 
@@ -229,19 +241,33 @@ def subcommand_argv(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one part of the LoRA study (or none, for ``report``), then write its tables."""
     log_to_stderr()
-    for noisy in ("lightning", "lightning.pytorch", "lightning.fabric", "tensorboard"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     args = build_parser().parse_args(subcommand_argv(sys.argv[1:] if argv is None else argv))
     if args.part in PARTS:
         if args.plan:
             log_plan(args, args.part, PARTS[args.part](args))
             return
         if args.fresh:
-            runs_csv(args.out, args.part).unlink(missing_ok=True)
+            shutil.rmtree(part_dir(args.out, args.part), ignore_errors=True)
         start = time.perf_counter()
-        if args.part == "lrsweep":
-            run_lrsweep(args)
-        else:
-            run_part(args, args.part, PARTS[args.part](args))
+        with quiet_lightning():
+            if args.part == "lrsweep":
+                run_lrsweep(args)
+            else:
+                run_part(args, args.part, PARTS[args.part](args))
         log.info("part %s: %.0f s of wall time", args.part, time.perf_counter() - start)
     write_report(Path(args.out))
+
+
+@contextlib.contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Lightning's and TensorBoard's loggers at WARNING while the study's runs train (hundreds
+    of runs would each log their device and model banners), as they were afterwards."""
+    loggers = [logging.getLogger(name) for name in NOISY]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)

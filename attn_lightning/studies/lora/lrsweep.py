@@ -4,8 +4,8 @@ Against the student's table, with a learning rate per adaptation chosen on valid
 MLP at each base learning rate first (``lrsweep_base_jobs``); then, from the base learning rate
 chosen on validation (``chosen_base_lr``), per shifted domain the base before adaptation, full
 fine-tuning, LoRA and LoRA from scratch, each adaptation at each of its learning rates
-(``lrsweep_jobs``), up to ``--max-epochs`` with early stopping. A part's CSV holds one data and
-epoch protocol (``runs.PROTOCOL``): ``check_protocol`` refuses to resume into another.
+(``lrsweep_jobs``), up to ``--max-epochs`` with early stopping. A part's records hold one data
+and epoch protocol (``runs.PROTOCOL``): ``check_protocol`` refuses to resume into another.
 ``studies.lora.cli`` is the command line.
 """
 
@@ -23,9 +23,9 @@ from attn_lightning.studies.lora.runs import (
     PROTOCOL,
     Job,
     checkpoint_path,
-    read_runs,
+    load_part,
+    part_dir,
     run_part,
-    runs_csv,
 )
 from attn_lightning.studies.runner import Variant
 
@@ -53,7 +53,7 @@ ADAPTATIONS = ("before", "full", "lora", "lora_scratch")  # run after the bases,
 
 
 def _lr(value: float) -> str:
-    return f"{value:g}"  # the same string in job rows and in the CSV: resume compares them
+    return f"{value:g}"  # the same string in variant names and in the records' lr tags
 
 
 def _sweep_common(args: argparse.Namespace) -> tuple[str, ...]:
@@ -124,7 +124,8 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
             path = checkpoint_path(args.work, base, seed, "best")
             before = (*common, f"model.init_args.base_checkpoint={path}")
             before += ("model.init_args.adaptation=full", BASE_WEIGHTS)
-            variant = Variant(f"lrs-{domain}-before", (MLP_CONFIG,), before, subcommand="test")
+            name = f"lrs-{domain}-before-b{base_lr or '?'}"
+            variant = Variant(name, (MLP_CONFIG,), before, subcommand="test")
             info = _sweep_info(
                 args, domain=domain, adaptation="before", lr="", base_lr=base_lr or "?"
             )
@@ -134,6 +135,7 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
             for lr in lrs:
                 name = f"lrs-{domain}-{adaptation}"
                 name += (f"-r{r}-h{head}" if r else "") + f"-lr{_lr(lr)}"
+                name += f"-b{base_lr or '?'}" if from_base else ""  # a new base: new runs
                 options = [
                     *common,
                     f"model.init_args.adaptation={adaptation}",
@@ -158,25 +160,18 @@ def chosen_base_lr(args: argparse.Namespace) -> str | None:
     lrs, seeds = {_lr(lr) for lr in args.lrs_base}, set(args.seeds)
     bases = [
         r
-        for r in read_runs(runs_csv(args.out, "lrsweep"))
+        for r in load_part(args.out, "lrsweep")
         if r.info["adaptation"] == "base" and r.info["lr"] in lrs and r.seed in seeds
     ]
     return next((choice.lr for choice in choose_lr(bases).values()), None)
 
 
-def _protocol_value(info: dict[str, Any], key: str) -> str:
-    value = info.get(key)
-    if value in (None, ""):  # a CSV from before ``normalize`` existed reads as "none"
-        return "none" if key == "normalize" else ""
-    return str(value)
-
-
 def check_protocol(args: argparse.Namespace) -> None:
-    """ValueError when the lrsweep CSV holds runs of another data or epoch protocol."""
-    path = runs_csv(args.out, "lrsweep")
+    """ValueError when the lrsweep records hold runs of another data or epoch protocol."""
+    path = part_dir(args.out, "lrsweep")
     ours = tuple(str(getattr(args, k)) for k in PROTOCOL)
-    for run in read_runs(path):
-        theirs = tuple(_protocol_value(run.info, k) for k in PROTOCOL)
+    for run in load_part(args.out, "lrsweep"):
+        theirs = tuple(str(run.info.get(k, "")) for k in PROTOCOL)
         if theirs != ours:
             raise ValueError(
                 f"{path} holds runs with {dict(zip(PROTOCOL, theirs, strict=True))}, not "
@@ -187,7 +182,7 @@ def check_protocol(args: argparse.Namespace) -> None:
 
 def lrsweep_all_jobs(args: argparse.Namespace) -> list[Job]:
     """Every run of the part, the adaptations from the base chosen so far (for ``--plan``)."""
-    if not args.fresh:  # --fresh would discard the CSV: neither its protocol nor its base count
+    if not args.fresh:  # --fresh discards the records: neither their protocol nor base counts
         check_protocol(args)
     base_lr = None if args.fresh else chosen_base_lr(args)
     return [*lrsweep_base_jobs(args), *lrsweep_jobs(args, base_lr)]
@@ -200,7 +195,7 @@ def run_lrsweep(args: argparse.Namespace) -> None:
     base_lr = chosen_base_lr(args)
     if base_lr is None:
         raise RuntimeError(
-            f"no base run of the lr sweep finished (see {runs_csv(args.out, 'lrsweep')})"
+            f"no base run of the lr sweep finished (see {part_dir(args.out, 'lrsweep')})"
         )
     log.info("base learning rate chosen on validation: %s", base_lr)
     run_part(args, "lrsweep", lrsweep_jobs(args, base_lr))

@@ -53,7 +53,7 @@ class LRChoice:
     """A row's learning rate, chosen on validation.
 
     Attributes:
-        lr: the chosen learning rate, as written in the CSV.
+        lr: the chosen learning rate, as written (``f"{lr:g}"``).
         val_by_lr: mean validation accuracy of each learning rate tried (None: none logged).
         runs: the chosen learning rate's ok runs: their test accuracy is the row's result.
     """

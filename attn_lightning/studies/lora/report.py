@@ -1,9 +1,10 @@
-"""Tables of the LoRA study from its per-run CSVs: mean ± std over seeds.
+"""Tables of the LoRA study from its run records: mean ± std over seeds.
 
-Reads ``<out>_<part>_runs.csv`` of the parts ``mlp``, ``variants`` and ``transformer``
-(whichever exist; mean ± std by ``results.tables``), writes ``<out>_summary.csv`` and
-``<out>.md``. Text between ``<!-- notes:begin -->`` and ``<!-- notes:end -->`` in an existing
-``<out>.md`` (the hand-written discussion) is kept. The ``lrsweep`` part gets its own table
+Reads the committed records of the parts ``mlp``, ``variants`` and ``transformer`` under
+``<out>/runs/<part>/`` (whichever exist; ``runs.load_part``; mean ± std by ``results.tables``),
+writes ``<out>_summary.csv``, ``<out>.md`` and each part's ``<out>_<part>_runs.csv`` (outputs:
+nothing reads them back). Text between ``<!-- notes:begin -->`` and ``<!-- notes:end -->`` in an
+existing ``<out>.md`` (the hand-written discussion) is kept. The ``lrsweep`` part gets its own table
 beside the student's numbers and ``<out>_lrsweep_summary.csv``, both made by
 ``studies.lora.lrsweep_report`` (learning rates chosen on validation, never on test).
 """
@@ -22,7 +23,7 @@ from attn_lightning.results.tables import format_mean_std, mean_std
 from attn_lightning.studies.lora.lrsweep import LRS_FLAGS, SWEEP_LRS
 from attn_lightning.studies.lora.lrsweep_pattern import pattern_section
 from attn_lightning.studies.lora.lrsweep_report import sweep_section, sweep_summary
-from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, read_runs, runs_csv
+from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, load_part, write_runs
 
 PARTS = ("mlp", "variants", "transformer")
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
@@ -31,11 +32,12 @@ nice -n 19 python -m attn_lightning.studies.lora mlp          # ~130 runs
 nice -n 19 python -m attn_lightning.studies.lora variants     # ~18 runs, after mlp
 nice -n 19 python -m attn_lightning.studies.lora transformer  # ~25 runs
 nice -n 19 python -m attn_lightning.studies.lora lrsweep      # 1443 runs (--plan: count)
-python -m attn_lightning.studies.lora report                  # tables from the CSVs
+python -m attn_lightning.studies.lora report                  # tables from the records
 ```
 
-`mlp` and `transformer` can run at the same time (separate CSVs); `variants` reuses the base
-checkpoints of `mlp`. A part re-run skips the runs already in its CSV (`--fresh` starts over).
+`mlp` and `transformer` can run at the same time (separate record folders); `variants` reuses the
+base checkpoints of `mlp`. A part re-run (on any machine) trains only the runs without an ok
+record under `<out>/runs/<part>/` (`--fresh` starts over).
 Options: `--seeds`, `--ranks`, `--domains`, `--levels`, `--angle`, `--epochs`, `--lr`,
 `--transformer-ranks`, `--reversal-adapt-steps`, ... (`<part> --help`)."""
 
@@ -147,7 +149,7 @@ def _not_run(ran: Sequence[str]) -> str:
 
 
 def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
-    """The ``lrsweep`` command of these runs, rebuilt from what their CSV rows record."""
+    """The ``lrsweep`` command of these runs, rebuilt from their records' tags."""
     if not sweep:
         return []
 
@@ -191,11 +193,16 @@ def _notes(md: Path) -> str:
 
 
 def write_report(out: Path) -> None:
-    """Write ``<out>_summary.csv`` and ``<out>.md`` from the parts' run CSVs (none: nothing)."""
-    runs = [run for part in PARTS for run in read_runs(runs_csv(out, part))]
-    sweep = read_runs(runs_csv(out, "lrsweep"))
+    """Write ``<out>.md``, ``<out>_summary.csv`` and the parts' ``<out>_<part>_runs.csv`` from
+    the parts' run records (none: nothing)."""
+    by_part = {part: load_part(out, part) for part in (*PARTS, "lrsweep")}
+    runs = [run for part in PARTS for run in by_part[part]]
+    sweep = by_part["lrsweep"]
     if not runs and not sweep:
         return
+    for part, part_runs in by_part.items():
+        if part_runs:
+            write_runs(out, part, part_runs)
     summary = summarize(runs)
     written = (("", summary), ("lrsweep_", sweep_summary(sweep)))
     for name, table in written:
@@ -223,7 +230,8 @@ def write_report(out: Path) -> None:
         f"Machine: {platform.platform()}, Python {platform.python_version()}, CPU only, "
         "each part runs its runs one after another. Sum of run wall times: "
         + ", ".join(f"{part} {seconds / 60:.1f} min" for part, seconds in walls.items())
-        + f". Runs: {len(runs) + len(sweep)}, crashed: {crashed}. Per-run rows: "
+        + f". Runs: {len(runs) + len(sweep)}, crashed: {crashed}. Run records: "
+        + f"`{out.name}/runs/<part>/`; per-run rows: "
         + ", ".join(f"`{out.name}_{part}_runs.csv`" for part in ran)
         + "; summaries: "
         + ", ".join(f"`{out.name}_{name}summary.csv`" for name, rows in written if rows)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.studies.lora.cli import build_parser, main, subcommand_argv
+from attn_lightning.studies.lora.cli import build_parser, main, quiet_lightning, subcommand_argv
 
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = ("mlp", "variants", "transformer", "lrsweep", "report")
@@ -91,8 +92,7 @@ def test_every_documented_command_parses():
 
 
 def test_python_m_runs_the_report_and_the_old_flag_says_so_once(tmp_path):
-    for path in (ROOT / "docs" / "results").glob("lora_*_runs.csv"):
-        shutil.copy(path, tmp_path)
+    shutil.copytree(ROOT / "docs" / "results" / "lora", tmp_path / "lora")  # its run records
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "attn_lightning.studies.lora", "--part", "report"]
     done = subprocess.run(
@@ -111,3 +111,12 @@ def test_python_m_runs_the_report_and_the_old_flag_says_so_once(tmp_path):
     )
     summary = (tmp_path / "lora_summary.csv").read_bytes()
     assert summary == (ROOT / "docs" / "results" / "lora_summary.csv").read_bytes()
+
+
+def test_lightning_is_quiet_only_while_the_runs_train():
+    lightning = logging.getLogger("lightning.pytorch")
+    lightning.setLevel(logging.INFO)
+    with quiet_lightning():
+        assert lightning.level == logging.WARNING
+    assert lightning.level == logging.INFO
+    lightning.setLevel(logging.NOTSET)

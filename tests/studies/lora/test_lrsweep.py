@@ -23,9 +23,10 @@ from attn_lightning.studies.lora.lrsweep_report import (
     sweep_section,
 )
 from attn_lightning.studies.lora.report import write_report
-from attn_lightning.studies.lora.runs import SWEEP_FIELDS
+from tests.studies.lora.rows import as_runs, write_rows
 
-PROTOCOL = {"source": "digits", "levels": 2, "angle": 90.0, "max_epochs": 60, "patience": 10}
+PROTOCOL = {"source": "digits", "levels": 2, "angle": 90.0, "normalize": "none"}
+PROTOCOL |= {"max_epochs": 60, "patience": 10}
 FULL = ("inverted", "full", 0, "", "0.003")  # a row of the table: the learning rate is its choice
 
 
@@ -42,16 +43,6 @@ def _row(method: str, lr: str, seed: int, val: float | str, test: float | str, *
     return {**row, **extra}
 
 
-def _write(path: Path, rows: list[dict]) -> None:
-    write_csv(path, rows, fields=SWEEP_FIELDS)
-
-
-def _as_runs(tmp_path: Path, rows: list[dict], name: str = "runs.csv") -> list[RunResult]:
-    """``rows`` as the report reads them: written to a per-run CSV and read back."""
-    _write(tmp_path / name, rows)
-    return runs.read_runs(tmp_path / name)
-
-
 def test_choose_lr_follows_validation_where_test_disagrees(tmp_path):
     # 0.001 is best on validation, 0.01 on test: the choice is 0.001 and its test mean.
     rows = [
@@ -60,7 +51,7 @@ def test_choose_lr_follows_validation_where_test_disagrees(tmp_path):
     ]
     rows += [_row("full", "0.01", s, 0.70, 0.99) for s in (0, 1, 2)]
     rows += [_row("full", "0.1", 0, 0.99, 0.99, status="crashed")]  # crashed: never chosen
-    read = _as_runs(tmp_path, rows)
+    read = as_runs(tmp_path / "lora", rows)
     choice = choose_lr(read)[FULL]
     assert choice.lr == "0.001"
     assert choice.val_by_lr == {"0.001": pytest.approx(0.85), "0.01": pytest.approx(0.70)}
@@ -70,7 +61,7 @@ def test_choose_lr_follows_validation_where_test_disagrees(tmp_path):
     assert choose_lr(blind)[FULL].lr == "0.001"
     # A tie on validation goes to the smaller learning rate.
     tie = [_row("full", lr, 0, 0.5, 0.5) for lr in ("0.01", "0.001")]
-    assert choose_lr(_as_runs(tmp_path, tie, "tie.csv"))[FULL].lr == "0.001"
+    assert choose_lr(as_runs(tmp_path / "tie", tie))[FULL].lr == "0.001"
 
 
 def test_student_table_holds_every_number_of_their_report():
@@ -123,7 +114,7 @@ def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
     ]
     stale = [_row("full", "0.001", 0, 0.99, 0.99, base_lr="0.01")]  # adapted another base
     lora_r2 = [_row("lora", "0.01", 0, 0.4, 0.3, rank=2, head="frozen", trainable_params=1952)]
-    _write(tmp_path / "lora_lrsweep_runs.csv", [*base, *full, *stale, *lora_r2])
+    write_rows(tmp_path / "lora", [*base, *full, *stale, *lora_r2])
     write_report(tmp_path / "lora")
     md = (tmp_path / "lora.md").read_text()
     assert (
@@ -175,11 +166,11 @@ def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
     )
     jobs = {(v.name, seed): (v, info) for v, seed, info in lrsweep.lrsweep_jobs(args, "0.01")}
     ckpt = tmp_path / "w" / "checkpoints" / "lora-study" / "lrs-base-lr0.01-s1" / "best.ckpt"
-    before, info = jobs[("lrs-inverted-before", 1)]
+    before, info = jobs[("lrs-inverted-before-b0.01", 1)]
     assert before.subcommand == "test" and info["base_lr"] == "0.01" and info["lr"] == ""
     assert f"model.init_args.base_checkpoint={ckpt}" in before.overrides
     assert "ckpt_path=initial" in before.overrides  # the base's weights, on purpose
-    frozen, info = jobs[("lrs-inverted-lora-r4-hfrozen-lr0.003", 1)]
+    frozen, info = jobs[("lrs-inverted-lora-r4-hfrozen-lr0.003-b0.01", 1)]
     assert "model.init_args.target_modules=[fc1, fc2]" in frozen.overrides
     assert f"model.init_args.base_checkpoint={ckpt}" in frozen.overrides
     facts = (info["rank"], info["head"], info["lr"], info["base_lr"])
@@ -198,13 +189,13 @@ def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
     assert not any("callbacks" in o for v, _, _ in no_stop for o in v.overrides)
 
 
-def test_lrsweep_refuses_a_csv_of_another_protocol(tmp_path):
-    _write(tmp_path / "lora_lrsweep_runs.csv", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
+def test_lrsweep_refuses_records_of_another_protocol(tmp_path):
+    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
     with pytest.raises(ValueError, match=r"'max_epochs': '20'.*another --out"):
         lrsweep.check_protocol(_args(tmp_path))
     lrsweep.check_protocol(_args(tmp_path, "--max-epochs", "20"))
     # No early stopping (patience 0) is a protocol like any other.
-    _write(tmp_path / "lora_lrsweep_runs.csv", [_row("full", "0.001", 0, 0.5, 0.5, patience=0)])
+    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, patience=0)])
     lrsweep.check_protocol(_args(tmp_path, "--patience", "0"))
     with pytest.raises(ValueError, match=r"'patience': '0'"):
         lrsweep.check_protocol(_args(tmp_path))
@@ -267,8 +258,8 @@ def test_rows_of_a_partial_grid_are_marked_with_what_they_miss(tmp_path):
     full = [_row("full", lr, s, 0.9, 0.9) for lr in ("0.001", "0.003") for s in (0, 1)]
     partial = [_row("full", "0.001", s, 0.5, 0.5, domain="rotated") for s in (0, 1)]
     partial.append(_row("full", "0.003", 0, 0.8, 0.8, domain="rotated"))
-    every, complete = _as_runs(tmp_path, full + partial), _as_runs(tmp_path, full, "full.csv")
-    missing = missing_runs(every)  # the runs as the CSV reads them back
+    every, complete = as_runs(tmp_path / "lora", full + partial), as_runs(tmp_path / "full", full)
+    missing = missing_runs(every)  # the runs as their records read back
     assert missing[("inverted", "full", 0, "")] == 0 and missing[("rotated", "full", 0, "")] == 1
     text = "\n".join(sweep_section(every))
     assert "| 0.003 (partial grid: 1 runs missing) |" in text and "partial grid" in text

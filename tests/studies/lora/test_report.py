@@ -1,5 +1,5 @@
-"""The LoRA study's report: tables from per-run CSVs, and the committed tables regenerated from
-the committed per-run CSVs."""
+"""The LoRA study's report: tables from run records, and the committed pages and CSVs
+regenerated from the committed records."""
 
 from __future__ import annotations
 
@@ -9,15 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.results.files import read_csv, write_csv
+from attn_lightning.results.files import read_csv
+from attn_lightning.results.run_files import load_record, write_record
 from attn_lightning.studies.lora.report import write_report
-from attn_lightning.studies.lora.runs import FIELDS
+from tests.studies.lora.rows import write_rows
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
+MACHINE = re.compile(r"^Machine: [^,]*,", flags=re.M)
 
 
-def _write_rows(path: Path, rows: list[dict]) -> None:
-    write_csv(path, rows, fields=FIELDS)
+def _copy_study(name: str, tmp_path: Path) -> Path:
+    """The committed records and page of ``docs/results/<name>`` copied into ``tmp_path``."""
+    shutil.copytree(DOCS / name, tmp_path / name)
+    shutil.copy(DOCS / f"{name}.md", tmp_path)
+    return tmp_path / name
+
+
+def _page(path: Path, tmp_path: Path) -> str:
+    return MACHINE.sub(
+        "Machine: (this one),", path.read_text().replace(str(tmp_path), "docs/results")
+    )
 
 
 def test_report_tables_from_fake_rows(tmp_path):
@@ -43,8 +54,7 @@ def test_report_tables_from_fake_rows(tmp_path):
         {"part": "transformer", "domain": "reversal+1", "method": "lora", "rank": 4, "seed": 1}
         | {"status": "crashed", "seconds": "1"},
     ]
-    _write_rows(tmp_path / "lora_mlp_runs.csv", mlp)
-    _write_rows(tmp_path / "lora_transformer_runs.csv", transformer)
+    write_rows(tmp_path / "lora", [*mlp, *transformer])
     (tmp_path / "lora.md").write_text("<!-- notes:begin -->\nkept\n<!-- notes:end -->\n")
     write_report(tmp_path / "lora")
     md = (tmp_path / "lora.md").read_text()
@@ -64,40 +74,38 @@ def test_report_tables_from_fake_rows(tmp_path):
     assert summary[("reversal+1", "lora")]["crashed"] == "1"
 
 
-def test_the_committed_tables_regenerate_from_the_committed_runs(tmp_path):
-    for path in DOCS.glob("lora_*_runs.csv"):
-        shutil.copy(path, tmp_path)
-    shutil.copy(DOCS / "lora.md", tmp_path)
-    write_report(tmp_path / "lora")
+def test_the_committed_tables_regenerate_from_the_committed_records(tmp_path):
+    out = _copy_study("lora", tmp_path)
+    write_report(out)
+    for part in ("mlp", "variants", "transformer", "lrsweep"):
+        name = f"lora_{part}_runs.csv"
+        assert (tmp_path / name).read_bytes() == (DOCS / name).read_bytes(), name
     for name in ("lora_summary.csv", "lora_lrsweep_summary.csv"):
         assert (tmp_path / name).read_bytes() == (DOCS / name).read_bytes(), name
     # The page too, but for the machine that wrote it.
-    machine = re.compile(r"^Machine: [^,]*,", flags=re.M)
-    ours = (tmp_path / "lora.md").read_text().replace(str(tmp_path), "docs/results")
-    ours = machine.sub("Machine: (this one),", ours)
+    ours = _page(tmp_path / "lora.md", tmp_path)
     assert "lora lrsweep --out docs/results/lora --seeds 0 1 2 --source digits" in ours
     # The digits ran the first 3-rate grids, not today's defaults: the command names them.
     assert "--lrs-base 0.001 0.003 0.01 --lrs-full 0.0003 0.001 0.003 --lrs-lora 0.001" in ours
-    assert ours == machine.sub("Machine: (this one),", (DOCS / "lora.md").read_text())
+    assert ours == _page(DOCS / "lora.md", tmp_path)
     _, rows = read_csv(tmp_path / "lora_lrsweep_summary.csv")
     assert len(rows) == 267 and sum(r["chosen"] == "True" for r in rows) > 0
-    # The comparison can fail: one changed run changes the summary.
-    runs = (tmp_path / "lora_mlp_runs.csv").read_text()
-    assert ",0.9630996584892273," in runs
-    (tmp_path / "lora_mlp_runs.csv").write_text(runs.replace(",0.9630996584892273,", ",0.5,"))
-    write_report(tmp_path / "lora")
+    # The comparison can fail: one changed record changes the summary.
+    folder = out / "runs" / "mlp" / "base-mlp-s0"
+    record = load_record(folder)
+    assert record["metrics"]["fit"]["acc"] == 0.9630996584892273
+    record["metrics"]["fit"]["acc"] = 0.5
+    write_record(folder, record)
+    write_report(out)
     assert (tmp_path / "lora_summary.csv").read_bytes() != (DOCS / "lora_summary.csv").read_bytes()
 
 
-def test_the_committed_mnist5k_tables_regenerate_from_their_runs(tmp_path):
-    shutil.copy(DOCS / "lora_mnist5k_lrsweep_runs.csv", tmp_path)
-    shutil.copy(DOCS / "lora_mnist5k.md", tmp_path)
-    write_report(tmp_path / "lora_mnist5k")
-    name = "lora_mnist5k_lrsweep_summary.csv"
-    assert (tmp_path / name).read_bytes() == (DOCS / name).read_bytes()
-    machine = re.compile(r"^Machine: [^,]*,", flags=re.M)
-    ours = (tmp_path / "lora_mnist5k.md").read_text().replace(str(tmp_path), "docs/results")
-    assert machine.sub("M,", ours) == machine.sub("M,", (DOCS / "lora_mnist5k.md").read_text())
+def test_the_committed_mnist5k_tables_regenerate_from_their_records(tmp_path):
+    write_report(_copy_study("lora_mnist5k", tmp_path))
+    for name in ("lora_mnist5k_lrsweep_summary.csv", "lora_mnist5k_lrsweep_runs.csv"):
+        assert (tmp_path / name).read_bytes() == (DOCS / name).read_bytes(), name
+    ours = _page(tmp_path / "lora_mnist5k.md", tmp_path)
+    assert ours == _page(DOCS / "lora_mnist5k.md", tmp_path)
     assert "lrsweep --out docs/results/lora_mnist5k --seeds 0 1 2 --source mnist5k" in ours
     assert "--lrs-" not in ours  # widened to today's default grids (issue 46)
     assert not (tmp_path / "lora_mnist5k_summary.csv").exists()  # no mlp/variants/transformer

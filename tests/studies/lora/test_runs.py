@@ -1,4 +1,5 @@
-"""The LoRA study's runs: RunResults kept in resumable per-run CSVs, their validation facts."""
+"""The LoRA study's runs: finished runs published as run records, resumed from them, their
+validation facts from the run's curves."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from attn_lightning.results.files import read_csv
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import RunResult, load_runs
+from attn_lightning.results.run_files import load_record, write_curves, write_record
 from attn_lightning.studies.lora import runs
 from attn_lightning.studies.lora.cli import build_parser
-from attn_lightning.studies.lora.runs import FIELDS
-from attn_lightning.studies.runner import Runner, Variant
+from attn_lightning.studies.runner import Runner, Variant, run_name
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
 
@@ -23,13 +24,26 @@ def _args(tmp_path: Path, part: str = "mlp"):
 
 
 def _fake_run(self: Runner, variant: Variant, seed: int) -> RunResult:
+    """A run that writes its record as train.py would (an early stop: status ``stopped``)."""
     if "crash" in variant.name:
         return RunResult(variant.name, seed, 1.0, "crashed")
+    folder = self.run_dir(variant, seed)
+    folder.mkdir(parents=True, exist_ok=True)
     metrics = {"test/acc": 0.5 + seed / 10, "test/trainable_params": 1050.0}
-    return RunResult(variant.name, seed, 2.04, "ok", metrics, 10)
+    record = {
+        "schema": 1,
+        "run": folder.name,
+        "seed": seed,
+        "tags": self.run_tags(variant, seed),
+        "status": "stopped",
+        "fit_seconds": None,
+        "metrics": {"fit": {"val/loss": 0.3}, "test": metrics},
+    }
+    write_record(folder, record)
+    return RunResult(variant.name, seed, 2.04, "ok", dict(metrics), 10, log_dir=str(folder))
 
 
-def test_run_part_writes_a_row_per_run_and_skips_done_runs(tmp_path, monkeypatch):
+def test_run_part_publishes_each_finished_run_and_skips_it_after(tmp_path, monkeypatch):
     monkeypatch.setattr(Runner, "run", _fake_run)
     args = _args(tmp_path)
     info = {"part": "mlp", "domain": "rotated", "rank": 1}
@@ -39,33 +53,19 @@ def test_run_part_writes_a_row_per_run_and_skips_done_runs(tmp_path, monkeypatch
     ]
     (tmp_path / "work" / "checkpoints" / "lora-study" / "rotated-lora-r1-s0").mkdir(parents=True)
     runs.run_part(args, "mlp", jobs)
-    path = tmp_path / "lora_mlp_runs.csv"
-    _, rows = read_csv(path)
-    assert list(rows[0]) == FIELDS
-    assert rows[0] == {
-        "part": "mlp",
-        "domain": "rotated",
-        "method": "lora",
-        "rank": "1",
-        "seed": "0",
-        "status": "ok",
-        "trainable_params": "1050",
-        "acc": "0.5",
-        "exact_acc": "",
-        "seconds": "2.0",
-    }
-    assert rows[1]["status"] == "crashed" and rows[1]["acc"] == ""
-    assert not path.with_name(path.name + ".partial").exists()
+    published = runs.part_dir(args.out, "mlp") / "rotated-lora-r1-s0"
+    assert published == tmp_path / "lora" / "runs" / "mlp" / "rotated-lora-r1-s0"
+    record = load_record(published)
+    # The study's metrics beside the run's own; its outcome ok (an early stop is a finish).
+    assert record["status"] == "ok" and record["fit_seconds"] == 2.0
+    assert record["metrics"]["fit"] == {"val/loss": 0.3, "acc": 0.5, "trainable_params": 1050}
+    (run,) = load_runs(tmp_path / "lora")  # the crashed run is not published
+    assert (run.variant, run.seed, run.status, run.seconds) == ("rotated-lora-r1", 0, "ok", 2.0)
+    assert run.info == {"part": "mlp", "domain": "rotated", "adaptation": "lora", "rank": 1}
     # Adapted runs' checkpoints are removed unless --keep-checkpoints.
     assert not (tmp_path / "work" / "checkpoints" / "lora-study" / "rotated-lora-r1-s0").exists()
-    # A re-run skips the ok row and retries the crashed one.
-    runs.run_part(args, "mlp", jobs)
-    assert [r["method"] for r in read_csv(path)[1]] == ["lora", "crash", "crash"]
-    # Read back, a row is a RunResult with the study's facts in info.
-    first = runs.read_runs(path)[0]
-    assert (first.seed, first.status, first.seconds) == (0, "ok", 2.0)
-    assert first.metrics == {"trainable_params": 1050, "acc": 0.5}
-    assert first.info == {"part": "mlp", "domain": "rotated", "adaptation": "lora", "rank": 1}
+    # A re-run skips the published run and retries the crashed one.
+    assert [v.name for v, _, _ in runs.pending(args, "mlp", jobs)] == ["rotated-crash-r1"]
 
 
 def test_a_base_whose_checkpoint_is_gone_is_pending_again(tmp_path, monkeypatch):
@@ -77,55 +77,73 @@ def test_a_base_whose_checkpoint_is_gone_is_pending_again(tmp_path, monkeypatch)
     keep.touch()
     runs.run_part(args, "mlp", jobs)
     assert runs.pending(args, "mlp", jobs) == []
-    assert "_keep" not in runs.read_runs(tmp_path / "lora_mlp_runs.csv")[0].info
+    assert "_keep" not in runs.load_part(args.out, "mlp")[0].info
     keep.unlink()
     assert runs.pending(args, "mlp", jobs) == jobs
 
 
 @pytest.mark.parametrize("part", ["mlp", "variants", "transformer", "lrsweep"])
-def test_committed_run_csvs_read_back_and_write_byte_for_byte(part, tmp_path):
-    committed = DOCS / f"lora_{part}_runs.csv"
-    read = runs.read_runs(committed)
-    assert read and all(r.info["part"] == part for r in read)
-    runs.write_runs(tmp_path / "again.csv", read, part)
-    assert (tmp_path / "again.csv").read_bytes() == committed.read_bytes()
+def test_committed_records_are_the_committed_csvs_rows(part, tmp_path):
+    read = runs.load_part(DOCS / "lora", part)
+    assert read and all(r.info["part"] == part and r.status == "ok" for r in read)
+    runs.write_runs(tmp_path / "lora", part, read)
+    again = tmp_path / f"lora_{part}_runs.csv"
+    assert again.read_bytes() == (DOCS / again.name).read_bytes()
+    # Every committed record is a job of today's plan: a resumed part finds it by name.
+    names = {r.variant for r in read}
+    if part == "mlp":
+        assert {"base-mlp", "rotated-before", "rotated-lora_scratch-r64"} <= names
+    if part == "lrsweep":
+        assert "lrs-inverted-lora-r4-hfrozen-lr0.01-b0.003" in names
 
 
-def test_best_validation_reads_the_lowest_val_loss_epoch(tmp_path):
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(str(tmp_path))
-    for step, (loss, acc) in enumerate(((1.0, 0.6), (0.5, 0.8), (0.5, 0.85), (0.7, 0.9)), 1):
-        writer.add_scalar("val/loss", loss, 20 * step)
-        writer.add_scalar("val/acc", acc, 20 * step)
-    writer.close()
-    best = runs.best_validation(tmp_path)
+def test_best_validation_reads_the_lowest_val_loss_epoch():
+    points = ((1.0, 0.6), (0.5, 0.8), (0.5, 0.85), (0.7, 0.9))
+    scalars = {
+        "val/loss": [(20 * i, loss) for i, (loss, _) in enumerate(points, 1)],
+        "val/acc": [(20 * i, acc) for i, (_, acc) in enumerate(points, 1)],
+    }
     # The first minimum: ModelCheckpoint keeps a checkpoint only on a strictly lower val/loss.
-    assert best == {"val_loss": 0.5, "val_acc": pytest.approx(0.8), "best_epoch": 2}
-    assert runs.best_validation(tmp_path / "none") == {}
-    assert runs.best_validation(tmp_path, monitor="val/other") == {}
+    assert runs.best_validation(scalars) == {"val_loss": 0.5, "val_acc": 0.8, "best_epoch": 2}
+    assert runs.best_validation({}) == {}
+    assert runs.best_validation({"val/loss": scalars["val/loss"]}) == {
+        "val_loss": 0.5,
+        "best_epoch": 2,
+    }
 
 
-def test_fit_details_take_epochs_from_the_metrics_file_and_the_rest_from_tensorboard(tmp_path):
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(str(tmp_path / "logs"))
-    for epoch, loss in enumerate((0.9, 0.4, 0.6)):
-        writer.add_scalar("val/loss", loss, epoch)
-    writer.close()
+def test_fit_details_take_epochs_from_the_metrics_file_and_the_rest_from_the_curves(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    write_curves(folder, {(epoch, "val/loss"): loss for epoch, loss in enumerate((0.9, 0.4, 0.6))})
     runner = Runner(runs_dir=tmp_path / "metrics")
     variant = Variant("lrs-rotated-full-lr0.001")
     runner.metrics_file(variant, 0).parent.mkdir()
     runner.metrics_file(variant, 0).write_text('{"epoch": 7}')
-    ok = RunResult(variant.name, 0, 1.0, "ok", {"test/acc": 0.9}, log_dir=str(tmp_path / "logs"))
+    ok = RunResult(variant.name, 0, 1.0, "ok", {"test/acc": 0.9}, log_dir=str(folder))
     details = runs.fit_details(runner, variant, ok)
     assert details == {"epochs": 7, "val_loss": pytest.approx(0.4), "best_epoch": 2}
-    info = {"part": "lrsweep", "adaptation": "full", "lr": "0.001"}
-    run = runs.study_run(ok, {**info, "_keep": "x"}, details)
-    assert run.info == {**info, "epochs": 7, "best_epoch": 2}
-    assert run.metrics == {"acc": 0.9, "val_loss": pytest.approx(0.4)}
-    assert runs.fit_details(runner, variant, replace(ok, status="crashed")) == {}
-    test_only = replace(ok, log_dir=None)  # a test run's metrics file names no epoch
-    runner.metrics_file(variant, 0).write_text('{"test": {}}')
-    assert runs.fit_details(runner, variant, test_only) == {"epochs": None}
-    assert runs.study_run(test_only, info, {"epochs": None}).info == info
+    assert runs.study_metrics(ok, details) == {**details, "acc": 0.9}
+    test_only = replace(variant, subcommand="test")
+    assert runs.fit_details(runner, test_only, ok) == {}
+    assert runs.study_metrics(replace(ok, metrics={"test/token_acc": 0.7})) == {"acc": 0.7}
+
+
+def test_the_runs_csv_is_written_in_job_order(tmp_path):
+    def run(seed: int, domain: str, adaptation: str, rank: int) -> RunResult:
+        info = {"part": "mlp", "domain": domain, "adaptation": adaptation, "rank": rank}
+        return RunResult(run_name(Variant(domain), seed), seed, 1.0, "ok", info=info)
+
+    shuffled = [run(1, "quantized", "full", 0), run(0, "rotated", "lora", 2)]
+    shuffled += [run(0, "quantized", "lora", 8), run(0, "quantized", "lora", 2)]
+    shuffled += [run(0, "original", "base", 0)]
+    runs.write_runs(tmp_path / "lora", "mlp", sorted(shuffled, key=runs.run_order))
+    _, rows = read_csv(tmp_path / "lora_mlp_runs.csv")
+    order = [(r["seed"], r["domain"], r["method"], r["rank"]) for r in rows]
+    assert order == [
+        ("0", "original", "base", "0"),
+        ("0", "quantized", "lora", "2"),
+        ("0", "quantized", "lora", "8"),
+        ("0", "rotated", "lora", "2"),
+        ("1", "quantized", "full", "0"),
+    ]
