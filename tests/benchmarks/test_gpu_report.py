@@ -283,7 +283,10 @@ def test_dry_run_writes_the_page_after_each_stage_and_one_archive(tmp_path, caps
     assert "| flash | 1x2x32x8 | float32 |" in text  # the formula's row, a CPU copy bandwidth
     assert "## auto's choice" in text  # the torch kernel only, on the CPU
     # Skipped with its reason: not in this checkout's registry, or (once it is) needs CUDA.
-    assert "| linear:triton: linear, fused Triton kernel (ours) | not run: " in text
+    assert (
+        "| linear:triton: linear, fused Triton kernel (ours, elu+1 in its loads) | not run: "
+        in text
+    )
     assert "- **fla_autotune**: `reduced`" in text
     assert os.environ.get("ATTN_LIGHTNING_FLA_AUTOTUNE") != "reduced"
     _, rows = read_csv(out / "kernels" / "kernels.csv")

@@ -13,7 +13,8 @@ forward result for the agreement check (``kernels``). The contenders (``CONTENDE
 * ``linear:torch`` / ``linear:fla`` / ``linear:auto`` / ``linear:triton``: our ``linear``
   backend (``elu + 1``) on each ``implementation`` from ``(B, H, N, D)`` inputs, its contract
   included (a kernel the registry does not know, e.g. ``triton`` in a checkout without it, is
-  reported as not available, with the registry's allowed names; ``triton`` needs CUDA);
+  reported as not available, with the registry's allowed names; ``triton`` needs CUDA, and
+  applies elu + 1 inside its loads: raw q, k in, no feature tensor, the kernel column says so);
 * ``normaliser:old`` / ``normaliser:new``: the adapter's float32 normaliser
   ``φ(q_i)ᵀΣ_{j≤i}φ(k_j)`` alone, as it was (a cumulative sum over N of a ``(B, H, N, F)``
   tensor: a strided scan, 87 % of the fla path's CUDA time on an H100) and as the adapter
@@ -138,6 +139,8 @@ def linear(implementation: str) -> Maker:
         if implementation == "triton":
             _need_triton(device)
         kernel = implementation
+        if implementation == "triton" and getattr(attn, "fuses_elu_features", False):
+            kernel = "triton, elu+1 fused"  # what the row timed: φ in the kernel's loads
         if implementation == "auto":  # what auto takes for a call of this shape
             probe = torch.empty(shape.batch, shape.heads, shape.n, shape.head_dim, device=device)
             kernel = "auto: " + fla.resolve("auto", probe.to(dtype), backend="linear")
@@ -244,7 +247,7 @@ CONTENDERS: dict[str, tuple[str, Maker]] = {
     "linear:fla": ("linear, fla kernel (our adapter)", linear("fla")),
     "linear:torch": ("linear, torch kernel", linear("torch")),
     "linear:auto": ("linear, implementation auto", linear("auto")),
-    "linear:triton": ("linear, fused Triton kernel (ours)", linear("triton")),
+    "linear:triton": ("linear, fused Triton kernel (ours, elu+1 in its loads)", linear("triton")),
     "normaliser:old": ("normaliser, strided cumsum (before)", normaliser("old")),
     "normaliser:new": ("normaliser, by chunks (ops/causal_normaliser.py)", normaliser("new")),
 }

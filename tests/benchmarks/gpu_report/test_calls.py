@@ -51,6 +51,17 @@ def test_our_backends_run_forward_and_backward(label):
     assert calls.CONTENDERS["linear:auto"][1](SHAPE, CPU, torch.float32).kernel == "auto: torch"
 
 
+def test_the_triton_row_times_the_fused_elu_path(monkeypatch):
+    # On CUDA only in a report; here under Triton's interpreter, the same kernels.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(calls, "_need_triton", lambda device: None)
+    call = calls.CONTENDERS["linear:triton"][1](SHAPE, CPU, torch.float32)
+    assert call.kernel == "triton, elu+1 fused"
+    call.run()
+    want = calls.reference("linear", SHAPE, CPU, torch.float32)
+    torch.testing.assert_close(call.output(), want, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("label", ["fla-op", "fla-op-raw", "linear:fla"])
 def test_the_fla_contenders_need_cuda_and_say_so(label):
     with pytest.raises(calls.Unavailable, match="needs CUDA"):
