@@ -37,7 +37,8 @@ def _phi(x, mask, ELU1: tl.constexpr):
     masked load's 0 would become φ(0) = 1, and a -inf key, a padded one, becomes 0)."""
     if ELU1:
         xf = x.to(tl.float32)
-        x = tl.where(mask, tl.where(xf > 0.0, xf + 1.0, tl.exp(xf)), 0.0).to(x.dtype)
+        xf = tl.where(xf > 0.0, xf + 1.0, tl.exp(tl.minimum(xf, 0.0)))  # no overflow untaken
+        x = tl.where(mask, xf, 0.0).to(x.dtype)
     return x
 
 
@@ -228,9 +229,9 @@ def _grad_qk(q, k, v, mean, grad, den, gden_c, s, z, r, rz, dq, dk, N, F, E, NC,
     da = tl.where(i[None, :] <= i[:, None], da + gd[:, None], 0.0).to(qb.dtype)
     gq += tl.dot(da.to(DOT), kb.to(DOT), input_precision=PREC) + gd[:, None] * zb[None, :]
     gk += tl.dot(tl.trans(da).to(DOT), qb.to(DOT), input_precision=PREC) + rzb[None, :]
-    if ELU1:  # d(elu + 1)/dx = 1 (x > 0) or e^x, on the float32 sums: dq, dk rounded once
-        gq *= tl.where(qx > 0.0, 1.0, tl.exp(qx.to(tl.float32)))
-        gk *= tl.where(kx > 0.0, 1.0, tl.exp(kx.to(tl.float32)))
+    if ELU1:  # d(elu + 1)/dx = 1 (x > 0) or e^x (of x ≤ 0: no overflow), on float32 sums
+        gq *= tl.where(qx > 0.0, 1.0, tl.exp(tl.minimum(qx.to(tl.float32), 0.0)))
+        gk *= tl.where(kx > 0.0, 1.0, tl.exp(tl.minimum(kx.to(tl.float32), 0.0)))
     off = bh * N * F + rows[:, None] * F + fo[None, :]
     tl.store(dq + off, gq.to(qb.dtype), qm)
     tl.store(dk + off, gk.to(qb.dtype), qm)
