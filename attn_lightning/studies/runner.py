@@ -51,7 +51,6 @@ log = logging.getLogger("attn_lightning.studies.runner")
 # sweeps/, logs/ and docs/results/ are (installed or not, the package holds no configs). Resolved
 # once, on import, so a study that later changes folder still finds them.
 CONFIGS = Path("configs").resolve()
-ROOT = CONFIGS.parent  # the checkout, as the LoRA study still spells it
 
 
 SEED = "{seed}"
@@ -61,7 +60,7 @@ STOP_CODES = (130, 143, -2, -15)
 SAVE_DIR = "trainer.logger.init_args.save_dir"  # the override that moves the runs' logs
 
 
-__all__ = ["CONFIGS", "ROOT", "SEED", "Runner", "Variant", "build_cli", "run_label", "run_name"]
+__all__ = ["CONFIGS", "SEED", "Runner", "Variant", "build_cli", "run_label", "run_name"]
 # Tags the runner sets on every run (a study's own facts go beside them).
 OWN_TAGS = ("study", "variant", "seed")
 

@@ -7,33 +7,28 @@
     python -m attn_lightning.studies.sweep --plan configs/studies/sequence_reversal_len50.yaml
 
 A variant is a name plus configs stacked on ``--config`` and/or ``key=value`` overrides:
-``--backends`` gives attention specs ``name[:key=value,...]`` (values parsed as YAML, e.g.
-``polynomial:form=sketch,sketch_size=64``), ``--variants`` config overlays (named by file stem).
-Each (variant, seed) is a ``train.py fit`` run through ``studies.runner.Runner`` (``--jobs`` at
-once; ``--train-script`` runs a script instead) with ``--test_after_fit``; its ``RunResult`` is
-its run record. ``--seeds`` sets ``seed_everything`` (init, batch order, random features); the
-data seed stays the config's.
+``--backends`` gives attention specs ``name[:key=value,...]`` (values parsed as YAML),
+``--variants`` config overlays (named by file stem). Each (variant, seed) is a ``train.py fit``
+run through ``studies.runner.Runner`` (``--jobs`` at once) with ``--test_after_fit``, read back
+from its run record; ``--seeds`` sets ``seed_everything``, the data seed stays the config's.
 
 The study's records are ``<out>/runs/`` (``docs/results/<page>/runs/``): a (variant, seed) with
-an ``ok`` record there is taken from it, not trained, and each run that finishes ``ok`` here is
-published there (``records.publish_run``); continuing a sweep on another machine trains only the
-rest. ``--report-only`` trains nothing and rebuilds the page from those records alone (a
-(variant, seed) without one is "not run"); ``--into DIR`` writes the files into DIR instead of
-beside ``--out`` (a check of the committed page). ``--plan FILE`` reads the options from a plan
-(``configs/studies/<page>.yaml``: the options by their long names, ``--out`` by default
-``docs/results/<plan name>``); options given here override it (``--config``, ``--set`` and
-``--pair`` add to it). The page's command is then the plan's.
+an ``ok`` record there is taken, not trained, and each run that finishes ``ok`` is published
+there (``records.publish_run``), so a sweep continued on another machine trains only the rest.
+``--report-only`` trains nothing: the page from those records alone (a (variant, seed) without
+one is "not run"); ``--into DIR`` writes the files there instead of beside ``--out``. ``--plan
+FILE`` reads the options from a plan (``configs/studies/<page>.yaml``: the options by their long
+names; ``--out`` by default ``docs/results/<plan name>``); options given with it override it
+(``--config``, ``--set``, ``--pair`` add to it), and the page's command is the plan's.
 
-Writes ``<out>.md`` (summary + per-run tables + the command), ``<out>.csv`` (summary) and
-``<out>_runs.csv`` (one row per run), rewritten after every run. The columns are ``--metrics``
-(default: every ``test/`` metric the runs report). With ``--metric`` and ``--threshold`` a run
-"fails to converge" when the metric is below the threshold (above it with ``--direction min``);
-a run that crashes or times out is counted apart. ``--pair VARIANT CONTROL`` (repeatable) adds the
-columns "control" and the paired-by-seed Δ of the variant vs that control on ``--metric`` (else
-the first ``--metrics``) with its 95 % interval (``results.paired``); ``--curve TAG`` writes
-``<out>_curves.csv`` with every logged value of TAG per run and a table of it
-(``results.curves``). The machine line is the records': a converted run's ``machine`` tag, a
-fresh run's environment.
+Writes ``<out>.md`` (summary, per-run table, the command), ``<out>.csv`` (summary) and
+``<out>_runs.csv``, rewritten after every run; the columns are ``--metrics`` (default: every
+``test/`` metric). With ``--metric`` and ``--threshold`` a run "fails to converge" below the
+threshold (above it with ``--direction min``); crashed or timed-out runs are counted apart.
+``--pair VARIANT CONTROL`` adds the paired-by-seed Δ of the variant vs its control on ``--metric``
+(else the first ``--metrics``) with its 95 % interval (``results.paired``); ``--curve TAG`` writes
+``<out>_curves.csv`` (every logged value of TAG per run, from the records) and a table of it. The
+machine line is the records': a converted run's ``machine`` tag, a fresh run's environment.
 """
 
 from __future__ import annotations
@@ -129,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, str]:
-    """The sweep's options (a plan's, then ``argv``'s) and the page's command line."""
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
+    """The sweep's options (a plan's, then ``argv``'s), its variants and the page's command."""
     parser = build_parser()
     path = parser.parse_args(argv).plan
     planned = []
@@ -151,20 +146,21 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str]:
     if (args.metric is None) != (args.threshold is None):
         parser.error("--metric and --threshold go together")
     check_overrides(parser, args.set)
-    return args, command_line(PROG, _without_call_options(argv))
-
-
-def _without_call_options(argv: list[str]) -> list[str]:
-    """``argv`` without ``--report-only`` and ``--into DIR`` (they change no number)."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--into":
-            skip = True
-        elif arg != "--report-only" and not arg.startswith("--into="):
-            kept.append(arg)
-    return kept
+    try:  # fail before the first run on a malformed spec
+        variants = [Variant.from_attention(s) for s in args.backends]
+    except ValueError as error:
+        parser.error(str(error))
+    variants += [Variant.from_config(p) for p in args.variants]
+    names = [v.name for v in variants]
+    unknown = [n for pair in args.pair for n in pair if n not in names]
+    if unknown:
+        parser.error(f"--pair names {unknown}, not variants of this sweep; they are {names}")
+    if args.pair and not (args.metric or args.metrics):
+        parser.error("--pair needs the metric to compare: give --metric or --metrics")
+    # --report-only and --into change no number: the page's command leaves them out.
+    after = ["", *argv]
+    own = [a for a, b in zip(argv, after) if a != "--report-only" and "--into" not in (a[:6], b)]
+    return args, variants, command_line(PROG, own)
 
 
 def machine(runs: list[RunResult], jobs: int) -> str:
@@ -175,39 +171,25 @@ def machine(runs: list[RunResult], jobs: int) -> str:
         if r.status == NOT_RUN or r.log_dir is None:
             continue
         env = load_record(Path(r.log_dir)).get("environment") or {}
+        device = env.get("device_name") or env.get("device")
         name = r.info.get("machine") or (
-            f"{env.get('platform')}, {env.get('device_name') or env.get('device')}, "
-            f"Python {env.get('python')}"
-            if env
-            else None
+            env and f"{env.get('platform')}, {device}, Python {env.get('python')}"
         )
         if name and name not in seen:
             seen.append(name)
     if not seen:
         return machine_line(jobs=jobs)
     pace = "runs one after another" if jobs <= 1 else f"{jobs} runs at a time"
-    return f"Machine: {'; and '.join(seen)}; {pace}."
+    return f"Machine: {' and '.join(seen)}; {pace}."
 
 
 def main(argv: list[str] | None = None) -> list[RunResult]:
     """Run the sweep CLI; returns the runs (in the order of the tables)."""
     log_to_stderr()
     argv = sys.argv[1:] if argv is None else argv
-    args, command = parse(argv)
-    try:  # fail before the first run on a malformed spec
-        variants = [Variant.from_attention(s) for s in args.backends]
-    except ValueError as error:
-        build_parser().error(str(error))
-    variants += [Variant.from_config(p) for p in args.variants]
+    args, variants, command = parse(argv)
     names = [v.name for v in variants]
-    unknown = [n for pair in args.pair for n in pair if n not in names]
-    if unknown:
-        build_parser().error(
-            f"--pair names {unknown}, not variants of this sweep; they are {names}"
-        )
     compared = args.metric or (args.metrics[0] if args.metrics else None)
-    if args.pair and compared is None:
-        build_parser().error("--pair needs the metric to compare: give --metric or --metrics")
     controls = dict(map(tuple, args.pair))
     study, results_dir = args.out.name, args.out.parent
     records = study_runs_dir(study, results_dir)

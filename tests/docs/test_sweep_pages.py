@@ -125,7 +125,7 @@ def test_every_plan_loads_and_names_its_pages_records():
     plans = sorted(PLANS.glob("*.yaml"))
     assert {p.stem for p in plans} >= set(PAGES + OLDER_LAYOUT)
     for plan in plans:
-        args, command = parse(["--plan", str(plan)])
+        args, _, command = parse(["--plan", str(plan)])
         assert command == f"python -m attn_lightning.studies.sweep --plan {plan}"
         assert args.out == Path("docs/results") / plan.stem and all(
             Path(c).is_file() for c in args.config

@@ -31,15 +31,15 @@ def _rows(path):
 def test_a_plan_is_the_command_line_it_stands_for(tmp_path):
     plan = tmp_path / "page.yaml"
     plan.write_text(PLAN + "pair: [[large, small]]\nresume: true\n")
-    args, command = parse(["--plan", str(plan)])
+    args, _, command = parse(["--plan", str(plan)])
     assert args.config == ["base.yaml"] and args.variants == ["small.yaml", "large.yaml"]
     assert (args.seeds, args.pair, args.resume) == ([0, 1], [["large", "small"]], True)
     assert str(args.out) == "docs/results/page"  # by default the page named after the plan
     assert command == f"python -m attn_lightning.studies.sweep --plan {plan}"
     # The command line overrides it (repeatable options add to it); --report-only and --into
     # change no number, so the page's command leaves them out.
-    argv = ["--plan", str(plan), "--seeds", "3", "--set", "a=1", "--report-only", "--into", "x"]
-    args, command = parse(argv)
+    argv = ["--into", "x", "--plan", str(plan), "--seeds", "3", "--set", "a=1", "--report-only"]
+    args, _, command = parse(argv)
     assert args.seeds == [3] and args.set == ["trainer.max_steps=5", "a=1"]
     assert command.endswith("--seeds 3 --set a=1")
 
@@ -127,7 +127,7 @@ def test_report_only_names_a_missing_record_and_takes_the_records_machine(tmp_pa
     assert [r.status for r in results] == ["ok", "not run", "ok", "not run"]
     md = (tmp_path / "page.md").read_text()
     assert (
-        "Machine: Box A, x86_64, Python 3.11.7; and Linux-x, H200, Python 3.12.3; "
+        "Machine: Box A, x86_64, Python 3.11.7 and Linux-x, H200, Python 3.12.3; "
         "runs one after another." in md
     )
     assert "`small` seeds 1; `large` seeds 1." in md
