@@ -48,38 +48,12 @@ EXPERIMENT = "lora-study"
 Job = tuple[Variant, int, dict[str, Any]]
 # The CSVs' name for the adaptation: the committed files (and their summaries) use it.
 ADAPTATION_COLUMN = "method"
-FIELDS = [
-    "part",
-    "domain",
-    ADAPTATION_COLUMN,
-    "rank",
-    "seed",
-    "status",
-    "trainable_params",
-    "acc",
-    "exact_acc",
-    "seconds",
-]
+FIELDS = ["part", "domain", ADAPTATION_COLUMN, "rank", "seed", "status", "trainable_params"]
+FIELDS += ["acc", "exact_acc", "seconds"]
 PROTOCOL = ("source", "levels", "angle", "normalize", "max_epochs", "patience")
-SWEEP_FIELDS = [
-    "part",
-    *PROTOCOL,
-    "domain",
-    ADAPTATION_COLUMN,
-    "rank",
-    "head",
-    "lr",
-    "base_lr",
-    "seed",
-    "status",
-    "trainable_params",
-    "val_acc",
-    "val_loss",
-    "acc",
-    "epochs",
-    "best_epoch",
-    "seconds",
-]
+SWEEP_FIELDS = ["part", *PROTOCOL, "domain", ADAPTATION_COLUMN, "rank", "head", "lr", "base_lr"]
+SWEEP_FIELDS += ["seed", "status", "trainable_params", "val_acc", "val_loss", "acc", "epochs"]
+SWEEP_FIELDS += ["best_epoch", "seconds"]
 # The study's per-run metrics (the record's fit metrics of a published run).
 METRICS = ("trainable_params", "val_acc", "val_loss", "acc", "exact_acc", "epochs", "best_epoch")
 # A row of the student-vs-ours table; the learning rate is chosen within it. base_lr: the base
@@ -179,11 +153,13 @@ def pending(args: argparse.Namespace, part: str, jobs: list[Job]) -> list[Job]:
 
 
 def best_validation(scalars: Mapping[str, list[tuple[int, float]]]) -> dict[str, Any]:
-    """``val_loss``, ``val_acc`` and ``best_epoch`` (1-based) at the lowest ``val/loss``.
+    """``epochs`` trained, and ``val_loss``, ``val_acc`` and ``best_epoch`` (1-based) at the
+    lowest ``val/loss``.
 
-    ``scalars``: a run's curves by tag (``results.records.run_scalars``). The tested checkpoint
-    is the best one (``checkpoint.monitor``, first minimum, as ``ModelCheckpoint`` keeps it).
-    Empty when the run logged no ``val/loss``; ``val_acc`` absent when it logged no ``val/acc``.
+    ``scalars``: a run's curves by tag (``results.records.run_scalars``), one validation per
+    epoch (``max_epochs`` of them, or fewer when stopped early). The tested checkpoint is the
+    best one (``checkpoint.monitor``, first minimum, as ``ModelCheckpoint`` keeps it). Empty
+    when the run logged no ``val/loss``; ``val_acc`` absent when it logged no ``val/acc``.
     """
     losses = scalars.get("val/loss", [])
     if not losses:
@@ -191,13 +167,13 @@ def best_validation(scalars: Mapping[str, list[tuple[int, float]]]) -> dict[str,
     accuracy = dict(scalars.get("val/acc", []))
     best = min(range(len(losses)), key=lambda i: losses[i][1])
     step, loss = losses[best]
-    found = {"val_loss": loss, "best_epoch": best + 1}  # one validation per epoch
+    found = {"epochs": len(losses), "val_loss": loss, "best_epoch": best + 1}
     return found if step not in accuracy else {**found, "val_acc": accuracy[step]}
 
 
 def study_metrics(result: RunResult, fit: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The study's metrics of a finished run: its test metrics under the study's names and, for
-    a fit of ``lrsweep``, ``fit`` (``epochs`` trained and ``best_validation``'s numbers)."""
+    a fit of ``lrsweep``, ``fit`` (``best_validation`` of its curves)."""
     found = {
         "acc": result.metrics.get("test/acc", result.value("test/token_acc")),
         "exact_acc": result.value("test/exact_acc"),
@@ -225,16 +201,6 @@ def publish(result: RunResult, out: str | Path, part: str, fit: Mapping[str, Any
     return target
 
 
-def fit_details(runner: Runner, variant: Variant, result: RunResult) -> dict[str, Any]:
-    """Epochs trained (``trainer.current_epoch`` after fit: ``max_epochs``, or fewer when stopped
-    early, from the run's metrics file) and the validation metrics of the tested checkpoint
-    (``best_validation`` of the run's curves); nothing for a test-only run."""
-    if variant.subcommand != "fit":
-        return {}
-    details = {"epochs": runner.record(variant, result.seed).get("epoch")}
-    return details | best_validation(run_scalars(Path(str(result.log_dir))))
-
-
 def run_part(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
     """Run a part's jobs in order, in this process, publishing each finished run (``publish``).
 
@@ -257,15 +223,14 @@ def run_part(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
         ),
         experiment=EXPERIMENT,
         study=Path(args.out).name,
-        runs_dir=work / "metrics",
         in_process=True,  # ~150 short runs: the imports are paid once
     )
-    with_fit = part == "lrsweep"
 
     def record(result: RunResult, _: list[RunResult]) -> None:
         variant, info = planned[(result.variant, result.seed)]
         if result.status == OK:
-            fit = fit_details(runner, variant, result) if with_fit else None
+            fitted = part == "lrsweep" and variant.subcommand == "fit"
+            fit = best_validation(run_scalars(Path(str(result.log_dir)))) if fitted else None
             result.seconds = round(result.seconds or 0.0, 1)
             publish(result, args.out, part, fit)
         if not args.keep_checkpoints and "_keep" not in info:

@@ -3,13 +3,12 @@ validation facts from the run's curves."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from attn_lightning.results.files import read_csv
-from attn_lightning.results.records import RunResult, load_runs
+from attn_lightning.results.records import RunResult, load_runs, run_scalars
 from attn_lightning.results.run_files import load_record, write_curves, write_record
 from attn_lightning.studies.lora import runs
 from attn_lightning.studies.lora.cli import build_parser
@@ -103,30 +102,24 @@ def test_best_validation_reads_the_lowest_val_loss_epoch():
         "val/loss": [(20 * i, loss) for i, (loss, _) in enumerate(points, 1)],
         "val/acc": [(20 * i, acc) for i, (_, acc) in enumerate(points, 1)],
     }
-    # The first minimum: ModelCheckpoint keeps a checkpoint only on a strictly lower val/loss.
-    assert runs.best_validation(scalars) == {"val_loss": 0.5, "val_acc": 0.8, "best_epoch": 2}
+    # The first minimum: ModelCheckpoint keeps a checkpoint only on a strictly lower val/loss;
+    # one validation per epoch: 4 epochs trained.
+    best = {"epochs": 4, "val_loss": 0.5, "best_epoch": 2}
+    assert runs.best_validation(scalars) == {**best, "val_acc": 0.8}
+    assert runs.best_validation({"val/loss": scalars["val/loss"]}) == best
     assert runs.best_validation({}) == {}
-    assert runs.best_validation({"val/loss": scalars["val/loss"]}) == {
-        "val_loss": 0.5,
-        "best_epoch": 2,
-    }
 
 
-def test_fit_details_take_epochs_from_the_metrics_file_and_the_rest_from_the_curves(tmp_path):
+def test_study_metrics_name_the_test_metrics_as_the_tables_do(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()
     write_curves(folder, {(epoch, "val/loss"): loss for epoch, loss in enumerate((0.9, 0.4, 0.6))})
-    runner = Runner(runs_dir=tmp_path / "metrics")
-    variant = Variant("lrs-rotated-full-lr0.001")
-    runner.metrics_file(variant, 0).parent.mkdir()
-    runner.metrics_file(variant, 0).write_text('{"epoch": 7}')
-    ok = RunResult(variant.name, 0, 1.0, "ok", {"test/acc": 0.9}, log_dir=str(folder))
-    details = runs.fit_details(runner, variant, ok)
-    assert details == {"epochs": 7, "val_loss": pytest.approx(0.4), "best_epoch": 2}
-    assert runs.study_metrics(ok, details) == {**details, "acc": 0.9}
-    test_only = replace(variant, subcommand="test")
-    assert runs.fit_details(runner, test_only, ok) == {}
-    assert runs.study_metrics(replace(ok, metrics={"test/token_acc": 0.7})) == {"acc": 0.7}
+    ok = RunResult("lrs-rotated-full-lr0.001", 0, 1.0, "ok", {"test/acc": 0.9})
+    fit = runs.best_validation(run_scalars(folder))
+    assert fit == {"epochs": 3, "val_loss": pytest.approx(0.4), "best_epoch": 2}
+    assert runs.study_metrics(ok, fit) == {**fit, "acc": 0.9}
+    ok.metrics = {"test/token_acc": 0.7, "test/trainable_params": 512.0}
+    assert runs.study_metrics(ok) == {"acc": 0.7, "trainable_params": 512}
 
 
 def test_the_runs_csv_is_written_in_job_order(tmp_path):
