@@ -17,9 +17,6 @@ runs as run records under ``<out>/runs/<part>/`` (``runs``): a part continued on
 trains only the runs without an ok record there. ``report`` (also run after each part) writes
 ``<out>.md``, ``<out>_summary.csv``, ``<out>_lrsweep_summary.csv`` and the per-run CSVs from
 those records (``report``, ``lrsweep_report``).
-
-Old command lines still run: ``--part PART`` is the subcommand ``PART`` and ``--methods`` is
-``--adaptations``, with one notice naming the command line in today's spelling.
 """
 
 from __future__ import annotations
@@ -27,9 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import shlex
 import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +32,7 @@ from pathlib import Path
 
 from attn_lightning.data.domains import NORMALIZATIONS
 from attn_lightning.data.images import SOURCES
-from attn_lightning.studies.arguments import log_to_stderr, renamed
+from attn_lightning.studies.arguments import log_to_stderr
 from attn_lightning.studies.lora.jobs import mlp_jobs, transformer_jobs, variant_jobs
 from attn_lightning.studies.lora.lrsweep import (
     ADAPTATIONS,
@@ -62,7 +57,6 @@ PARTS: dict[str, Callable[[argparse.Namespace], list[Job]]] = {
     "lrsweep": lrsweep_all_jobs,
 }
 
-OLD_FLAGS = {"--methods": "--adaptations"}
 NOISY = (
     "lightning",
     "lightning.pytorch",
@@ -216,32 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def subcommand_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` in today's spelling: the old ``--part PART`` (or ``--part=PART``) as the
-    subcommand ``PART`` in front, ``--methods`` as ``--adaptations`` (``OLD_FLAGS``); one notice
-    naming the new command line when anything was respelled."""
-    spelled: list[str] = []
-    part = None
-    i = 0
-    while i < len(argv):
-        flag, equals, value = argv[i].partition("=")
-        if flag == "--part" and (equals or i + 1 < len(argv)):
-            part = value if equals else argv[i + 1]
-            i += 1 if equals else 2
-            continue
-        spelled.append(OLD_FLAGS[flag] + equals + value if flag in OLD_FLAGS else argv[i])
-        i += 1
-    if part is not None:
-        spelled.insert(0, part)
-    if spelled != list(argv):
-        renamed(f"{PROG} {shlex.join(argv)}", f"{PROG} {shlex.join(spelled)}")
-    return spelled
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one part of the LoRA study (or none, for ``report``), then write its tables."""
     log_to_stderr()
-    args = build_parser().parse_args(subcommand_argv(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv)
     if args.part in PARTS:
         if args.plan:
             log_plan(args, args.part, PARTS[args.part](args))
