@@ -5,11 +5,6 @@
 flags every study shares. Each study is a folder runnable as ``python -m
 attn_lightning.studies.<study> <subcommand>``: ``detection`` (``run | sensitivity | ablation |
 sites | probe``), ``image`` (``samples``), ``lora`` (``mlp | variants | transformer | lrsweep |
-report``) and ``reversal`` (``report``). Their tables and CSVs are written by
+report``) and ``reversal`` (``report | trajectories``). Their tables and CSVs are written by
 ``attn_lightning.results``.
-
-Deprecated aliases, kept at their old paths so old command lines still run (each warns with a
-FutureWarning naming the new spelling):
-
-- ``python -m attn_lightning.studies.reversal_report`` -> ``... studies.reversal report``
 """

@@ -1,12 +1,12 @@
-"""What a reversal run's TensorBoard scalars say about its training: steps to a validation
+"""What a reversal run's logged curves say about its training: steps to a validation
 accuracy, the checkpoint the test split was evaluated on, loss spikes and the gradients around
 them.
 
-Pure functions of ``{tag: [(step, value), ...]}`` as ``results.curves.read_scalars`` returns
-it. Loss spikes are the ``train/loss_spike`` flags of ``callbacks.gradients.GradientTracker``;
-gradient norms (``grad/global_norm`` and one per parameter group) are logged every few steps
-(20 in the study), so a spike between two logs is compared with the gradient up to 19 steps
-before it, and the lag is reported with the ratio.
+Pure functions of ``{tag: [(step, value), ...]}``, a run record's ``curves.csv`` as
+``results.records.run_scalars`` returns it. Loss spikes are the ``train/loss_spike`` flags of
+``callbacks.gradients.GradientTracker``; gradient norms (``grad/global_norm`` and one per
+parameter group) are logged every few steps (20 in the study), so a spike between two logs is
+compared with the gradient up to 19 steps before it, and the lag is reported with the ratio.
 """
 
 from __future__ import annotations
@@ -15,13 +15,18 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from attn_lightning.results.curves import Scalars, series
+from attn_lightning.results.records import Scalars
 
 VAL_TAG = "val/token_acc"
 VAL_LOSS_TAG = "val/loss"  # what the checkpoint callback monitors (mode min)
 SPIKE_TAG = "train/loss_spike"
 NORM_TAG = "grad/global_norm"
 GROUPS = ("attention", "feedforward", "embedding", "other")
+
+
+def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
+    """The points of ``tag``, or of ``tag_step`` (Lightning's name for a per-step log), or []."""
+    return next((scalars[name] for name in (tag, f"{tag}_step") if name in scalars), [])
 
 
 def steps_to_threshold(scalars: Scalars, threshold: float, tag: str = VAL_TAG) -> int | None:

@@ -6,10 +6,10 @@ formats (``median [q25, q75]``, the scale and decimals of each known metric).
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Sequence
 from typing import Any
 
+from attn_lightning.results.environment import machine_line as results_machine_line
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.paired import SEED_INTERVAL_NOTE
 from attn_lightning.results.records import RunResult
@@ -21,6 +21,7 @@ def _num(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+CHECKPOINT_FACTS = ("best_ckpt_step", "final_val_loss")
 RUNS_CAPTION = (
     "Per run (best ckpt step: the optimiser step of the lowest validation loss, the checkpoint "
     "the test metrics come from; val loss at end: the last validation's):"
@@ -86,12 +87,20 @@ def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> list[
     return _table(header, body)
 
 
+def has_checkpoint_facts(runs: Sequence[RunResult]) -> bool:
+    """Whether any run knows its best checkpoint's step or last validation loss (a run
+    converted from a CSV written before those columns does not: they are left out)."""
+    return any(r.info.get(k) is not None for r in runs for k in CHECKPOINT_FACTS)
+
+
 def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
     """One line per run: status, test metrics, step to the threshold, spikes, steps, seconds,
-    the best checkpoint's step (the test metrics' checkpoint) and the last validation loss."""
+    the best checkpoint's step (the test metrics' checkpoint) and the last validation loss
+    (``has_checkpoint_facts``)."""
     header = ["variant", "seed", "status", *(column(k).title for k in METRICS)]
     header += [f"step to {threshold * 100:g} %", "spikes", "max grad norm", "steps", "fit s"]
-    header += ["best ckpt step", "val loss at end"]
+    checkpoint = has_checkpoint_facts(runs)
+    header += ["best ckpt step", "val loss at end"] if checkpoint else []
     body = []
     for r in runs:
         cells = [f"`{r.variant}`", str(r.seed), r.status]
@@ -104,9 +113,12 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
             _num(r.info.get("max_grad_norm"), 3),
             _integer(r.global_step),
             _num(r.seconds, 0),
-            _integer(r.info.get("best_ckpt_step")),
-            format_number(r.info.get("final_val_loss"), digits=column("test/loss").digits),
         ]
+        if checkpoint:
+            cells.append(_integer(r.info.get("best_ckpt_step")))
+            cells.append(
+                format_number(r.info.get("final_val_loss"), digits=column("test/loss").digits)
+            )
         body.append(cells)
     return _table(header, body)
 
@@ -142,35 +154,68 @@ def paired_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     return _table(header, body)
 
 
+def machine_line(runs: Sequence[RunResult]) -> str:
+    """``Machine: <platform>, <CPU>, Python <version>; runs one after another.`` of the runs'
+    records (a converted run's ``machine`` tag); every machine when several; this one's if none
+    says."""
+    machines = []
+    for run in runs:
+        env = run.info.get("environment") or {}
+        machine = run.info.get("machine") or (
+            env
+            and f"{env['platform']}, {env.get('device_name') or env['device']}, "
+            f"Python {env['python']}"
+        )
+        if machine and machine not in machines:
+            machines.append(machine)
+    if not machines:
+        return results_machine_line()
+    plural = "s" if len(machines) > 1 else ""
+    return f"Machine{plural}: {'; '.join(machines)}; runs one after another."
+
+
 def report_markdown(
     summary: Sequence[dict[str, Any]], runs: Sequence[RunResult], threshold: float, command: str
 ) -> str:
-    """The report's page: the command, the machine, the tables and what their cells mean."""
+    """The report's page: the command, the machine, the tables and what their cells mean. The
+    dynamics table comes with runs that know their steps to the threshold or spikes, the curve
+    table with runs that have validation curves; runs converted from a sweep's per-run CSV have
+    neither: the outcome and per-run tables, naming the CSVs."""
     pct = f"{threshold * 100:g} %"
-    lines = [
-        f"Regenerate with:\n\n```bash\n{command}\n```\n",
-        f"Machine running this report: {platform.platform()}, "
-        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}.\n",
-        "Cells are median [25th, 75th percentile] over the finished runs (quartiles "
-        "interpolated linearly). Unfinished: a log folder without a metrics file (running, "
-        "crashed or timed out), left out of every other column.\n",
-        f"Test split, best-by-validation checkpoint. Converged: test token accuracy ≥ {pct}.\n",
-        *outcome_table(summary),
-        "",
-        f"Steps to {pct}: the first logged step with `val/token_acc` ≥ {threshold:g} (Lightning "
-        f"logs the validation after n optimiser steps at step n − 1), over the runs that "
-        f"reached it. Loss spike: a step's loss > 3× the median of the 50 before. At each "
-        f"spike, the global gradient norm (before clipping) at the last gradient log at or "
-        f"before it, over the run's median norm (median over all spikes; lag: median steps "
-        f"between that log and the spike), and the group whose norm is furthest above its own "
-        f"run median there (most frequent, with its count).\n",
-        *dynamics_table(summary, threshold),
-        "",
-        RUNS_CAPTION,
-        "",
-        *runs_table(runs, threshold),
-    ]
+    lines = [f"Regenerate with:\n\n```bash\n{command}\n```\n", machine_line(runs) + "\n"]
     curves = curves_table(runs)
+    if not any(r.info.get(k) is not None for r in runs for k in ("steps_to_threshold", "spikes")):
+        sources = sorted({f"`{s}`" for r in runs if (s := r.info.get("source"))})
+        rebuilt = (
+            f"Rebuilt from the committed per-run CSVs {', '.join(sources)} (the runs' logs are "
+            "not kept). "
+            if sources
+            else ""
+        )
+        lines += [
+            f"{rebuilt}Cells are median [25th, 75th percentile] over the finished runs; "
+            f"converged: test token accuracy ≥ {pct}.\n",
+            *outcome_table(summary),
+        ]
+    else:
+        lines += [
+            "Cells are median [25th, 75th percentile] over the finished runs (quartiles "
+            "interpolated linearly). Unfinished: a run whose record is not ok (running, stopped "
+            "or crashed), left out of every other column.\n",
+            f"Test split, best-by-validation checkpoint. Converged: test token accuracy ≥ {pct}.\n",
+            *outcome_table(summary),
+            "",
+            f"Steps to {pct}: the first logged step with `val/token_acc` ≥ {threshold:g} "
+            "(Lightning logs the validation after n optimiser steps at step n − 1), over the runs "
+            "that reached it. Loss spike: a step's loss > 3× the median of the 50 before. At each "
+            "spike, the global gradient norm (before clipping) at the last gradient log at or "
+            "before it, over the run's median norm (median over all spikes; lag: median steps "
+            "between that log and the spike), and the group whose norm is furthest above its own "
+            "run median there (most frequent, with its count).\n",
+            *dynamics_table(summary, threshold),
+        ]
+    caption = RUNS_CAPTION if has_checkpoint_facts(runs) else "Per run:"
+    lines += ["", caption, "", *runs_table(runs, threshold)]
     if curves:
         lines += [
             "",

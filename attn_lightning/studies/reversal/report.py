@@ -1,7 +1,7 @@
 """The report of a sequence-reversal sweep: outcomes over seeds, steps to 99 %, loss spikes.
 
-``report`` reads the sweep's runs (``runs.load_runs``: the metrics files through the runner,
-each run's TensorBoard folder through ``results.curves``), summarizes them per variant
+``report`` reads the study's run records (``runs.load_runs``: ``docs/results/<page>/runs/`` for
+committed runs, ``logs/<experiment>/`` for a live sweep), summarizes them per variant
 (``summary``) and writes, through ``results``:
 
 * ``<out>.md``: the summary, the per-run table, the validation curves, the command, the machine
@@ -17,15 +17,19 @@ each run's TensorBoard folder through ``results.curves``), summarizes them per v
 from __future__ import annotations
 
 import logging
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.files import write_csv
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import RunResult, run_label
 from attn_lightning.studies.reversal.dynamics import VAL_TAG
-from attn_lightning.studies.reversal.markdown import paired_section, report_markdown
+from attn_lightning.studies.reversal.markdown import (
+    CHECKPOINT_FACTS,
+    has_checkpoint_facts,
+    paired_section,
+    report_markdown,
+)
 from attn_lightning.studies.reversal.runs import load_runs
 from attn_lightning.studies.reversal.summary import (
     METRICS,
@@ -33,7 +37,6 @@ from attn_lightning.studies.reversal.summary import (
     paired_rows,
     summarize,
 )
-from attn_lightning.studies.runner import run_label
 
 log = logging.getLogger("attn_lightning.studies.reversal")
 
@@ -46,8 +49,8 @@ def _test_metrics(runs: Sequence[RunResult]) -> list[str]:
     return [k for k in METRICS if k in reported] + sorted(reported - set(METRICS))
 
 
-def _run_row(run: RunResult, metrics: Sequence[str]) -> dict[str, Any]:
-    return {
+def _run_row(run: RunResult, metrics: Sequence[str], checkpoint: bool) -> dict[str, Any]:
+    row = {
         "variant": run.variant,
         "seed": run.seed,
         "status": run.status,
@@ -57,9 +60,8 @@ def _run_row(run: RunResult, metrics: Sequence[str]) -> dict[str, Any]:
         "fit_seconds": None if run.seconds is None else round(run.seconds, 1),
         "global_step": run.global_step,
         "max_grad_norm": run.info.get("max_grad_norm"),
-        "best_ckpt_step": run.info.get("best_ckpt_step"),
-        "final_val_loss": run.info.get("final_val_loss"),
     }
+    return {**row, **{k: run.info.get(k) for k in CHECKPOINT_FACTS}} if checkpoint else row
 
 
 def _curve_rows(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
@@ -71,64 +73,53 @@ def _curve_rows(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
     ]
 
 
-def default_command(
-    experiment: str, out: Path, variants: Sequence[str] | None, threshold: float
-) -> str:
-    """The command line that writes this report (shown in ``<out>.md``)."""
-    args = ["--experiment", experiment, "--out", str(out)]
-    args += ["--variants", *variants] if variants else []
-    args += [] if threshold == DEFAULT_THRESHOLD else ["--threshold", f"{threshold:g}"]
-    return f"{PROG} report {shlex.join(args)}"
-
-
 def report(
-    experiment: str,
+    roots: Sequence[Path],
     out: Path,
     *,
+    command: str,
     variants: Sequence[str] | None = None,
     threshold: float = DEFAULT_THRESHOLD,
-    root: Path = Path(),
-    command: str | None = None,
     control: str | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``<out>.md``, ``<out>.csv`` (summary), ``<out>_runs.csv`` and ``<out>_curves.csv``
     (and ``<out>_paired.csv`` with ``control``); returns the summary.
 
     Args:
-        experiment: the sweep's experiment (``sweeps/<experiment>``, ``logs/<experiment>``).
-        out: output path without extension (relative to ``root`` unless absolute).
+        roots: folders of run records (``runs.load_runs``).
+        out: output path without extension.
+        command: the command line shown in ``<out>.md``.
         variants: labels (or attention specs, turned into labels) in table order; default: every
             label found, sorted. Runs of other variants are left out.
         threshold: test token accuracy of a converged run; ``val/token_acc`` of steps-to.
-        root: the folder holding ``sweeps/`` and ``logs/`` (the sweep's working directory).
-        command: the command line shown in ``<out>.md`` (default: the equivalent CLI call).
         control: a label (or spec): adds paired ``variant − control`` differences over the
-            seeds both ran, mean [95 % t-interval], to ``<out>.md`` and ``<out>_paired.csv``.
+            seeds both ran, mean [95 % interval], to ``<out>.md`` and ``<out>_paired.csv``.
 
     Raises:
-        FileNotFoundError: ``sweeps/<experiment>`` holds no metrics file.
+        FileNotFoundError: naming a folder of ``roots`` without run records.
     """
-    runs = load_runs(root, experiment, threshold)
+    runs = load_runs(roots, threshold)
     names = [run_label(v) for v in variants] if variants else sorted({r.variant for r in runs})
     missing = [n for n in names if not any(r.variant == n for r in runs)]
     if missing:
-        log.warning("no runs of %s in sweeps/%s", ", ".join(missing), experiment)
+        log.warning("no runs of %s under %s", ", ".join(missing), ", ".join(map(str, roots)))
     runs = [r for r in runs if r.variant in names]
     runs.sort(key=lambda r: (names.index(r.variant), r.seed))
     summary = summarize(runs, names, threshold)
-    command = command or default_command(experiment, out, variants, threshold)
-    path = root / out  # an absolute ``out`` stays as it is
 
     def sibling(suffix: str) -> Path:
-        return path.with_name(path.name + suffix)
+        return out.with_name(out.name + suffix)
 
     write_csv(sibling(".csv"), summary)
     metrics = _test_metrics(runs)
     # The header alone when the chosen variants have no runs yet.
-    fields = list(_run_row(RunResult("", 0, None, ""), metrics))
-    write_csv(sibling("_runs.csv"), [_run_row(r, metrics) for r in runs], fields=fields)
-    curve_fields = ["variant", "seed", "optimizer_steps", VAL_TAG]
-    write_csv(sibling("_curves.csv"), _curve_rows(runs), fields=curve_fields)
+    checkpoint = has_checkpoint_facts(runs)
+    fields = list(_run_row(RunResult("", 0, None, ""), metrics, checkpoint))
+    rows = [_run_row(r, metrics, checkpoint) for r in runs]
+    write_csv(sibling("_runs.csv"), rows, fields=fields)
+    if any(r.info.get("val_curve") for r in runs):
+        curve_fields = ["variant", "seed", "optimizer_steps", VAL_TAG]
+        write_csv(sibling("_curves.csv"), _curve_rows(runs), fields=curve_fields)
     text = report_markdown(summary, runs, threshold, command)
     if control is not None:
         control_name = run_label(control)

@@ -1,67 +1,61 @@
-"""The runs of a reversal sweep as ``RunResult``s, with what their TensorBoard logs show.
+"""The runs of a reversal study, read from run records, with what their curves say.
 
-Every ``<label>-s<seed>.json`` metrics file that ``studies.sweep`` wrote under
-``sweeps/<experiment>/`` is read by ``Runner(skip_runs=True)``; its run's TensorBoard folder (the
-file's ``log_dir``, read by ``results.curves.read_scalars``) gives the run's own facts, kept in
-``RunResult.info``:
+Every folder holding a ``record.json`` under the given folders is one run
+(``results.records.load_run``): ``docs/results/<page>/runs/`` for committed runs,
+``logs/<experiment>/`` for a live sweep. Its ``curves.csv`` (``results.records.run_scalars``)
+gives the run's facts, kept in ``RunResult.info``; a fact whose curve the record lacks (a run
+converted from a committed ``<out>_runs.csv`` holds its validation accuracy at most) is the value
+the record carries as a metric of the same name, converted from that CSV:
 
 * ``steps_to_threshold``: the first logged step whose ``val/token_acc`` ≥ the threshold (None:
   never reached);
-* ``spikes``: loss spikes flagged (None: no flags logged, or no logs);
+* ``spikes``: loss spikes flagged (None: no flags logged);
 * ``spike_gradients``: one ``dynamics.SpikeGradient`` per spike with a gradient log before it;
 * ``max_grad_norm``: the largest global gradient norm logged;
 * ``best_ckpt_step``: the optimiser step of the lowest validation loss, the checkpoint the test
   metrics come from (``dynamics.best_validation``);
 * ``final_val_loss``: the validation loss at the end of training;
-* ``val_curve``: every logged ``(step, val/token_acc)``;
-* ``scalars``: every logged curve (``results.curves.Scalars``), read once for the trajectories.
+* ``val_curve``: every logged ``(step, val/token_acc)``.
 
-A run's ``status`` is the report's word for it: ``ok`` (test metrics present), ``no test`` (a
-metrics file without them) or ``unfinished`` (a folder under ``logs/<experiment>/`` without a
-metrics file: still running, crashed or timed out).
-
-The study runner no longer asks its runs for a metrics file: a run it trained is its run record,
-``logs/<experiment>/<label>-s<seed>/record.json`` (``results.records.load_run``). Both are read:
-the metrics files of earlier sweeps, then the records of runs without one (a record whose fit is
-not ``ok`` counts as ``unfinished``).
+A run's ``status`` is the report's word for it: ``ok`` (test metrics present), ``no test`` (an
+ok record without them) or ``unfinished`` (a record not ``ok``: running, stopped or crashed).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.curves import read_scalars, series
-from attn_lightning.results.records import RunResult, load_run
-from attn_lightning.results.run_files import RECORD
+from attn_lightning.results.records import (
+    OK,
+    RunResult,
+    Scalars,
+    load_run,
+    record_folders,
+    run_label,
+    run_scalars,
+)
+from attn_lightning.results.run_files import load_record
 from attn_lightning.studies.reversal.dynamics import (
+    VAL_LOSS_TAG,
     VAL_TAG,
     best_validation,
     last_value,
     max_grad_norm,
+    series,
     spike_gradients,
     spike_steps,
     steps_to_threshold,
 )
-from attn_lightning.studies.runner import run_label
-
-log = logging.getLogger("attn_lightning.studies.reversal")
 
 CONVERGENCE_METRIC = "test/token_acc"
-RUN_FILE = re.compile(r"^(?P<label>.+)-s(?P<seed>\d+)$")
-
-
-def split_name(stem: str) -> tuple[str, int] | None:
-    """``(label, seed)`` of a run's file or folder name ``<label>-s<seed>``; None otherwise."""
-    match = RUN_FILE.match(stem)
-    return None if match is None else (match["label"], int(match["seed"]))
+# Facts a converted record carries as metrics (its CSV's columns): int, else float.
+FACTS = ("steps_to_threshold", "spikes", "best_ckpt_step", "max_grad_norm", "final_val_loss")
 
 
 def finished(run: RunResult) -> bool:
-    """Whether the run wrote a metrics file."""
+    """Whether the run's record is ``ok``."""
     return run.status != "unfinished"
 
 
@@ -71,86 +65,61 @@ def converged(run: RunResult, threshold: float) -> bool:
     return value is not None and value >= threshold
 
 
-def run_facts(log_dir: Path, threshold: float) -> dict[str, Any]:
-    """The ``info`` of a run (see the module docstring) from its TensorBoard folder."""
-    scalars = read_scalars(log_dir)
+def curve_facts(scalars: Scalars, threshold: float) -> dict[str, Any]:
+    """The facts (module docstring) whose curves ``scalars`` holds."""
+    facts: dict[str, Any] = {}
+    if VAL_TAG in scalars:
+        facts["steps_to_threshold"] = steps_to_threshold(scalars, threshold)
+        facts["val_curve"] = series(scalars, VAL_TAG)
     spikes = spike_steps(scalars)
-    best = best_validation(scalars)
-    return {
-        "scalars": scalars,
-        "steps_to_threshold": steps_to_threshold(scalars, threshold),
-        "spikes": None if spikes is None else len(spikes),
-        "spike_gradients": spike_gradients(scalars),
-        "max_grad_norm": max_grad_norm(scalars),
-        "best_ckpt_step": None if best is None else best[0],
-        "final_val_loss": last_value(scalars),
-        "val_curve": series(scalars, VAL_TAG),
-    }
+    if spikes is not None:
+        facts["spikes"] = len(spikes)
+        facts["spike_gradients"] = spike_gradients(scalars)
+    if (norm := max_grad_norm(scalars)) is not None:
+        facts["max_grad_norm"] = norm
+    if (best := best_validation(scalars)) is not None:
+        facts["best_ckpt_step"] = best[0]
+    if VAL_LOSS_TAG in scalars:
+        facts["final_val_loss"] = last_value(scalars)
+    return facts
 
 
-def _from_metrics_file(path: Path, label: str, seed: int) -> RunResult:
-    """A sweep's ``--metrics_file`` as a ``RunResult`` (fit, validate, test metrics merged)."""
-    record = json.loads(path.read_text())
-    metrics = {**record.get("metrics", {}), **record.get("validate", {}), **record.get("test", {})}
-    return RunResult(
-        label,
-        seed,
-        record.get("fit_seconds"),
-        "ok",
-        metrics=metrics,
-        global_step=record.get("global_step"),
-        log_dir=record.get("log_dir"),
-    )
-
-
-def _with_facts(run: RunResult, log_dir: Path, threshold: float) -> RunResult:
-    """Only the test metrics (the fit's and validation's are not the report's), the report's
-    status, and the run's TensorBoard facts in ``info``."""
-    run.metrics = {k: float(v) for k, v in run.metrics.items() if k.startswith("test/")}
-    run.status = "ok" if CONVERGENCE_METRIC in run.metrics else "no test"
-    if not log_dir.is_dir():
-        log.warning("run %s-s%d: no TensorBoard folder %s", run.variant, run.seed, log_dir)
+def read_run(folder: Path, threshold: float) -> RunResult:
+    """The run of the record in ``folder``: its label, the report's status, only its test
+    metrics, and its facts (module docstring) in ``info`` beside its tags."""
+    run = load_run(folder)
+    record = load_record(folder)
+    source = (record.get("source") or {}).get("converted_from")
+    run.info.update(environment=record.get("environment"), source=source and Path(source).name)
+    run.variant = run_label(run.variant)
+    if run.status != OK:  # left out of every number: no metrics, no facts
+        run.status, run.metrics, run.seconds, run.global_step = "unfinished", {}, None, None
         return run
-    run.info.update(run_facts(log_dir, threshold))
+    carried = {k: run.metrics[k] for k in FACTS if k in run.metrics}
+    carried = {k: v if k in FACTS[3:] else int(v) for k, v in carried.items()}
+    run.info.update({**carried, **curve_facts(run_scalars(folder), threshold)})
+    run.metrics = {k: float(v) for k, v in run.metrics.items() if k.startswith("test/")}
+    if CONVERGENCE_METRIC not in run.metrics:
+        run.status = "no test"
     return run
 
 
-def load_runs(root: Path, experiment: str, threshold: float) -> list[RunResult]:
-    """Every run of ``sweeps/<experiment>`` (metrics files) and ``logs/<experiment>`` (run
-    records of runs without a metrics file; log folders without either are ``unfinished``),
-    sorted by (variant, seed).
+def load_runs(roots: Sequence[Path], threshold: float) -> list[RunResult]:
+    """Every run recorded under ``roots``, by (variant, seed); a (variant, seed) recorded twice
+    keeps the first finished one (else the first), in the order of ``roots``.
 
     Raises:
-        FileNotFoundError: neither folder holds a run.
+        FileNotFoundError: naming a folder of ``roots`` that does not exist or holds no record.
     """
-    folder = root / "sweeps" / experiment
-    logs = root / "logs" / experiment
-    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
-    runs = []
-    for path in files:
-        name = split_name(path.stem)
-        # A run's file is named by its label: a name the runner would spell otherwise is foreign.
-        if name is None or run_label(name[0]) != name[0]:
-            log.warning("skipping %s: not <label>-s<seed>.json", path)
-            continue
-        run = _from_metrics_file(path, *name)
-        log_dir = root / (run.log_dir or f"logs/{experiment}/{path.stem}")
-        runs.append(_with_facts(run, log_dir, threshold))
-    seen = {p.stem for p in files}
-    for log_dir in sorted(logs.iterdir()) if logs.is_dir() else []:
-        name = split_name(log_dir.name)
-        if not log_dir.is_dir() or name is None or log_dir.name in seen:
-            continue
-        if (log_dir / RECORD).is_file():
-            run = load_run(log_dir)
-            if run.status == "ok":
-                run.variant, run.seed = name
-                runs.append(_with_facts(run, log_dir, threshold))
-                continue
-        runs.append(RunResult(name[0], name[1], None, "unfinished"))
-    if not runs:
-        raise FileNotFoundError(
-            f"no runs in {folder.absolute()} or {logs.absolute()}: no <label>-s<seed>.json "
-            "metrics files and no run records"
-        )
-    return sorted(runs, key=lambda r: (r.variant, r.seed))
+    runs: dict[tuple[str, int], RunResult] = {}
+    for root in roots:
+        folders = record_folders(root)
+        if not folders:
+            what = "holds no run record (record.json)" if root.is_dir() else "does not exist"
+            raise FileNotFoundError(f"--runs folder {root} {what}")
+        for folder in folders:
+            run = read_run(folder, threshold)
+            key = (run.variant, run.seed)
+            if key not in runs or (not finished(runs[key]) and finished(run)):
+                runs[key] = run
+    return sorted(runs.values(), key=lambda r: (r.variant, r.seed))

@@ -8,7 +8,9 @@ mean ± std, over its finished runs (``runs.finished``):
 * the test metrics (``METRICS``: token, exact-sequence, greedy token / exact accuracy, loss);
 * steps to ``threshold`` over the runs that reached it (how many did is its own column);
 * loss spikes per run, and at each spike the global gradient norm over the run's median, the
-  lag from its gradient log, and the group furthest above its own median (most frequent).
+  lag from its gradient log, and the group furthest above its own median (most frequent). Runs
+  converted from a committed report keep no spike's gradients, only the variant's numbers the
+  report gave: their ``CARRIED`` tag, used when every run carries the same and none logged more.
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import median_iqr
 from attn_lightning.studies.reversal.dynamics import GROUPS, SpikeGradient
 from attn_lightning.studies.reversal.runs import converged, finished
+
+# The tag holding a converted run's variant's spike-gradient columns (``SPIKE_COLUMNS``).
+CARRIED = "variant_spike_gradients"
+SPIKE_COLUMNS = (
+    "spike_records",
+    "spike_grad_ratio_median",
+    "spike_grad_lag_median",
+    "spike_top_group",
+    "spike_top_group_count",
+)
 
 # Summary columns, in the order the study asked for them.
 METRICS = (
@@ -68,6 +80,9 @@ def summarize_variant(name: str, runs: Sequence[RunResult], threshold: float) ->
     # Ties go to the first group in GROUPS order, so the table does not depend on run order.
     top = max(GROUPS, key=lambda g: groups[g]) if groups else None
     row["spike_top_group"], row["spike_top_group_count"] = top, groups[top] if top else None
+    carried = [c for r in done if "spike_gradients" not in r.info and (c := r.info.get(CARRIED))]
+    if done and len(carried) == len(done) and all(c == carried[0] for c in carried):
+        row.update({k: carried[0].get(k) for k in SPIKE_COLUMNS})
     _put_median_iqr(row, "fit_seconds", [r.seconds for r in done if r.seconds is not None])
     return row
 

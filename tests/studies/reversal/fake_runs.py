@@ -1,12 +1,14 @@
-"""Fake runs of a reversal sweep for the report's tests: metrics files and TensorBoard events as
-``studies.sweep`` and the ``GradientTracker`` callback write them."""
+"""Fake runs of a reversal sweep for the report's tests: run records (``record.json`` and
+``curves.csv``) as a study run and the ``GradientTracker`` callback write them, under
+``logs/<experiment>/<label>-s<seed>/``."""
 
 from __future__ import annotations
 
-import json
+import csv
 from pathlib import Path
 
-from attn_lightning.results.curves import Scalars
+from attn_lightning.results.records import Scalars
+from attn_lightning.results.run_files import CURVE_COLUMNS, CURVES, write_record
 from attn_lightning.studies.reversal.dynamics import GROUPS
 
 EXPERIMENT = "poly"
@@ -61,44 +63,38 @@ SEED2 = fake_scalars(
 )
 
 
-def write_events(log_dir: Path, scalars: Scalars) -> None:
-    """Write ``scalars`` as TensorBoard events into ``log_dir``."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(str(log_dir))
-    for tag, points in scalars.items():
-        for step, value in points:
-            writer.add_scalar(tag, value, step)
-    writer.close()
+def write_curves(folder: Path, scalars: Scalars) -> None:
+    """``scalars`` as the run's ``curves.csv`` (``step, tag, value``, by step then tag)."""
+    rows = sorted((step, tag, value) for tag, points in scalars.items() for step, value in points)
+    with (folder / CURVES).open("w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(CURVE_COLUMNS)
+        writer.writerows(rows)
 
 
 def write_run(
-    root: Path,
-    label: str,
-    seed: int,
-    scalars: Scalars | None,
-    test: dict[str, float] | None,
-    *,
-    log_dir: bool = True,
-) -> None:
-    """One run under ``root``: its events (``scalars``; None: none) and, unless ``test`` is None
-    (a run still going, or crashed), its metrics file with ``test`` as its test metrics;
-    ``log_dir=False`` leaves the log folder out of the metrics file."""
-    name = f"{label}-s{seed}"
+    root: Path, label: str, seed: int, scalars: Scalars | None, test: dict[str, float] | None
+) -> Path:
+    """One run's record folder ``root/logs/<experiment>/<label>-s<seed>/``: its curves
+    (``scalars``; None: none) and a record, ``ok`` with ``test`` as its test metrics, or
+    ``running`` when ``test`` is None (a run still going, or crashed)."""
+    folder = root / "logs" / EXPERIMENT / f"{label}-s{seed}"
+    folder.mkdir(parents=True)
     if scalars is not None:
-        write_events(root / "logs" / EXPERIMENT / name, scalars)
-    if test is not None:
-        sweeps = root / "sweeps" / EXPERIMENT
-        sweeps.mkdir(parents=True, exist_ok=True)
-        record = {
-            "fit_seconds": 100.0 + seed,
-            "global_step": 200,
-            "metrics": {"val/token_acc": 0.5},
-            "test": test,
-        }
-        if log_dir:
-            record["log_dir"] = f"logs/{EXPERIMENT}/{name}"
-        (sweeps / f"{name}.json").write_text(json.dumps(record))
+        write_curves(folder, scalars)
+    record = {
+        "schema": 1,
+        "experiment": EXPERIMENT,
+        "run": folder.name,
+        "seed": seed,
+        "tags": {"study": EXPERIMENT, "variant": label, "seed": seed},
+        "status": "running" if test is None else "ok",
+        "fit_seconds": None if test is None else 100.0 + seed,
+        "global_step": 200,
+        "metrics": {"fit": {"val/token_acc": 0.5}, "validate": {}, "test": test or {}},
+    }
+    write_record(folder, record)
+    return folder
 
 
 def test_metrics(token: float, exact: float, loss: float) -> dict[str, float]:
@@ -117,22 +113,22 @@ test_metrics.__test__ = False  # type: ignore[attr-defined]  # not a test, despi
 
 def write_study(root: Path) -> Path:
     """The study of the report's tests: three polynomial runs (two converge), one softmax run
-    that converged and one still running (log folder only)."""
+    that converged and one still running."""
     write_run(root, POLY, 0, SEED0, test_metrics(0.999, 0.9, 0.01))
     write_run(root, POLY, 1, SEED1, test_metrics(0.995, 0.8, 0.02))
     write_run(root, POLY, 2, SEED2, test_metrics(0.40, 0.0, 1.5))
     write_run(root, "softmax", 0, SEED1, test_metrics(1.0, 1.0, 0.001))
-    write_run(root, "softmax", 1, SEED2, None)  # unfinished: log folder only
+    write_run(root, "softmax", 1, SEED2, None)  # unfinished: a running record
     return root
 
 
 def write_mixed_study(root: Path) -> Path:
-    """``write_study`` plus the runs a report meets less often: a ``linear`` run whose metrics
-    file has no test metrics (fit only), one with no TensorBoard folder and no ``log_dir`` in
-    its metrics file, and a ``performer`` run with only some of the test metrics."""
+    """``write_study`` plus the runs a report meets less often: a ``linear`` run whose record
+    has no test metrics (fit only), one with no curves, and a ``performer`` run with only some
+    of the test metrics."""
     write_study(root)
     write_run(root, "linear", 0, SEED2, {})
-    write_run(root, "linear", 1, None, test_metrics(0.99, 0.5, 0.05), log_dir=False)
+    write_run(root, "linear", 1, None, test_metrics(0.99, 0.5, 0.05))
     write_run(root, "performer", 0, SEED0, {"test/token_acc": 0.992, "test/loss": 0.03})
     write_run(root, "performer", 2, SEED1, {"test/token_acc": 0.5, "test/loss": 0.9})
     return root

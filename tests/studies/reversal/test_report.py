@@ -1,6 +1,5 @@
-"""The reversal report: numbers and files from fake runs (metrics files + TensorBoard events),
-in the formats of the committed reports (golden files written by the report before it became a
-package)."""
+"""The reversal report: numbers and files from fake run records, in the formats of the committed
+reports (golden files)."""
 
 from __future__ import annotations
 
@@ -10,12 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.results.curves import read_scalars
 from attn_lightning.results.files import read_csv
+from attn_lightning.results.records import run_scalars
+from attn_lightning.results.run_files import load_record, write_record
 from attn_lightning.studies.reversal.dynamics import spike_steps, steps_to_threshold
 from attn_lightning.studies.reversal.report import report
 from attn_lightning.studies.reversal.runs import load_runs
-from tests.studies.reversal.fake_runs import EXPERIMENT, POLY, write_mixed_study
+from tests.studies.reversal.fake_runs import (
+    EXPERIMENT,
+    POLY,
+    SEED1,
+    test_metrics,
+    write_curves,
+    write_mixed_study,
+    write_run,
+)
 
 GOLDEN = Path(__file__).with_name("golden")
 
@@ -24,8 +32,12 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
     return read_csv(path)[1]
 
 
-def test_read_scalars_round_trips_every_event(study):
-    scalars = read_scalars(study / "logs" / EXPERIMENT / f"{POLY}-s0")
+def _runs(root: Path) -> list[Path]:
+    return [root / "logs" / EXPERIMENT]
+
+
+def test_run_scalars_give_back_every_point(study):
+    scalars = run_scalars(study / "logs" / EXPERIMENT / f"{POLY}-s0")
     assert len(scalars["train/loss_spike"]) == 200  # every step, nothing subsampled
     assert spike_steps(scalars) == [130, 160]
     assert steps_to_threshold(scalars, 0.99) == 149
@@ -33,23 +45,58 @@ def test_read_scalars_round_trips_every_event(study):
 
 
 def test_runs_carry_their_training_facts_in_info(study):
-    runs = {(r.variant, r.seed): r for r in load_runs(study, EXPERIMENT, 0.99)}
+    runs = {(r.variant, r.seed): r for r in load_runs(_runs(study), 0.99)}
     first = runs[(POLY, 0)]
     assert (first.status, first.seconds, first.global_step) == ("ok", 100.0, 200)
     assert first.metrics["test/exact_acc"] == 0.9 and "val/token_acc" not in first.metrics
     assert (first.info["steps_to_threshold"], first.info["spikes"]) == (149, 2)
     assert first.info["max_grad_norm"] == 10.0 and len(first.info["spike_gradients"]) == 2
-    assert first.info["best_ckpt_step"] == 100  # float32 in TensorBoard:
-    assert first.info["final_val_loss"] == pytest.approx(0.2)
+    assert first.info["best_ckpt_step"] == 100
+    assert first.info["final_val_loss"] == 0.2
     assert [step for step, _ in first.info["val_curve"]] == [49, 99, 149, 199]
     unfinished = runs[("softmax", 1)]
-    assert (unfinished.status, unfinished.info, unfinished.metrics) == ("unfinished", {}, {})
-    with pytest.raises(FileNotFoundError, match="no runs in"):
-        load_runs(study, "nope", 0.99)
+    assert (unfinished.status, unfinished.metrics, unfinished.seconds) == ("unfinished", {}, None)
+    assert "spikes" not in unfinished.info  # a record not ok is left out of every number
+
+
+def test_missing_or_empty_runs_folder_is_an_error_naming_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'nope'} does not exist"):
+        load_runs([tmp_path / "nope"], 0.99)
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path} holds no run record"):
+        load_runs([tmp_path], 0.99)
+
+
+def test_a_run_recorded_twice_keeps_its_finished_record(study, tmp_path):
+    # A study continued elsewhere: softmax seed 1 running in one folder, ok in another.
+    write_run(tmp_path, "softmax", 1, SEED1, test_metrics(1.0, 1.0, 0.002))
+    for roots in ([*_runs(study), *_runs(tmp_path)], [*_runs(tmp_path), *_runs(study)]):
+        runs = {(r.variant, r.seed): r for r in load_runs(roots, 0.99)}
+        assert runs[("softmax", 1)].status == "ok"
+        assert runs[("softmax", 1)].value("test/loss") == 0.002
+
+
+def test_converted_runs_carry_their_facts_and_a_curve_overrides_them(tmp_path):
+    # A run converted from a report's runs CSV: its facts are fit metrics; a curve recomputes
+    # the report-time one (steps to the threshold) and the others stay the CSV's.
+    folder = write_run(tmp_path, "softmax", 0, None, test_metrics(1.0, 1.0, 0.001))
+    record = load_record(folder)
+    record["metrics"]["fit"] = {"steps_to_threshold": 999, "spikes": 3, "max_grad_norm": 2.5}
+    record["source"] = {"converted_from": "docs/results/x_runs.csv"}
+    write_record(folder, record)
+    (run,) = load_runs(_runs(tmp_path), 0.99)
+    assert (run.info["steps_to_threshold"], run.info["spikes"], run.info["max_grad_norm"]) == (
+        999,
+        3,
+        2.5,
+    )
+    assert run.info["source"] == "x_runs.csv" and "val/token_acc" not in run.metrics
+    write_curves(folder, {"val/token_acc": [(49, 0.5), (99, 0.995)]})
+    (run,) = load_runs(_runs(tmp_path), 0.99)
+    assert (run.info["steps_to_threshold"], run.info["spikes"]) == (99, 3)
 
 
 def test_report_summary_numbers(study, tmp_path):
-    summary = report(EXPERIMENT, tmp_path / "out" / "rep", root=study)
+    summary = report(_runs(study), tmp_path / "rep", command="c")
     assert [r["variant"] for r in summary] == [POLY, "softmax"]  # sorted labels
     poly, soft = summary
     assert (poly["runs"], poly["converged"], poly["unfinished"]) == (3, 2, 0)
@@ -75,7 +122,7 @@ def test_report_summary_numbers(study, tmp_path):
 
 def test_report_files(study, tmp_path):
     out = tmp_path / "rep"
-    report(EXPERIMENT, out, root=study, command="the command")
+    report(_runs(study), out, command="the command")
     md = out.with_name("rep.md").read_text()
     assert "```bash\nthe command\n```" in md and "Machine" in md
     assert f"| `{POLY}` | 2/3 | 0 | 99.50 [69.75, 99.70] |" in md
@@ -110,8 +157,8 @@ def test_report_files(study, tmp_path):
     assert runs[2]["steps_to_threshold"] == ""  # never reached
     curves = _read_csv(out.with_name("rep_curves.csv"))
     assert [r["optimizer_steps"] for r in curves[:4]] == ["50", "100", "150", "200"]
-    seed0 = [float(r["val/token_acc"]) for r in curves[:4]]  # float32 in TensorBoard
-    assert seed0 == pytest.approx([0.5, 0.98, 0.995, 0.999])
+    seed0 = [float(r["val/token_acc"]) for r in curves[:4]]
+    assert seed0 == [0.5, 0.98, 0.995, 0.999]
     assert len(curves) == 4 * 4  # 4 validations of each finished run (unfinished: not read)
     assert "| `softmax` | 0 | 70.0 | 99.1 | 99.9 | 99.9 |" in md  # SEED1's curve, in percent
 
@@ -124,10 +171,10 @@ def _same_files(out: Path, stem: str) -> None:
     assert written == golden
     for name in golden:
         text = (out / name).read_bytes().decode()
-        # The machine that writes a report is its own; everything else is byte for byte.
+        # Records without an environment: the machine writing the report; else byte for byte.
         text = re.sub(
-            r"^Machine running this report: .*$",
-            "Machine running this report: (machine)",
+            r"^Machine: .*$",
+            "Machine: (machine)",
             text,
             flags=re.M,
         )
@@ -142,24 +189,23 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_files_keep_the_committed_formats(mixed, tmp_path):
     # Runs without test metrics, without logs, with some metrics only; a control; a filter,
     # a threshold and a spec; a variant without runs (header-only tables).
-    report(EXPERIMENT, tmp_path / "all", root=mixed, command="the command", control="softmax")
+    report(_runs(mixed), tmp_path / "all", command="the command", control="softmax")
     spec = "polynomial:degree=4,normalize=false"
     report(
-        EXPERIMENT,
+        _runs(mixed),
         tmp_path / "some",
-        root=mixed,
         command="another command",
         threshold=0.995,
         variants=["performer", spec, "linear"],
         control=spec,
     )
-    report(EXPERIMENT, tmp_path / "none", root=mixed, command="c", variants=["nothing"])
+    report(_runs(mixed), tmp_path / "none", command="c", variants=["nothing"])
     for stem in ("all", "some", "none"):
         _same_files(tmp_path, stem)
 
 
 def test_golden_comparison_can_fail(mixed, tmp_path):
-    report(EXPERIMENT, tmp_path / "all", root=mixed, command="the command", control="softmax")
+    report(_runs(mixed), tmp_path / "all", command="the command", control="softmax")
     shutil.copy(tmp_path / "all_runs.csv", tmp_path / "all.csv")  # a wrong summary
     with pytest.raises(AssertionError, match=r"all\.csv"):
         _same_files(tmp_path, "all")
