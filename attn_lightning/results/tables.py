@@ -152,22 +152,15 @@ def summarize(
     results: Sequence[RunResult],
     *,
     metrics: Sequence[str] | None = None,
-    metric: str | None = None,
-    threshold: float | None = None,
-    direction: str = "max",
+    convergence: Convergence | None = None,
     label: str = "backend",
 ) -> list[dict[str, Any]]:
     """One row per variant: run counts, ``<metric>_mean``/``_std`` and wall time of the ok runs.
 
-    With ``metric`` and ``threshold`` the row also counts ``not_converged`` ok runs (see
-    ``Convergence``); ``metrics`` defaults to ``default_metrics(results)``.
+    With ``convergence`` the row also counts the ``not_converged`` ok runs; ``metrics`` defaults
+    to ``default_metrics(results)``.
     """
     keys = list(metrics) if metrics is not None else default_metrics(results)
-    convergence = None
-    if metric is not None:
-        if threshold is None:
-            raise ValueError(f"convergence metric {metric!r} given without a threshold")
-        convergence = Convergence(metric, threshold, direction)
     rows = []
     for name in dict.fromkeys(r.variant for r in results):
         runs = [r for r in results if r.variant == name]
@@ -242,14 +235,7 @@ def write_tables(
     if convergence is not None and convergence.metric not in keys:
         keys.append(convergence.metric)
     columns = [column(k) for k in keys]
-    summary = summarize(
-        results,
-        metrics=keys,
-        metric=None if convergence is None else convergence.metric,
-        threshold=None if convergence is None else convergence.threshold,
-        direction="max" if convergence is None else convergence.direction,
-        label=label,
-    )
+    summary = summarize(results, metrics=keys, convergence=convergence, label=label)
     extra = extra or {}
     for row in summary:
         row.update(extra.get(row[label], {}))

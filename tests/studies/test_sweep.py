@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from attn_lightning.results.tables import Convergence
 from attn_lightning.studies.sweep import Runner, RunResult, Variant, main, run_label, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,9 @@ def test_summarize_mean_std_and_failures():
         RunResult("a", 2, 5.0, "crashed"),
         RunResult("b", 0, 1.0, "ok", {"test/token_acc": 0.995}),
     ]
-    rows = {r["backend"]: r for r in summarize(results, metric="test/token_acc", threshold=0.99)}
+    rows = {
+        r["backend"]: r for r in summarize(results, convergence=Convergence("test/token_acc", 0.99))
+    }
     a, b = rows["a"], rows["b"]
     assert (a["runs"], a["crashed"], a["not_converged"]) == (3, 1, 1)
     assert a["test/token_acc_mean"] == pytest.approx(0.99)
