@@ -14,8 +14,19 @@ import pytest
 from attn_lightning.attention import available_attentions
 
 VARIANTS: dict[str, list[dict[str, Any]]] = {
-    "linear": [{"feature_map": "relu"}, {"chunk_size": 3}],
-    "performer": [{"kernel": "hyperbolic", "num_features": 32}, {"projection": "iid"}],
+    "linear": [
+        {"feature_map": "relu"},
+        {"chunk_size": 3},
+        # The fused Triton kernels, run by Triton's CPU interpreter (``triton_interpreter``):
+        # elu + 1 inside the kernels' loads, and a map computed outside.
+        {"implementation": "triton", "chunk_size": 4},
+        {"implementation": "triton", "chunk_size": 4, "feature_map": "relu"},
+    ],
+    "performer": [
+        {"kernel": "hyperbolic", "num_features": 32},
+        {"projection": "iid"},
+        {"implementation": "triton", "chunk_size": 4, "num_features": 16},
+    ],
     "polynomial": [{"learned_coefficients": True}, {"degree": 2}, {"norm": "fixed"}],
     "polysketch": [
         {"sketch_size": 8, "chunk_size": 3},
@@ -38,6 +49,16 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     ],
     "pool": [{"pool_size": 5, "subtract_input": False}],
 }
+
+
+@pytest.fixture(autouse=True)
+def triton_interpreter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case with ``implementation: triton`` runs its kernels under ``TRITON_INTERPRET=1`` (CPU
+    tensors; set per test so every other test, and a GPU's compiled runs, are untouched)."""
+    callspec = getattr(request.node, "callspec", None)
+    options = callspec.params.get("options", {}) if callspec is not None else {}
+    if isinstance(options, dict) and options.get("implementation") == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def backend_cases() -> list[Any]:
