@@ -2,10 +2,11 @@
 statistics and the environment line, and the one run record every study shares.
 
 Below studies and benchmarks (they import it; it imports neither): ``records`` (``RunResult``),
-``tables`` (mean ± std / median [IQR] summaries and the study tables), ``curves`` (TensorBoard
-scalars of runs), ``paired`` (per-seed Δ with an interval), ``files`` (CSV with a provenance
-header, markdown tables), ``environment`` (machine, versions, command) and ``run_files`` (the
-files each run writes: ``record.json``, ``curves.csv``, ``spikes.csv``; ``docs/run_record.md``).
+``tables`` (mean ± std / median [IQR] summaries and the study tables), ``curves`` (a logged
+scalar of runs, from their records), ``paired`` (per-seed Δ with an interval), ``files`` (CSV
+with a provenance header, markdown tables), ``environment`` (machine, versions, command) and
+``run_files`` (the files each run writes: ``record.json``, ``curves.csv``, ``spikes.csv``;
+``docs/run_record.md``).
 """
 
 from attn_lightning.results.environment import environment, machine_line
@@ -16,7 +17,7 @@ from attn_lightning.results.files import (
     read_csv,
     write_csv,
 )
-from attn_lightning.results.records import RunResult, read_runs_csv
+from attn_lightning.results.records import RunResult
 
 __all__ = [
     "RunResult",
@@ -26,6 +27,5 @@ __all__ = [
     "markdown_records",
     "markdown_table",
     "read_csv",
-    "read_runs_csv",
     "write_csv",
 ]

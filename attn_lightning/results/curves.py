@@ -23,28 +23,9 @@ __all__ = [
     "append_curves",
     "curve_rows",
     "curves_table",
-    "read_scalars",
     "series",
     "write_curves",
 ]
-
-
-def read_scalars(log_dir: Path) -> Scalars:
-    """Every scalar of a run's TensorBoard folder: ``{tag: [(step, value), ...]}`` by step.
-
-    ``size_guidance={"scalars": 0}`` keeps every event (the default keeps a sample of 10,000,
-    which would drop spike flags). A step logged twice (a resumed run's event files overlap)
-    keeps its last value.
-    """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    scalars: Scalars = {}
-    for tag in accumulator.Tags()["scalars"]:
-        by_step = {event.step: float(event.value) for event in accumulator.Scalars(tag)}
-        scalars[tag] = sorted(by_step.items())
-    return scalars
 
 
 def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:

@@ -19,8 +19,7 @@ this module:
   (variant, seed) already done.
 
 A study's per-run facts beyond the record (a learning rate, a rank, a backend) are its tags,
-read back in ``RunResult.info``. ``read_runs_csv`` reads a committed ``<out>_runs.csv`` (the
-layout before records; it goes once no study reads one).
+read back in ``RunResult.info``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.files import read_csv
 from attn_lightning.results.run_files import CURVES, RECORD, SPIKES, load_record
 
 # A run a study asked for but neither trained nor found (``--skip-runs`` without its record):
@@ -221,30 +219,3 @@ def publish_run(
     elif (folder / CURVES_GZ).is_file():
         shutil.copyfile(folder / CURVES_GZ, target / CURVES_GZ)
     return target
-
-
-def read_runs_csv(path: Path, *, label: str = "variant") -> list[RunResult]:
-    """The runs of a ``<out>_runs.csv`` that ``write_tables`` wrote, read back as ``RunResult``.
-
-    The layout before run records (``convert_runs`` turns one into records). A run read back has
-    the CSV's columns as its metrics and no log folder. Raises ``FileNotFoundError`` naming the
-    path.
-    """
-    if not path.is_file():
-        raise FileNotFoundError(f"no per-run CSV {path} (a study's <out>_runs.csv)")
-    results = []
-    fixed = {label, "seed", "status", "seconds", "global_step"}  # the rest are metrics
-    _, rows = read_csv(path)
-    for row in rows:
-        metrics = {k: float(v) for k, v in row.items() if k not in fixed and v not in ("", None)}
-        results.append(
-            RunResult(
-                variant=row[label],
-                seed=int(row["seed"]),
-                seconds=float(row["seconds"]) if row.get("seconds") else None,
-                status=row["status"],
-                metrics=metrics,
-                global_step=int(row["global_step"]) if row.get("global_step") else None,
-            )
-        )
-    return results
