@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.curves import series
 from attn_lightning.results.records import (
     OK,
     RunResult,
@@ -41,6 +40,7 @@ from attn_lightning.studies.reversal.dynamics import (
     NORM_TAG,
     SpikeGradient,
     max_grad_norm,
+    series,
     spike_gradients,
 )
 

@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.curves import series
 from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.results.records import run_label
+from attn_lightning.studies.reversal.dynamics import series
 from attn_lightning.studies.reversal.trace_figures import figures
 from attn_lightning.studies.reversal.traces import (
     BURST_GAP,
