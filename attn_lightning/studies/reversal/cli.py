@@ -9,17 +9,9 @@ records; ``trajectories`` how its long runs trained.
         --runs docs/results/polynomial_len50_10k/runs \
         --out docs/results/polynomial_len50_10k_traces [--every 250] [--tail 500]
 
-``report --runs DIR [DIR ...]`` reads every run record under the folders
-(``docs/results/<page>/runs/`` for committed runs, ``logs/<experiment>/`` for a live sweep) and
-writes ``<out>.md``, ``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run), with
-validation curves ``<out>_curves.csv`` (validation token accuracy per run and validation) and,
-with ``--control``, ``<out>_paired.csv``. Outcomes over seeds are bimodal (a run converges or
-not), so the summary gives converged k/n and ``median [25th, 75th percentile]`` rather than
-mean ± std; besides the test metrics it counts the steps to the threshold, the loss spikes and
-the gradients logged at them. Runs whose record is not ok (running, stopped or crashed) are
-counted as "unfinished" and left out of everything else. ``trajectories`` reads run records
-(``--runs``) for how they trained: final training loss, every loss spike with its size and
-gradient, and the learned coefficients over the steps (``trajectories``).
+``report`` reads every run record under the ``--runs`` folders (``docs/results/<page>/runs/``
+committed, ``logs/<experiment>/`` of a live sweep) and writes the page and its CSVs
+(``report``); ``trajectories`` reads them for how the runs trained (``trajectories``).
 """
 
 from __future__ import annotations
