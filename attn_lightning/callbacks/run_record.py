@@ -43,6 +43,11 @@ from attn_lightning.results import run_files as files
 # Exceptions that end a run on purpose (SIGTERM or a first Ctrl-C, a second Ctrl-C, a diverged
 # loss): "stopped", resumable from last.ckpt; any other exception is "crashed".
 STOPS = (SIGTERMException, KeyboardInterrupt, NonFiniteTraining)
+# A tag's value, spelled out rather than Any: jsonargparse parses a string inside an Any-typed
+# value again as YAML (``--run_record.tags={"lr": "0.01"}`` gave the float 0.01), so a study's
+# string tags came back as numbers and no longer matched the tags it looks its runs up by. (Inside
+# a list or dict value it still does: keep tags a study looks runs up by at the top level.)
+TagValue = str | int | float | bool | list[Any] | dict[str, Any] | None
 
 
 class RunRecord(Callback):
@@ -53,12 +58,14 @@ class RunRecord(Callback):
 
     Args:
         tags: the study's labels of this run (any JSON dict, e.g. ``{study: lora, lr: 1e-3}``),
-            copied into ``record.json`` as ``tags``.
+            copied into ``record.json`` as ``tags``; a quoted string stays a string.
         flush_every_s: seconds of logging between writes of the curves (besides the writes at
             each checkpoint save and at the end).
     """
 
-    def __init__(self, *, tags: dict[str, Any] | None = None, flush_every_s: float = 60.0) -> None:
+    def __init__(
+        self, *, tags: dict[str, TagValue] | None = None, flush_every_s: float = 60.0
+    ) -> None:
         try:
             json.dumps(tags or {}, allow_nan=True)
         except (TypeError, ValueError) as error:

@@ -137,7 +137,7 @@ def test_a_fit_and_its_test_leave_a_complete_record(tmp_path, monkeypatch):
             "--trainer.max_epochs=2",
             "--trainer.limit_train_batches=3",  # validation (and the best) after step 3
             "--test_after_fit=true",
-            "--run_record.tags={study: smoke, lr: 0.001}",
+            '--run_record.tags={study: smoke, lr: 0.001, base_lr: "0.01"}',
             "--gradient_tracker.spike_window=1",
             "--gradient_tracker.spike_factor=0.5",
         ]
@@ -148,7 +148,8 @@ def test_a_fit_and_its_test_leave_a_complete_record(tmp_path, monkeypatch):
     assert record["schema"] == 1 and record["status"] == "ok" and record["subcommand"] == "fit"
     assert (record["experiment"], record["run"], record["seed"]) == ("debug", "version_0", 0)
     assert record["variant"] == {"name": "softmax"}
-    assert record["tags"] == {"study": "smoke", "lr": 0.001}
+    # A quoted number stays a string (a study's tag spelled as it looks runs up by).
+    assert record["tags"] == {"study": "smoke", "lr": 0.001, "base_lr": "0.01"}
     assert record["command"] == ["train.py"]
     assert record["git_commit"] is None or re.fullmatch(r"[0-9a-f]{7,40}", record["git_commit"])
     assert {"python", "torch", "lightning", "device", "threads"} <= set(record["environment"])
