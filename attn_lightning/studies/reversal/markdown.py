@@ -78,7 +78,7 @@ def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> list[
                 f"{row['reached']}/{row['runs']}",
                 _iqr(row, "spikes", digits=1),  # counts are small: 0.5 must not read as 0
                 "–" if row["spikes_max"] is None else str(row["spikes_max"]),
-                str(row["spike_records"]),
+                _integer(row["spike_records"]),
                 _num(row["spike_grad_ratio_median"]),
                 _num(row["spike_grad_lag_median"], 0),
                 "–" if top is None else f"{top} ({row['spike_top_group_count']})",

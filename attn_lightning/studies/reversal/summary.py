@@ -73,7 +73,9 @@ def summarize_variant(name: str, runs: Sequence[RunResult], threshold: float) ->
     row["spikes_max"] = max(spikes, default=None)
     records: list[SpikeGradient] = [g for r in done for g in r.info.get("spike_gradients", [])]
     ratios = [g.ratio for g in records if g.ratio is not None]
-    row["spike_records"] = len(records)
+    # Unknown (None) when a run had spikes but no gradient curves to read them from.
+    known = all("spike_gradients" in r.info or not r.info.get("spikes") for r in done)
+    row["spike_records"] = len(records) if known else None
     row["spike_grad_ratio_median"] = statistics.median(ratios) if ratios else None
     row["spike_grad_lag_median"] = statistics.median([g.lag for g in records]) if records else None
     groups = Counter(g.group for g in records if g.group is not None)
