@@ -146,9 +146,6 @@ class Runner:
             one (``tests/test_resume.py``). The folder is trusted to hold the same run: its name
             is the experiment, variant and seed.
         skip_runs: never train; read whatever records exist (tables from earlier runs).
-        runs_dir: also have each run write ``train.py --metrics_file`` to
-            ``<runs_dir>/<label>-s<seed>.json`` (``record``: facts a record does not keep, such as
-            the epoch); None: no metrics file.
     """
 
     configs: tuple[str, ...] = ()
@@ -164,7 +161,6 @@ class Runner:
     in_process: bool = False
     resume: bool = False
     skip_runs: bool = False
-    runs_dir: Path | None = None
 
     def run_tags(self, variant: Variant, seed: int) -> dict[str, Any]:
         """The ``run_record.tags`` of one run: study, variant, seed, ``tags``, ``variant.info``."""
@@ -188,8 +184,6 @@ class Runner:
             f"--run_record.tags={json.dumps(self.run_tags(variant, seed))}",
             "--trainer.enable_progress_bar=false",
         ]
-        if self.runs_dir is not None:
-            args.append(f"--metrics_file={self.metrics_file(variant, seed)}")
         if variant.subcommand == "fit":
             args.append("--test_after_fit=true")
         if ckpt_path is not None:
@@ -220,25 +214,6 @@ class Runner:
             if key == SAVE_DIR:
                 return Path(value)
         return self.log_root
-
-    def metrics_file(self, variant: Variant, seed: int) -> Path:
-        """Where one run writes ``--metrics_file``: ``<runs_dir>/<label>-s<seed>.json``.
-
-        Raises:
-            ValueError: when the runner has no ``runs_dir`` (its runs write no metrics file).
-        """
-        if self.runs_dir is None:
-            raise ValueError("this Runner has runs_dir=None: its runs write no metrics file")
-        return self.runs_dir / f"{run_name(variant, seed)}.json"
-
-    def record(self, variant: Variant, seed: int) -> dict[str, Any]:
-        """One run's metrics file as written (``metrics``, ``test``, ``epoch``, ...), for facts its
-        record does not keep; FileNotFoundError naming it when absent."""
-        path = self.metrics_file(variant, seed)
-        if not path.is_file():
-            raise FileNotFoundError(f"no metrics file {path}")
-        record: dict[str, Any] = json.loads(path.read_text())
-        return record
 
     def _read(self, variant: Variant, seed: int, seconds: float | None) -> RunResult | None:
         """The run's record as a ``RunResult`` named as the job (None, with a warning, when it
@@ -277,9 +252,6 @@ class Runner:
                     self.run_dir(variant, seed),
                 )
                 return RunResult(variant.name, seed, None, NOT_RUN, info=info)
-        if self.runs_dir is not None:
-            self.metrics_file(variant, seed).unlink(missing_ok=True)
-            self.runs_dir.mkdir(parents=True, exist_ok=True)
         ckpt_path = self.resume_point(variant, seed)
         if ckpt_path is not None:
             log.info("run %s: continuing the stopped run from %s", label, ckpt_path)
@@ -311,7 +283,7 @@ class Runner:
         label = run_name(variant, seed)
         # The run's output goes to an unlinked temporary file, not a pipe: if this process dies
         # (a stopped study), a pipe would kill the run at its next print (SIGPIPE / broken pipe)
-        # after training but before its metrics file; a file lets it finish and be resumed.
+        # after training but before its record is final; a file lets it finish and be resumed.
         with tempfile.TemporaryFile("w+") as output:
             try:
                 proc = subprocess.run(

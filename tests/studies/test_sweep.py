@@ -118,7 +118,7 @@ def test_sweep_counts_crashes_and_unconverged_runs(tmp_path, monkeypatch, caplog
 
 
 def test_runs_spawn_the_package_cli_not_a_script_path(tmp_path, caplog):
-    runner = Runner(configs=("base.yaml",), runs_dir=tmp_path)
+    runner = Runner(configs=("base.yaml",))
     command = runner.command(Variant.from_attention("softmax"), 3)
     assert command[:4] == [sys.executable, "-m", "attn_lightning.cli", "fit"]
     assert not any(a.endswith("train.py") for a in command)

@@ -21,13 +21,12 @@ TINY = (
 )
 
 
-def tiny_runner(experiment: str, runs_dir: Path) -> Runner:
+def tiny_runner(experiment: str) -> Runner:
     """A ``Runner`` of ``configs/detection/base.yaml`` for 2 steps of a small DETR on 32 scenes."""
     return Runner(
         configs=(str(CONFIGS / "base.yaml"),),
         overrides=TINY,
         experiment=experiment,
-        runs_dir=runs_dir,
     )
 
 

@@ -77,7 +77,7 @@ def test_a_run_that_does_not_exist_is_named(tmp_path, monkeypatch, capsys):
 
 def test_probe_reads_a_trained_run_back(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    runner = tiny_runner("probe", tmp_path / "sweeps" / "probe")
+    runner = tiny_runner("probe")
     variant = Variant.from_config(CONFIGS / "optimization_decoder_cross.yaml")
     assert runner.run(variant, 0).status == "ok"
     out = tmp_path / "probe"

@@ -279,7 +279,7 @@ def test_each_grid_point_builds_its_options_into_the_site_through_the_train_cli(
 def test_one_grid_point_trains_through_train_py(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     point = sensitivity_grid()[2]  # lam=0.3
-    result = tiny_runner("grid", tmp_path / "runs").run(point.variant, 0)
+    result = tiny_runner("grid").run(point.variant, 0)
     assert (result.variant, result.status, result.global_step) == (point.variant.name, "ok", 2)
     assert 0.0 <= result.metrics["test/mAP"] <= 1.0
     folder = Path("logs") / "grid" / "optimization_decoder_cross@lam-0.3-s0"
