@@ -139,7 +139,7 @@ def write_trajectories(
     spikes = [row for rows in per_run for row in rows]
     coefficients = [row for t in traces for row in coefficient_rows(t, every)]
     meta = {"command": command} if command else {}
-    # TensorBoard kept float32 and the converted CSVs 6 digits: 6 significant digits say all.
+    # Logged values are float32 and converted records kept 6 digits: 6 significant digits say all.
     digits = 6
     write_csv(out.with_name(out.name + "_runs.csv"), runs, meta, float_digits=digits)
     spike_file = out.with_name(out.name + "_spikes.csv")
