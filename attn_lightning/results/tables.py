@@ -220,7 +220,7 @@ def write_tables(
     """
     # Asked for but never trained, or stopped part-way: named under the table, counted nowhere.
     for status, why in (
-        (NOT_RUN, "Not run yet (no metrics file; built with `--skip-runs`)"),
+        (NOT_RUN, "Not run yet (no run record)"),
         (STOPPED, "Stopped part-way after saving `last.ckpt` (`--resume` continues them)"),
     ):
         seeds: dict[str, list[int]] = {}

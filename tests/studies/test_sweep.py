@@ -244,10 +244,7 @@ def test_sweep_variants_metrics_direction_and_jobs(tmp_path, monkeypatch):
     assert [r.status for r in skipped].count("not run") == 2
     md = (tmp_path / "img.md").read_text()
     assert "| `small` | 2 | 0 |" in md and "| `large` | 2 | 0 |" in md  # 2 runs, 0 crashed
-    assert (
-        "Not run yet (no metrics file; built with `--skip-runs`): `small` seeds 2; `large` seeds 2."
-        in md
-    )
+    assert "Not run yet (no run record): `small` seeds 2; `large` seeds 2." in md
     with (tmp_path / "img_runs.csv").open() as f:
         assert {row["status"] for row in csv.DictReader(f)} == {"ok"}
 

@@ -51,7 +51,7 @@ def test_tables_from_existing_records(tmp_path, monkeypatch):
         in md
     )
     assert "| `mean` | 1 | 0 | 0.050 ± 0.000 |" in md
-    assert "Not run yet (no metrics file; built with `--skip-runs`): `mean` seeds 1." in md
+    assert "Not run yet (no run record): `mean` seeds 1." in md
     assert "python -m attn_lightning.studies.detection run --variants softmax mean" in md
     assert "test loss" not in md and "not converged" not in md
     with (tmp_path / "table_runs.csv").open() as f:

@@ -246,7 +246,7 @@ def test_sensitivity_tables_from_records(tmp_path, monkeypatch):
     assert lam[DELTA_VS_REFERENCE] == "-0.040 [-0.065, -0.015] (n=3)"
     with (tmp_path / "sens_runs.csv").open() as f:  # the 7 runs with a record, of 18
         assert len(list(csv.DictReader(f))) == 7
-    assert "Not run yet (no metrics file; built with `--skip-runs`):" in md
+    assert "Not run yet (no run record):" in md
 
 
 def test_keys90_is_a_column_when_the_records_hold_it(tmp_path, monkeypatch):
