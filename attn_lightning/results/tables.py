@@ -19,7 +19,8 @@ from typing import Any
 
 from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table, write_csv
-from attn_lightning.results.records import NOT_RUN, STOPPED, RunResult
+from attn_lightning.results.records import NOT_RUN, OK, STOPPED, RunResult
+from attn_lightning.results.run_files import load_record
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,32 @@ def summarize(
         )
         rows.append(row)
     return rows
+
+
+def run_machine(run: RunResult) -> str | None:
+    """Where a finished run ran: a converted run's ``machine`` tag, else its record's
+    environment, ``<platform>, <device>, Python <version>``; None when it does not say."""
+    if "machine" in run.info:
+        return str(run.info["machine"])
+    if run.status != OK or run.log_dir is None:
+        return None
+    try:
+        env = load_record(Path(run.log_dir)).get("environment")
+    except (FileNotFoundError, ValueError):
+        return None
+    if not env:
+        return None
+    return f"{env['platform']}, {env.get('device_name') or env['device']}, Python {env['python']}"
+
+
+def records_machine_line(results: Sequence[RunResult], *, jobs: int = 1) -> str | None:
+    """``Machine: <run_machine>; runs one after another.`` of the finished runs (all of them,
+    ``Machines: A; B; ...``, when they ran on several); None when no run says."""
+    machines = list(dict.fromkeys(m for r in results if (m := run_machine(r)) is not None))
+    if not machines:
+        return None
+    pace = "runs one after another" if jobs <= 1 else f"{jobs} runs at a time"
+    return f"Machine{'s' if len(machines) > 1 else ''}: {'; '.join(machines)}; {pace}."
 
 
 def _cell(value: Any) -> str:

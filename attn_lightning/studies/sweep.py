@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 from attn_lightning.results.curves import append_curves
-from attn_lightning.results.environment import command_line, machine_line
+from attn_lightning.results.environment import command_line
 from attn_lightning.results.paired import comparisons
 from attn_lightning.results.records import (
     NOT_RUN,
@@ -50,8 +50,12 @@ from attn_lightning.results.records import (
     publish_run,
     study_runs_dir,
 )
-from attn_lightning.results.run_files import load_record
-from attn_lightning.results.tables import Convergence, summarize, write_tables
+from attn_lightning.results.tables import (
+    Convergence,
+    records_machine_line,
+    summarize,
+    write_tables,
+)
 from attn_lightning.studies.arguments import (
     add_run_arguments,
     check_overrides,
@@ -163,26 +167,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
     return args, variants, command_line(PROG, own)
 
 
-def machine(runs: list[RunResult], jobs: int) -> str:
-    """The page's machine line: each run's ``machine`` tag (a converted run) or its record's
-    environment; this machine's without either (no run has finished)."""
-    seen = []
-    for r in runs:
-        if r.status == NOT_RUN or r.log_dir is None:
-            continue
-        env = load_record(Path(r.log_dir)).get("environment") or {}
-        device = env.get("device_name") or env.get("device")
-        name = r.info.get("machine") or (
-            env and f"{env.get('platform')}, {device}, Python {env.get('python')}"
-        )
-        if name and name not in seen:
-            seen.append(name)
-    if not seen:
-        return machine_line(jobs=jobs)
-    pace = "runs one after another" if jobs <= 1 else f"{jobs} runs at a time"
-    return f"Machine: {' and '.join(seen)}; {pace}."
-
-
 def main(argv: list[str] | None = None) -> list[RunResult]:
     """Run the sweep CLI; returns the runs (in the order of the tables)."""
     log_to_stderr()
@@ -231,7 +215,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             # Every variant gets every column ("–" where it has no control): one CSV header.
             extra={n: {t: extra.get(n, {}).get(t) for t in titles} for n in names},
             notes=[PAIRED_NOTE] if extra else [],
-            machine=machine(finished, args.jobs),
+            machine=records_machine_line(finished, jobs=args.jobs),
         )
 
     if args.report_only:

@@ -9,6 +9,7 @@ import pytest
 
 from attn_lightning.results.files import read_csv
 from attn_lightning.results.records import RunResult
+from attn_lightning.results.run_files import write_record
 from attn_lightning.results.tables import (
     Convergence,
     default_metrics,
@@ -17,6 +18,7 @@ from attn_lightning.results.tables import (
     format_number,
     mean_std,
     median_iqr,
+    records_machine_line,
     write_tables,
 )
 
@@ -171,3 +173,22 @@ def test_a_value_its_decimals_would_show_as_zero_gets_significant_figures():
     assert format_median_iqr(1e-9, 8.6e-10, 4.8e-7, digits=4) == "1.00e-09 [8.60e-10, 4.80e-07]"
     assert format_median_iqr(0.25, 1e-9, 0.5, digits=2) == "0.25 [0.00, 0.50]"  # by the median
     assert format_mean_std(3e-8, 1e-8, digits=4) == "3.00e-08 ± 1.00e-08"
+
+
+def test_the_records_machine_line_names_where_the_runs_ran(tmp_path):
+    folder = tmp_path / "v-s1"
+    folder.mkdir()
+    env = {"platform": "Linux-x", "device": "cpu", "device_name": None, "python": "3.11.7"}
+    write_record(folder, {"seed": 1, "status": "ok", "environment": env})
+    converted = RunResult("v", 0, 1.0, "ok", info={"machine": "Box A, x86_64, Python 3.12.3"})
+    fresh = RunResult("v", 1, 1.0, "ok", log_dir=str(folder))
+    assert records_machine_line([converted, converted], jobs=2) == (
+        "Machine: Box A, x86_64, Python 3.12.3; 2 runs at a time."
+    )
+    assert records_machine_line([converted, fresh]) == (
+        "Machines: Box A, x86_64, Python 3.12.3; Linux-x, cpu, Python 3.11.7; "
+        "runs one after another."
+    )
+    # A crashed run or one without a record says nothing: this machine's line is used instead.
+    assert records_machine_line([RunResult("v", 2, None, "crashed", log_dir=str(folder))]) is None
+    assert records_machine_line([RunResult("v", 3, 1.0, "ok")]) is None

@@ -127,7 +127,7 @@ def test_report_only_names_a_missing_record_and_takes_the_records_machine(tmp_pa
     assert [r.status for r in results] == ["ok", "not run", "ok", "not run"]
     md = (tmp_path / "page.md").read_text()
     assert (
-        "Machine: Box A, x86_64, Python 3.11.7 and Linux-x, H200, Python 3.12.3; "
+        "Machines: Box A, x86_64, Python 3.11.7; Linux-x, H200, Python 3.12.3; "
         "runs one after another." in md
     )
     assert "`small` seeds 1; `large` seeds 1." in md
