@@ -5,13 +5,12 @@ records; ``trajectories`` how its long runs trained.
         --out docs/results/polynomial_len50 [--variants LABEL ...] [--threshold 0.99] \\
         [--control LABEL]
 
-    python -m attn_lightning.studies.reversal trajectories \
-        --runs docs/results/polynomial_len50_10k/runs \
+    python -m attn_lightning.studies.reversal trajectories \\
+        --runs docs/results/polynomial_len50_10k/runs \\
         --out docs/results/polynomial_len50_10k_traces [--every 250] [--tail 500]
 
-``report`` reads every run record under the ``--runs`` folders (``docs/results/<page>/runs/``
-committed, ``logs/<experiment>/`` of a live sweep) and writes the page and its CSVs
-(``report``); ``trajectories`` reads them for how the runs trained (``trajectories``).
+``--runs``: folders of run records, any depth (``docs/results/<page>/runs/`` committed,
+``logs/<experiment>/`` of a live sweep); the files written: ``report.py``, ``trajectories.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import argparse
 import logging
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,79 +35,44 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{report,trajectories}")
-    sub = commands.add_parser(
-        "report",
-        help="a study's outcome page: outcomes over seeds, steps to the threshold, loss spikes",
-        description="Write the outcome page of a reversal study's run records (see the "
-        "study's help).",
+    rep = commands.add_parser(
+        "report", help="a study's outcome page: outcomes over seeds, steps to the threshold, spikes"
     )
-    add = sub.add_argument
-    add("--runs", nargs="+", required=True, type=Path, help="folders of run records (any depth)")
-    add("--out", required=True, type=Path, help="output path without extension")
-    add("--variants", nargs="+", default=None, help="labels in table order (default: all)")
-    add(
-        "--threshold",
-        type=float,
-        default=DEFAULT_THRESHOLD,
-        help="converged / steps-to token accuracy",
-    )
-    add("--control", default=None, help="label or spec: paired differences vs this variant")
     traj = commands.add_parser(
-        "trajectories",
-        help="long runs' training traces: final loss, loss spikes, learned coefficients",
-        description="Read a reversal study's run records for how its runs trained "
-        "(see attn_lightning.studies.reversal.trajectories).",
+        "trajectories", help="long runs' training traces: final loss, spikes, learned coefficients"
     )
-    traj.add_argument(
-        "--runs", nargs="+", required=True, type=Path, help="folders of run records (any depth)"
+    for sub in (rep, traj):
+        sub.add_argument("--runs", nargs="+", required=True, type=Path, help="record folders")
+        sub.add_argument("--out", required=True, type=Path, help="output path without extension")
+        sub.add_argument("--variants", nargs="+", help="labels in table order (default: all)")
+    rep.add_argument(
+        "--threshold", type=float, default=DEFAULT_THRESHOLD, help="converged / steps-to token acc"
     )
-    traj.add_argument("--out", required=True, type=Path, help="output path without extension")
-    traj.add_argument("--variants", nargs="+", default=None, help="labels in table order")
-    traj.add_argument(
-        "--every", type=int, default=250, help="steps between coefficient points in the CSV"
-    )
-    traj.add_argument(
-        "--tail", type=int, default=500, help="final training loss: mean over the last N steps"
-    )
+    rep.add_argument("--control", help="label or spec: paired differences vs this variant")
+    traj.add_argument("--every", type=int, default=250, help="steps between CSV coefficients")
+    traj.add_argument("--tail", type=int, default=500, help="final loss: mean of the last N steps")
     traj.add_argument(
         "--steps",
         type=int,
         nargs="+",
         default=[0, 600, 2500, 5000],
-        help="steps at which the coefficient table shows each coefficient (and at the end)",
+        help="coefficient table columns",
     )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Run the reversal study's CLI; returns the summary rows of the report."""
+    """Run the reversal study's CLI; returns the summary rows (``trajectories``: per-run rows)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "trajectories":
-        try:
-            return write_trajectories(
-                args.runs,
-                args.out,
-                variants=args.variants,
-                every=args.every,
-                tail=args.tail,
-                steps=args.steps,
-                command=f"{PROG} {shlex.join(argv)}",
-            )
-        except (FileNotFoundError, ValueError) as error:
-            parser.error(str(error))
+    options = vars(parser.parse_args(argv))  # the flags are the writers' keyword arguments
+    write: Callable[..., list[dict[str, Any]]]
+    write = write_trajectories if options.pop("command") == "trajectories" else report
+    out = options.pop("out")
     try:
-        summary = report(
-            args.runs,
-            args.out,
-            command=f"{PROG} {shlex.join(argv)}",
-            variants=args.variants,
-            threshold=args.threshold,
-            control=args.control,
-        )
-    except FileNotFoundError as error:
+        rows = write(options.pop("runs"), out, command=f"{PROG} {shlex.join(argv)}", **options)
+    except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))
-    log.info("wrote %s.md, %s.csv, %s_runs.csv", args.out, args.out, args.out)
-    return summary
+    log.info("wrote %s.md and its CSVs", out)
+    return rows
