@@ -113,19 +113,9 @@ def run_order(run: RunResult) -> tuple[Any, ...]:
     return (*key, run.seed) if info["part"] == "lrsweep" else (run.seed, *key)
 
 
-def _as_written(value: Any) -> str:
-    # train.py's --run_record.tags reads a tag "0.01" back as the number 0.01: the study's
-    # learning rates are compared as written, f"{lr:g}".
-    return value if isinstance(value, str) else f"{value:g}"
-
-
 def load_part(out: str | Path, part: str) -> list[RunResult]:
-    """The part's committed runs (``part_dir``) in job order (``run_order``); ``lr`` and
-    ``base_lr`` as written (strings)."""
-    found = load_runs(part_dir(out, part))
-    for run in found:
-        run.info.update({k: _as_written(run.info[k]) for k in ("lr", "base_lr") if k in run.info})
-    return sorted(found, key=run_order)
+    """The part's committed runs (``part_dir``) in job order (``run_order``)."""
+    return sorted(load_runs(part_dir(out, part)), key=run_order)
 
 
 def run_row(run: RunResult) -> dict[str, Any]:
