@@ -13,17 +13,16 @@ write the same tables from the runs they made (``detection.study``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attn_lightning.results.records import NOT_RUN, RunResult, load_runs, study_runs_dir
+from attn_lightning.results.curves import append_curves
+from attn_lightning.results.records import RESULTS, RunResult, study_runs_dir
 from attn_lightning.studies.detection.costs import costs_file, read_costs
-from attn_lightning.studies.detection.study import HEADINGS, STUDY, grid_variants
-from attn_lightning.studies.detection.tables import write, write_curves, write_sensitivity
-from attn_lightning.studies.detection.variants import CONTROLS, STUDY_VARIANTS
-
-RESULTS = Path("docs/results")
+from attn_lightning.studies.detection.study import HEADINGS, STUDY, grid_control, grid_variants
+from attn_lightning.studies.detection.tables import CURVE, write, write_sensitivity
+from attn_lightning.studies.detection.variants import STUDY_VARIANTS
+from attn_lightning.studies.sweep import report
 
 
 @dataclass(frozen=True)
@@ -70,20 +69,12 @@ PAGES: dict[str, Page] = {
 }
 
 
-def page_runs(page: Page, runs: Sequence[RunResult]) -> list[RunResult]:
-    """The page's runs among ``runs`` (its experiment's) in table order: variant by variant,
-    seed by seed; a (variant, seed) without a record is ``NOT_RUN``."""
-    names = list(page.variants)
-    if page.grid is not None and page.centre is not None:
-        names = [point.variant.name for point in grid_variants(page.grid, page.centre)]
-        if page.grid == "ablation" and page.centre in CONTROLS:
-            names.append(CONTROLS[page.centre])
-    found = {(r.variant, r.seed): r for r in runs}
-    return [
-        found.get((name, seed)) or RunResult(name, seed, None, NOT_RUN)
-        for name in names
-        for seed in page.seeds
-    ]
+def page_variants(page: Page) -> list[str]:
+    """The page's variants in table order (a grid's points, then an ablation's control)."""
+    if page.grid is None or page.centre is None:
+        return list(page.variants)
+    names = [point.variant.name for point in grid_variants(page.grid, page.centre)]
+    return names + grid_control(page.grid, page.centre)
 
 
 def write_page(
@@ -99,7 +90,8 @@ def write_page(
     if name not in PAGES:
         raise ValueError(f"no detection page {name!r}; allowed: {', '.join(PAGES)}")
     page = PAGES[name]
-    runs = page_runs(page, load_runs((runs_dir or study_runs_dir(STUDY)) / page.experiment))
+    jobs = [(variant, seed) for variant in page_variants(page) for seed in page.seeds]
+    runs = report((runs_dir or study_runs_dir(STUDY)) / page.experiment, jobs)
     out = out_dir / name
     command = f"python -m attn_lightning.studies.detection report {name}"
     measured = read_costs(costs or costs_file(RESULTS)) if page.costs else {}
@@ -110,5 +102,5 @@ def write_page(
         write_sensitivity(out, runs, grid, shown, command=command, heading=heading)
     else:
         write(out, runs, shown, command=command, label=page.label)
-    write_curves(out, runs)
+    append_curves(out, runs, CURVE)
     return runs

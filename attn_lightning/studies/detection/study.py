@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from attn_lightning.results.curves import append_curves
 from attn_lightning.results.records import OK, RunResult, publish_run, study_runs_dir
 from attn_lightning.studies.detection.costs import (
     costs_file,
@@ -32,7 +33,7 @@ from attn_lightning.studies.detection.sensitivity import (
     GridPoint,
     sensitivity_grid,
 )
-from attn_lightning.studies.detection.tables import write, write_curves, write_sensitivity
+from attn_lightning.studies.detection.tables import CURVE, write, write_sensitivity
 from attn_lightning.studies.detection.variants import CONFIGS, CONTROLS, variants
 from attn_lightning.studies.runner import Runner, Variant
 
@@ -50,6 +51,11 @@ def grid_variants(mode: str, centre: str, *, full: bool = False) -> list[GridPoi
     """The points of ``mode``'s grid (``sensitivity``: ``GRID``, ``ablation``: ``ABLATIONS``)
     around ``centre``; ValueError naming the variants a grid can centre on."""
     return sensitivity_grid(centre, full=full, grid=GRID if mode == "sensitivity" else ABLATIONS)
+
+
+def grid_control(mode: str, centre: str) -> list[str]:
+    """An ablation's control at its budget, in the ladder's table (its floor and ceiling)."""
+    return [CONTROLS[centre]] if mode == "ablation" and centre in CONTROLS else []
 
 
 def run_study(
@@ -97,7 +103,7 @@ def run_study(
         write_costs(costs_file(args.out.parent), costs, command=command)
         write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
     tables(results, costs)
-    write_curves(args.out, results)  # once, at the end: it reads every run's curves
+    append_curves(args.out, results, CURVE)  # once, at the end: it reads every run's curves
     log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results
 
@@ -117,8 +123,5 @@ def run_grid(
     """The ``sensitivity`` or ``ablation`` subcommand: the grid's points and, for an ablation,
     the centre's control at the same budget, in the same table."""
     chosen = [point.variant for point in points]
-    centre = points[0].variant.name
-    if mode == "ablation" and centre in CONTROLS:
-        # The ladder's floor and ceiling: its control at the same budget, in the same table.
-        chosen += variants([CONTROLS[centre]])
+    chosen += variants(grid_control(mode, points[0].variant.name))
     return run_study(args, chosen, command=command, grid=points, heading=HEADINGS[mode])
