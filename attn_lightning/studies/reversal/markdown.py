@@ -9,17 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from attn_lightning.results.environment import machine_line as results_machine_line
+from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.paired import SEED_INTERVAL_NOTE
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import column, format_median_iqr, format_number
+from attn_lightning.results.tables import (
+    column,
+    format_median_iqr,
+    format_number,
+    records_machine_line,
+)
 from attn_lightning.studies.reversal.summary import METRICS, PAIRED
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
 
 CHECKPOINT_FACTS = ("best_ckpt_step", "final_val_loss")
 RUNS_CAPTION = (
@@ -28,8 +28,9 @@ RUNS_CAPTION = (
 )
 
 
-def _integer(value: float | None) -> str:
-    return "–" if value is None else str(int(value))
+def cell(value: float | None, fmt: str) -> str:
+    """``value`` in format ``fmt``; ``–`` for None."""
+    return "–" if value is None else format(value, fmt)
 
 
 def _iqr(row: dict[str, Any], key: str, *, scale: float = 1.0, digits: int = 2) -> str:
@@ -37,11 +38,7 @@ def _iqr(row: dict[str, Any], key: str, *, scale: float = 1.0, digits: int = 2) 
     return format_median_iqr(*cells, scale=scale, digits=digits)
 
 
-def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
-    return markdown_table(header, body).splitlines()
-
-
-def outcome_table(summary: Sequence[dict[str, Any]]) -> list[str]:
+def outcome_table(summary: Sequence[dict[str, Any]]) -> str:
     """Converged k/n, unfinished, the test metrics and fit seconds per variant."""
     header = ["variant", "converged", "unfinished", *(column(k).title for k in METRICS)]
     body = []
@@ -51,10 +48,10 @@ def outcome_table(summary: Sequence[dict[str, Any]]) -> list[str]:
         cells += [_iqr(row, k, scale=column(k).scale, digits=column(k).digits) for k in METRICS]
         cells.append(_iqr(row, "fit_seconds", digits=0))
         body.append(cells)
-    return _table([*header, "fit s / run"], body)
+    return markdown_table([*header, "fit s / run"], body)
 
 
-def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> list[str]:
+def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> str:
     """Steps to the threshold, loss spikes and the gradients at them per variant."""
     pct = f"{threshold * 100:g} %"
     header = [
@@ -77,14 +74,14 @@ def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> list[
                 _iqr(row, "steps_to_threshold", digits=0),
                 f"{row['reached']}/{row['runs']}",
                 _iqr(row, "spikes", digits=1),  # counts are small: 0.5 must not read as 0
-                "–" if row["spikes_max"] is None else str(row["spikes_max"]),
-                _integer(row["spike_records"]),
-                _num(row["spike_grad_ratio_median"]),
-                _num(row["spike_grad_lag_median"], 0),
+                cell(row["spikes_max"], ".0f"),
+                cell(row["spike_records"], ".0f"),
+                cell(row["spike_grad_ratio_median"], ".2f"),
+                cell(row["spike_grad_lag_median"], ".0f"),
                 "–" if top is None else f"{top} ({row['spike_top_group_count']})",
             ]
         )
-    return _table(header, body)
+    return markdown_table(header, body)
 
 
 def has_checkpoint_facts(runs: Sequence[RunResult]) -> bool:
@@ -93,7 +90,7 @@ def has_checkpoint_facts(runs: Sequence[RunResult]) -> bool:
     return any(r.info.get(k) is not None for r in runs for k in CHECKPOINT_FACTS)
 
 
-def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
+def runs_table(runs: Sequence[RunResult], threshold: float) -> str:
     """One line per run: status, test metrics, step to the threshold, spikes, steps, seconds,
     the best checkpoint's step (the test metrics' checkpoint) and the last validation loss
     (``has_checkpoint_facts``)."""
@@ -108,27 +105,27 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> list[str]:
             c = column(key)
             cells.append(format_number(r.value(key), scale=c.scale, digits=c.digits))
         cells += [
-            _integer(r.info.get("steps_to_threshold")),
-            _integer(r.info.get("spikes")),
-            _num(r.info.get("max_grad_norm"), 3),
-            _integer(r.global_step),
-            _num(r.seconds, 0),
+            cell(r.info.get("steps_to_threshold"), ".0f"),
+            cell(r.info.get("spikes"), ".0f"),
+            cell(r.info.get("max_grad_norm"), ".3f"),
+            cell(r.global_step, ".0f"),
+            cell(r.seconds, ".0f"),
         ]
         if checkpoint:
-            cells.append(_integer(r.info.get("best_ckpt_step")))
+            cells.append(cell(r.info.get("best_ckpt_step"), ".0f"))
             cells.append(
                 format_number(r.info.get("final_val_loss"), digits=column("test/loss").digits)
             )
         body.append(cells)
-    return _table(header, body)
+    return markdown_table(header, body)
 
 
-def curves_table(runs: Sequence[RunResult]) -> list[str]:
+def curves_table(runs: Sequence[RunResult]) -> str:
     """Validation token accuracy (%) per run after each validation's optimiser steps."""
     curves = [(r, dict(r.info["val_curve"])) for r in runs if r.info.get("val_curve")]
     steps = sorted({step for _, values in curves for step in values})
     if not steps:
-        return []
+        return ""
     body = [
         [
             f"`{r.variant}`",
@@ -137,10 +134,10 @@ def curves_table(runs: Sequence[RunResult]) -> list[str]:
         ]
         for r, values in curves
     ]
-    return _table(["variant", "seed", *(f"{step + 1}" for step in steps)], body)
+    return markdown_table(["variant", "seed", *(f"{step + 1}" for step in steps)], body)
 
 
-def paired_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+def paired_table(rows: Sequence[dict[str, Any]]) -> str:
     """Paired ``variant − control`` per ``PAIRED`` column: mean [95 % interval]
     (n: positive+ negative− zero=), the interval as ``SeedDeltas.format`` marks it."""
     header = ["variant", "control", *(title for title, *_ in PAIRED)]
@@ -151,27 +148,7 @@ def paired_table(rows: Sequence[dict[str, Any]]) -> list[str]:
             delta = row[title]
             cells.append("–" if delta is None else delta.format(scale=scale, digits=digits))
         body.append(cells)
-    return _table(header, body)
-
-
-def machine_line(runs: Sequence[RunResult]) -> str:
-    """``Machine: <platform>, <CPU>, Python <version>; runs one after another.`` of the runs'
-    records (a converted run's ``machine`` tag); every machine when several; this one's if none
-    says."""
-    machines = []
-    for run in runs:
-        env = run.info.get("environment") or {}
-        machine = run.info.get("machine") or (
-            env
-            and f"{env['platform']}, {env.get('device_name') or env['device']}, "
-            f"Python {env['python']}"
-        )
-        if machine and machine not in machines:
-            machines.append(machine)
-    if not machines:
-        return results_machine_line()
-    plural = "s" if len(machines) > 1 else ""
-    return f"Machine{plural}: {'; '.join(machines)}; runs one after another."
+    return markdown_table(header, body)
 
 
 def report_markdown(
@@ -182,7 +159,10 @@ def report_markdown(
     table with runs that have validation curves; runs converted from a sweep's per-run CSV have
     neither: the outcome and per-run tables, naming the CSVs."""
     pct = f"{threshold * 100:g} %"
-    lines = [f"Regenerate with:\n\n```bash\n{command}\n```\n", machine_line(runs) + "\n"]
+    lines = [
+        f"Regenerate with:\n\n```bash\n{command}\n```\n",
+        (records_machine_line(runs) or machine_line()) + "\n",
+    ]
     curves = curves_table(runs)
     if not any(r.info.get(k) is not None for r in runs for k in ("steps_to_threshold", "spikes")):
         sources = sorted({f"`{s}`" for r in runs if (s := r.info.get("source"))})
@@ -195,7 +175,7 @@ def report_markdown(
         lines += [
             f"{rebuilt}Cells are median [25th, 75th percentile] over the finished runs; "
             f"converged: test token accuracy ≥ {pct}.\n",
-            *outcome_table(summary),
+            outcome_table(summary),
         ]
     else:
         lines += [
@@ -203,7 +183,7 @@ def report_markdown(
             "interpolated linearly). Unfinished: a run whose record is not ok (running, stopped "
             "or crashed), left out of every other column.\n",
             f"Test split, best-by-validation checkpoint. Converged: test token accuracy ≥ {pct}.\n",
-            *outcome_table(summary),
+            outcome_table(summary),
             "",
             f"Steps to {pct}: the first logged step with `val/token_acc` ≥ {threshold:g} "
             "(Lightning logs the validation after n optimiser steps at step n − 1), over the runs "
@@ -212,17 +192,17 @@ def report_markdown(
             "before it, over the run's median norm (median over all spikes; lag: median steps "
             "between that log and the spike), and the group whose norm is furthest above its own "
             "run median there (most frequent, with its count).\n",
-            *dynamics_table(summary, threshold),
+            dynamics_table(summary, threshold),
         ]
     caption = RUNS_CAPTION if has_checkpoint_facts(runs) else "Per run:"
-    lines += ["", caption, "", *runs_table(runs, threshold)]
+    lines += ["", caption, "", runs_table(runs, threshold)]
     if curves:
         lines += [
             "",
             "Validation token accuracy (%) per run after n optimiser steps (column n; "
             "`<out>_curves.csv`):",
             "",
-            *curves,
+            curves,
         ]
     return "\n".join(lines) + "\n"
 
@@ -233,5 +213,5 @@ def paired_section(rows: Sequence[dict[str, Any]], control: str) -> str:
         f"\nPaired differences, variant − `{control}`, over the seeds both ran: mean Δ "
         f"[{SEED_INTERVAL_NOTE}] (n seeds: how many "
         "with Δ > 0, < 0, = 0); steps to threshold over the seeds where both reached it. Every "
-        "seed's Δ: `<out>_paired.csv`.\n\n" + "\n".join(paired_table(rows)) + "\n"
+        "seed's Δ: `<out>_paired.csv`.\n\n" + paired_table(rows) + "\n"
     )

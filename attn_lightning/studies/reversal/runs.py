@@ -90,7 +90,7 @@ def read_run(folder: Path, threshold: float) -> RunResult:
     run = load_run(folder)
     record = load_record(folder)
     source = (record.get("source") or {}).get("converted_from")
-    run.info.update(environment=record.get("environment"), source=source and Path(source).name)
+    run.info["source"] = source and Path(source).name
     run.variant = run_label(run.variant)
     if run.status != OK:  # left out of every number: no metrics, no facts
         run.status, run.metrics, run.seconds, run.global_step = "unfinished", {}, None, None
