@@ -58,17 +58,12 @@ experiment ``detection_ablation``. It asks which ingredient decides whether a si
 them without a name) from the committed run records alone (``detection.report``)::
 
     python -m attn_lightning.studies.detection report detection_runs
-
-Old spellings still work, with a FutureWarning naming the new one: no subcommand is ``run``;
-``--sensitivity [VARIANT]``, ``--ablation [VARIANT]`` and ``--sites`` are the subcommands of
-those names.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import shlex
 import sys
 from typing import Any
 
@@ -79,7 +74,6 @@ from attn_lightning.studies.arguments import (
     add_run_arguments,
     check_overrides,
     log_to_stderr,
-    renamed,
     study_parser,
 )
 from attn_lightning.studies.detection import probe
@@ -92,7 +86,6 @@ from attn_lightning.studies.detection.variants import variants
 log = logging.getLogger("attn_lightning.studies.detection")
 PROG = "python -m attn_lightning.studies.detection"
 SUBCOMMANDS = ("run", "sensitivity", "ablation", "sites", "probe", "report")
-GRID_FLAGS = ("--sensitivity", "--ablation")  # the old spellings of the grid subcommands
 
 
 def _study_arguments(parser: argparse.ArgumentParser, experiment: str) -> None:
@@ -104,9 +97,7 @@ def _study_arguments(parser: argparse.ArgumentParser, experiment: str) -> None:
     )
     parser.add_argument("--batch", type=int, default=8, help="batch of the cost measurement")
     parser.add_argument("--repeats", type=int, default=20, help="timed forward calls")
-    parser.add_argument(
-        "--no-costs", "--no_costs", action="store_true", help="skip the cost measurement"
-    )
+    parser.add_argument("--no-costs", action="store_true", help="skip the cost measurement")
     parser.add_argument(
         "--publish",
         action="store_true",
@@ -140,7 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
         if mode == "sensitivity":
             grid.add_argument(
                 "--full-grid",
-                "--full_grid",
                 action="store_true",
                 help="every combination (3×3×2), not one option at a time",
             )
@@ -160,45 +150,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def subcommand_argv(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
-    """``argv`` spelled with its subcommand: an old command line (a mode flag ``--sensitivity
-    [VARIANT]``, ``--ablation [VARIANT]``, ``--sites``, or none: ``run``) gets a FutureWarning
-    naming the new one; usage errors for the old flag combinations that never worked."""
-    if argv and argv[0] in (*SUBCOMMANDS, "-h", "--help"):
-        return argv
-    modes: dict[str, list[str]] = {}
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        flag, has_value, value = argv[i].partition("=")
-        if flag in GRID_FLAGS:  # an optional VARIANT, taken as the old nargs="?" took it
-            if has_value:
-                modes[flag] = [value]
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-                modes[flag] = [argv[i + 1]]
-                i += 1
-            else:
-                modes[flag] = []
-        elif argv[i] == "--sites":
-            modes["--sites"] = []
-        else:
-            rest.append(argv[i])
-        i += 1
-    grids = [flag for flag in GRID_FLAGS if flag in modes]
-    if len(grids) == 2:
-        parser.error("give --sensitivity or --ablation, not both")
-    if grids and any(a.partition("=")[0] == "--variants" for a in rest):
-        parser.error(f"{grids[0]} makes its own variants; leave out --variants")
-    if {"--full-grid", "--full_grid"} & set(rest) and "--sensitivity" not in modes:
-        parser.error("--full-grid needs --sensitivity")
-    if grids and "--sites" in modes:
-        parser.error(f"give --sites or {grids[0]}, not both")
-    mode = grids[0] if grids else "--sites" if "--sites" in modes else None
-    new = [mode.removeprefix("--"), *modes[mode]] if mode else ["run"]
-    renamed(f"{PROG} {shlex.join(argv)}", f"{PROG} {shlex.join([*new, *rest])}")
-    return [*new, *rest]
-
-
 def main(argv: list[str] | None = None) -> list[Any]:
     """Run the detection study's subcommand; returns its rows (runs in table order, the probe's
     rows, or none for ``sites``)."""
@@ -207,14 +158,7 @@ def main(argv: list[str] | None = None) -> list[Any]:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    spelled = subcommand_argv(argv, parser)
-    if spelled[:1] == ["sites"] and spelled != argv:
-        # An old --sites line may carry flags of the training modes: sites never used them.
-        args, ignored = parser.parse_known_args(spelled)
-        if ignored:
-            log.warning("ignored (sites trains nothing): %s", shlex.join(ignored))
-    else:
-        args = parser.parse_args(spelled)
+    args = parser.parse_args(argv)
     command = command_line(PROG, argv)
     if args.subcommand == "report":
         unknown = [name for name in args.pages if name not in PAGES]

@@ -1,18 +1,16 @@
 """The detection study's command line: tables from run records, the paired comparison with
-each variant's control, and the old spellings (mode flags, no subcommand) still working."""
+each variant's control, the per-site table."""
 
 from __future__ import annotations
 
 import csv
 import shlex
-import warnings
 
 import pytest
 
 from attn_lightning.results import read_csv
 from attn_lightning.results.records import RunResult
 from attn_lightning.studies.detection import main
-from attn_lightning.studies.detection.cli import build_parser, subcommand_argv
 from attn_lightning.studies.detection.variants import (
     DELTA_VS_CONTROL,
     WHAT_DIFFERS,
@@ -58,13 +56,6 @@ def test_tables_from_existing_records(tmp_path, monkeypatch):
         rows = list(csv.DictReader(f))
     assert [r["seconds"] for r in rows] == ["100.0", "101.0", "100.0"]
     assert rows[1]["test/mAP"] == "0.3"
-    # The old spelling (no subcommand) is run, with one warning naming the new one, and writes
-    # the same tables but for the command it records.
-    with pytest.warns(FutureWarning, match="detection run --variants softmax mean") as caught:
-        again = main([*argv, "--skip-runs", "--no-costs"])
-    assert len(caught) == 1 and again == results
-    old = (tmp_path / "table.md").read_text()
-    assert old == md.replace("detection run --variants", "detection --variants")
 
 
 def test_a_run_with_a_committed_record_is_not_trained_again(tmp_path, monkeypatch):
@@ -138,9 +129,6 @@ def test_variants_are_required_by_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--out", str(tmp_path / "t")])
     assert exc.value.code == 2 and "--variants is required" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exc, pytest.warns(FutureWarning, match="detection run --out"):
-        main(["--out", str(tmp_path / "t")])  # the old spelling: run
-    assert exc.value.code == 2 and "--variants is required" in capsys.readouterr().err
 
 
 def test_help_names_every_subcommand(capsys):
@@ -150,51 +138,13 @@ def test_help_names_every_subcommand(capsys):
     assert exc.value.code == 0 and "run|sensitivity|ablation|sites|probe" in out
 
 
-OUT = ["--out", "x"]
-
-
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        (["--variants", "all", *OUT], ["run", "--variants", "all", *OUT]),
-        (["--sensitivity", "optimization_all", *OUT], ["sensitivity", "optimization_all", *OUT]),
-        (["--seeds", "0", "--sensitivity", *OUT], ["sensitivity", "--seeds", "0", *OUT]),
-        (
-            ["--sensitivity=optimization_all", "--full-grid", *OUT],
-            ["sensitivity", "optimization_all", "--full-grid", *OUT],
-        ),
-        (["--ablation", *OUT], ["ablation", *OUT]),
-        ([*OUT, "--sites"], ["sites", *OUT]),
-    ],
-)
-def test_old_mode_flags_become_subcommands_with_one_warning(old, new):
-    parser = build_parser()
-    with pytest.warns(FutureWarning) as caught:
-        assert subcommand_argv(old, parser) == new
-    assert len(caught) == 1
-    message = str(caught[0].message)
-    assert message.endswith(f"use python -m attn_lightning.studies.detection {shlex.join(new)}")
-    assert parser.parse_args(new).subcommand == new[0]
-
-
-def test_new_spellings_pass_unchanged_and_silent():
-    parser = build_parser()
-    for argv in (["run", "--variants", "all", "--out", "x"], ["probe", "--variants", "a"], ["-h"]):
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            assert subcommand_argv(argv, parser) == argv
-
-
-def test_an_old_sites_line_ignores_the_training_flags(tmp_path, monkeypatch, caplog):
+def test_sites_writes_the_per_site_table_and_trains_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "s"
     small = ["--set", "model.init_args.net.d_model=32", "--set", "model.init_args.net.d_ff=32"]
-    argv = ["--sites", "--variants", "softmax", "--seeds", "0", "1", *small, "--out", str(out)]
-    with pytest.warns(FutureWarning, match="detection sites --variants softmax --seeds 0 1"):
-        assert main(argv) == []
-    assert "ignored (sites trains nothing): --seeds 0 1" in caplog.text
+    argv = ["sites", "--variants", "softmax", *small, "--out", str(out)]
+    assert main(argv) == []
     meta, rows = read_csv(out.with_name("s_sites.csv"))
     assert meta["command"] == "python -m attn_lightning.studies.detection " + shlex.join(argv)
     assert [r["site"] for r in rows] == ["encoder_self", "decoder_self", "decoder_cross"]
-    assert main(["sites", "--variants", "softmax", *small, "--out", str(out)]) == []
-    assert read_csv(out.with_name("s_sites.csv"))[1] == rows
+    assert not (tmp_path / "logs").exists()

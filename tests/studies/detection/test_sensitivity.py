@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -149,9 +148,7 @@ def test_ablation_ladder_swaps_one_ingredient_of_the_paper_form_at_a_time():
     assert isinstance(cross.backend, OptimizationAttention)
 
 
-def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
-    tmp_path, monkeypatch, capsys
-):
+def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runs, exp = tmp_path / "logs", "detection_ablation"
     _fake_metrics(runs, exp, "optimization_decoder_cross", 0, 0.01, keys90=None)
@@ -170,36 +167,15 @@ def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(
     assert "| +0.400 (n=1) | `optimization_decoder_cross@power=1.0` |" in md
     # The paper's point against its control, in the summary below the ladder.
     assert "| -0.570 (n=1) |" in md
-    # The old spelling runs the same ladder; its flag combinations that never worked still fail.
-    with pytest.warns(FutureWarning, match="use python -m attn_lightning.studies.detection abl"):
-        again = main(["--ablation", "--seeds", "0", "--out", str(out), "--skip-runs", "--no-costs"])
-    assert again == results
-    with pytest.raises(SystemExit):
-        main(["--ablation", "--sensitivity", "--out", str(out)])
-    assert "give --sensitivity or --ablation, not both" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--ablation", "--variants", "softmax", "--out", str(out)])
-    assert "--ablation makes its own variants; leave out --variants" in capsys.readouterr().err
 
 
 def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match=r"'softmax'; allowed: optimization_all, optimization_dec"):
         sensitivity_grid("softmax")
-    for argv in (["sensitivity", "no_such_site"], ["--sensitivity", "no_such_site"]):
-        old = argv[0].startswith("--")
-        with (
-            pytest.raises(SystemExit) as exc,
-            pytest.warns(FutureWarning) if old else nullcontext(),
-        ):
-            main([*argv, "--out", str(tmp_path / "t")])
-        err = capsys.readouterr().err
-        assert exc.value.code == 2 and "'no_such_site'; allowed: optimization_all" in err
-    with pytest.raises(SystemExit):
-        main(["--full-grid", "--variants", "softmax", "--out", str(tmp_path / "t")])
-    assert "--full-grid needs --sensitivity" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--sensitivity", "--variants", "softmax", "--out", str(tmp_path / "t")])
-    assert "leave out --variants" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["sensitivity", "no_such_site", "--out", str(tmp_path / "t")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "'no_such_site'; allowed: optimization_all" in err
     # Sites that disagree on an option of the grid have no one point to vary around.
     monkeypatch.setattr(sensitivity, "CONFIGS", tmp_path)
     sites = {"decoder_self": {**SPEC, "lam": 0.1}, "decoder_cross": {**SPEC, "lam": 0.3}}
