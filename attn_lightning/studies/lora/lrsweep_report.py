@@ -10,7 +10,6 @@ student's number (``student_numbers``, from ``docs/references/lora_student.csv``
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.references import reference
-from attn_lightning.results.tables import format_median_iqr, mean_std, median_iqr
+from attn_lightning.results.tables import format_median_iqr, mean_std, median_iqr, summarize
 from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, SWEEP_GROUP
 
 RowKey = tuple[str, str, int, str]  # a row of the table: domain, adaptation, rank, head
@@ -31,6 +30,7 @@ HEAD_LABELS = {
 SWEEP_ADAPTATIONS = ("base", "before", "full", "lora", "lora_scratch")  # table order
 # The columns of <out>_lrsweep_summary.csv that say which runs a row holds.
 SUMMARY_KEYS = (*(ADAPTATION_COLUMN if k == "adaptation" else k for k in SWEEP_GROUP), "lr")
+SECONDS = ("seconds_mean", "seconds_std")  # summarize's, not in this summary
 
 
 def student_numbers() -> dict[RowKey, float]:
@@ -64,14 +64,11 @@ class LRChoice:
 
 
 def _values(runs: Sequence[RunResult], key: str) -> list[float]:
-    """A metric's (or, for ``epochs``, an info's) values over ``runs`` that have one."""
-    found = (r.metrics.get(key, r.info.get(key)) for r in runs)
-    return [float(v) for v in found if v not in (None, "")]
+    return [float(v) for r in runs if (v := r.value(key)) is not None]
 
 
 def _mean(runs: Sequence[RunResult], key: str) -> float | None:
-    values = _values(runs, key)
-    return statistics.fmean(values) if values else None
+    return mean_std(_values(runs, key))[0]
 
 
 def choose_lr(runs: Sequence[RunResult]) -> dict[tuple[Any, ...], LRChoice]:
@@ -260,18 +257,14 @@ def sweep_section(runs: Sequence[RunResult]) -> list[str]:
 
 
 def sweep_summary(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
-    """One row per (``SWEEP_GROUP``, lr): runs, val/test mean ± std, epochs, chosen or not."""
+    """One row per (``SWEEP_GROUP``, lr), a job name each: runs, val/test/epochs mean ± std
+    (``results.tables.summarize``), chosen or not."""
     chosen = {group: choice.lr for group, choice in choose_lr(runs).items()}
-    groups: dict[tuple[Any, ...], list[RunResult]] = defaultdict(list)
-    for run in runs:
-        groups[(*(run.info[k] for k in SWEEP_GROUP), run.info["lr"])].append(run)
     summary = []
-    for key, group in groups.items():
-        ok = [r for r in group if r.status == "ok"]
+    for row in summarize(runs, metrics=("val_acc", "acc", "epochs"), label="variant"):
+        info = next(r.info for r in runs if r.variant == row["variant"])
+        key = (*(info[k] for k in SWEEP_GROUP), info["lr"])
         entry: dict[str, Any] = dict(zip(SUMMARY_KEYS, key, strict=True))
-        entry.update(runs=len(group), crashed=len(group) - len(ok))
-        for metric in ("val_acc", "acc", "epochs"):
-            entry[f"{metric}_mean"], entry[f"{metric}_std"] = mean_std(_values(ok, metric))
-        entry["chosen"] = chosen.get(key[:-1]) == key[-1]
-        summary.append(entry)
+        entry.update({k: v for k, v in row.items() if k not in ("variant", *SECONDS)})
+        summary.append({**entry, "chosen": chosen.get(key[:-1]) == key[-1]})
     return summary

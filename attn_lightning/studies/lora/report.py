@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.results import tables
 from attn_lightning.results.files import markdown_table, write_csv
-from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import format_mean_std, mean_std
+from attn_lightning.results.records import OK, RunResult
+from attn_lightning.results.tables import format_mean_std
 from attn_lightning.studies.lora.lrsweep import LRS_FLAGS, SWEEP_LRS
 from attn_lightning.studies.lora.lrsweep_pattern import pattern_section
 from attn_lightning.studies.lora.lrsweep_report import sweep_section, sweep_summary
@@ -42,33 +43,19 @@ Options: `--seeds`, `--ranks`, `--domains`, `--levels`, `--angle`, `--epochs`, `
 `--transformer-ranks`, `--reversal-adapt-steps`, ... (`<part> --help`)."""
 
 
-def _values(runs: Sequence[RunResult], key: str) -> list[float]:
-    found = (r.seconds if key == "seconds" else r.metrics.get(key) for r in runs)
-    return [float(v) for v in found if v is not None]
-
-
 def summarize(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
-    """One row per (part, domain, adaptation, rank): counts and mean/std of the metrics."""
-    groups: dict[tuple[str, str, str, int], list[RunResult]] = defaultdict(list)
-    for run in runs:
-        info = run.info
-        groups[(info["part"], info["domain"], info["adaptation"], info["rank"])].append(run)
+    """One row per (part, domain, adaptation, rank), a job name each: its tags, the seeds that
+    finished, and ``results.tables.summarize``'s counts and means."""
     summary = []
-    for (part, domain, adaptation, rank), group in groups.items():
-        ok = [r for r in group if r.status == "ok"]
-        entry: dict[str, Any] = {
-            "part": part,
-            "domain": domain,
-            ADAPTATION_COLUMN: adaptation,
-            "rank": int(rank),
-            "runs": len(group),
-            "crashed": len(group) - len(ok),
-            "seeds": " ".join(str(r.seed) for r in ok),
-            "trainable_params": ok[0].metrics.get("trainable_params") if ok else None,
-        }
-        for key in ("acc", "exact_acc", "seconds"):
-            entry[f"{key}_mean"], entry[f"{key}_std"] = mean_std(_values(ok, key))
-        summary.append(entry)
+    for row in tables.summarize(runs, metrics=("acc", "exact_acc"), label="variant"):
+        ok = [r for r in runs if r.variant == row["variant"] and r.status == OK]
+        info = next(r.info for r in runs if r.variant == row["variant"])
+        tags = [info["part"], info["domain"], info["adaptation"], int(info["rank"])]
+        entry = dict(zip(("part", "domain", ADAPTATION_COLUMN, "rank"), tags, strict=True))
+        entry.update(runs=row["runs"], crashed=row["crashed"])
+        entry["seeds"] = " ".join(str(r.seed) for r in ok)
+        entry["trainable_params"] = ok[0].metrics.get("trainable_params") if ok else None
+        summary.append({**entry, **{k: v for k, v in row.items() if k.endswith(("_mean", "_std"))}})
     return summary
 
 
