@@ -165,7 +165,7 @@ def report_markdown(
     ]
     curves = curves_table(runs)
     if not any(r.info.get(k) is not None for r in runs for k in ("steps_to_threshold", "spikes")):
-        sources = sorted({f"`{s}`" for r in runs if (s := r.info.get("source"))})
+        sources = sorted({f"`{s}`" for r in runs for s in r.info["sources"]})
         rebuilt = (
             f"Rebuilt from the committed per-run CSVs {', '.join(sources)} (the runs' logs are "
             "not kept). "

@@ -16,13 +16,13 @@ committed runs, ``logs/<experiment>/`` for a live sweep), summarizes them per va
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.files import write_csv
 from attn_lightning.results.records import RunResult, run_label
+from attn_lightning.results.tables import default_metrics
 from attn_lightning.studies.reversal.dynamics import VAL_TAG
 from attn_lightning.studies.reversal.markdown import (
     CHECKPOINT_FACTS,
@@ -30,23 +30,14 @@ from attn_lightning.studies.reversal.markdown import (
     paired_section,
     report_markdown,
 )
-from attn_lightning.studies.reversal.runs import load_runs
+from attn_lightning.studies.reversal.runs import DEFAULT_THRESHOLD, chosen_runs
 from attn_lightning.studies.reversal.summary import (
-    METRICS,
     paired_csv_rows,
     paired_rows,
     summarize,
 )
 
-log = logging.getLogger("attn_lightning.studies.reversal")
-
 PROG = "python -m attn_lightning.studies.reversal"
-DEFAULT_THRESHOLD = 0.99
-
-
-def _test_metrics(runs: Sequence[RunResult]) -> list[str]:
-    reported = {k for r in runs for k in r.metrics}
-    return [k for k in METRICS if k in reported] + sorted(reported - set(METRICS))
 
 
 def _run_row(run: RunResult, metrics: Sequence[str], checkpoint: bool) -> dict[str, Any]:
@@ -98,20 +89,14 @@ def report(
     Raises:
         FileNotFoundError: naming a folder of ``roots`` without run records.
     """
-    runs = load_runs(roots, threshold)
-    names = [run_label(v) for v in variants] if variants else sorted({r.variant for r in runs})
-    missing = [n for n in names if not any(r.variant == n for r in runs)]
-    if missing:
-        log.warning("no runs of %s under %s", ", ".join(missing), ", ".join(map(str, roots)))
-    runs = [r for r in runs if r.variant in names]
-    runs.sort(key=lambda r: (names.index(r.variant), r.seed))
+    names, runs = chosen_runs(roots, variants, threshold)
     summary = summarize(runs, names, threshold)
 
     def sibling(suffix: str) -> Path:
         return out.with_name(out.name + suffix)
 
     write_csv(sibling(".csv"), summary)
-    metrics = _test_metrics(runs)
+    metrics = default_metrics(runs)
     # The header alone when the chosen variants have no runs yet.
     checkpoint = has_checkpoint_facts(runs)
     fields = list(_run_row(RunResult("", 0, None, ""), metrics, checkpoint))

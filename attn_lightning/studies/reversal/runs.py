@@ -23,6 +23,7 @@ ok record without them) or ``unfinished`` (a record not ``ok``: running, stopped
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,10 @@ from attn_lightning.studies.reversal.dynamics import (
     steps_to_threshold,
 )
 
+log = logging.getLogger("attn_lightning.studies.reversal")
+
 CONVERGENCE_METRIC = "test/token_acc"
+DEFAULT_THRESHOLD = 0.99
 # Facts a converted record carries as metrics (its CSV's columns): int, else float.
 FACTS = ("steps_to_threshold", "spikes", "best_ckpt_step", "max_grad_norm", "final_val_loss")
 
@@ -89,8 +93,9 @@ def read_run(folder: Path, threshold: float) -> RunResult:
     metrics, and its facts (module docstring) in ``info`` beside its tags."""
     run = load_run(folder)
     record = load_record(folder)
-    source = (record.get("source") or {}).get("converted_from")
-    run.info["source"] = source and Path(source).name
+    # The CSV(s) a converted record came from (one, or a list for the trajectory records).
+    source = (record.get("source") or {}).get("converted_from") or []
+    run.info["sources"] = [Path(s).name for s in ([source] if isinstance(source, str) else source)]
     run.variant = run_label(run.variant)
     if run.status != OK:  # left out of every number: no metrics, no facts
         run.status, run.metrics, run.seconds, run.global_step = "unfinished", {}, None, None
@@ -104,7 +109,7 @@ def read_run(folder: Path, threshold: float) -> RunResult:
     return run
 
 
-def load_runs(roots: Sequence[Path], threshold: float) -> list[RunResult]:
+def load_runs(roots: Sequence[Path], threshold: float = DEFAULT_THRESHOLD) -> list[RunResult]:
     """Every run recorded under ``roots``, by (variant, seed); a (variant, seed) recorded twice
     keeps the first finished one (else the first), in the order of ``roots``.
 
@@ -123,3 +128,18 @@ def load_runs(roots: Sequence[Path], threshold: float) -> list[RunResult]:
             if key not in runs or (not finished(runs[key]) and finished(run)):
                 runs[key] = run
     return sorted(runs.values(), key=lambda r: (r.variant, r.seed))
+
+
+def chosen_runs(
+    roots: Sequence[Path], variants: Sequence[str] | None, threshold: float = DEFAULT_THRESHOLD
+) -> tuple[list[str], list[RunResult]]:
+    """The labels of ``variants`` (attention specs are turned into labels; default: every label
+    recorded, sorted) and their runs under ``roots`` (``load_runs``), by label then seed; a
+    variant without runs is named in a warning."""
+    runs = load_runs(roots, threshold)
+    names = [run_label(v) for v in variants] if variants else sorted({r.variant for r in runs})
+    missing = [n for n in names if not any(r.variant == n for r in runs)]
+    if missing:
+        log.warning("no runs of %s under %s", ", ".join(missing), ", ".join(map(str, roots)))
+    runs = [r for r in runs if r.variant in names]
+    return names, sorted(runs, key=lambda r: (names.index(r.variant), r.seed))

@@ -25,15 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.records import (
-    OK,
-    RunResult,
-    Scalars,
-    load_runs,
-    run_label,
-    run_scalars,
-    run_spikes,
-)
+from attn_lightning.results.records import RunResult, Scalars, run_scalars, run_spikes
 from attn_lightning.results.run_files import SPIKES, load_record
 from attn_lightning.studies.reversal.dynamics import (
     GROUPS,
@@ -43,6 +35,7 @@ from attn_lightning.studies.reversal.dynamics import (
     series,
     spike_gradients,
 )
+from attn_lightning.studies.reversal.runs import chosen_runs, finished
 
 LOSS_TAG = "train/loss"
 CONVERTED = "converted/"  # a converted record's own curve tags (module docstring)
@@ -265,7 +258,7 @@ def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
 def _trace(run: RunResult) -> RunTrace:
     folder = Path(str(run.log_dir))
     return RunTrace(
-        run_label(run.variant),
+        run.variant,
         run.seed,
         run.global_step,
         run.value("test/loss"),
@@ -278,24 +271,7 @@ def _trace(run: RunResult) -> RunTrace:
 def load_traces(
     roots: Sequence[Path], variants: Sequence[str] | None = None
 ) -> tuple[list[RunTrace], list[RunResult]]:
-    """The traces of the ``ok`` run records under ``roots`` (a (variant, seed) in several: the
-    first), and the runs left out (no ``ok`` record), by variant then seed.
-
-    ``variants``: labels or backend specs (``polynomial:degree=8``), in the order wanted;
-    default: every variant, in the order found.
-    """
-    found = [run for root in roots for run in load_runs(root)]
-    labels = [run_label(v) for v in variants] if variants is not None else None
-    order = labels or list(dict.fromkeys(run_label(run.variant) for run in found))
-    found = [r for r in found if run_label(r.variant) in order]
-    found.sort(key=lambda r: (order.index(run_label(r.variant)), r.seed))
-    traces: dict[tuple[str, int], RunTrace] = {}
-    for run in found:
-        if run.status == OK and (run_label(run.variant), run.seed) not in traces:
-            traces[(run_label(run.variant), run.seed)] = _trace(run)
-    missing = {
-        (run_label(r.variant), r.seed): r
-        for r in found
-        if (run_label(r.variant), r.seed) not in traces
-    }
-    return list(traces.values()), list(missing.values())
+    """The traces of the finished runs under ``roots`` (``runs.chosen_runs``), and the runs
+    left out (no ``ok`` record)."""
+    runs = chosen_runs(roots, variants)[1]
+    return [_trace(r) for r in runs if finished(r)], [r for r in runs if not finished(r)]

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.files import markdown_table, write_csv
-from attn_lightning.results.records import run_label
 from attn_lightning.studies.reversal.dynamics import series
 from attn_lightning.studies.reversal.trace_figures import figures
 from attn_lightning.studies.reversal.traces import (
@@ -163,7 +162,7 @@ def write_trajectories(
         "",
     ]
     if missing:
-        names = _names([(run_label(r.variant), r.seed) for r in missing])
+        names = _names([(r.variant, r.seed) for r in missing])
         lines += [f"Not in these tables (no ok record): {names}.", ""]
     converted = [(t.variant, t.seed) for t in traces if not series(t.scalars, LOSS_TAG)]
     if converted:

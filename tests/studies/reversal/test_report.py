@@ -90,7 +90,7 @@ def test_converted_runs_carry_their_facts_and_a_curve_overrides_them(tmp_path):
         3,
         2.5,
     )
-    assert run.info["source"] == "x_runs.csv" and "val/token_acc" not in run.metrics
+    assert run.info["sources"] == ["x_runs.csv"] and "val/token_acc" not in run.metrics
     (row,) = summarize([run], ["softmax"], 0.99)
     assert row["spike_records"] is None  # 3 spikes, no gradient curves: unknown, not 0
     carried = {"spike_records": 3, "spike_grad_ratio_median": 7.5, "spike_grad_lag_median": 2}

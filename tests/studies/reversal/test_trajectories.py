@@ -266,4 +266,4 @@ def test_no_coefficients_file_without_a_learned_variant(long_study, tmp_path):
 def test_trajectories_without_records_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _run(tmp_path, tmp_path / "x")
-    assert "no finished run (an ok record.json) under" in capsys.readouterr().err
+    assert f"--runs folder {tmp_path} holds no run record" in capsys.readouterr().err
