@@ -24,17 +24,17 @@ from typing import Any
 import yaml
 
 from attn_lightning.attention.optimization import OptimizationAttention
+from attn_lightning.models.detr import SITES
 from attn_lightning.results.files import markdown_table
-from attn_lightning.results.paired import paired_delta
+from attn_lightning.results.paired import format_delta, paired_delta, per_seed
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import column, format_mean_std, mean_std
-from attn_lightning.studies.detection.variants import COMPARED, CONFIGS, format_delta, per_seed
+from attn_lightning.studies.detection.variants import COMPARED, CONFIGS
 from attn_lightning.studies.runner import Variant
 
 # The paper puts optimization attention's best site in the decoder cross-attention, so the grid
 # centres there unless told otherwise.
 SENSITIVITY_DEFAULT = "optimization_decoder_cross"
-SITES = ("encoder_self", "decoder_self", "decoder_cross")  # DetectionTask's per-site specs
 # The values each option takes in the grid, in table order; the paper's point
 # (λ 0.1, K 10, R 8: the optimization_* overlays) is in it.
 GRID: dict[str, tuple[float | int, ...]] = {
@@ -206,8 +206,10 @@ def sensitivity_cells(
         if name == reference:
             row[DELTA_VS_REFERENCE] = "reference"
         else:
-            delta = paired_delta(per_seed(results, name), per_seed(results, reference))
-            row[DELTA_VS_REFERENCE] = format_delta(delta)
+            delta = paired_delta(
+                per_seed(results, name, COMPARED), per_seed(results, reference, COMPARED)
+            )
+            row[DELTA_VS_REFERENCE] = format_delta(delta, COMPARED)
         if has_keys90:
             ok = [r for r in results if r.variant == name and r.status == "ok"]
             values = [v for r in ok if (v := _keys90(r)) is not None]

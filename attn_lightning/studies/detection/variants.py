@@ -16,7 +16,6 @@ import yaml
 
 from attn_lightning.models.detr import SITES
 from attn_lightning.results import paired
-from attn_lightning.results.paired import PairedDelta
 from attn_lightning.results.records import RunResult
 from attn_lightning.studies.runner import CONFIGS as CHECKOUT_CONFIGS
 from attn_lightning.studies.runner import Variant
@@ -71,16 +70,6 @@ def variants(names: Sequence[str]) -> list[Variant]:
     if missing:
         raise SystemExit(f"no config for {missing} under {CONFIGS}")
     return [Variant.from_config(CONFIGS / f"{n}.yaml") for n in dict.fromkeys(names)]
-
-
-def per_seed(results: Sequence[RunResult], name: str, key: str = COMPARED) -> dict[int, float]:
-    """``{seed: value of key}`` over the finished runs of variant ``name`` that report it."""
-    return paired.per_seed(results, name, key)
-
-
-def format_delta(delta: PairedDelta | None) -> str | None:
-    """A paired Δ of ``COMPARED`` in its column's digits: ``+0.012 [-0.004, +0.028] (n=3)``."""
-    return paired.format_delta(delta, COMPARED)
 
 
 def site_specs_of(name: str) -> dict[str, dict[str, Any]]:
