@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from attn_lightning.results.curves import series
 from attn_lightning.results.records import Scalars
 
 VAL_TAG = "val/token_acc"
@@ -22,11 +24,6 @@ VAL_LOSS_TAG = "val/loss"  # what the checkpoint callback monitors (mode min)
 SPIKE_TAG = "train/loss_spike"
 NORM_TAG = "grad/global_norm"
 GROUPS = ("attention", "feedforward", "embedding", "other")
-
-
-def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
-    """The points of ``tag``, or of ``tag_step`` (Lightning's name for a per-step log), or []."""
-    return next((scalars[name] for name in (tag, f"{tag}_step") if name in scalars), [])
 
 
 def steps_to_threshold(scalars: Scalars, threshold: float, tag: str = VAL_TAG) -> int | None:
@@ -69,8 +66,9 @@ def max_grad_norm(scalars: Scalars) -> float | None:
     return max(norms) if norms else None
 
 
-def _finite_median(points: list[tuple[int, float]]) -> float | None:
-    # A diverged run logs inf/nan norms; they would make the median meaningless.
+def finite_median(points: Sequence[tuple[int, float]]) -> float | None:
+    """The median of the finite values of ``points``; None without one (a diverged run logs
+    inf/nan norms, which would make the median meaningless)."""
     values = [v for _, v in points if math.isfinite(v)]
     return statistics.median(values) if values else None
 
@@ -105,16 +103,12 @@ class SpikeGradient:
         return self.spike_step - self.grad_step
 
 
-def _value_at(points: list[tuple[int, float]], step: int) -> float | None:
-    return next((v for s, v in points if s == step), None)
-
-
 def _largest_group(scalars: Scalars, step: int) -> tuple[str | None, float | None]:
     best: tuple[str | None, float | None] = (None, None)
     for group in GROUPS:
         points = series(scalars, f"grad/{group}")
-        value = _value_at(points, step)
-        ratio = None if value is None else _ratio(value, _finite_median(points))
+        value = dict(points).get(step)
+        ratio = None if value is None else _ratio(value, finite_median(points))
         # A non-finite ratio (inf/nan grads) is the most telling group, so it wins.
         if ratio is not None and (best[1] is None or not ratio <= best[1]):
             best = (group, ratio)
@@ -124,7 +118,7 @@ def _largest_group(scalars: Scalars, step: int) -> tuple[str | None, float | Non
 def spike_gradients(scalars: Scalars) -> list[SpikeGradient]:
     """One record per loss spike that has a gradient log at or before it (see the class)."""
     norms = series(scalars, NORM_TAG)
-    median = _finite_median(norms)
+    median = finite_median(norms)
     records = []
     for spike in spike_steps(scalars) or []:
         before = [(s, v) for s, v in norms if s <= spike]

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.results.curves import series
 from attn_lightning.results.records import (
     OK,
     RunResult,
@@ -44,7 +45,6 @@ from attn_lightning.studies.reversal.dynamics import (
     best_validation,
     last_value,
     max_grad_norm,
-    series,
     spike_gradients,
     spike_steps,
     steps_to_threshold,

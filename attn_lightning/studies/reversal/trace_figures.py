@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attn_lightning.studies.reversal.dynamics import series
+from attn_lightning.results.curves import series
 from attn_lightning.studies.reversal.traces import LOSS_TAG, RunTrace, coefficient_series
 
 if TYPE_CHECKING:

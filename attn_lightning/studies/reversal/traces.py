@@ -25,14 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.results.curves import series
 from attn_lightning.results.records import RunResult, Scalars, run_scalars, run_spikes
 from attn_lightning.results.run_files import SPIKES, load_record
 from attn_lightning.studies.reversal.dynamics import (
     GROUPS,
     NORM_TAG,
     SpikeGradient,
+    finite_median,
     max_grad_norm,
-    series,
     spike_gradients,
 )
 from attn_lightning.studies.reversal.runs import chosen_runs, finished
@@ -126,9 +127,7 @@ def _over_recent(norms: Sequence[tuple[int, float]], grad: SpikeGradient) -> flo
     A long run's own median norm is that of its converged phase (10⁻⁶ where the loss is 10⁻⁸),
     which makes every early norm look huge; the recent ones are the spike's own context.
     """
-    before = [v for s, v in norms if grad.grad_step - RECENT <= s < grad.grad_step]
-    finite = [v for v in before if math.isfinite(v)]
-    median = statistics.median(finite) if finite else None
+    median = finite_median([p for p in norms if grad.grad_step - RECENT <= p[0] < grad.grad_step])
     return grad.norm / median if median else None
 
 

@@ -36,8 +36,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.results.curves import series
 from attn_lightning.results.files import markdown_table, write_csv
-from attn_lightning.studies.reversal.dynamics import series
+from attn_lightning.studies.reversal.markdown import cell
 from attn_lightning.studies.reversal.trace_figures import figures
 from attn_lightning.studies.reversal.traces import (
     BURST_GAP,
@@ -219,15 +220,11 @@ def _names(runs: Sequence[tuple[str, int]]) -> str:
     return "; ".join(f"`{v}` " + ", ".join(f"s{s}" for s in ss) for v, ss in seeds.items())
 
 
-def _fmt(value: float | None, fmt: str) -> str:
-    return "–" if value is None else format(value, fmt)
-
-
 Column = tuple[str, Callable[[dict[str, Any]], str]]
 
 
 def _number(key: str, fmt: str) -> Callable[[dict[str, Any]], str]:
-    return lambda row: _fmt(row[key], fmt)
+    return lambda row: cell(row[key], fmt)
 
 
 def _table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
