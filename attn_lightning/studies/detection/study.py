@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from attn_lightning.results.curves import append_curves
-from attn_lightning.results.records import OK, RunResult, publish_run, study_runs_dir
+from attn_lightning.results.records import RunResult, publish_run, study_runs_dir
 from attn_lightning.studies.detection.costs import (
     costs_file,
     measure,
@@ -85,6 +84,9 @@ def run_study(
         experiment=args.experiment,
         study=STUDY,
         record_roots=(study_runs_dir(STUDY) / args.experiment,),
+        publish=(lambda run: publish_run(run, STUDY, group=args.experiment))
+        if args.publish
+        else None,
         resume=args.resume,
         skip_runs=args.skip_runs,
     )
@@ -93,8 +95,6 @@ def run_study(
         parallel=args.jobs,
         on_result=lambda _, done: tables(done, {}),
     )
-    if args.publish:
-        publish(results, args.experiment)
     costs: dict[str, dict[str, Any]] = {}
     if not args.no_costs:
         torch.set_num_threads(1)
@@ -106,15 +106,6 @@ def run_study(
     append_curves(args.out, results, CURVE)  # once, at the end: it reads every run's curves
     log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results
-
-
-def publish(results: list[RunResult], experiment: str) -> None:
-    """Copy the record of every finished run that is not a committed one yet to
-    ``docs/results/detection/runs/<experiment>/`` (``results.records.publish_run``)."""
-    committed = study_runs_dir(STUDY).resolve()
-    for r in results:
-        if r.status == OK and r.log_dir and not Path(r.log_dir).resolve().is_relative_to(committed):
-            log.info("published %s", publish_run(Path(r.log_dir), STUDY, group=experiment))
 
 
 def run_grid(
