@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.seed_tables import sign_count
+from attn_lightning.results.tables import format_number
 from attn_lightning.studies.lora.lrsweep_report import choose_lr, current_sweep, student_numbers
+from attn_lightning.studies.lora.runs import position
 
 HEAD = "lora"  # the student's rows: every layer, the head included, adapted by LoRA
 METHODS = ("lora", "lora_scratch")
@@ -25,10 +27,6 @@ METHODS = ("lora", "lora_scratch")
 
 def _by_seed(runs: Sequence[RunResult]) -> dict[int, float]:
     return {r.seed: 100 * r.metrics["acc"] for r in runs if "acc" in r.metrics}
-
-
-def _number(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def pattern_section(runs: Sequence[RunResult]) -> list[str]:
@@ -40,7 +38,7 @@ def pattern_section(runs: Sequence[RunResult]) -> list[str]:
     domains = list(dict.fromkeys(k[0] for k in student))  # the student's order of shifts
     keys = sorted(
         {(d, r) for (d, m, r, h) in chosen if m in METHODS and h == HEAD and d != "original"},
-        key=lambda k: (domains.index(k[0]) if k[0] in domains else len(domains), *k),
+        key=lambda k: (position(k[0], domains), *k),
     )
     body = []
     seeds_seen: set[int] = set()
@@ -48,26 +46,26 @@ def pattern_section(runs: Sequence[RunResult]) -> list[str]:
         base, scratch = (chosen.get((domain, m, rank, HEAD)) for m in METHODS)
         if base is None or scratch is None:
             continue
-        ours_base, ours_scratch = _by_seed(base.runs), _by_seed(scratch.runs)
-        seeds = sorted(set(ours_base) & set(ours_scratch))
+        ours = [_by_seed(base.runs), _by_seed(scratch.runs)]
+        seeds = sorted(set(ours[0]) & set(ours[1]))
         seeds_seen.update(seeds)
-        deltas = [ours_base[s] - ours_scratch[s] for s in seeds]
-        theirs = [student.get((domain, m, rank, HEAD)) for m in METHODS]
-        their_base, their_scratch = theirs
-        their_delta = (
-            None if their_base is None or their_scratch is None else their_base - their_scratch
-        )
+        deltas = [ours[0][s] - ours[1][s] for s in seeds]
+        medians = [
+            format_number(statistics.median(o.values()), digits=1) if o else "–" for o in ours
+        ]
+        their_base, their_scratch = (student.get((domain, m, rank, HEAD)) for m in METHODS)
+        delta = None if their_base is None or their_scratch is None else their_base - their_scratch
         body.append(
             [
                 domain,
                 str(rank),
-                _number(theirs[0], 2),
-                _number(statistics.median(ours_base.values()) if ours_base else None),
-                _number(theirs[1], 2),
-                _number(statistics.median(ours_scratch.values()) if ours_scratch else None),
+                format_number(their_base),
+                medians[0],
+                format_number(their_scratch),
+                medians[1],
                 " / ".join(f"{d:+.1f}" for d in deltas) or "–",
                 sign_count(deltas),
-                "–" if their_delta is None else f"{their_delta:+.1f}",
+                "–" if delta is None else f"{delta:+.1f}",
             ]
         )
     if not body:

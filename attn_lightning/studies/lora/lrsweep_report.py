@@ -19,7 +19,13 @@ from attn_lightning.results.files import markdown_table
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.references import reference
 from attn_lightning.results.tables import format_median_iqr, mean_std, median_iqr, summarize
-from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, SWEEP_GROUP
+from attn_lightning.studies.lora.runs import (
+    ADAPTATION_COLUMN,
+    LABELS,
+    SWEEP_GROUP,
+    position,
+    tag_values,
+)
 
 RowKey = tuple[str, str, int, str]  # a row of the table: domain, adaptation, rank, head
 HEAD_LABELS = {
@@ -122,11 +128,10 @@ def _scale_note(source: str) -> str:
 def _sweep_order(key: RowKey, domains: list[str]) -> tuple[int, ...]:
     domain, adaptation, rank, head = key
     heads = ["", *HEAD_LABELS]
-    order = SWEEP_ADAPTATIONS
     return (
-        domains.index(domain) if domain in domains else len(domains),
-        order.index(adaptation) if adaptation in order else len(order),
-        heads.index(head) if head in heads else len(heads),
+        position(domain, domains),
+        position(adaptation, SWEEP_ADAPTATIONS),
+        position(head, heads),
         rank,
     )
 
@@ -227,7 +232,7 @@ def sweep_section(runs: Sequence[RunResult]) -> list[str]:
     keys = sorted({*choices, *student}, key=lambda k: _sweep_order(k, domains))
 
     def values(key: str) -> str:
-        return ", ".join(sorted({str(r.info[key]) for r in current}))
+        return ", ".join(tag_values(current, key))
 
     lines = [
         f"Data: {values('source')} at 28×28 (quantized: {values('levels')} grey levels; rotated: "

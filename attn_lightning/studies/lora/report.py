@@ -24,7 +24,13 @@ from attn_lightning.results.tables import format_mean_std
 from attn_lightning.studies.lora.lrsweep import LRS_FLAGS, SWEEP_LRS
 from attn_lightning.studies.lora.lrsweep_pattern import pattern_section
 from attn_lightning.studies.lora.lrsweep_report import sweep_section, sweep_summary
-from attn_lightning.studies.lora.runs import ADAPTATION_COLUMN, LABELS, load_part, write_runs
+from attn_lightning.studies.lora.runs import (
+    ADAPTATION_COLUMN,
+    LABELS,
+    load_part,
+    tag_values,
+    write_runs,
+)
 
 PARTS = ("mlp", "variants", "transformer")
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
@@ -140,14 +146,11 @@ def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
     if not sweep:
         return []
 
-    def values(key: str) -> list[str]:
-        return sorted({str(r.info.get(key, "")) for r in sweep} - {""}, key=_natural)
-
     seeds = " ".join(sorted({str(r.seed) for r in sweep}, key=int))
     options = [f"--out {out}", f"--seeds {seeds}"]
     for key in ("source", "max_epochs", "patience"):  # one value per sweep
-        options += [f"--{key.replace('_', '-')} {v}" for v in values(key)[:1]]
-    heads = values("head")
+        options += [f"--{key.replace('_', '-')} {v}" for v in tag_values(sweep, key)[:1]]
+    heads = tag_values(sweep, "head")
     if heads:
         options.append("--heads " + " ".join(heads))
     for adaptation, flag in LRS_FLAGS.items():  # a grid other than today's default is named
@@ -163,13 +166,6 @@ def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
         "```",
         "",
     ]
-
-
-def _natural(value: str) -> tuple[int, float | str]:
-    try:
-        return (0, float(value))
-    except ValueError:
-        return (1, value)
 
 
 def _notes(md: Path) -> str:

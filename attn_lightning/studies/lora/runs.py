@@ -92,8 +92,14 @@ def checkpoint_path(work: str | Path, variant: str, seed: int, name: str = "last
     )
 
 
-def _rank(value: str, order: Sequence[str]) -> int:
+def position(value: Any, order: Sequence[Any]) -> int:
+    """Where ``value`` sorts in ``order``: its index, after every listed value if not there."""
     return order.index(value) if value in order else len(order)
+
+
+def tag_values(runs: Sequence[RunResult], key: str) -> list[str]:
+    """The values of the tag ``key`` among ``runs`` as written, sorted ("" and absent left out)."""
+    return sorted({str(r.info.get(key, "")) for r in runs} - {""})
 
 
 def run_order(run: RunResult) -> tuple[Any, ...]:
@@ -102,10 +108,10 @@ def run_order(run: RunResult) -> tuple[Any, ...]:
     info = run.info
     adaptations = list(LABELS)
     key = (
-        _rank(info["domain"], DOMAINS),
+        position(info["domain"], DOMAINS),
         info["domain"],
-        _rank(info["adaptation"], adaptations),
-        _rank(str(info.get("head", "")), HEAD_ORDER),
+        position(info["adaptation"], adaptations),
+        position(str(info.get("head", "")), HEAD_ORDER),
         int(info["rank"]),
         float(info.get("lr") or 0),
         str(info.get("base_lr", "")),
