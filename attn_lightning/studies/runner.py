@@ -1,17 +1,11 @@
 """The one study runner: (config stack, variant, seed) -> a ``train.py`` run -> its record.
 
 A ``Variant`` is a name plus config files stacked on the study's base configs and ``key=value``
-overrides (an attention spec is one override), and ``info``: the study's own facts of it (a
-backend, a condition), which become the run's tags. ``Runner`` runs each (variant, seed) as a
-``python -m attn_lightning.cli`` subprocess (``train.py``'s own code path; several at once with
-``parallel``) or in this process, with ``--test_after_fit`` and ``--run_record.tags`` = {study,
-variant, seed, the runner's and the variant's tags}; the ``RunResult`` is the run's
-``record.json`` (``logs/<experiment>/<run>/``, ``results.records.load_run``). A (variant, seed)
-with an ``ok`` record under ``record_roots`` (a study's committed ``docs/results/<study>/runs/``)
-with the same tags is taken from there, not trained. ``build_cli`` builds a config stack's model
-and data exactly as ``train.py`` would, for studies that measure a variant's model. ``CONFIGS`` is
-the checkout's ``configs/`` the studies stack their variants on.
-``attn_lightning.studies.sweep`` is the command line on top.
+overrides, and ``info``: the study's own facts of it, which become the run's tags. ``Runner``
+runs each (variant, seed) as a ``python -m attn_lightning.cli`` subprocess (``train.py``'s own
+code path) or in this process, with ``--test_after_fit`` and ``--run_record.tags``; the
+``RunResult`` is the run's ``record.json``. ``build_cli`` builds a config stack's model and data
+as ``train.py`` would, for studies that measure a variant's model.
 """
 
 from __future__ import annotations
@@ -48,21 +42,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("attn_lightning.studies.runner")
 # The checkout's configs/: a study runs from the repository root, where train.py's --config paths,
-# sweeps/, logs/ and docs/results/ are (installed or not, the package holds no configs). Resolved
-# once, on import, so a study that later changes folder still finds them.
+# logs/ and docs/results/ are (installed or not, the package holds no configs). Resolved once, on
+# import, so a study that later changes folder still finds them.
 CONFIGS = Path("configs").resolve()
-
-
-SEED = "{seed}"
+SEED = "{seed}"  # in a variant's override: the run's seed (e.g. a per-seed checkpoint path)
 # train.py's exits after Ctrl-C / SIGTERM (128 + the signal, ``cli.entry``) and the signals
 # themselves (killed before its handler): the run stopped, and --resume continues it.
 STOP_CODES = (130, 143, -2, -15)
 SAVE_DIR = "trainer.logger.init_args.save_dir"  # the override that moves the runs' logs
-
+CRASHED = "crashed"
+OWN_TAGS = ("study", "variant", "seed")  # set on every run; a study's own facts go beside them
 
 __all__ = ["CONFIGS", "SEED", "Runner", "Variant", "build_cli", "run_label", "run_name"]
-# Tags the runner sets on every run (a study's own facts go beside them).
-OWN_TAGS = ("study", "variant", "seed")
 
 
 def run_name(variant: Variant, seed: int) -> str:
@@ -78,8 +69,7 @@ class Variant:
     configs: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     subcommand: str = "fit"  # "test" scores a checkpoint given in the overrides
-    # The study's own facts of this variant (a backend, a condition): the runs' tags, read back
-    # in ``RunResult.info``. Not part of the variant's identity (hash, ==): its name is.
+    # The runs' tags (RunResult.info); not part of the variant's identity (hash, ==): its name is.
     info: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @classmethod
@@ -105,12 +95,8 @@ def _train_argv() -> Iterator[None]:
 
 
 def build_cli(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> AttnLightningCLI:
-    """Parse and instantiate a config stack as ``train.py`` does, without running anything.
-
-    Returns the ``AttnLightningCLI`` (``.model``, ``.datamodule``, ``.trainer``, ``.config``), for
-    studies that measure a variant's model (no YAML read or merged by hand). ``overrides`` are
-    ``key=value`` arguments, as in ``Variant``.
-    """
+    """Parse and instantiate a config stack as ``train.py`` does, without running anything
+    (``.model``, ``.datamodule``, ``.trainer``, ``.config``); ``overrides`` as in ``Variant``."""
     from attn_lightning.cli import main as train_main
 
     args = [a for c in configs for a in ("--config", str(c))]
@@ -124,27 +110,24 @@ class Runner:
 
     Attributes:
         configs: base config stack, before each variant's configs.
-        overrides: ``key=value`` arguments of every run (``--set``), after the variant's.
+        overrides: ``key=value`` arguments of every run (``--set``), after the variant's; one of
+            ``SAVE_DIR`` moves the runs' logs (and records) from ``logs/``.
         experiment: ``--experiment`` of every run (logs/ and checkpoints/ folder).
         study: the runs' ``study`` tag (default: ``experiment``).
         tags: more tags of every run (e.g. ``{"task": "digits"}``), before the variant's ``info``.
-        record_roots: folders of committed records (``results.records.study_runs_dir``): a
-            (variant, seed) with an ``ok`` record there with this run's tags is taken from it,
-            not trained (a study continued on another machine trains only the rest).
-        log_root: the runs' logger ``save_dir``: a run's record is in
-            ``<log_root>/<experiment>/<label>-s<seed>/record.json`` (an override
-            ``trainer.logger.init_args.save_dir=DIR`` in ``overrides`` moves it to ``DIR``).
-        python: the interpreter of the subprocesses, which run ``-m attn_lightning.cli``.
-        train_script: a script to run instead (a stand-in ``train.py`` in tests).
-        timeout: seconds per subprocess run (None: no limit).
+        record_roots: folders of committed records: a (variant, seed) with an ``ok`` record
+            there with this run's tags is taken from it, not trained (a study continued on
+            another machine trains only the rest).
+        publish: called with the folder of each ``ok`` run not taken from ``record_roots``;
+            returns where it copied the record (``records.publish_run``), the run's new
+            ``log_dir``.
+        train_script: a script to run instead of ``-m attn_lightning.cli`` (a stand-in in tests).
         in_process: call ``attn_lightning.cli.main`` here instead (pays the imports once; one run
-            at a time, no timeout).
-        resume: reuse a run's ``ok`` record in ``log_root`` instead of training again; a fit
-            without one but with a ``last.ckpt`` in its checkpoint folder (a run stopped
-            part-way: Ctrl-C, SIGTERM, a machine or session that went away) continues from it
-            (``--ckpt_path``) instead of starting over. A resumed fit equals the uninterrupted
-            one (``tests/test_resume.py``). The folder is trusted to hold the same run: its name
-            is the experiment, variant and seed.
+            at a time).
+        resume: reuse a run's ``ok`` record in ``logs/``; a fit without one but with a
+            ``last.ckpt`` continues from it instead of starting over (``tests/test_resume.py``:
+            it equals the uninterrupted run). The folder is trusted to hold the same run: its
+            name is the experiment, variant and seed.
         skip_runs: never train; read whatever records exist (tables from earlier runs).
     """
 
@@ -154,10 +137,8 @@ class Runner:
     study: str | None = None
     tags: Mapping[str, Any] = field(default_factory=dict)
     record_roots: tuple[Path, ...] = ()
-    log_root: Path = Path("logs")
-    python: str = sys.executable
+    publish: Callable[[Path], Path] | None = None
     train_script: Path | None = None
-    timeout: float | None = None
     in_process: bool = False
     resume: bool = False
     skip_runs: bool = False
@@ -171,16 +152,14 @@ class Runner:
         self, variant: Variant, seed: int, *, ckpt_path: Path | None = None
     ) -> list[str]:
         """The ``train.py`` arguments of one run (subcommand first); ``ckpt_path`` resumes it."""
-        label = run_name(variant, seed)
         args = [variant.subcommand]
         for config in (*self.configs, *variant.configs):
             args += ["--config", str(config)]
-        # ``{seed}`` in a variant's override is the run's seed (e.g. a per-seed checkpoint path).
         args += [f"--{o.replace(SEED, str(seed))}" for o in variant.overrides]
         args += [
             f"--seed_everything={seed}",
             f"--experiment={self.experiment}",
-            f"--run_name={label}",
+            f"--run_name={run_name(variant, seed)}",
             f"--run_record.tags={json.dumps(self.run_tags(variant, seed))}",
             "--trainer.enable_progress_bar=false",
         ]
@@ -194,7 +173,7 @@ class Runner:
         """The subprocess command line of one run: ``python -m attn_lightning.cli <args>``."""
         script = self.train_script
         program = ["-m", "attn_lightning.cli"] if script is None else [str(script)]
-        return [self.python, *program, *self.train_args(variant, seed, ckpt_path=ckpt_path)]
+        return [sys.executable, *program, *self.train_args(variant, seed, ckpt_path=ckpt_path)]
 
     def resume_point(self, variant: Variant, seed: int) -> Path | None:
         """The ``last.ckpt`` a stopped fit continues from with ``resume`` (None: start afresh)."""
@@ -204,31 +183,19 @@ class Runner:
         return last if last.is_file() else None
 
     def run_dir(self, variant: Variant, seed: int) -> Path:
-        """One run's log folder, where its ``record.json`` is: ``<log_root>/<experiment>/<run>``."""
-        return self._log_root() / self.experiment / run_name(variant, seed)
-
-    def _log_root(self) -> Path:
+        """One run's log folder, where its ``record.json`` is: ``logs/<experiment>/<run>``."""
         # The last --set of the logger's folder wins, as on train.py's command line.
-        for override in reversed(self.overrides):
-            key, _, value = override.partition("=")
-            if key == SAVE_DIR:
-                return Path(value)
-        return self.log_root
+        moved = [o.partition("=")[2] for o in self.overrides if o.partition("=")[0] == SAVE_DIR]
+        return Path(moved[-1] if moved else "logs") / self.experiment / run_name(variant, seed)
 
-    def _read(self, variant: Variant, seed: int, seconds: float | None) -> RunResult | None:
-        """The run's record as a ``RunResult`` named as the job (None, with a warning, when it
-        cannot be read); ``seconds`` where the record has no fit time."""
-        folder = self.run_dir(variant, seed)
+    def _read(self, variant: Variant, seed: int) -> RunResult | None:
+        """The run's record named as the job; None, with a warning, when it cannot be read."""
         try:
-            result = load_run(folder)
+            result = load_run(self.run_dir(variant, seed))
         except (OSError, ValueError) as error:
             log.warning("run %s: no readable record (%s)", run_name(variant, seed), error)
             return None
         result.variant, result.seed = variant.name, seed
-        # The fit's own time (FitClock, summed over resumes), whether the run trained now or is
-        # reused: one definition per column (the process time adds start-up and the test).
-        if result.seconds is None:
-            result.seconds = seconds
         return result
 
     def run(self, variant: Variant, seed: int) -> RunResult:
@@ -240,73 +207,63 @@ class Runner:
         if done is not None:
             log.info("run %s: taken from the committed record %s", label, done.log_dir)
             return done
-        has_record = (self.run_dir(variant, seed) / RECORD).is_file()
-        if self.skip_runs or (self.resume and has_record):
-            earlier = self._read(variant, seed, None) if has_record else None
-            if earlier is not None and (self.skip_runs or earlier.status == OK):
-                return earlier
-            if self.skip_runs:
-                log.info(
-                    "run %s: not run (--skip-runs; no record %s)",
-                    label,
-                    self.run_dir(variant, seed),
-                )
-                return RunResult(variant.name, seed, None, NOT_RUN, info=info)
+        earlier = None
+        if (self.skip_runs or self.resume) and (self.run_dir(variant, seed) / RECORD).is_file():
+            earlier = self._read(variant, seed)
+        if earlier is not None and (self.skip_runs or earlier.status == OK):
+            result = earlier
+        elif self.skip_runs:
+            log.info("run %s: not run (--skip-runs; no record)", label)
+            return RunResult(variant.name, seed, None, NOT_RUN, info=info)
+        else:
+            result = self._train(variant, seed, info)
+        if result.status == OK and self.publish is not None and result.log_dir is not None:
+            result.log_dir = str(self.publish(Path(result.log_dir)))
+        return result
+
+    def _train(self, variant: Variant, seed: int, info: dict[str, Any]) -> RunResult:
+        label = run_name(variant, seed)
         ckpt_path = self.resume_point(variant, seed)
         if ckpt_path is not None:
             log.info("run %s: continuing the stopped run from %s", label, ckpt_path)
-        # train.py refuses a fresh fit into an existing run folder; a run trained again by
-        # the study replaces its own earlier folders (the study owns its experiment name).
-        for root in (self._log_root(), Path("checkpoints")):
-            stale = root / self.experiment / label
-            if ckpt_path is None and stale.is_dir():
-                log.info("replacing the earlier run folder %s", stale)
-                shutil.rmtree(stale)
+        else:  # train.py refuses a fresh fit into an existing run folder: the study owns it
+            for stale in (self.run_dir(variant, seed), Path("checkpoints", self.experiment, label)):
+                if stale.is_dir():
+                    log.info("replacing the earlier run folder %s", stale)
+                    shutil.rmtree(stale)
         start = time.perf_counter()
-        status = (
-            self._in_process(variant, seed, ckpt_path)
-            if self.in_process
-            else self._spawn(variant, seed, ckpt_path)
-        )
+        run = self._in_process if self.in_process else self._spawn
+        status = run(variant, seed, ckpt_path)
         seconds = time.perf_counter() - start
-        if status != OK:
-            return RunResult(variant.name, seed, seconds, status, info=info)
-        result = self._read(variant, seed, seconds)
+        result = self._read(variant, seed) if status == OK else None
         if result is None:
-            return RunResult(variant.name, seed, seconds, "crashed", info=info)
-        # The process's own outcome: a fit that ended by early stopping exits 0 and is a
-        # finished run, though its record says "stopped" (resumable).
+            status = CRASHED if status == OK else status
+            return RunResult(variant.name, seed, seconds, status, info=info)
+        # The fit's own time (FitClock, summed over resumes) where the record has it: the
+        # process time adds start-up and the test. A fit ended by early stopping exits 0 and is
+        # a finished run, though its record says "stopped" (resumable).
+        result.seconds = seconds if result.seconds is None else result.seconds
         result.status = OK
         return result
 
-    def _spawn(self, variant: Variant, seed: int, ckpt_path: Path | None = None) -> str:
+    def _spawn(self, variant: Variant, seed: int, ckpt_path: Path | None) -> str:
         label = run_name(variant, seed)
         # The run's output goes to an unlinked temporary file, not a pipe: if this process dies
         # (a stopped study), a pipe would kill the run at its next print (SIGPIPE / broken pipe)
         # after training but before its record is final; a file lets it finish and be resumed.
         with tempfile.TemporaryFile("w+") as output:
-            try:
-                proc = subprocess.run(
-                    self.command(variant, seed, ckpt_path=ckpt_path),
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    timeout=self.timeout,
-                )
-            except subprocess.TimeoutExpired:
-                log.warning("run %s timed out after %s s", label, self.timeout)
-                return "timeout"
-            if proc.returncode in STOP_CODES:
-                log.warning("run %s stopped by a signal (exit %d)", label, proc.returncode)
+            command = self.command(variant, seed, ckpt_path=ckpt_path)
+            code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT).returncode
+            if code in STOP_CODES:
+                log.warning("run %s stopped by a signal (exit %d)", label, code)
                 return STOPPED
-            if proc.returncode:
+            if code:
                 output.seek(0)
-                tail = output.read()[-3000:]
-                log.warning("run %s failed (exit %d):\n%s", label, proc.returncode, tail)
-                return "crashed"
-        return "ok"
+                log.warning("run %s failed (exit %d):\n%s", label, code, output.read()[-3000:])
+                return CRASHED
+        return OK
 
-    def _in_process(self, variant: Variant, seed: int, ckpt_path: Path | None = None) -> str:
+    def _in_process(self, variant: Variant, seed: int, ckpt_path: Path | None) -> str:
         from attn_lightning.cli import main as train_main
 
         try:
@@ -314,10 +271,10 @@ class Runner:
                 train_main(self.train_args(variant, seed, ckpt_path=ckpt_path))
         except (Exception, SystemExit) as error:  # one failed run must not end the study
             log.warning(
-                "run %s-s%d failed: %s: %s", variant.name, seed, type(error).__name__, error
+                "run %s failed: %s: %s", run_name(variant, seed), type(error).__name__, error
             )
-            return "crashed"
-        return "ok"
+            return CRASHED
+        return OK
 
     def run_all(
         self,

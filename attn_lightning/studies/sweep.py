@@ -6,29 +6,23 @@
         --metric test/token_acc --threshold 0.99
     python -m attn_lightning.studies.sweep --plan configs/studies/sequence_reversal_len50.yaml
 
-A variant is a name plus configs stacked on ``--config`` and/or ``key=value`` overrides:
-``--backends`` gives attention specs ``name[:key=value,...]`` (values parsed as YAML),
-``--variants`` config overlays (named by file stem). Each (variant, seed) is a ``train.py fit``
-run through ``studies.runner.Runner`` (``--jobs`` at once) with ``--test_after_fit``, read back
-from its run record; ``--seeds`` sets ``seed_everything``, the data seed stays the config's.
+A variant is an attention spec ``name[:key=value,...]`` (``--backends``, values parsed as YAML)
+or a config overlay named by its file stem (``--variants``), stacked on ``--config``. Each
+(variant, seed) is a ``train.py fit --test_after_fit`` run of ``studies.runner.Runner``
+(``--jobs`` at once); ``--seeds`` sets ``seed_everything``, the data seed stays the config's.
 
-The study's records are ``<out>/runs/`` (``docs/results/<page>/runs/``): a (variant, seed) with
-an ``ok`` record there is taken, not trained, and each run that finishes ``ok`` is published
-there (``records.publish_run``), so a sweep continued on another machine trains only the rest.
-``--report-only`` trains nothing: the page from those records alone (a (variant, seed) without
-one is "not run"); ``--into DIR`` writes the files there instead of beside ``--out``. ``--plan
-FILE`` reads the options from a plan (``configs/studies/<page>.yaml``: the options by their long
-names; ``--out`` by default ``docs/results/<plan name>``); options given with it override it
-(``--config``, ``--set``, ``--pair`` add to it), and the page's command is the plan's.
+The study's records are ``<out>/runs/``: a (variant, seed) with an ``ok`` record there is taken,
+not trained, and each run that finishes ``ok`` is published there, so a sweep continued on
+another machine trains only the rest. ``--report-only`` trains nothing (a (variant, seed)
+without a record is "not run"); ``--into DIR`` writes the files there instead of beside
+``--out``. ``--plan FILE`` reads the options from ``configs/studies/<page>.yaml`` (long option
+names; ``--out`` by default ``docs/results/<plan name>``); options given with it override it.
 
-Writes ``<out>.md`` (summary, per-run table, the command), ``<out>.csv`` (summary) and
-``<out>_runs.csv``, rewritten after every run; the columns are ``--metrics`` (default: every
-``test/`` metric). With ``--metric`` and ``--threshold`` a run "fails to converge" below the
-threshold (above it with ``--direction min``); crashed or timed-out runs are counted apart.
-``--pair VARIANT CONTROL`` adds the paired-by-seed Δ of the variant vs its control on ``--metric``
-(else the first ``--metrics``) with its 95 % interval (``results.paired``); ``--curve TAG`` writes
-``<out>_curves.csv`` (every logged value of TAG per run, from the records) and a table of it. The
-machine line is the records': a converted run's ``machine`` tag, a fresh run's environment.
+Writes ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv`` after every run; columns
+are ``--metrics`` (default: every ``test/`` metric). With ``--metric`` and ``--threshold`` a run
+below the threshold (above with ``--direction min``) "fails to converge". ``--pair VARIANT
+CONTROL`` adds the paired-by-seed Δ on ``--metric`` (else the first ``--metrics``);
+``--curve TAG`` writes ``<out>_curves.csv`` and a table of TAG per run.
 """
 
 from __future__ import annotations
@@ -44,18 +38,12 @@ from attn_lightning.results.environment import command_line
 from attn_lightning.results.paired import comparisons
 from attn_lightning.results.records import (
     NOT_RUN,
-    OK,
     RunResult,
     load_runs,
     publish_run,
     study_runs_dir,
 )
-from attn_lightning.results.tables import (
-    Convergence,
-    records_machine_line,
-    summarize,
-    write_tables,
-)
+from attn_lightning.results.tables import Convergence, records_machine_line, write_tables
 from attn_lightning.studies.arguments import (
     add_run_arguments,
     check_overrides,
@@ -63,9 +51,7 @@ from attn_lightning.studies.arguments import (
     plan_argv,
     study_parser,
 )
-from attn_lightning.studies.runner import Runner, Variant, run_label
-
-__all__ = ["RunResult", "Runner", "Variant", "main", "run_label", "summarize"]
+from attn_lightning.studies.runner import Runner, Variant
 
 log = logging.getLogger("attn_lightning.studies.sweep")
 PROG = "python -m attn_lightning.studies.sweep"
@@ -97,30 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     add("--metric", default=None, help="convergence metric (needs --threshold)")
     add("--threshold", type=float, default=None, help="convergence threshold of --metric")
     add("--direction", choices=("max", "min"), default="max", help="max: converged if >=")
-    add("--timeout", type=float, default=None, help="seconds per run")
-    add("--python", default=sys.executable, help="interpreter of the runs")
-    add(
-        "--train-script",
-        "--train_script",
-        default=None,
-        type=Path,
-        help="a script to run instead of python -m attn_lightning.cli (e.g. a stand-in)",
-    )
-    add("--dry-run", "--dry_run", action="store_true", help="print the commands only")
-    add(
-        "--curve",
-        default=None,
-        metavar="TAG",
-        help="also write <out>_curves.csv and a table of this logged scalar per run (e.g. val/acc)",
-    )
+    add("--train-script", type=Path, help="a script to run instead of attn_lightning.cli")
+    add("--dry-run", action="store_true", help="print the commands only")
+    add("--curve", metavar="TAG", help="also write <out>_curves.csv of this logged scalar")
     add(
         "--pair",
         nargs=2,
         action="append",
         default=[],
         metavar=("VARIANT", "CONTROL"),
-        help="add the paired-by-seed Δ of VARIANT vs CONTROL on --metric (else the first of "
-        "--metrics) with its 95%% interval (repeatable)",
+        help="paired-by-seed Δ of VARIANT vs CONTROL, 95%% interval (repeatable)",
     )
     add("--plan", type=Path, default=None, help="a plan file of these options (YAML)")
     add("--report-only", action="store_true", help="train nothing: the page from <out>/runs/")
@@ -159,7 +131,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
     unknown = [n for pair in args.pair for n in pair if n not in names]
     if unknown:
         parser.error(f"--pair names {unknown}, not variants of this sweep; they are {names}")
-    if args.pair and not (args.metric or args.metrics):
+    args.compared = args.metric or (args.metrics[0] if args.metrics else None)
+    if args.pair and not args.compared:
         parser.error("--pair needs the metric to compare: give --metric or --metrics")
     # --report-only and --into change no number: the page's command leaves them out.
     after = ["", *argv]
@@ -170,11 +143,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
 def main(argv: list[str] | None = None) -> list[RunResult]:
     """Run the sweep CLI; returns the runs (in the order of the tables)."""
     log_to_stderr()
-    argv = sys.argv[1:] if argv is None else argv
-    args, variants, command = parse(argv)
-    names = [v.name for v in variants]
-    compared = args.metric or (args.metrics[0] if args.metrics else None)
-    controls = dict(map(tuple, args.pair))
+    args, variants, command = parse(sys.argv[1:] if argv is None else argv)
     study, results_dir = args.out.name, args.out.parent
     records = study_runs_dir(study, results_dir)
     runner = Runner(
@@ -183,9 +152,8 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         experiment=args.experiment or f"sweep-{study}",
         study=study,
         record_roots=(records,),
-        python=args.python,
+        publish=lambda folder: publish_run(folder, study, results_dir),
         train_script=args.train_script,
-        timeout=args.timeout,
         resume=args.resume,
         skip_runs=args.skip_runs,
     )
@@ -199,10 +167,8 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     )
     out = args.out if args.into is None else args.into / study
 
-    def tables(result: RunResult, finished: list[RunResult]) -> None:
-        if result.status == OK and result.log_dir and records not in Path(result.log_dir).parents:
-            result.log_dir = str(publish_run(Path(result.log_dir), study, results_dir))
-        extra = comparisons(finished, controls, compared) if compared else {}
+    def tables(_: RunResult | None, finished: list[RunResult]) -> None:
+        extra = comparisons(finished, dict(args.pair), args.compared) if args.compared else {}
         titles = list(dict.fromkeys(t for row in extra.values() for t in row))
         write_tables(
             out,
@@ -213,14 +179,14 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             label="variant" if args.variants else "backend",
             jobs=args.jobs,
             # Every variant gets every column ("–" where it has no control): one CSV header.
-            extra={n: {t: extra.get(n, {}).get(t) for t in titles} for n in names},
+            extra={v.name: {t: extra.get(v.name, {}).get(t) for t in titles} for v in variants},
             notes=[PAIRED_NOTE] if extra else [],
             machine=records_machine_line(finished, jobs=args.jobs),
         )
 
     if args.report_only:
         results = report(records, [(v.name, s) for v, s in jobs])
-        tables(results[-1], results)
+        tables(None, results)
     else:
         results = runner.run_all(jobs, parallel=args.jobs, on_result=tables)
     if args.curve:  # once, at the end: it reads every run's curves

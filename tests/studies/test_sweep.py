@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.results.tables import Convergence
-from attn_lightning.studies.sweep import Runner, RunResult, Variant, main, run_label, summarize
+from attn_lightning.results.records import RunResult, run_label
+from attn_lightning.results.tables import Convergence, summarize
+from attn_lightning.studies.runner import Runner, Variant
+from attn_lightning.studies.sweep import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attn_lightning.results.records import OK, RunResult, load_runs, publish_run, study_runs_dir
+from attn_lightning.results.records import RunResult, load_runs, publish_run, study_runs_dir
 from attn_lightning.studies.arguments import (
     add_run_arguments,
     check_overrides,
@@ -114,7 +114,6 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
         dataclasses.replace(v, info={"backend": backend, "condition": condition})
         for v, backend, condition in plan.variants()
     ]
-    committed = study_runs_dir(STUDY)
     runner = Runner(
         configs=(str(config(args.task)), args.preset),
         # Step budgets, not the config's epochs (digits trains by epochs).
@@ -122,17 +121,13 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
         experiment=experiment,
         study=STUDY,
         tags=plan.tags(),
-        record_roots=(committed,),
+        record_roots=(study_runs_dir(STUDY),),
+        publish=lambda folder: publish_run(folder, STUDY, group=args.task),
         resume=args.resume,
         skip_runs=args.skip_runs,
     )
 
-    def write(result: RunResult | None, done: list[RunResult]) -> None:
-        folder = None if result is None or result.log_dir is None else Path(result.log_dir)
-        # A run trained now is committed with the others; one taken from there is not copied.
-        fresh = folder is not None and committed not in folder.parents
-        if fresh and folder is not None and result is not None and result.status == OK:
-            publish_run(folder, STUDY, group=args.task)
+    def write(_: RunResult | None, done: list[RunResult]) -> None:
         _write(args.out, in_run_order(done), args.task, command, [])
 
     bases = runner.run_all(
