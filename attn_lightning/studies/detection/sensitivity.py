@@ -192,6 +192,13 @@ def _keys90(run: RunResult) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _with_n(values: Sequence[float], *, scale: float = 1.0, digits: int) -> str | None:
+    # ``mean ± std (n)``: a grid point's seeds may be fewer than asked for.
+    if not values:
+        return None
+    return f"{format_mean_std(*mean_std(values), scale=scale, digits=digits)} ({len(values)})"
+
+
 def sensitivity_cells(
     results: Sequence[RunResult], grid: Sequence[GridPoint]
 ) -> dict[str, dict[str, Any]]:
@@ -212,16 +219,10 @@ def sensitivity_cells(
             row[DELTA_VS_REFERENCE] = format_delta(delta, COMPARED)
         if has_keys90:
             ok = [r for r in results if r.variant == name and r.status == "ok"]
-            values = [v for r in ok if (v := _keys90(r)) is not None]
-            mean, std = mean_std(values)
             shown = {str(r.info[KEYS90_CELL]) for r in ok if KEYS90_CELL in r.info}
             # (n): converted runs carry no per-layer keys90, so n can be below the mAP's n.
-            row[KEYS90] = (
-                f"{format_mean_std(mean, std, digits=2)} ({len(values)})"
-                if mean is not None
-                else shown.pop()
-                if len(shown) == 1
-                else None
+            row[KEYS90] = _with_n([v for r in ok if (v := _keys90(r)) is not None], digits=2) or (
+                shown.pop() if len(shown) == 1 else None
             )
         cells[name] = row
     return cells
@@ -238,11 +239,9 @@ def grid_table(
     body = []
     for point in grid:
         name = point.variant.name
-        values = {c.title: list(per_seed(results, name, c.key).values()) for c in metrics}
         row = dict(cells[name])
         for c in metrics:
-            mean, std = mean_std(values[c.title])
-            shown = format_mean_std(mean, std, scale=c.scale, digits=c.digits)
-            row[c.title] = shown if mean is None else f"{shown} ({len(values[c.title])})"
+            values = list(per_seed(results, name, c.key).values())
+            row[c.title] = _with_n(values, scale=c.scale, digits=c.digits)
         body.append([*("–" if row.get(t) is None else row[t] for t in titles), f"`{name}`"])
     return markdown_table([*titles, "variant"], body)
