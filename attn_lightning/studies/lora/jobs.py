@@ -46,25 +46,29 @@ def _lora_jobs(
     return jobs
 
 
+def _adapt(args: argparse.Namespace, seed: int, domain: str) -> tuple[str, ...]:
+    """The overrides of an MLP run that adapts seed ``seed``'s ``base-mlp`` to ``domain``."""
+    return (
+        f"model.init_args.lr={args.lr}",
+        f"data.init_args.levels={args.levels}",
+        f"data.init_args.angle={args.angle}",
+        f"model.init_args.base_checkpoint={checkpoint_path(args.work, 'base-mlp', seed)}",
+        f"trainer.max_epochs={args.epochs}",
+        "checkpoint.save_last=false",
+        f"data.init_args.domain={domain}",
+    )
+
+
 def mlp_jobs(args: argparse.Namespace) -> list[Job]:
     """Per seed: the base MLP, then per domain before / full / LoRA / LoRA-from-scratch."""
     jobs: list[Job] = []
-    lr = f"model.init_args.lr={args.lr}"
-    shifts = (f"data.init_args.levels={args.levels}", f"data.init_args.angle={args.angle}")
+    base = (f"model.init_args.lr={args.lr}", f"trainer.max_epochs={args.base_epochs}")
     for seed in args.seeds:
-        base = Variant("base-mlp", (MLP_CONFIG,), (lr, f"trainer.max_epochs={args.base_epochs}"))
-        ckpt = checkpoint_path(args.work, base.name, seed)
+        keep = str(checkpoint_path(args.work, "base-mlp", seed))
         info = {"part": "mlp", "domain": "original", "adaptation": "base", "rank": 0}
-        jobs.append((base, seed, {**info, "_keep": str(ckpt)}))
+        jobs.append((Variant("base-mlp", (MLP_CONFIG,), base), seed, {**info, "_keep": keep}))
         for domain in args.domains:
-            adapt = (
-                lr,
-                *shifts,
-                f"model.init_args.base_checkpoint={ckpt}",
-                f"trainer.max_epochs={args.epochs}",
-                "checkpoint.save_last=false",
-                f"data.init_args.domain={domain}",
-            )
+            adapt = _adapt(args, seed, domain)
             info = {"part": "mlp", "domain": domain, "rank": 0}
             full = (*adapt, "model.init_args.adaptation=full")
             before = Variant(
@@ -95,19 +99,9 @@ def variant_jobs(args: argparse.Namespace) -> list[Job]:
     jobs: list[Job] = []
     r = args.variant_rank
     for seed in args.seeds:
-        ckpt = checkpoint_path(args.work, "base-mlp", seed)
         for domain in args.variant_domains:
-            common = (
-                f"model.init_args.lr={args.lr}",
-                f"data.init_args.domain={domain}",
-                f"data.init_args.levels={args.levels}",
-                f"data.init_args.angle={args.angle}",
-                f"model.init_args.base_checkpoint={ckpt}",
-                "checkpoint.save_last=false",
-                f"trainer.max_epochs={args.epochs}",
-                "model.init_args.adaptation=lora",
-                f"model.init_args.lora_r={r}",
-            )
+            lora = ("model.init_args.adaptation=lora", f"model.init_args.lora_r={r}")
+            common = (*_adapt(args, seed, domain), *lora)
             for adaptation, options in VARIANTS.items():
                 name = f"{domain}-{adaptation}-r{r}"
                 variant = Variant(name, (MLP_CONFIG,), (*common, *options))
