@@ -31,11 +31,7 @@ from attn_lightning.studies.reversal.markdown import (
     report_markdown,
 )
 from attn_lightning.studies.reversal.runs import DEFAULT_THRESHOLD, chosen_runs
-from attn_lightning.studies.reversal.summary import (
-    paired_csv_rows,
-    paired_rows,
-    summarize,
-)
+from attn_lightning.studies.reversal.summary import paired_csv_rows, paired_rows, summarize
 
 PROG = "python -m attn_lightning.studies.reversal"
 
@@ -55,15 +51,6 @@ def _run_row(run: RunResult, metrics: Sequence[str], checkpoint: bool) -> dict[s
     return {**row, **{k: run.info.get(k) for k in CHECKPOINT_FACTS}} if checkpoint else row
 
 
-def _curve_rows(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
-    """Long format: one row per run and validation, ``optimizer_steps`` = logged step + 1."""
-    return [
-        {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, VAL_TAG: value}
-        for r in runs
-        for step, value in r.info.get("val_curve", [])
-    ]
-
-
 def report(
     roots: Sequence[Path],
     out: Path,
@@ -73,18 +60,15 @@ def report(
     threshold: float = DEFAULT_THRESHOLD,
     control: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Write ``<out>.md``, ``<out>.csv`` (summary), ``<out>_runs.csv`` and ``<out>_curves.csv``
-    (and ``<out>_paired.csv`` with ``control``); returns the summary.
+    """Write the files of the module docstring; returns the summary rows.
 
     Args:
         roots: folders of run records (``runs.load_runs``).
         out: output path without extension.
         command: the command line shown in ``<out>.md``.
-        variants: labels (or attention specs, turned into labels) in table order; default: every
-            label found, sorted. Runs of other variants are left out.
+        variants: the variants and their order (``runs.chosen_runs``).
         threshold: test token accuracy of a converged run; ``val/token_acc`` of steps-to.
-        control: a label (or spec): adds paired ``variant − control`` differences over the
-            seeds both ran, mean [95 % interval], to ``<out>.md`` and ``<out>_paired.csv``.
+        control: a label (or spec): adds paired ``variant − control`` differences.
 
     Raises:
         FileNotFoundError: naming a folder of ``roots`` without run records.
@@ -102,9 +86,14 @@ def report(
     fields = list(_run_row(RunResult("", 0, None, ""), metrics, checkpoint))
     rows = [_run_row(r, metrics, checkpoint) for r in runs]
     write_csv(sibling("_runs.csv"), rows, fields=fields)
-    if any(r.info.get("val_curve") for r in runs):
-        curve_fields = ["variant", "seed", "optimizer_steps", VAL_TAG]
-        write_csv(sibling("_curves.csv"), _curve_rows(runs), fields=curve_fields)
+    # Long format, one row per validation; optimizer_steps = logged step + 1.
+    curves = [
+        {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, VAL_TAG: value}
+        for r in runs
+        for step, value in r.info.get("val_curve", [])
+    ]
+    if curves:
+        write_csv(sibling("_curves.csv"), curves)
     text = report_markdown(summary, runs, threshold, command)
     if control is not None:
         control_name = run_label(control)

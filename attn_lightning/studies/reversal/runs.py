@@ -63,12 +63,6 @@ def finished(run: RunResult) -> bool:
     return run.status != "unfinished"
 
 
-def converged(run: RunResult, threshold: float) -> bool:
-    """Test token accuracy ≥ ``threshold``."""
-    value = run.value(CONVERGENCE_METRIC)
-    return value is not None and value >= threshold
-
-
 def curve_facts(scalars: Scalars, threshold: float) -> dict[str, Any]:
     """The facts (module docstring) whose curves ``scalars`` holds."""
     facts: dict[str, Any] = {}

@@ -22,9 +22,9 @@ from typing import Any
 
 from attn_lightning.results.paired import seed_deltas
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import median_iqr
+from attn_lightning.results.tables import Convergence, median_iqr
 from attn_lightning.studies.reversal.dynamics import GROUPS, SpikeGradient
-from attn_lightning.studies.reversal.runs import converged, finished
+from attn_lightning.studies.reversal.runs import CONVERGENCE_METRIC, finished
 
 # The tag holding a converted run's variant's spike-gradient columns (``SPIKE_COLUMNS``).
 CARRIED = "variant_spike_gradients"
@@ -57,11 +57,12 @@ def _facts(runs: Sequence[RunResult], key: str) -> list[Any]:
 def summarize_variant(name: str, runs: Sequence[RunResult], threshold: float) -> dict[str, Any]:
     """One summary row (see the module docstring) of one variant's runs."""
     done = [r for r in runs if finished(r)]
+    rule = Convergence(CONVERGENCE_METRIC, threshold)
     row: dict[str, Any] = {
         "variant": name,
         "runs": len(done),
         "unfinished": len(runs) - len(done),
-        "converged": sum(converged(r, threshold) for r in done),
+        "converged": sum(rule.converged(r.value(rule.metric)) for r in done),
     }
     for key in METRICS:
         _put_median_iqr(row, key, [v for r in done if (v := r.value(key)) is not None])
