@@ -1,11 +1,8 @@
 """The command-line pieces the studies share: a study's parser, its run flags, plans, old spellings.
 
-Every study that trains runs through ``studies.runner`` and so takes the same flags for them:
-``--seeds``, ``--set KEY=VALUE`` (a ``train.py`` argument of every run), ``--jobs``, ``--resume``,
-``--skip-runs``, ``--experiment`` and ``--out``; ``add_run_arguments`` adds them with one
-meaning everywhere. ``plan_argv`` reads a declarative plan (``configs/studies/<study>.yaml``:
-the study's options by their long names) as the arguments it stands for. ``renamed`` is the one
-notice an old spelling (a module path, a flag) gives.
+Every study that trains runs through ``studies.runner``, so ``add_run_arguments`` gives its flags
+one meaning everywhere; ``plan_argv`` reads a plan (``configs/studies/<study>.yaml``) as the
+arguments it stands for; ``renamed`` is the one notice an old spelling gives.
 """
 
 from __future__ import annotations
@@ -60,9 +57,8 @@ def add_run_arguments(
     seeds: Sequence[int] = (0, 1, 2),
     out_required: bool = True,
 ) -> None:
-    """The flags of a study that trains: ``--seeds --set --jobs --resume --skip-runs
-    --experiment --out`` (``experiment``: the default of ``--experiment``; ``out_required``
-    False for a study whose plan gives ``--out``)."""
+    """``--seeds --set --jobs --resume --skip-runs --experiment --out`` (``experiment``: the
+    default of ``--experiment``)."""
     add_seeds(parser, seeds)
     add_overrides(parser)
     parser.add_argument("--jobs", type=int, default=1, help="training runs at once")
@@ -73,10 +69,7 @@ def add_run_arguments(
         "last.ckpt, train the others",
     )
     parser.add_argument(
-        "--skip-runs",
-        "--skip_runs",
-        action="store_true",
-        help="train nothing: tables from the run records that exist",
+        "--skip-runs", action="store_true", help="train nothing: tables from the records there are"
     )
     add_experiment(parser, experiment, experiment_help)
     add_out(parser, required=out_required)
@@ -94,11 +87,10 @@ def plan_argv(
 ) -> list[str]:
     """The command-line arguments a plan file stands for, checked by key.
 
-    A plan is a YAML mapping from ``parser``'s long option names (without ``--``: ``config``,
-    ``backends``, ``set``, ``skip-runs``) to their values: a list for an option that takes
-    several or repeats (``pair``: a list of pairs), ``true``/``false`` for a flag. The values
-    are then parsed by ``parser`` itself, so a plan is checked as its command line is.
-    ``exclude``: options a plan may not set (``plan`` itself, modes of one call).
+    A plan maps ``parser``'s long option names (without ``--``) to values: a list for an option
+    that takes several or repeats (``pair``: a list of pairs), ``true``/``false`` for a flag.
+    ``parser`` then parses them, so a plan is checked as its command line is. ``exclude``:
+    options a plan may not set (``plan`` itself, modes of one call).
 
     Raises:
         ValueError: naming ``path`` when it is not a mapping, a key that is no option (with the
