@@ -32,7 +32,7 @@ from pathlib import Path
 
 from attn_lightning.data.domains import NORMALIZATIONS
 from attn_lightning.data.images import SOURCES
-from attn_lightning.studies.arguments import log_to_stderr
+from attn_lightning.studies.arguments import log_to_stderr, study_parser
 from attn_lightning.studies.lora.jobs import mlp_jobs, transformer_jobs, variant_jobs
 from attn_lightning.studies.lora.lrsweep import (
     ADAPTATIONS,
@@ -57,12 +57,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], list[Job]]] = {
     "lrsweep": lrsweep_all_jobs,
 }
 
-NOISY = (
-    "lightning",
-    "lightning.pytorch",
-    "lightning.fabric",
-    "tensorboard",
-)  # lrsweep's flags under their old names
+NOISY = ("lightning", "lightning.pytorch", "lightning.fabric", "tensorboard")
 
 
 def log_plan(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
@@ -172,9 +167,7 @@ def _add_lrsweep(sweep: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The LoRA study's CLI: one subcommand per part, and ``report`` (see the module docstring)."""
-    parser = argparse.ArgumentParser(
-        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = study_parser(PROG, __doc__)
     names = "{" + ",".join([*PARTS, "report"]) + "}"
     parts = parser.add_subparsers(dest="part", required=True, metavar=names)
     out, runs = _options(_out), _options(_out, _runs)

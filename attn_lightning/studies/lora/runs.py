@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,12 @@ from attn_lightning.results.records import (
     RunResult,
     load_runs,
     publish_run,
+    run_folder,
     run_scalars,
     study_runs_dir,
 )
 from attn_lightning.results.run_files import load_record, write_record
-from attn_lightning.studies.runner import CONFIGS, Runner, Variant, run_label, run_name
+from attn_lightning.studies.runner import CONFIGS, Runner, Variant
 
 MLP_CONFIG = str(CONFIGS / "lora" / "base.yaml")
 REV_CONFIG = str(CONFIGS / "lora_reversal" / "base.yaml")
@@ -80,16 +82,9 @@ def part_dir(out: str | Path, part: str) -> Path:
     return study_runs_dir(out.name, out.parent) / part
 
 
-def runs_csv(out: str | Path, part: str) -> Path:
-    """``<out>_<part>_runs.csv``: the part's runs, one row each (written by the report)."""
-    return Path(f"{out}_{part}_runs.csv")
-
-
 def checkpoint_path(work: str | Path, variant: str, seed: int, name: str = "last") -> Path:
     """Where the run of ``variant`` at ``seed`` saves its checkpoint ``name`` under ``work``."""
-    return (
-        Path(work) / "checkpoints" / EXPERIMENT / f"{run_label(variant)}-s{seed}" / f"{name}.ckpt"
-    )
+    return Path(work) / "checkpoints" / EXPERIMENT / run_folder(variant, seed) / f"{name}.ckpt"
 
 
 def position(value: Any, order: Sequence[Any]) -> int:
@@ -134,7 +129,7 @@ def run_row(run: RunResult) -> dict[str, Any]:
 def write_runs(out: str | Path, part: str, runs: Sequence[RunResult]) -> None:
     """Write the part's runs to ``<out>_<part>_runs.csv`` (an output: nothing reads it back)."""
     fields = SWEEP_FIELDS if part == "lrsweep" else FIELDS
-    write_csv(runs_csv(out, part), [run_row(r) for r in runs], fields=fields)
+    write_csv(Path(f"{out}_{part}_runs.csv"), [run_row(r) for r in runs], fields=fields)
 
 
 def pending(args: argparse.Namespace, part: str, jobs: list[Job]) -> list[Job]:
@@ -208,8 +203,9 @@ def run_part(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
     planned = {(variant.name, seed): (variant, info) for variant, seed, info in todo}
     work = Path(args.work)
     for variant, seed, _ in todo:  # a rerun's earlier folders: train.py refuses to reuse them
+        label = run_folder(variant.name, seed)
         for folder in ("logs", "checkpoints"):
-            shutil.rmtree(work / folder / EXPERIMENT / run_name(variant, seed), ignore_errors=True)
+            shutil.rmtree(work / folder / EXPERIMENT / label, ignore_errors=True)
     runner = Runner(
         overrides=(
             "trainer.enable_model_summary=false",
@@ -230,15 +226,9 @@ def run_part(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
             result.seconds = round(result.seconds or 0.0, 1)
             publish(result, args.out, part, fit)
         if not args.keep_checkpoints and "_keep" not in info:
-            label = run_name(Variant(result.variant), result.seed)
+            label = run_folder(result.variant, result.seed)
             shutil.rmtree(work / "checkpoints" / EXPERIMENT / label, ignore_errors=True)
 
-    variants = [
-        (Variant(v.name, v.configs, v.overrides, v.subcommand, _tags(info)), seed)
-        for v, seed, info in todo
-    ]
+    tags = [{k: v for k, v in info.items() if k != "_keep"} for _, _, info in todo]
+    variants = [(replace(v, info=t), seed) for (v, seed, _), t in zip(todo, tags, strict=True)]
     runner.run_all(variants, on_result=record)
-
-
-def _tags(info: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in info.items() if k != "_keep"}
