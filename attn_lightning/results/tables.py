@@ -206,6 +206,25 @@ def records_machine_line(results: Sequence[RunResult], *, jobs: int = 1) -> str 
     return f"Machine{'s' if len(machines) > 1 else ''}: {'; '.join(machines)}; {pace}."
 
 
+def run_rows(
+    results: Sequence[RunResult], keys: Sequence[str], *, label: str, info: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """The ``<out>_runs.csv`` rows: per run its variant (as ``label``), the ``info`` tags named,
+    seed, status, seconds, steps and the value of each of ``keys``."""
+    return [
+        {
+            label: r.variant,
+            **{tag: r.info.get(tag) for tag in info},
+            "seed": r.seed,
+            "status": r.status,
+            "seconds": None if r.seconds is None else round(r.seconds, 1),
+            "global_step": r.global_step,
+            **{k: r.value(k) for k in keys},
+        }
+        for r in results
+    ]
+
+
 def _cell(value: Any) -> str:
     if value is None or value == "":
         return "–"
@@ -268,18 +287,7 @@ def write_tables(
         row.update(extra.get(row[label], {}))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(out.with_name(out.name + ".csv"), summary)
-    runs = [
-        {
-            label: r.variant,
-            "seed": r.seed,
-            "status": r.status,
-            "seconds": None if r.seconds is None else round(r.seconds, 1),
-            "global_step": r.global_step,
-            **{k: r.value(k) for k in keys},
-        }
-        for r in results
-    ]
-    write_csv(out.with_name(out.name + "_runs.csv"), runs)
+    write_csv(out.with_name(out.name + "_runs.csv"), run_rows(results, keys, label=label))
     extra_titles = list(dict.fromkeys(t for cells in extra.values() for t in cells))
     failed = "" if convergence is None else f'"not converged" = {convergence.describe()}; '
     head = [label, "runs", *(["not converged"] if convergence else []), "crashed"]

@@ -1,12 +1,11 @@
 """The warm-start study's tables: every condition per backend, and the paired Δs that answer
 the review's claim — fine-tuned from softmax against the same backend trained from scratch.
 
-Cells are mean ± std over seeds (``results.tables``); where the task has a convergence threshold
-(reversal: test token accuracy ≥ 99 %, as on every reversal page) its outcomes are bimodal (a run
-learns reversal or stalls), so the table shows k/n converged and median [25th, 75th percentile]
-instead (the CSV keeps both). A paired Δ is every seed's difference with its sign counts and an
-interval of the mean (``results.paired.seed_deltas``: a bootstrap from five seeds up, since
-accuracies are bounded; a Student-t interval at the three seeds these studies ran).
+Cells are mean ± std over seeds; where the task has a convergence threshold (reversal: test
+token accuracy ≥ 99 %, as on every reversal page) its outcomes are bimodal (a run learns
+reversal or stalls), so the table shows k/n converged and median [25th, 75th percentile] instead
+(the CSV keeps both). A paired Δ is ``results.paired.seed_deltas`` (a Student-t interval at the
+three seeds these studies ran).
 """
 
 from __future__ import annotations
@@ -18,13 +17,14 @@ from typing import Any
 from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.results.paired import SEED_INTERVAL_NOTE, seed_deltas
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import OK, RunResult
 from attn_lightning.results.tables import (
     column,
     format_mean_std,
     format_median_iqr,
     mean_std,
     median_iqr,
+    run_rows,
 )
 from attn_lightning.studies.warm_start.plan import CONDITIONS
 
@@ -43,7 +43,7 @@ def _values(runs: Sequence[RunResult], backend: str, condition: str, key: str) -
         for r in runs
         if r.info.get("backend") == backend
         and r.info.get("condition") == condition
-        and r.status == "ok"
+        and r.status == OK
         and (v := r.value(key)) is not None
     }
 
@@ -64,9 +64,8 @@ def condition_rows(
                 continue
             row: dict[str, Any] = {"backend": backend, "condition": condition, "n": n}
             if converged is not None:
-                key, threshold = converged
-                reached = _values(runs, backend, condition, key).values()
-                row["converged"] = sum(v >= threshold for v in reached)
+                reached = _values(runs, backend, condition, converged[0]).values()
+                row["converged"] = sum(v >= converged[1] for v in reached)
             for key in metrics:
                 values = list(_values(runs, backend, condition, key).values())
                 row[f"{key}_mean"], row[f"{key}_std"] = mean_std(values)
@@ -106,11 +105,9 @@ def paired_rows(
                 "question": question,
             }
             for key, delta in deltas.items():
-                shown = column(key)
-                row[key] = None if delta is None else delta.format(scale=shown.scale, digits=2)
-                row[f"{key} per seed"] = (
-                    None if delta is None else delta.per_seed(scale=shown.scale, digits=2)
-                )
+                scale = column(key).scale
+                row[key] = delta and delta.format(scale=scale, digits=2)
+                row[f"{key} per seed"] = delta and delta.per_seed(scale=scale, digits=2)
             rows.append(row)
     return rows
 
@@ -132,23 +129,9 @@ def write(
     paired = paired_rows(runs, backends, metrics)
     write_csv(out.with_name(out.name + ".csv"), rows)
     write_csv(out.with_name(out.name + "_paired.csv"), paired)
-    per_run = [
-        {
-            "variant": r.variant,
-            "backend": r.info.get("backend"),
-            "condition": r.info.get("condition"),
-            "seed": r.seed,
-            "status": r.status,
-            "seconds": None if r.seconds is None else round(r.seconds, 1),
-            "global_step": r.global_step,
-            **{k: r.value(k) for k in metrics},
-        }
-        for r in runs
-    ]
+    per_run = run_rows(runs, metrics, label="variant", info=("backend", "condition"))
     write_csv(out.with_name(out.name + "_runs.csv"), per_run)
-    titles = [column(k).title for k in metrics]
     bimodal = converged is not None
-    count = ["converged"] if bimodal else ["n"]
     body = [
         [
             f"`{row['backend']}`",
@@ -158,14 +141,14 @@ def write(
         ]
         for row in rows
     ]
+    spread = "mean ± std over seeds"
     if converged is not None:
-        key, threshold = converged
+        shown = column(converged[0])
         spread = (
-            f"median [25th, 75th percentile] over seeds; converged = {column(key).title} ≥ "
-            f"{threshold * column(key).scale:g} (outcomes are bimodal)"
+            f"median [25th, 75th percentile] over seeds; converged = {shown.title} ≥ "
+            f"{converged[1] * shown.scale:g} (outcomes are bimodal)"
         )
-    else:
-        spread = "mean ± std over seeds"
+    titles = [column(k).title for k in metrics]
     pairs = [
         [f"`{p['backend']}`", p["comparison"], *(p[k] or "–" for k in metrics)] for p in paired
     ]
@@ -176,7 +159,7 @@ def write(
         *notes,
         "Test split, best-by-validation checkpoint (zero-shot: the base's `last.ckpt`); "
         f"{spread}.\n",
-        markdown_table(["backend", "condition", *count, *titles], body),
+        markdown_table(["backend", "condition", "converged" if bimodal else "n", *titles], body),
         f"\nPaired by seed: mean Δ [{SEED_INTERVAL_NOTE}] (n: seeds with Δ > 0, < 0, = 0); "
         "every seed's Δ in `_paired.csv`.\n",
         markdown_table(["backend", "comparison", *titles], pairs),
