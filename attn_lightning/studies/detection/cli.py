@@ -1,61 +1,41 @@
 """The DETR attention-site study: ``python -m attn_lightning.studies.detection <subcommand>``.
 
-``run``: config-overlay variants over seeds, with each variant's model costs::
+``run``: config-overlay variants (``configs/detection/<name>.yaml`` on its ``base.yaml``; ``all``
+is the study, ``detection.variants``) over seeds, then each variant's model costs::
 
     python -m attn_lightning.studies.detection run --variants all --seeds 0 1 2 --jobs 2 \\
         --out docs/results/detection_runs
 
-``all`` is ``STUDY_VARIANTS``: softmax, softmax_no_projections, mean with its control
-(softmax without projections at the encoder only), and for each site (encoder self, decoder
-self, decoder cross, all three) the optimization variant next to its softmax ``no_qk`` control
-(same projections, softmax mixing), plus pool_encoder_self. Each variant with a control
-(``CONTROLS``) gets the columns "control" and "Δ test mAP vs control": paired by seed
-(``results.paired``), the mean over the seeds both ran of ``variant − control``, with its 95 %
-Student-t interval. A variant is ``configs/detection/<variant>.yaml`` stacked on
-``configs/detection/base.yaml``; each (variant, seed) is a ``train.py fit`` run of
-``studies.runner`` (``--jobs`` at once). Then every variant's model is measured on one CPU
-thread at batch ``--batch`` (``detection.costs``). A (variant, seed) that already has
-an ``ok`` record (committed under ``docs/results/detection/runs/<experiment>/``, or in
-``logs/``) is not trained again: that is how the study continues on another machine.
-``--publish`` copies the records of the runs it finished there, to be committed.
-
-Writes ``<out>.md`` (summary with the cost columns + per-run table + the command),
-``<out>.csv`` (summary), ``<out>_runs.csv`` (one row per run), ``<out>_curves.csv`` (val mAP
-at every validation of every run, from the records' curves) and, with the costs (kept in
-``docs/results/detection/costs.json``), ``<out>_sites.{md,csv}``: each site's backend,
-projections, attention parameters and counted forward FLOPs. ``sites`` writes only that table
-(no training, no timing)::
+A variant with a control (the variant it differs from in one thing only) gets the Δ test mAP vs
+that control, paired by seed, with its 95 % Student-t interval. A (variant, seed) with an ``ok``
+record (committed under ``docs/results/detection/runs/<experiment>/``, or in ``logs/``) is not
+trained again: that is how the study continues on another machine; ``--publish`` copies the
+records of the runs it finished there, to be committed. Writes ``<out>.md``, ``<out>.csv``
+(summary), ``<out>_runs.csv``, ``<out>_curves.csv`` (val mAP at every validation) and, with the
+costs (kept in ``docs/results/detection/costs.json``), ``<out>_sites.{md,csv}``: each site's
+backend, projections, attention parameters and forward FLOPs, which ``sites`` writes alone (no
+training, no timing)::
 
     python -m attn_lightning.studies.detection sites --out docs/results/detection_sites
 
-``sensitivity [VARIANT]``: a grid around an optimization variant's own point (default
-``optimization_decoder_cross``, the paper's best site; any overlay with optimization attention at
-a site is allowed): λ (``lam``) ∈ {0.03, 0.1, 0.3}, K (``iterations``) ∈ {5, 10, 20}, random
-tokens ∈ {0, 8}, one option changed at a time (6 points with the default) or, with
-``--full-grid``, the full 3×3×2 factorial (18). A point is the overlay plus an override that
-replaces the spec of every optimization site, named ``<variant>@<option>=<value>,...`` after the
-options that differ from the variant's own point (which keeps the plain name), so a one-at-a-time
-run and the same full-grid point share a name and a record (``--resume`` reuses it). Its
-runs' experiment defaults to ``detection_sensitivity``, so the variant's own point never replaces
-the study's run of the same name::
+``sensitivity [VARIANT]``: the λ / K / random-tokens grid around an optimization variant's own
+point (default ``optimization_decoder_cross``), one option changed at a time or, with
+``--full-grid``, every combination; a point is named ``<variant>@<option>=<value>,...`` after
+the options it changes (``detection.sensitivity``), and its runs' experiment defaults to
+``detection_sensitivity``, so the own point never replaces the study's run of that name::
 
     python -m attn_lightning.studies.detection sensitivity --seeds 0 1 2 \\
         --set trainer.max_steps=2000 --set trainer.val_check_interval=500 \\
         --out docs/results/detection_sensitivity
 
-Its tables add λ, K, random tokens, the paired Δ test mAP vs the variant's own point and, where
-the runs' records hold ``attention/<layer>/keys90``, the mean keys90 over the layers.
+``ablation [VARIANT]``: the paper's form at the variant's site(s) with one ingredient swapped at
+a time, beside the variant's control at the same budget (experiment ``detection_ablation``):
+which ingredient decides whether a site learns.
 
-``ablation [VARIANT]``: the same with ``ABLATIONS`` in place of the grid: the paper's form at the
-variant's site(s) with one ingredient swapped at a time (dictionary keys, power 1, signed weights,
-normalised atoms, no random tokens, λ = 0), plus the variant's control at the same budget,
-experiment ``detection_ablation``. It asks which ingredient decides whether a site learns.
+``probe``: statistics of the decoder cross-attention weights of trained runs (``detection.probe``).
 
-``probe``: statistics of the decoder cross-attention weights of trained runs
-(``detection.probe``).
-
-``report [PAGE ...]``: rebuild the study's pages (``docs/results/<PAGE>.md`` and its CSVs; all of
-them without a name) from the committed run records alone (``detection.report``)::
+``report [PAGE ...]``: rebuild the study's pages (``docs/results/<PAGE>.md`` and its CSVs; all
+of them without a name) from the committed run records alone (``detection.report``)::
 
     python -m attn_lightning.studies.detection report detection_runs
 """

@@ -1,14 +1,11 @@
 """The detection study's pages, rebuilt from its committed run records alone.
 
-``python -m attn_lightning.studies.detection report [PAGE ...]`` rewrites
-``docs/results/<PAGE>.{md,csv}``, ``<PAGE>_runs.csv`` and ``<PAGE>_curves.csv`` from the records
-under ``docs/results/detection/runs/<experiment>/`` (``results.records``) and, for the cost
-columns, the measurements in ``docs/results/detection/costs.json`` (``detection.costs``); no
-page reads a log folder or another page's CSV. ``PAGES`` is the report spec: per page, the runs
-it shows (their experiment, variants and seeds, in table order) and its layout (the study's
-table, or a grid's with ``detection.sensitivity``). A (variant, seed) a page asks for without a
-record is shown as not run. The training subcommands (``run``, ``sensitivity``, ``ablation``)
-write the same tables from the runs they made (``detection.study``).
+``report [PAGE ...]`` rewrites ``docs/results/<PAGE>.{md,csv}``, ``_runs.csv`` and
+``_curves.csv`` from the records under ``docs/results/detection/runs/<experiment>/`` and, for
+the cost columns, ``docs/results/detection/costs.json``: a timing belongs to the machine that
+made it, so a page is not timed again. ``PAGES`` is the report spec: per page, the runs it
+shows (experiment, variants, seeds, in table order; one without a record is "not run") and its
+layout (the study's table, or a grid's).
 """
 
 from __future__ import annotations

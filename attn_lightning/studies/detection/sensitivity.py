@@ -139,20 +139,14 @@ def grid_name(site_variant: str, own: Mapping[str, Any], options: Mapping[str, A
 def sensitivity_grid(
     site_variant: str = SENSITIVITY_DEFAULT, *, full: bool = False, grid: Options = GRID
 ) -> list[GridPoint]:
-    """The sensitivity grid around ``site_variant``'s own point, that point first.
-
-    ``grid`` names the options and their values (``GRID``; ``ABLATIONS`` for the ablation ladder,
-    one ingredient of the paper's form swapped at a time).
-
-    One option of ``GRID`` changed at a time (every other value of it: 1 + 2 + 2 + 1 = 6 points
-    around the paper's point), or with ``full`` every combination (3 × 3 × 2 = 18; one more when
-    the own point is off the grid). Each point is ``configs/detection/<site_variant>.yaml`` plus,
-    for every optimization site of it, ``model.init_args.<site>=<its spec with the point's
+    """The points of ``grid`` (``GRID``, or ``ABLATIONS``) around ``site_variant``'s own point,
+    that point first: one option changed at a time, or with ``full`` every combination. A point
+    sets, for every optimization site, ``model.init_args.<site>=<its spec with the point's
     options>`` (the whole spec: a dict argument given again replaces, it does not merge).
 
     Raises:
         ValueError: ``site_variant`` has no overlay with optimization attention at a site (the
-            message lists those that do), or its sites disagree on an option of ``GRID``.
+            message lists those that do), or its sites disagree on an option of ``grid``.
     """
     specs = optimization_sites(site_variant)
     if not specs:

@@ -1,12 +1,8 @@
 """The detection study's runs: variants (or a grid's points) over seeds, then costs and tables.
 
-``run_study`` is what the ``run``, ``sensitivity`` and ``ablation`` subcommands share: each
-(variant, seed) is a ``train.py fit`` run of ``studies.runner`` (``--jobs`` at once) stacked on
-``configs/detection/base.yaml``, the tables are rewritten after every run (without the cost
-columns, so a long study can be inspected part-way), then every variant's model is measured
-(``detection.costs``: kept in ``costs.json``) and the tables, the per-site table and the val mAP
-curves (from the runs' records) are written. A (variant, seed) with an ``ok`` record already
-(the study's committed records, or a local run) is not trained again (``studies.runner``).
+``run_study`` is what ``run``, ``sensitivity`` and ``ablation`` share. The tables are rewritten
+after every run without the cost columns, so a long study can be inspected part-way; the costs
+(``detection.costs``) and the val mAP curves come once, at the end.
 """
 
 from __future__ import annotations
