@@ -14,6 +14,8 @@ from attn_lightning.results.files import markdown_table
 from attn_lightning.results.paired import SEED_INTERVAL_NOTE
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import (
+    KNOWN,
+    Column,
     column,
     format_median_iqr,
     format_number,
@@ -33,55 +35,46 @@ def cell(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
-def _iqr(row: dict[str, Any], key: str, *, scale: float = 1.0, digits: int = 2) -> str:
+def _metric(value: float | None, key: str) -> str:
+    return format_number(value, scale=column(key).scale, digits=column(key).digits)
+
+
+def _iqr(row: dict[str, Any], key: str, digits: int = 2) -> str:
+    """``median [q25, q75]`` of ``key`` in a summary row; a known metric in its column's scale
+    and digits, anything else (steps, spikes, seconds) with ``digits``."""
+    shown = KNOWN.get(key, Column(key, key, digits=digits))
     cells = (row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"])
-    return format_median_iqr(*cells, scale=scale, digits=digits)
+    return format_median_iqr(*cells, scale=shown.scale, digits=shown.digits)
 
 
 def outcome_table(summary: Sequence[dict[str, Any]]) -> str:
     """Converged k/n, unfinished, the test metrics and fit seconds per variant."""
     header = ["variant", "converged", "unfinished", *(column(k).title for k in METRICS)]
-    body = []
-    for row in summary:
-        cells = [f"`{row['variant']}`", f"{row['converged']}/{row['runs']}"]
-        cells.append(str(row["unfinished"]))
-        cells += [_iqr(row, k, scale=column(k).scale, digits=column(k).digits) for k in METRICS]
-        cells.append(_iqr(row, "fit_seconds", digits=0))
-        body.append(cells)
+    body = [
+        [f"`{row['variant']}`", f"{row['converged']}/{row['runs']}", str(row["unfinished"])]
+        + [_iqr(row, k) for k in METRICS]
+        + [_iqr(row, "fit_seconds", 0)]
+        for row in summary
+    ]
     return markdown_table([*header, "fit s / run"], body)
 
 
 def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> str:
     """Steps to the threshold, loss spikes and the gradients at them per variant."""
     pct = f"{threshold * 100:g} %"
-    header = [
-        "variant",
-        f"steps to {pct}",
-        f"reached {pct}",
-        "loss spikes / run",
-        "max spikes / run",
-        "spikes with a grad log",
-        "grad norm / run median at spike",
-        "lag (steps)",
-        "top group at spike",
-    ]
+    header = ["variant", f"steps to {pct}", f"reached {pct}", "loss spikes / run"]
+    header += ["max spikes / run", "spikes with a grad log", "grad norm / run median at spike"]
     body = []
     for row in summary:
         top = row["spike_top_group"]
-        body.append(
-            [
-                f"`{row['variant']}`",
-                _iqr(row, "steps_to_threshold", digits=0),
-                f"{row['reached']}/{row['runs']}",
-                _iqr(row, "spikes", digits=1),  # counts are small: 0.5 must not read as 0
-                cell(row["spikes_max"], ".0f"),
-                cell(row["spike_records"], ".0f"),
-                cell(row["spike_grad_ratio_median"], ".2f"),
-                cell(row["spike_grad_lag_median"], ".0f"),
-                "–" if top is None else f"{top} ({row['spike_top_group_count']})",
-            ]
-        )
-    return markdown_table(header, body)
+        cells = [f"`{row['variant']}`", _iqr(row, "steps_to_threshold", 0)]
+        # Spike counts are small: 0.5 must not read as 0.
+        cells += [f"{row['reached']}/{row['runs']}", _iqr(row, "spikes", 1)]
+        cells += [cell(row["spikes_max"], ".0f"), cell(row["spike_records"], ".0f")]
+        cells += [cell(row["spike_grad_ratio_median"], ".2f")]
+        cells += [cell(row["spike_grad_lag_median"], ".0f")]
+        body.append([*cells, "–" if top is None else f"{top} ({row['spike_top_group_count']})"])
+    return markdown_table([*header, "lag (steps)", "top group at spike"], body)
 
 
 def has_checkpoint_facts(runs: Sequence[RunResult]) -> bool:
@@ -91,9 +84,7 @@ def has_checkpoint_facts(runs: Sequence[RunResult]) -> bool:
 
 
 def runs_table(runs: Sequence[RunResult], threshold: float) -> str:
-    """One line per run: status, test metrics, step to the threshold, spikes, steps, seconds,
-    the best checkpoint's step (the test metrics' checkpoint) and the last validation loss
-    (``has_checkpoint_facts``)."""
+    """One line per run; the checkpoint columns when ``has_checkpoint_facts``."""
     header = ["variant", "seed", "status", *(column(k).title for k in METRICS)]
     header += [f"step to {threshold * 100:g} %", "spikes", "max grad norm", "steps", "fit s"]
     checkpoint = has_checkpoint_facts(runs)
@@ -101,21 +92,13 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> str:
     body = []
     for r in runs:
         cells = [f"`{r.variant}`", str(r.seed), r.status]
-        for key in METRICS:
-            c = column(key)
-            cells.append(format_number(r.value(key), scale=c.scale, digits=c.digits))
-        cells += [
-            cell(r.info.get("steps_to_threshold"), ".0f"),
-            cell(r.info.get("spikes"), ".0f"),
-            cell(r.info.get("max_grad_norm"), ".3f"),
-            cell(r.global_step, ".0f"),
-            cell(r.seconds, ".0f"),
-        ]
+        cells += [_metric(r.value(k), k) for k in METRICS]
+        cells += [cell(r.info.get("steps_to_threshold"), ".0f"), cell(r.info.get("spikes"), ".0f")]
+        cells += [cell(r.info.get("max_grad_norm"), ".3f"), cell(r.global_step, ".0f")]
+        cells.append(cell(r.seconds, ".0f"))
         if checkpoint:
             cells.append(cell(r.info.get("best_ckpt_step"), ".0f"))
-            cells.append(
-                format_number(r.info.get("final_val_loss"), digits=column("test/loss").digits)
-            )
+            cells.append(_metric(r.info.get("final_val_loss"), "test/loss"))
         body.append(cells)
     return markdown_table(header, body)
 
@@ -124,17 +107,11 @@ def curves_table(runs: Sequence[RunResult]) -> str:
     """Validation token accuracy (%) per run after each validation's optimiser steps."""
     curves = [(r, dict(r.info["val_curve"])) for r in runs if r.info.get("val_curve")]
     steps = sorted({step for _, values in curves for step in values})
-    if not steps:
-        return ""
     body = [
-        [
-            f"`{r.variant}`",
-            str(r.seed),
-            *(f"{values[s] * 100:.1f}" if s in values else "–" for s in steps),
-        ]
-        for r, values in curves
+        [f"`{r.variant}`", r.seed, *(f"{v[s] * 100:.1f}" if s in v else "–" for s in steps)]
+        for r, v in curves
     ]
-    return markdown_table(["variant", "seed", *(f"{step + 1}" for step in steps)], body)
+    return markdown_table(["variant", "seed", *(f"{s + 1}" for s in steps)], body) if steps else ""
 
 
 def paired_table(rows: Sequence[dict[str, Any]]) -> str:

@@ -1,16 +1,12 @@
-"""The numbers of a reversal sweep's report: one summary row per variant, paired differences.
+"""The numbers of a reversal report: one summary row per variant, paired differences.
 
-Outcomes over seeds are bimodal (a run converges or not), so a variant's row gives converged
-k/n and ``median [25th, 75th percentile]`` (``results.tables.median_iqr``) rather than
-mean ± std, over its finished runs (``runs.finished``):
-
-* converged: runs with test token accuracy ≥ ``threshold``;
-* the test metrics (``METRICS``: token, exact-sequence, greedy token / exact accuracy, loss);
-* steps to ``threshold`` over the runs that reached it (how many did is its own column);
-* loss spikes per run, and at each spike the global gradient norm over the run's median, the
-  lag from its gradient log, and the group furthest above its own median (most frequent). Runs
-  converted from a committed report keep no spike's gradients, only the variant's numbers the
-  report gave: their ``CARRIED`` tag, used when every run carries the same and none logged more.
+Outcomes over seeds are bimodal (a run converges or not), so a row gives converged k/n (test
+token accuracy ≥ the threshold) and ``median [25th, 75th percentile]`` over the finished runs
+rather than mean ± std: of the test ``METRICS``, the steps to the threshold (over the runs that
+reached it) and the loss spikes per run; at each spike, the gradient norm over the run's median,
+its lag and the group furthest above its own median (most frequent). Runs converted from a
+committed report keep no spike's gradients, only the variant's numbers the report gave: their
+``CARRIED`` tag, used when every run carries the same and none logged more.
 """
 
 from __future__ import annotations
@@ -28,22 +24,11 @@ from attn_lightning.studies.reversal.runs import CONVERGENCE_METRIC, finished
 
 # The tag holding a converted run's variant's spike-gradient columns (``SPIKE_COLUMNS``).
 CARRIED = "variant_spike_gradients"
-SPIKE_COLUMNS = (
-    "spike_records",
-    "spike_grad_ratio_median",
-    "spike_grad_lag_median",
-    "spike_top_group",
-    "spike_top_group_count",
-)
-
+SPIKE_COLUMNS: tuple[str, ...] = ("spike_records", "spike_grad_ratio_median")
+SPIKE_COLUMNS += ("spike_grad_lag_median", "spike_top_group", "spike_top_group_count")
 # Summary columns, in the order the study asked for them.
-METRICS = (
-    "test/token_acc",
-    "test/exact_acc",
-    "test/gen_token_acc",
-    "test/gen_exact_acc",
-    "test/loss",
-)
+METRICS: tuple[str, ...] = ("test/token_acc", "test/exact_acc", "test/gen_token_acc")
+METRICS += ("test/gen_exact_acc", "test/loss")
 
 
 def _put_median_iqr(row: dict[str, Any], key: str, values: Sequence[float]) -> None:
