@@ -6,22 +6,16 @@
     python -m attn_lightning.studies.warm_start tables --task reversal \\
         --out docs/results/warm_start_reversal
 
-Every run's record is committed under ``docs/results/warm_start/runs/<task>/`` (``run`` copies
-each finished one there, ``results.records.publish_run``), tagged with the task and its budgets;
-``run`` trains only the (variant, seed) pairs without an ``ok`` record there of the same tags, so
-a study continues on another machine. ``tables`` rewrites the tables from those records alone
-(``results.records.load_runs``), training nothing.
-
-Each task's base config is stacked with ``configs/presets/cpu.yaml`` (``--preset`` to change);
-every run is a ``train.py`` run through ``studies.runner`` (``--jobs`` at once, ``--resume`` reuses
-the ok records in ``logs/``). Runs are ordered so every seed's softmax base trains before the runs
-that start from it; with ``--jobs`` > 1 the bases run first, alone.
+``run`` trains, through ``studies.runner``, the (variant, seed) pairs without an ``ok`` record of
+the same task and budgets under ``docs/results/warm_start/runs/<task>/`` and commits each
+finished one there; every seed's softmax base trains first (the others start from it), alone
+with ``--jobs`` > 1. Each task's base config is stacked with ``--preset`` (the CPU preset).
+``tables`` rewrites the tables from those records alone, training nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import shlex
 import sys
@@ -74,46 +68,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _write(out: Path, runs: list[RunResult], task: str, command: str, notes: list[str]) -> None:
-    tables.write(
-        out,
-        runs,
-        backends=["softmax", *BACKENDS],
-        metrics=TASKS[task][1],
-        command=command,
-        heading=f"Warm start from softmax: {task}",
-        notes=notes,
-        converged=CONVERGED.get(task),
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     """Run the study's CLI; returns the runs."""
     log_to_stderr()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    command = f"{PROG} {shlex.join(argv)}"
+
+    def write(runs: list[RunResult], notes: Sequence[str] = ()) -> None:
+        tables.write(
+            args.out,
+            in_run_order(runs),
+            backends=["softmax", *BACKENDS],
+            metrics=TASKS[args.task][1],
+            command=f"{PROG} {shlex.join(argv)}",
+            heading=f"Warm start from softmax: {args.task}",
+            notes=notes,
+            converged=CONVERGED.get(args.task),
+        )
+        log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(args.out,) * 4)
+
     if args.command == "tables":
         runs = in_run_order(load_runs(args.records, study=STUDY, task=args.task))
         if not runs:
             parser.error(f"no {args.task} run records under {args.records}")
-        note = (
+        write(runs, [
             f"Rebuilt from the committed run records `{STUDY}/runs/{args.task}/` (nothing "
             "trained); the runs were made by this study's `run` command "
             "(`docs/results/warm_start.md`).\n"
-        )
-        _write(args.out, runs, args.task, command, [note])
-        log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(args.out,) * 4)
+        ])  # fmt: skip
         return runs
     check_overrides(parser, args.set)
     experiment = args.experiment or f"warm-start-{args.task}"
     plan = Plan(args.task, args.base_steps, args.finetune_steps, args.redraw_every, experiment)
-    # The facts a row of the tables needs ride on the run as tags (RunResult.info).
-    chosen = [
-        dataclasses.replace(v, info={"backend": backend, "condition": condition})
-        for v, backend, condition in plan.variants()
-    ]
+    base, *chosen = plan.variants()
     runner = Runner(
         configs=(str(config(args.task)), args.preset),
         # Step budgets, not the config's epochs (digits trains by epochs).
@@ -126,18 +114,8 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
         resume=args.resume,
         skip_runs=args.skip_runs,
     )
-
-    def write(_: RunResult | None, done: list[RunResult]) -> None:
-        _write(args.out, in_run_order(done), args.task, command, [])
-
-    bases = runner.run_all(
-        [(chosen[0], s) for s in args.seeds], parallel=args.jobs, on_result=write
-    )
-    rest = [(v, s) for s in args.seeds for v in chosen[1:]]
-    others = runner.run_all(
-        rest, parallel=args.jobs, on_result=lambda r, done: write(r, [*bases, *done])
-    )
-    runs = [*bases, *others]
-    write(None, runs)
-    log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(args.out,) * 4)
-    return runs
+    jobs = [(base, s) for s in args.seeds]
+    bases = runner.run_all(jobs, parallel=args.jobs, on_result=lambda _, done: write(done))
+    rest = [(v, s) for s in args.seeds for v in chosen]
+    others = runner.run_all(rest, parallel=args.jobs, on_result=lambda _, d: write([*bases, *d]))
+    return [*bases, *others]

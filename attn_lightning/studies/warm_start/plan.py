@@ -77,38 +77,37 @@ class Plan:
         """The base run's ``last.ckpt`` of the run's seed (``{seed}`` is filled per run)."""
         return f"checkpoints/{self.experiment}/{run_label('softmax')}-s{SEED}/last.ckpt"
 
-    def variants(self) -> list[tuple[Variant, str, str]]:
-        """``(variant, backend, condition)`` in run order: the base first (the others read it)."""
-        base = Variant("softmax", overrides=(f"trainer.max_steps={self.base_steps}",))
-        runs: list[tuple[Variant, str, str]] = [(base, "softmax", "base")]
+    def variants(self) -> list[Variant]:
+        """The runs in run order, the base first (the others read it); each variant's ``info``
+        (its runs' tags) is its backend and condition, the facts a row of the tables needs."""
+
+        def variant(
+            name: str, backend: str, condition: str, *overrides: str, sub: str = "fit"
+        ) -> Variant:
+            info = {"backend": backend, "condition": condition}
+            return Variant(name, overrides=overrides, subcommand=sub, info=info)
+
+        runs = [variant("softmax", "softmax", "base", f"trainer.max_steps={self.base_steps}")]
         ckpt = self.base_checkpoint()
         for key, spec in BACKENDS.items():
             attention = f"model.init_args.attention={json.dumps(spec)}"
-            zero = Variant(
-                f"{key}@zero-shot",
-                subcommand="test",
-                overrides=(
-                    f"ckpt_path={ckpt}",
-                    f"model.init_args.attention_override={json.dumps(spec)}",
-                ),
-            )
-            runs.append((zero, key, "zero-shot"))
-            tune = (attention, f"init_from={ckpt}", f"trainer.max_steps={self.finetune_steps}")
+            swap = f"model.init_args.attention_override={json.dumps(spec)}"
             runs.append(
-                (Variant(f"{key}@fine-tune", overrides=(*tune, NO_REDRAW)), key, "fine-tune")
+                variant(f"{key}@zero-shot", key, "zero-shot", f"ckpt_path={ckpt}", swap, sub="test")
             )
+            tune = (attention, f"init_from={ckpt}", f"trainer.max_steps={self.finetune_steps}")
+            runs.append(variant(f"{key}@fine-tune", key, "fine-tune", *tune, NO_REDRAW))
             if key in PERFORMERS:
                 redraw = f"feature_redraw.every_n_steps={self.redraw_every}"
                 runs.append(
-                    (Variant(f"{key}@fine-tune-redraw", overrides=(*tune, redraw)), key,
-                     "fine-tune + redraw")
-                )  # fmt: skip
+                    variant(f"{key}@fine-tune-redraw", key, "fine-tune + redraw", *tune, redraw)
+                )
             for steps, condition in (
                 (self.finetune_steps, "scratch"),
                 (self.base_steps + self.finetune_steps, "scratch, base + fine-tune steps"),
             ):
                 scratch = (attention, f"trainer.max_steps={steps}", NO_REDRAW)
-                runs.append((Variant(f"{key}@scratch-{steps}", overrides=scratch), key, condition))
+                runs.append(variant(f"{key}@scratch-{steps}", key, condition, *scratch))
         return runs
 
 

@@ -14,13 +14,15 @@ from attn_lightning.studies.warm_start.plan import BACKENDS, PERFORMERS, Plan, c
 def test_the_plan_has_one_control_per_question_and_the_base_first():
     plan = Plan("reversal", base_steps=1500, finetune_steps=300, redraw_every=100, experiment="w")
     runs = plan.variants()
-    assert runs[0][1:] == ("softmax", "base")
-    per_backend = {b: [c for _, bb, c in runs if bb == b] for b in BACKENDS}
+    assert runs[0].info == {"backend": "softmax", "condition": "base"}
+    per_backend = {
+        b: [v.info["condition"] for v in runs if v.info["backend"] == b] for b in BACKENDS
+    }
     for backend, conditions in per_backend.items():
         expected = {"zero-shot", "fine-tune", "scratch", "scratch, base + fine-tune steps"}
         expected |= {"fine-tune + redraw"} if backend in PERFORMERS else set()
         assert set(conditions) == expected, backend
-    by_name = {v.name: v for v, _, _ in runs}
+    by_name = {v.name: v for v in runs}
     tune, redraw = by_name["performer_m64@fine-tune"], by_name["performer_m64@fine-tune-redraw"]
     # fine-tune and its redraw control differ in the redraw only
     assert set(tune.overrides) ^ set(redraw.overrides) == {
