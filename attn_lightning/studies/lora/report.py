@@ -81,20 +81,18 @@ def _label(entry: dict[str, Any]) -> str:
     return LABELS.get(entry[ADAPTATION_COLUMN], entry[ADAPTATION_COLUMN])
 
 
-def _mlp_tables(summary: list[dict[str, Any]]) -> list[str]:
-    index = {
-        (e["domain"], e[ADAPTATION_COLUMN], e["rank"]): e for e in summary if e["part"] == "mlp"
-    }
+def _mlp_tables(entries: list[dict[str, Any]]) -> list[str]:
+    index = {(e["domain"], e[ADAPTATION_COLUMN], e["rank"]): e for e in entries}
     base = index.get(("original", "base", 0))
     lines = [
         f"Base MLP (784-64-64-10, {_params(base)} parameters) on the original domain: "
         f"test accuracy {_pct(base)} % (seeds {base['seeds'] if base else '–'}).",
         "",
     ]
-    domains = list(dict.fromkeys(e["domain"] for e in summary if e["part"] == "mlp"))
+    domains = list(dict.fromkeys(e["domain"] for e in entries))
     for domain in (d for d in domains if d != "original"):
         before, full = index.get((domain, "before", 0)), index.get((domain, "full", 0))
-        ranks = sorted({e["rank"] for e in summary if e["domain"] == domain and e["rank"] > 0})
+        ranks = sorted({e["rank"] for e in entries if e["domain"] == domain and e["rank"] > 0})
         lines += [
             f"### {domain}",
             "",
@@ -112,19 +110,13 @@ def _mlp_tables(summary: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _variants_table(summary: list[dict[str, Any]]) -> list[str]:
-    entries = [e for e in summary if e["part"] == "variants"]
-    if not entries:
-        return ["(not run yet)", ""]
+def _variants_table(entries: list[dict[str, Any]]) -> list[str]:
     header = ["domain", "variant", "r", "trainable params", "test acc (%)", "seeds"]
     body = [[e["domain"], _label(e), e["rank"], _params(e), _pct(e), e["seeds"]] for e in entries]
     return [markdown_table(header, body), ""]
 
 
-def _transformer_table(summary: list[dict[str, Any]]) -> list[str]:
-    entries = [e for e in summary if e["part"] == "transformer"]
-    if not entries:
-        return ["(not run yet)", ""]
+def _transformer_table(entries: list[dict[str, Any]]) -> list[str]:
     header = ["task", ADAPTATION_COLUMN, "r", "trainable params", "token acc (%)"]
     header += ["exact-seq acc (%)", "runs", "s / run"]
     body = []
@@ -134,6 +126,16 @@ def _transformer_table(summary: list[dict[str, Any]]) -> list[str]:
         cells += [_pct(e, "exact_acc"), f"{e['runs'] - e['crashed']}{crashed}"]
         body.append([*cells, f"{e['seconds_mean'] or 0:.0f}"])
     return [markdown_table(header, body), ""]
+
+
+TABLES = {  # a part's section of the page: its title and its tables, from its summary rows
+    "mlp": ("## MLP on shifted digits (test accuracy, mean ± std over seeds)", _mlp_tables),
+    "variants": ("### LoRA variants: the head and the biases", _variants_table),
+    "transformer": (
+        "## LoRA on the attention projections of a reversal transformer",
+        _transformer_table,
+    ),
+}
 
 
 def _not_run(ran: Sequence[str]) -> str:
@@ -234,18 +236,7 @@ def write_report(out: Path) -> None:
                 "",
                 *pattern,
             ]
-    if "mlp" in walls:
-        lines += [
-            "## MLP on shifted digits (test accuracy, mean ± std over seeds)",
-            "",
-            *_mlp_tables(summary),
-        ]
-    if "variants" in walls:
-        lines += ["### LoRA variants: the head and the biases", "", *_variants_table(summary)]
-    if "transformer" in walls:
-        lines += [
-            "## LoRA on the attention projections of a reversal transformer",
-            "",
-            *_transformer_table(summary),
-        ]
+    for part, (title, tables_of) in TABLES.items():
+        if entries := [e for e in summary if e["part"] == part]:
+            lines += [title, "", *tables_of(entries)]
     md.write_text("\n".join(lines) + "\n")

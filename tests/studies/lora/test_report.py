@@ -74,6 +74,17 @@ def test_report_tables_from_fake_rows(tmp_path):
     assert summary[("reversal+1", "lora")]["crashed"] == "1"
 
 
+def test_a_rank_only_the_variants_part_ran_is_no_row_of_an_mlp_table(tmp_path):
+    ok = {"status": "ok", "seconds": "10", "seed": 0, "domain": "rotated", "acc": 0.9}
+    rows = [{**ok, "part": "mlp", "method": "lora", "rank": 4, "trainable_params": 4200}]
+    rows += [{**ok, "part": "variants", "method": "lora_head_frozen", "rank": 8}]
+    write_rows(tmp_path / "lora", rows)
+    write_report(tmp_path / "lora")
+    md = (tmp_path / "lora.md").read_text()
+    assert "\n| 4 | 4,200 | 90.0 ± 0.0 | – | 10 |" in md and "\n| 8 |" not in md
+    assert "| rotated | LoRA on fc1, fc2; head frozen | 8 |" in md
+
+
 def test_the_committed_tables_regenerate_from_the_committed_records(tmp_path):
     out = _copy_study("lora", tmp_path)
     write_report(out)
