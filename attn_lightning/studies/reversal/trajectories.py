@@ -1,44 +1,27 @@
 """What long reversal runs did while training: final loss, loss spikes, learned coefficients.
 
-The thesis reviewer's long-run question: the thesis's "x⁸ beats softmax",
-spiky losses and large learned coefficients came from ~10,000-step runs at losses near 4e-6.
-The outcome tables (``report``) say where runs ended; this module reads each finished run's
-record (``traces``: its ``curves.csv`` and ``spikes.csv``) for how it got there, and writes,
-through ``results``:
-
-* ``<out>_runs.csv``: one row per run: the final training loss (mean of ``train/loss_step``
-  over the last ``tail`` steps), the lowest logged one, test loss, spike count, the largest
-  spike (loss / running median) and the largest gradient norm;
-* ``<out>_spikes.csv``: one row per loss spike (``spikes.csv``): its step, loss and ratio to the
-  running median, the global gradient norm logged at or last before it (every 20 steps) with
-  its ratio to the run's median norm, to the median of the norms logged in the ``RECENT`` steps
-  before it, and the parameter group that stood out; and, from runs whose tracker measured the
-  norm at every step, the norm at the spike's own step, its ratio to the median of the 50 steps
-  before, and the previous step's ratio;
-* ``<out>_bursts.csv``: the spikes grouped into bursts (``traces.burst_rows``: spikes less than
-  100 steps apart), one row each with its steps, size and the gradient at its first spike;
-* ``<out>_coefficients.csv``: every learned coefficient ``attention/<layer>/a<i>`` (the
-  ``attention_diagnostics`` callback, every 50 steps) at the first log of each ``every`` steps
-  and at the last, per run (not written when no run has one);
-* ``<out>.md``: the tables per variant (medians over seeds with [min, max]), and the figures
-  of ``trace_figures``.
-
-A fresh run's record holds every logged point; one converted from the CSVs written before run
-records holds what they kept (``traces``: no loss curve, coefficients every 250 steps).
-Spikes are ``GradientTracker``'s: a step whose loss is above 3× the median of the 50 before.
+The thesis's "x⁸ beats softmax", spiky losses and large learned coefficients came from
+~10,000-step runs at losses near 4e-6. The outcome tables (``report``) say where runs ended;
+this module says how they got there, from each finished run's record (``traces``), in
+``<out>_runs.csv`` (per run: final and lowest training loss, test loss, spikes, the largest spike
+and gradient norm), ``<out>_spikes.csv`` (per loss spike: its size and the gradient before and at
+it, ``traces.spike_rows``), ``<out>_bursts.csv`` (``traces.burst_rows``),
+``<out>_coefficients.csv`` (each learned coefficient every ``every`` steps and at the end; only
+with a learned-coefficient variant) and ``<out>.md`` (the tables per variant, median [min, max]
+over seeds, and the figures of ``trace_figures``). Spikes are ``GradientTracker``'s: a step whose
+loss is above 3× the median of the 50 before.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.curves import series
 from attn_lightning.results.files import markdown_table, write_csv
-from attn_lightning.studies.reversal.markdown import cell
 from attn_lightning.studies.reversal.trace_figures import figures
 from attn_lightning.studies.reversal.traces import (
     BURST_GAP,
@@ -74,25 +57,18 @@ def loss_table(rows: Sequence[dict[str, Any]], tail: int) -> str:
     body = []
     for variant in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == variant]
-        spiking = sum(1 for r in mine if r["spikes"])
-        body.append(
-            [
-                f"`{variant}`",
-                len(mine),
-                ", ".join(str(r["seed"]) for r in mine),
-                _spread([r["final_train_loss"] for r in mine], ".2e"),
-                _spread([r["min_train_loss"] for r in mine], ".2e"),
-                _spread([r["test_loss"] for r in mine], ".2e"),
-                _spread([r["spikes"] for r in mine if r["spikes"] is not None], ".0f"),
-                f"{spiking}/{len(mine)}",
-                _spread([r["largest_spike"] for r in mine], ".1f"),
-                _spread([r["max_grad_norm"] for r in mine], ".2f"),
-            ]
-        )
+        seeds = ", ".join(str(r["seed"]) for r in mine)
+        spread = [_spread([r[key] for r in mine], fmt) for key, fmt in _LOSS_FORMATS.items()]
+        spiking = f"{sum(1 for r in mine if r['spikes'])}/{len(mine)}"
+        body.append([f"`{variant}`", len(mine), seeds, *spread[:4], spiking, *spread[4:]])
     header = ["variant", "runs", "seeds", f"final train loss (last {tail} steps)"]
     header += ["lowest logged train loss", "test loss", "spikes / run", "runs with a spike"]
     header += ["largest spike (× median)", "max grad norm"]
     return markdown_table(header, body)
+
+
+_LOSS_FORMATS = dict(final_train_loss=".2e", min_train_loss=".2e", test_loss=".2e", spikes=".0f")
+_LOSS_FORMATS |= dict(largest_spike=".1f", max_grad_norm=".2f")
 
 
 def coefficient_table(rows: Sequence[dict[str, Any]], steps: Sequence[int]) -> str:
@@ -139,19 +115,20 @@ def write_trajectories(
     spikes = [row for rows in per_run for row in rows]
     coefficients = [row for t in traces for row in coefficient_rows(t, every)]
     meta = {"command": command} if command else {}
-    # Logged values are float32 and converted records kept 6 digits: 6 significant digits say all.
-    digits = 6
-    write_csv(out.with_name(out.name + "_runs.csv"), runs, meta, float_digits=digits)
-    spike_file = out.with_name(out.name + "_spikes.csv")
-    write_csv(spike_file, spikes, meta, fields=list(_SPIKE_FIELDS), float_digits=digits)
+
+    def write(suffix: str, rows: list[dict[str, Any]], fields: Sequence[str] | None = None) -> Path:
+        # Logged values are float32, converted records kept 6 digits: 6 significant digits say all.
+        path = out.with_name(out.name + suffix)
+        return write_csv(path, rows, meta, fields=fields, float_digits=6)
+
+    write("_runs.csv", runs)
+    spike_file = write("_spikes.csv", spikes, _SPIKE_FIELDS)
     bursts = burst_rows(spikes)
-    burst_fields = [*_BURST_FIELDS, *(f"first_{k}" for k in BURST_GRADIENT)]
-    burst_file = out.with_name(out.name + "_bursts.csv")
-    write_csv(burst_file, bursts, meta, fields=burst_fields, float_digits=digits)
+    burst_file = write(
+        "_bursts.csv", bursts, [*_BURST_FIELDS, *(f"first_{k}" for k in BURST_GRADIENT)]
+    )
     if coefficients:  # none without a learned-coefficient variant
-        write_csv(
-            out.with_name(out.name + "_coefficients.csv"), coefficients, meta, float_digits=digits
-        )
+        write("_coefficients.csv", coefficients)
     experiments = ", ".join(f"`{e}`" for e in dict.fromkeys(t.experiment for t in traces))
     lines = [f"# Training traces: {experiments}", "", "Regenerate with:", ""]
     lines += ["```bash", command, "```", ""]
@@ -220,45 +197,40 @@ def _names(runs: Sequence[tuple[str, int]]) -> str:
     return "; ".join(f"`{v}` " + ", ".join(f"s{s}" for s in ss) for v, ss in seeds.items())
 
 
-Column = tuple[str, Callable[[dict[str, Any]], str]]
+def _cell(template: str, row: dict[str, Any]) -> str:
+    try:
+        return template.format(**row)
+    except TypeError:  # None under a number format: not measured
+        return "–"
 
 
-def _number(key: str, fmt: str) -> Callable[[dict[str, Any]], str]:
-    return lambda row: cell(row[key], fmt)
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """A markdown table of ``rows``, one column per ``(title, str.format template of a row)``."""
+    return markdown_table(
+        [t for t, _ in columns], ([_cell(c, r) for _, c in columns] for r in rows)
+    )
 
 
-def _table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
-    """A markdown table of ``rows``, one column per ``(title, cell function)``."""
-    return markdown_table([t for t, _ in columns], ([cell(r) for _, cell in columns] for r in rows))
-
-
-_RUN: list[Column] = [
-    ("variant", lambda r: f"`{r['variant']}`"),
-    ("seed", lambda r: str(r["seed"])),
-]
-# The gradient at a spike's own step (runs whose tracker measured every step; "–" before).
-_AT_SPIKE = ("grad_at_spike_over_median", "grad_before_spike_over_median")
-BURST_COLUMNS: list[Column] = [
+_RUN = (("variant", "`{variant}`"), ("seed", "{seed}"))
+BURST_COLUMNS = (
     *_RUN,
-    ("steps", lambda r: f"{r['first_step']}–{r['last_step']}"),
-    ("spikes", lambda r: str(r["spikes"])),
-    ("max loss", _number("max_loss", ".2e")),
-    ("max × median", _number("max_over_median", ".3g")),
-    (f"last grad log × median of {RECENT} steps", _number("first_grad_norm_over_recent", ".2f")),
-    ("grad at first spike × median", _number(f"first_{_AT_SPIKE[0]}", ".2f")),
-    ("step before × median", _number(f"first_{_AT_SPIKE[1]}", ".2f")),
-]
-SPIKE_COLUMNS: list[Column] = [
+    ("steps", "{first_step}–{last_step}"),
+    ("spikes", "{spikes}"),
+    ("max loss", "{max_loss:.2e}"),
+    ("max × median", "{max_over_median:.3g}"),
+    (f"last grad log × median of {RECENT} steps", "{first_grad_norm_over_recent:.2f}"),
+    # The gradient at a spike's own step (runs whose tracker measured every step; "–" before).
+    ("grad at first spike × median", "{first_grad_at_spike_over_median:.2f}"),
+    ("step before × median", "{first_grad_before_spike_over_median:.2f}"),
+)
+SPIKE_COLUMNS = (
     *_RUN,
-    ("step", lambda r: str(r["step"])),
-    ("loss", _number("loss", ".2e")),
-    ("× median", _number("loss_over_median", ".1f")),
-    (
-        "grad norm (step)",
-        lambda r: "–" if r["grad_norm"] is None else f"{r['grad_norm']:.2e} ({r['grad_step']})",
-    ),
-    (f"× median of the {RECENT} steps before", _number("grad_norm_over_recent", ".1f")),
-    ("grad norm at the spike", _number("grad_at_spike", ".2e")),
-    ("× median", _number(_AT_SPIKE[0], ".1f")),
-    ("step before × median", _number(_AT_SPIKE[1], ".1f")),
-]
+    ("step", "{step}"),
+    ("loss", "{loss:.2e}"),
+    ("× median", "{loss_over_median:.1f}"),
+    ("grad norm (step)", "{grad_norm:.2e} ({grad_step})"),
+    (f"× median of the {RECENT} steps before", "{grad_norm_over_recent:.1f}"),
+    ("grad norm at the spike", "{grad_at_spike:.2e}"),
+    ("× median", "{grad_at_spike_over_median:.1f}"),
+    ("step before × median", "{grad_before_spike_over_median:.1f}"),
+)
