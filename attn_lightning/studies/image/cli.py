@@ -6,8 +6,7 @@
     python -m attn_lightning.studies.image samples --ckpt-path checkpoints/image/<run>/last.ckpt \\
         --out docs/results/figures --prefix linear_
 
-``tables``: per-seed and paired-by-seed tables of a sweep's committed run records, no training
-(``image.tables``)::
+``tables``: per-seed and paired-by-seed tables of a sweep's run records, no training::
 
     python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k/runs \\
         --variants softmax linear performer polysketch --control softmax \\

@@ -1,9 +1,4 @@
-"""Sample and completion grids of an image-generation checkpoint, as PNG files.
-
-    python -m attn_lightning.studies.image samples \\
-        --ckpt-path checkpoints/image/<run>/last.ckpt \\
-        --out docs/results/figures --prefix linear_ [--num-samples 16] [--num-images 6] \\
-        [--num-completions 3] [--temperature 1.0] [--seed 0] [--split test] [--method auto]
+"""Sample and completion grids of an image-generation checkpoint, as PNG files (``samples``).
 
 Writes ``<out>/<prefix>samples.png`` (unconditional samples) and ``<out>/<prefix>completions.png``
 (rows: occluded | completions | original, the first ``--num-images`` images of ``--split``), the

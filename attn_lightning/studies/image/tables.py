@@ -1,16 +1,9 @@
-"""The image study's ``tables``: per-seed and paired-by-seed tables from a study's run records.
+"""The image study's ``tables``: per-seed and paired-by-seed tables from a folder of run records.
 
-    python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k/runs \\
-        --variants softmax linear performer polysketch --control softmax \\
-        --out docs/results/image28_mnist5k_paired [--metrics test/bits_per_dim ...]
-
-``--runs`` is a folder of run records (``docs/run_record.md``; a sweep's committed
-``docs/results/<page>/runs/``), read with ``results.records.load_runs``; no training. Writes
-``<out>.md`` with one row per backend (``mean ± std`` and every seed's value of each metric, fit
-time per seed) and one per backend other than ``--control`` (its Δ vs the control on every seed
-both ran, the sign count, the bootstrap interval of the mean Δ from five seeds up), and
-``<out>.csv`` / ``<out>_deltas.csv`` with their rows. For unimodal outcomes (bits/dim); the
-reversal study's bimodal ones have their own tables.
+One row per backend (``mean ± std``, every seed's value, fit time per seed) and one per backend
+other than ``--control`` (its Δ on every seed both ran, the sign count, a bootstrap interval
+from five seeds up): ``results.seed_tables``. For unimodal outcomes (bits/dim); the reversal
+study's bimodal ones have their own tables.
 """
 
 from __future__ import annotations
@@ -42,8 +35,7 @@ def tables(args: argparse.Namespace, *, prog: str, argv: list[str]) -> list[Path
 
     Raises:
         FileNotFoundError: no run record under ``--runs``.
-        ValueError: a ``--variants``/``--control`` name or a metric the records do not have,
-            naming what they have.
+        ValueError: a variant or metric the records do not have, naming what they have.
     """
     runs = load_runs(args.runs)
     if not runs:
