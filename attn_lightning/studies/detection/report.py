@@ -16,6 +16,7 @@ from pathlib import Path
 from attn_lightning.results.curves import append_curves
 from attn_lightning.results.records import RESULTS, RunResult, study_runs_dir
 from attn_lightning.studies.detection.costs import costs_file, read_costs
+from attn_lightning.studies.detection.sensitivity import GridPoint
 from attn_lightning.studies.detection.study import HEADINGS, STUDY, grid_control, grid_variants
 from attn_lightning.studies.detection.tables import CURVE, write, write_sensitivity
 from attn_lightning.studies.detection.variants import STUDY_VARIANTS
@@ -66,14 +67,6 @@ PAGES: dict[str, Page] = {
 }
 
 
-def page_variants(page: Page) -> list[str]:
-    """The page's variants in table order (a grid's points, then an ablation's control)."""
-    if page.grid is None or page.centre is None:
-        return list(page.variants)
-    names = [point.variant.name for point in grid_variants(page.grid, page.centre)]
-    return names + grid_control(page.grid, page.centre)
-
-
 def write_page(
     name: str,
     *,
@@ -87,15 +80,18 @@ def write_page(
     if name not in PAGES:
         raise ValueError(f"no detection page {name!r}; allowed: {', '.join(PAGES)}")
     page = PAGES[name]
-    jobs = [(variant, seed) for variant in page_variants(page) for seed in page.seeds]
+    names, heading = list(page.variants), ""
+    grid: list[GridPoint] = []
+    if page.grid is not None and page.centre is not None:  # a grid's points, then its control
+        grid, heading = grid_variants(page.grid, page.centre), HEADINGS[page.grid]
+        names = [point.variant.name for point in grid] + grid_control(page.grid, page.centre)
+    jobs = [(variant, seed) for variant in names for seed in page.seeds]
     runs = report((runs_dir or study_runs_dir(STUDY)) / page.experiment, jobs)
     out = out_dir / name
     command = f"python -m attn_lightning.studies.detection report {name}"
     measured = read_costs(costs or costs_file(RESULTS)) if page.costs else {}
     shown = {v: measured[v] for v in dict.fromkeys(r.variant for r in runs) if v in measured}
-    if page.grid is not None and page.centre is not None:
-        grid = grid_variants(page.grid, page.centre)
-        heading = HEADINGS[page.grid]
+    if grid:
         write_sensitivity(out, runs, grid, shown, command=command, heading=heading)
     else:
         write(out, runs, shown, command=command, label=page.label)

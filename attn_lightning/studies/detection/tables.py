@@ -48,16 +48,15 @@ def write(
         notes.append(
             f"Cost columns: one CPU thread, input {', '.join(inputs)}, eval mode, no grad."
         )
-    extra = {v: {k: x for k, x in cost.items() if k != "input"} for v, cost in costs.items()}
     compared = comparisons(results)
-    for more in (compared, cells or {}):
+    extra: dict[str, dict[str, Any]] = {}
+    for more in (costs, compared, cells or {}):
         for variant, row in more.items():
-            extra.setdefault(variant, {}).update(row)
+            extra.setdefault(variant, {}).update((k, x) for k, x in row.items() if k != "input")
     # Every variant gets every column ("–" where it has none): the CSV needs one header.
     titles = list(dict.fromkeys(t for row in extra.values() for t in row))
-    for variant in dict.fromkeys(r.variant for r in results):
-        row = extra.setdefault(variant, {})
-        extra[variant] = {t: row.get(t) for t in titles}
+    shown = dict.fromkeys(r.variant for r in results)
+    extra = {v: {t: extra.get(v, {}).get(t) for t in titles} for v in shown}
     if compared:
         notes.append(
             f"Δ vs control: the variant's {column(COMPARED).title} minus its control's, paired "
