@@ -7,16 +7,10 @@
     python -m attn_lightning.studies.lora lrsweep --plan   # runs planned, time estimate
     python -m attn_lightning.studies.lora report           # tables only, from the records
 
-Every run is a ``train.py`` run of ``attn_lightning.studies.runner`` (in this process, so ~150
-runs pay the import cost once). The parts (``jobs``): ``mlp`` adapts a base MLP to shifted
-digits (before adaptation, full fine-tuning, LoRA and LoRA from scratch at every rank);
-``variants`` compares LoRA's head and bias options at one rank; ``transformer`` adapts a reversal
-transformer's attention projections; ``lrsweep`` is the protocol against the student's table,
-learning rates per adaptation chosen on validation (``lrsweep``). Each part commits its finished
-runs as run records under ``<out>/runs/<part>/`` (``runs``): a part continued on another machine
-trains only the runs without an ok record there. ``report`` (also run after each part) writes
-``<out>.md``, ``<out>_summary.csv``, ``<out>_lrsweep_summary.csv`` and the per-run CSVs from
-those records (``report``, ``lrsweep_report``).
+Every run is a ``train.py`` run of ``studies.runner`` in this process (~150 runs pay the imports
+once). Each part commits its finished runs as run records under ``<out>/runs/<part>/``: a part
+continued on another machine trains only the runs without an ok record there. ``report`` (also
+run after each part) writes the page and CSVs from those records alone.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""The jobs of the LoRA study's parts ``mlp``, ``variants`` and ``transformer``.
-
-A job is a ``runner.Variant`` (a name plus overrides on ``configs/lora`` or
-``configs/lora_reversal``), a seed and the run's info (``runs.Job``). ``mlp``: per seed, a base
-MLP on the original digits, then per shifted domain its test accuracy before adaptation
-(``train.py test``, ``adaptation=full``), full fine-tuning, LoRA and LoRA-from-scratch at every
-rank. ``variants``: LoRA at one rank with the head frozen, the head in ``modules_to_save``, or
-every bias trained. ``transformer``: one reversal base (``configs/reversal/base.yaml``,
-shortened), then per seed full fine-tuning, LoRA on ``q_proj``/``v_proj`` at the transformer
-ranks and LoRA from scratch. The ``lrsweep`` part's jobs are in ``lrsweep``.
+"""The jobs of the LoRA study's parts ``mlp``, ``variants`` and ``transformer`` (``runs.Job``:
+a variant on ``configs/lora`` or ``configs/lora_reversal``, a seed and the run's tags); the
+``lrsweep`` part's are in ``lrsweep``.
 """
 
 from __future__ import annotations

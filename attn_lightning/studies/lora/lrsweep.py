@@ -1,12 +1,7 @@
-"""The ``lrsweep`` part of the LoRA study: its jobs and its protocol check.
-
-Against the student's table, with a learning rate per adaptation chosen on validation: the base
-MLP at each base learning rate first (``lrsweep_base_jobs``); then, from the base learning rate
-chosen on validation (``chosen_base_lr``), per shifted domain the base before adaptation, full
-fine-tuning, LoRA and LoRA from scratch, each adaptation at each of its learning rates
-(``lrsweep_jobs``), up to ``--max-epochs`` with early stopping. A part's records hold one data
-and epoch protocol (``runs.PROTOCOL``): ``check_protocol`` refuses to resume into another.
-``studies.lora.cli`` is the command line.
+"""The ``lrsweep`` part of the LoRA study, against the student's table: the bases at each
+learning rate first, then every adaptation at each of its learning rates from the base chosen
+on validation. A part's records hold one data and epoch protocol (``runs.PROTOCOL``):
+``check_protocol`` refuses to resume into another.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Tables of the LoRA study from its run records: mean ± std over seeds.
-
-Reads the committed records of the parts ``mlp``, ``variants`` and ``transformer`` under
-``<out>/runs/<part>/`` (whichever exist; ``runs.load_part``; mean ± std by ``results.tables``),
-writes ``<out>_summary.csv``, ``<out>.md`` and each part's ``<out>_<part>_runs.csv`` (outputs:
-nothing reads them back). Text between ``<!-- notes:begin -->`` and ``<!-- notes:end -->`` in an
-existing ``<out>.md`` (the hand-written discussion) is kept. The ``lrsweep`` part gets its own table
-beside the student's numbers and ``<out>_lrsweep_summary.csv``, both made by
-``studies.lora.lrsweep_report`` (learning rates chosen on validation, never on test).
+"""The LoRA study's page and CSVs from its run records (``runs.load_part``): ``<out>.md``,
+``<out>_summary.csv`` (mean ± std by ``results.tables``) and each part's ``<out>_<part>_runs.csv``
+(outputs: nothing reads them back). The hand-written discussion between ``NOTES`` in an existing
+``<out>.md`` is kept. The ``lrsweep`` tables come from ``lrsweep_report``.
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ epoch protocol. Its metrics are the study's: ``acc`` (test accuracy, or token ac
 transformer), ``exact_acc``, ``trainable_params`` and, for ``lrsweep`` fits, ``val_acc`` and
 ``val_loss`` at the best validation, ``epochs`` and ``best_epoch``.
 
-A part's finished runs are committed as run records under ``<out>/runs/<part>/`` (``part_dir``;
-``docs/results/lora/runs/mlp/`` for the default ``--out``), with the study's metrics added to
-the record's fit metrics (``publish``). ``run_part`` trains the jobs without an ok record there
-(``pending``), unless a checkpoint later runs load is gone; ``load_part`` reads them back.
+A part's finished runs are committed as run records under ``<out>/runs/<part>/`` (``part_dir``),
+the study's metrics among the record's fit metrics (``publish``).
 """
 
 from __future__ import annotations
@@ -144,14 +142,9 @@ def pending(args: argparse.Namespace, part: str, jobs: list[Job]) -> list[Job]:
 
 
 def best_validation(scalars: Mapping[str, list[tuple[int, float]]]) -> dict[str, Any]:
-    """``epochs`` trained, and ``val_loss``, ``val_acc`` and ``best_epoch`` (1-based) at the
-    lowest ``val/loss``.
-
-    ``scalars``: a run's curves by tag (``results.records.run_scalars``), one validation per
-    epoch (``max_epochs`` of them, or fewer when stopped early). The tested checkpoint is the
-    best one (``checkpoint.monitor``, first minimum, as ``ModelCheckpoint`` keeps it). Empty
-    when the run logged no ``val/loss``; ``val_acc`` absent when it logged no ``val/acc``.
-    """
+    """``epochs`` trained (one validation each), and ``val_loss``, ``val_acc`` and ``best_epoch``
+    (1-based) at the first lowest ``val/loss``: the tested checkpoint, as ``ModelCheckpoint``
+    keeps it. ``scalars``: ``records.run_scalars``; ``{}`` when it has no ``val/loss``."""
     losses = scalars.get("val/loss", [])
     if not losses:
         return {}
