@@ -1,18 +1,15 @@
 """A reversal run's training trace, read from its run record: final loss, loss spikes with their
 size and the gradient at them, and the learned coefficients over the steps.
 
-``load_traces`` reads every ``ok`` run record under the given folders into a ``RunTrace``
-(``run_scalars``: its ``curves.csv`` by tag; ``run_spikes``: ``GradientTracker``'s
-``spikes.csv``); the row functions turn one trace into the lines of ``trajectories``' CSVs.
-
-A fresh run's record holds every logged point. One converted from the CSVs ``trajectories``
-wrote before run records holds what those kept: the coefficient logs every 250 steps, the
-spikes, and as ``converted/`` curve tags what needed the curves gone with the logs: the final
-and lowest training loss and largest gradient norm (``converted/final_train_loss_last500``,
-``converted/min_train_loss``, ``converted/max_grad_norm`` at the run's last step) and the
-gradient logged at or before each spike (``converted/<column>`` at the spike's step;
-``converted/top_group/<group>`` = that group's ratio). A value comes from the run's own curves
-when the record has them, else from its converted tag.
+``load_traces`` reads each finished run's ``curves.csv`` and ``spikes.csv`` into a ``RunTrace``;
+the row functions turn one trace into the lines of ``trajectories``' CSVs. A record converted
+from the CSVs ``trajectories`` wrote before run records holds what those kept: coefficients
+every 250 steps, the spikes, and as ``converted/`` curve tags the values whose curves went with
+the logs: the final and lowest training loss and largest gradient norm
+(``converted/final_train_loss_last500``, ``converted/min_train_loss``,
+``converted/max_grad_norm`` at the last step) and the gradient logged at or before each spike
+(``converted/<column>`` at the spike's step; ``converted/top_group/<group>`` = that group's
+ratio). A value comes from the run's own curves when it has them, else from its converted tag.
 """
 
 from __future__ import annotations
@@ -81,21 +78,12 @@ def final_loss(scalars: Scalars, tail: int) -> float | None:
     return statistics.fmean(v for s, v in points if s > last - tail)
 
 
-def coefficient_order(key: str) -> tuple[int, int]:
-    """Sort key of a coefficient tag's key: ``a0 < a1 < … < c`` (``c``, the kernel's scale, is
-    logged by the learned polynomials since 2026-11-26, after their a_i)."""
-    return (1, 0) if key == "c" else (0, int(key[1:]))
-
-
 def coefficient_series(scalars: Scalars) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """``{(layer, key): [(step, value), ...]}`` for every ``attention/<layer>/a<i>`` and
-    ``attention/<layer>/c`` tag, by layer then ``coefficient_order``."""
-    out = {}
-    for tag, points in scalars.items():
-        match = COEFFICIENT.match(tag)
-        if match:
-            out[(match["layer"], match["key"])] = points
-    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], coefficient_order(kv[0][1]))))
+    """``{(layer, key): [(step, value), ...]}`` of every ``COEFFICIENT`` tag, by layer, then
+    ``a0 < a1 < … < c`` (``c``, the kernel's scale, is logged after the a_i since 2026-11-26)."""
+    found = {(m["layer"], m["key"]): p for t, p in scalars.items() if (m := COEFFICIENT.match(t))}
+    keys = sorted(found, key=lambda k: (k[0], k[1] == "c", int(k[1][1:] or 0)))
+    return {k: found[k] for k in keys}
 
 
 def thin(points: Sequence[tuple[int, float]], every: int) -> list[tuple[int, float]]:
@@ -223,7 +211,7 @@ def run_row(trace: RunTrace, tail: int, spikes: Sequence[dict[str, Any]]) -> dic
     """The run's line of ``<out>_runs.csv``; ``spikes``: its ``spike_rows``."""
     losses = [v for _, v in series(trace.scalars, LOSS_TAG)]
     sizes = [r["loss_over_median"] for r in spikes if r["loss_over_median"] is not None]
-    norm = max_grad_norm(trace.scalars)
+    final, norm = final_loss(trace.scalars, tail), max_grad_norm(trace.scalars)
 
     def converted(key: str) -> float | None:  # a converted record's value (module docstring)
         points = trace.scalars.get(CONVERTED + key)
@@ -233,9 +221,7 @@ def run_row(trace: RunTrace, tail: int, spikes: Sequence[dict[str, Any]]) -> dic
         "variant": trace.variant,
         "seed": trace.seed,
         "steps": trace.steps,
-        "final_train_loss": final_loss(trace.scalars, tail)
-        if losses
-        else converted(f"final_train_loss_last{tail}"),
+        "final_train_loss": converted(f"final_train_loss_last{tail}") if final is None else final,
         "min_train_loss": min(losses) if losses else converted("min_train_loss"),
         "test_loss": trace.test_loss,
         "spikes": None if trace.spikes is None else len(spikes),

@@ -13,7 +13,12 @@ import pytest
 from attn_lightning.results.files import read_csv
 from attn_lightning.results.run_files import write_curves, write_record, write_spikes
 from attn_lightning.studies.reversal.cli import main
-from attn_lightning.studies.reversal.traces import burst_rows, final_loss, thin
+from attn_lightning.studies.reversal.traces import (
+    burst_rows,
+    coefficient_series,
+    final_loss,
+    thin,
+)
 
 LEARNED = "polynomial_degree-4_learned_coefficients-true"
 LAYERS = ("net.decoder.layers.0.attn", "net.decoder.layers.1.attn")
@@ -131,6 +136,18 @@ def test_thin_keeps_the_first_point_of_each_bucket_and_the_last():
     assert [s for s, _ in thin(points[:-1], 300)] == [0, 300, 600, 900, 950]
     with pytest.raises(ValueError, match="every must be >= 1"):
         thin(points, 0)
+
+
+def test_coefficients_are_ordered_by_layer_then_index_then_the_scale():
+    tags = [
+        "attention/l1/c",
+        "attention/l1/a10",
+        "attention/l1/a2",
+        "attention/l0/a1",
+        "train/loss",
+    ]
+    found = coefficient_series({tag: [(0, 1.0)] for tag in tags})
+    assert list(found) == [("l0", "a1"), ("l1", "a2"), ("l1", "a10"), ("l1", "c")]
 
 
 def test_trajectories_tables_and_files(long_study, tmp_path):
