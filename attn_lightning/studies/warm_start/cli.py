@@ -36,7 +36,6 @@ from attn_lightning.studies.warm_start.plan import (
     CONVERGED,
     TASKS,
     Plan,
-    config,
     in_run_order,
 )
 
@@ -103,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     plan = Plan(args.task, args.base_steps, args.finetune_steps, args.redraw_every, experiment)
     base, *chosen = plan.variants()
     runner = Runner(
-        configs=(str(config(args.task)), args.preset),
+        configs=(TASKS[args.task][0], args.preset),
         # Step budgets, not the config's epochs (digits trains by epochs).
         overrides=("trainer.max_epochs=-1", *args.set),
         experiment=experiment,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from attn_lightning.results.records import RunResult
@@ -43,6 +42,8 @@ CONDITIONS = (
     "scratch",
     "scratch, base + fine-tune steps",
 )
+# Feature redraw off: the fine-tune's control for "with redraw", and every run but that one.
+NO_REDRAW = "feature_redraw.every_n_steps=0"
 # What each experiment's runs need: its base config and its headline metrics.
 TASKS = {
     "reversal": ("configs/reversal/base.yaml", ("test/token_acc", "test/exact_acc", "test/loss")),
@@ -123,14 +124,3 @@ def in_run_order(runs: Iterable[RunResult]) -> list[RunResult]:
         return (1, run.seed, backends.index(backend), conditions.index(condition))
 
     return sorted(runs, key=key)
-
-
-# Feature redraw off: the fine-tune's control for "with redraw", and every run but that one.
-NO_REDRAW = "feature_redraw.every_n_steps=0"
-
-
-def config(task: str) -> Path:
-    """The base config of ``task`` (a ValueError naming the allowed tasks)."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; allowed: {', '.join(TASKS)}")
-    return Path(TASKS[task][0])

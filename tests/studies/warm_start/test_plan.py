@@ -8,7 +8,7 @@ from attn_lightning.results.files import read_csv
 from attn_lightning.results.records import RunResult
 from attn_lightning.studies.runner import Runner
 from attn_lightning.studies.warm_start import tables
-from attn_lightning.studies.warm_start.plan import BACKENDS, PERFORMERS, Plan, config
+from attn_lightning.studies.warm_start.plan import BACKENDS, PERFORMERS, Plan
 
 
 def test_the_plan_has_one_control_per_question_and_the_base_first():
@@ -34,8 +34,6 @@ def test_the_plan_has_one_control_per_question_and_the_base_first():
     assert "--init_from=checkpoints/w/softmax-s3/last.ckpt" in args
     assert by_name["linear@scratch-1800"].overrides[1] == "trainer.max_steps=1800"
     assert by_name["linear@zero-shot"].subcommand == "test"
-    with pytest.raises(ValueError, match="unknown task 'vision'; allowed: reversal, digits"):
-        config("vision")
 
 
 def _run(backend, condition, seed, acc):
