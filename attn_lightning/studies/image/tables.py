@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from attn_lightning.results.environment import command_line
 from attn_lightning.results.files import markdown_records, write_csv
@@ -51,9 +50,9 @@ def tables(args: argparse.Namespace, *, prog: str, argv: list[str]) -> list[Path
     if missing:
         raise ValueError(f"{args.runs} has no metric {missing}; it has {sorted(reported)}")
     per_variant = seed_rows(runs, names, args.metrics, label="backend")
-    paired: list[dict[str, Any]] = []
-    if args.control:
-        paired = delta_rows(runs, names, args.control, args.metrics, label="backend")
+    paired = (
+        delta_rows(runs, names, args.control, args.metrics, label="backend") if args.control else []
+    )
     lines = [
         f"Regenerate with:\n\n```bash\n{command_line(prog, argv)}\n```\n",
         f"From the run records in `{args.runs.as_posix()}/` (finished runs only), no training. "
@@ -69,10 +68,10 @@ def tables(args: argparse.Namespace, *, prog: str, argv: list[str]) -> list[Path
             f"from {MIN_INTERVAL_SEEDS} seeds up (below that the sign count is the evidence).\n",
             markdown_records(paired),
         ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    page = args.out.with_name(args.out.name + ".md")
-    page.write_text("\n".join(lines) + "\n")
-    written = [page, write_csv(args.out.with_name(args.out.name + ".csv"), per_variant)]
+    out = args.out
+    written = [write_csv(out.with_name(out.name + ".csv"), per_variant)]  # makes the folder
     if paired:
-        written.append(write_csv(args.out.with_name(args.out.name + "_deltas.csv"), paired))
-    return written
+        written.append(write_csv(out.with_name(out.name + "_deltas.csv"), paired))
+    page = out.with_name(out.name + ".md")
+    page.write_text("\n".join(lines) + "\n")
+    return [page, *written]
