@@ -1,14 +1,10 @@
 """What a detection variant costs, measured on its untrained model, and the per-site table.
 
-Every variant's model is built from its config stack by ``train.py``'s own parser (untrained
-weights: cost does not depend on them) and measured in this process on the CPU: attention
-parameters (projections and backend tensors) and all parameters, median forward latency per image
-and peak forward memory (``benchmarks.measure``), at the config's input size. The ``sites``
-subcommand writes each site's backend, projections, attention parameters and counted forward
-FLOPs (``benchmarks.sites``) without training or timing anything. Measured costs are kept in
-``docs/results/detection/costs.json`` (``costs_file``, ``write_costs``, ``read_costs``) beside
-the study's run records: a timing belongs to the machine that made it, so a page rebuilt from
-records takes it from there instead of timing again.
+A variant's model is built from its config stack by ``train.py``'s own parser, untrained (cost
+does not depend on the weights), and timed in this process on the CPU (``benchmarks.measure``);
+``sites`` counts each site's parameters and forward FLOPs (``benchmarks.sites``) without timing.
+Measured costs are kept in ``docs/results/detection/costs.json`` beside the study's run records:
+a timing belongs to the machine that made it, so a page rebuilt from records reads it there.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 ``report [PAGE ...]`` rewrites ``docs/results/<PAGE>.{md,csv}``, ``_runs.csv`` and
 ``_curves.csv`` from the records under ``docs/results/detection/runs/<experiment>/`` and, for
-the cost columns, ``docs/results/detection/costs.json``: a timing belongs to the machine that
-made it, so a page is not timed again. ``PAGES`` is the report spec: per page, the runs it
-shows (experiment, variants, seeds, in table order; one without a record is "not run") and its
-layout (the study's table, or a grid's).
+the cost columns, the timings kept in ``docs/results/detection/costs.json`` (``detection.costs``).
+``PAGES`` is the report spec: per page, the runs it shows (experiment, variants, seeds, in table
+order; one without a record is "not run") and its layout (the study's table, or a grid's).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def run_study(
     *,
     command: str,
     grid: list[GridPoint] | None = None,
-    heading: str = HEADINGS["sensitivity"],
+    heading: str = "",
 ) -> list[RunResult]:
     """Train (or reuse) ``chosen`` over ``args.seeds``, measure their costs and write the tables
     (a grid's tables, headed ``heading``, when ``grid`` is given); returns the runs in table

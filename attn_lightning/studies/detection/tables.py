@@ -86,7 +86,7 @@ def write_sensitivity(
     *,
     command: str,
     jobs: int = 1,
-    heading: str = "Sensitivity of optimization attention",
+    heading: str,
 ) -> None:
     """The sensitivity tables: ``<out>.md`` opens with the grid (its options, test mAP
     mean ± std (n), AP50, AP75, the paired Δ vs the variant's own point, keys90 where reported),
