@@ -1,11 +1,9 @@
 """The runs of a reversal study, read from run records, with what their curves say.
 
-Every folder holding a ``record.json`` under the given folders is one run
-(``results.records.load_run``): ``docs/results/<page>/runs/`` for committed runs,
-``logs/<experiment>/`` for a live sweep. Its ``curves.csv`` (``results.records.run_scalars``)
-gives the run's facts, kept in ``RunResult.info``; a fact whose curve the record lacks (a run
-converted from a committed ``<out>_runs.csv`` holds its validation accuracy at most) is the value
-the record carries as a metric of the same name, converted from that CSV:
+Every folder holding a ``record.json`` under the given folders is one run; its ``curves.csv``
+gives the run's facts, kept in ``RunResult.info``. A fact whose curve the record lacks is the
+metric of the same name the record carries (a run converted from a committed ``<out>_runs.csv``
+holds its validation accuracy at most):
 
 * ``steps_to_threshold``: the first logged step whose ``val/token_acc`` ≥ the threshold (None:
   never reached);

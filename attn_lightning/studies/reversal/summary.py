@@ -104,11 +104,8 @@ def paired_rows(
     """
 
     def values(name: str, value: Callable[[RunResult], float | None]) -> dict[int, float]:
-        picked = {}
-        for run in runs:
-            if run.variant == name and finished(run) and (v := value(run)) is not None:
-                picked[run.seed] = float(v)
-        return picked
+        done = [r for r in runs if r.variant == name and finished(r)]
+        return {r.seed: float(v) for r in done if (v := value(r)) is not None}
 
     rows = []
     for name in names:
