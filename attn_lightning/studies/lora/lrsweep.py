@@ -11,7 +11,7 @@ import json
 import logging
 from typing import Any
 
-from attn_lightning.studies.lora.lrsweep_report import choose_lr
+from attn_lightning.studies.lora.lrsweep_report import current_sweep
 from attn_lightning.studies.lora.runs import (
     BASE_WEIGHTS,
     MLP_CONFIG,
@@ -153,12 +153,8 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
 def chosen_base_lr(args: argparse.Namespace) -> str | None:
     """The base learning rate with the best mean validation accuracy (None: no base run yet)."""
     lrs, seeds = {_lr(lr) for lr in args.lrs_base}, set(args.seeds)
-    bases = [
-        r
-        for r in load_part(args.out, "lrsweep")
-        if r.info["adaptation"] == "base" and r.info["lr"] in lrs and r.seed in seeds
-    ]
-    return next((choice.lr for choice in choose_lr(bases).values()), None)
+    found = load_part(args.out, "lrsweep")
+    return current_sweep([r for r in found if r.info["lr"] in lrs and r.seed in seeds])[0]
 
 
 def check_protocol(args: argparse.Namespace) -> None:

@@ -18,7 +18,7 @@ from attn_lightning.results.files import markdown_table
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.seed_tables import sign_count
 from attn_lightning.results.tables import format_number
-from attn_lightning.studies.lora.lrsweep_report import choose_lr, current_sweep, student_numbers
+from attn_lightning.studies.lora.lrsweep_report import current_sweep, student_numbers
 from attn_lightning.studies.lora.runs import position
 
 HEAD = "lora"  # the student's rows: every layer, the head included, adapted by LoRA
@@ -33,8 +33,7 @@ def pattern_section(runs: Sequence[RunResult]) -> list[str]:
     """Markdown lines: one row per (shift, rank) with both methods in the student's table and
     in ours; nothing when no such row ran."""
     student = student_numbers()
-    _, current = current_sweep(runs)
-    chosen = {group[:4]: choice for group, choice in choose_lr(current).items()}
+    chosen = current_sweep(runs)[2]
     domains = list(dict.fromkeys(k[0] for k in student))  # the student's order of shifts
     keys = sorted(
         {(d, r) for (d, m, r, h) in chosen if m in METHODS and h == HEAD and d != "original"},

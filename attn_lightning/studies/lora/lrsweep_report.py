@@ -40,13 +40,8 @@ SECONDS = ("seconds_mean", "seconds_std")  # summarize's, not in this summary
 
 
 def student_numbers() -> dict[RowKey, float]:
-    """The student's test accuracies (%) we compare with, keyed as the table's rows.
-
-    Their base, the base before adaptation on each shift, full fine-tunes, and both LoRA tables
-    (on the trained base and from scratch, every layer adapted, r = 1 … 64, each shift):
-    ``docs/references/lora_student.csv`` cites where they come from. Rows the student did not
-    run (the frozen head) get none.
-    """
+    """The student's test accuracies (%) we compare with, keyed as the table's rows
+    (``docs/references/lora_student.csv`` cites where they come from)."""
     _, rows = reference("lora_student")
     return {
         (r["domain"], r["adaptation"], int(r["rank"]), r["head"]): float(r["test_acc"])
@@ -104,13 +99,16 @@ def choose_lr(runs: Sequence[RunResult]) -> dict[tuple[Any, ...], LRChoice]:
     return choices
 
 
-def current_sweep(runs: Sequence[RunResult]) -> tuple[str | None, list[RunResult]]:
-    """The base learning rate chosen on validation, and the runs that use no other base."""
+def current_sweep(
+    runs: Sequence[RunResult],
+) -> tuple[str | None, list[RunResult], dict[RowKey, LRChoice]]:
+    """The base learning rate chosen on validation, the runs that use no other base, and each
+    table row's choice among them (``choose_lr``)."""
     bases = [r for r in runs if r.info["adaptation"] == "base"]
     base = next(iter(choose_lr(bases).values()), None)
-    if base is None:
-        return None, list(runs)
-    return base.lr, [r for r in runs if r.info["base_lr"] in ("", base.lr)]
+    lr = None if base is None else base.lr
+    current = [r for r in runs if lr is None or r.info["base_lr"] in ("", lr)]
+    return lr, current, {group[:4]: choice for group, choice in choose_lr(current).items()}
 
 
 def _scale_note(source: str) -> str:
@@ -221,12 +219,9 @@ HEADER = [
 
 
 def sweep_section(runs: Sequence[RunResult]) -> list[str]:
-    """The student-vs-ours table of the ``lrsweep`` part, row by row."""
-    if not runs:
-        return ["(not run yet: `python -m attn_lightning.studies.lora lrsweep`)", ""]
+    """The student-vs-ours table of the ``lrsweep`` part (some runs), row by row."""
     student = student_numbers()
-    base_lr, current = current_sweep(runs)
-    choices = {group[:4]: choice for group, choice in choose_lr(current).items()}
+    base_lr, current, choices = current_sweep(runs)
     seen = ["original", *(r.info["domain"] for r in current), *(k[0] for k in student)]
     domains = list(dict.fromkeys(seen))
     keys = sorted({*choices, *student}, key=lambda k: _sweep_order(k, domains))
