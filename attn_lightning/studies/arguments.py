@@ -1,15 +1,14 @@
-"""The command-line pieces the studies share: a study's parser, its run flags, plans, old spellings.
+"""The command-line pieces the studies share: a study's parser, its run flags and plans.
 
 Every study that trains runs through ``studies.runner``, so ``add_run_arguments`` gives its flags
 one meaning everywhere; ``plan_argv`` reads a plan (``configs/studies/<study>.yaml``) as the
-arguments it stands for; ``renamed`` is the one notice an old spelling gives.
+arguments it stands for.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -125,9 +124,3 @@ def plan_argv(
 def log_to_stderr() -> None:
     """A study's progress lines: plain messages at INFO on stderr."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-
-
-def renamed(old: str, new: str) -> None:
-    """The one notice of an old spelling that still works: a ``FutureWarning`` naming the new
-    one, attributed to the caller's caller (the line that used the old spelling)."""
-    warnings.warn(f"{old} is deprecated; use {new}", FutureWarning, stacklevel=3)
