@@ -108,12 +108,12 @@ def test_latency_causal_only_skips_backends_without_a_causal_form(tmp_path, caps
 
 
 def test_sites_table_of_the_detection_variants(tmp_path, monkeypatch):
-    """``--sites``: each variant built by train.py's parser, no training, no timing."""
+    """``sites``: each variant built by train.py's parser, no training, no timing."""
     monkeypatch.chdir(tmp_path)
     names = ["softmax_no_qk_encoder_self", "optimization_encoder_self", "pool_encoder_self"]
-    assert detection.main(["--sites", "--variants", *names, "--out", str(tmp_path / "d")]) == []
+    assert detection.main(["sites", "--variants", *names, "--out", str(tmp_path / "d")]) == []
     meta, rows = read_csv(tmp_path / "d_sites.csv")
-    assert "--sites" in meta["command"] and "eval mode" in meta["flops"]
+    assert "detection sites" in meta["command"] and "eval mode" in meta["flops"]
     assert [(r["variant"], r["site"]) for r in rows] == [
         (v, s) for v in names for s in ("encoder_self", "decoder_self", "decoder_cross")
     ]

@@ -1,14 +1,12 @@
 """The detection study's command line: tables from run records, the paired comparison with
-each variant's control, the per-site table."""
+each variant's control (the per-site table: tests/benchmarks/test_cli.py)."""
 
 from __future__ import annotations
 
 import csv
-import shlex
 
 import pytest
 
-from attn_lightning.results import read_csv
 from attn_lightning.results.records import RunResult
 from attn_lightning.studies.detection import main
 from attn_lightning.studies.detection.variants import (
@@ -136,15 +134,3 @@ def test_help_names_every_subcommand(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert exc.value.code == 0 and "run|sensitivity|ablation|sites|probe" in out
-
-
-def test_sites_writes_the_per_site_table_and_trains_nothing(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    out = tmp_path / "s"
-    small = ["--set", "model.init_args.net.d_model=32", "--set", "model.init_args.net.d_ff=32"]
-    argv = ["sites", "--variants", "softmax", *small, "--out", str(out)]
-    assert main(argv) == []
-    meta, rows = read_csv(out.with_name("s_sites.csv"))
-    assert meta["command"] == "python -m attn_lightning.studies.detection " + shlex.join(argv)
-    assert [r["site"] for r in rows] == ["encoder_self", "decoder_self", "decoder_cross"]
-    assert not (tmp_path / "logs").exists()
