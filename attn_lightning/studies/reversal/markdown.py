@@ -7,12 +7,13 @@ formats (``median [q25, q75]``, the scale and decimals of each known metric).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.paired import SEED_INTERVAL_NOTE
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import OK, RunResult
 from attn_lightning.results.tables import (
     KNOWN,
     Column,
@@ -136,10 +137,9 @@ def report_markdown(
     table with runs that have validation curves; runs converted from a sweep's per-run CSV have
     neither: the outcome and per-run tables, naming the CSVs."""
     pct = f"{threshold * 100:g} %"
-    lines = [
-        f"Regenerate with:\n\n```bash\n{command}\n```\n",
-        (records_machine_line(runs) or machine_line()) + "\n",
-    ]
+    # Where every recorded run ran, finished or not (the results layer names ok runs' only).
+    machine = records_machine_line([replace(r, status=OK) for r in runs]) or machine_line()
+    lines = [f"Regenerate with:\n\n```bash\n{command}\n```\n", machine + "\n"]
     curves = curves_table(runs)
     if not any(r.info.get(k) is not None for r in runs for k in ("steps_to_threshold", "spikes")):
         sources = sorted({f"`{s}`" for r in runs for s in r.info["sources"]})

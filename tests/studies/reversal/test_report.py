@@ -218,3 +218,28 @@ def test_golden_comparison_can_fail(mixed, tmp_path):
     shutil.copy(tmp_path / "all_runs.csv", tmp_path / "all.csv")  # a wrong summary
     with pytest.raises(AssertionError, match=r"all\.csv"):
         _same_files(tmp_path, "all")
+
+
+def test_the_machine_line_names_where_every_recorded_run_ran(tmp_path):
+    # A finished run on one machine, one still running on another, and a finished run whose
+    # record has no test metrics on a third: the page names all three.
+    envs = {}
+    for seed, (test, cpu) in enumerate(
+        [(test_metrics(1.0, 1.0, 0.001), "A"), (None, "B"), ({}, "C")]
+    ):
+        folder = write_run(tmp_path, "softmax", seed, SEED1, test)
+        record = load_record(folder)
+        record["environment"] = envs[cpu] = {"platform": "Linux", "device": cpu, "python": "3.11"}
+        write_record(folder, record)
+    report(_runs(tmp_path), tmp_path / "m", command="c")
+    machines = "; ".join(f"Linux, {cpu}, Python 3.11" for cpu in envs)
+    assert f"\nMachines: {machines}; runs one after another.\n" in (tmp_path / "m.md").read_text()
+
+
+def test_a_record_converted_from_several_csvs_names_each(tmp_path):
+    folder = write_run(tmp_path, "softmax", 0, None, test_metrics(1.0, 1.0, 0.001))
+    record = load_record(folder)
+    record["source"] = {"converted_from": ["docs/results/x_runs.csv", "docs/results/x_spikes.csv"]}
+    write_record(folder, record)
+    (run,) = load_runs(_runs(tmp_path), 0.99)
+    assert run.info["sources"] == ["x_runs.csv", "x_spikes.csv"]
