@@ -57,12 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(run, experiment=None, experiment_help="default: warm-start-<task>")
     rebuild = commands.add_parser("tables", help="rewrite the tables from the committed records")
     rebuild.add_argument("--task", choices=sorted(TASKS), required=True)
-    rebuild.add_argument(
-        "--records",
-        type=Path,
-        default=study_runs_dir(STUDY),
-        help="the run records (default: docs/results/warm_start/runs)",
-    )
     rebuild.add_argument("--out", type=Path, required=True, help="output path, no extension")
     return parser
 
@@ -88,9 +82,9 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
         log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(args.out,) * 4)
 
     if args.command == "tables":
-        runs = in_run_order(load_runs(args.records, study=STUDY, task=args.task))
+        runs = in_run_order(load_runs(study_runs_dir(STUDY), study=STUDY, task=args.task))
         if not runs:
-            parser.error(f"no {args.task} run records under {args.records}")
+            parser.error(f"no {args.task} run records under {study_runs_dir(STUDY)}")
         write(runs, [
             f"Rebuilt from the committed run records `{STUDY}/runs/{args.task}/` (nothing "
             "trained); the runs were made by this study's `run` command "
