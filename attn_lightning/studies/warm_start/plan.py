@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from attn_lightning.results.records import RunResult
@@ -67,12 +67,7 @@ class Plan:
     def tags(self) -> dict[str, Any]:
         """Every run's tags besides its variant's: a committed record is reused only by a plan
         with the same task and budgets."""
-        return {
-            "task": self.task,
-            "base_steps": self.base_steps,
-            "finetune_steps": self.finetune_steps,
-            "redraw_every": self.redraw_every,
-        }
+        return {k: v for k, v in asdict(self).items() if k != "experiment"}
 
     def base_checkpoint(self) -> str:
         """The base run's ``last.ckpt`` of the run's seed (``{seed}`` is filled per run)."""
