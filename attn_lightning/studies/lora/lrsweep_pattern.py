@@ -19,7 +19,7 @@ from attn_lightning.results.records import RunResult
 from attn_lightning.results.seed_tables import sign_count
 from attn_lightning.results.tables import format_number
 from attn_lightning.studies.lora.lrsweep_report import current_sweep, student_numbers
-from attn_lightning.studies.lora.runs import position
+from attn_lightning.studies.lora.runs import DOMAINS, position
 
 HEAD = "lora"  # the student's rows: every layer, the head included, adapted by LoRA
 METHODS = ("lora", "lora_scratch")
@@ -34,10 +34,9 @@ def pattern_section(runs: Sequence[RunResult]) -> list[str]:
     in ours; nothing when no such row ran."""
     student = student_numbers()
     chosen = current_sweep(runs)[2]
-    domains = list(dict.fromkeys(k[0] for k in student))  # the student's order of shifts
     keys = sorted(
         {(d, r) for (d, m, r, h) in chosen if m in METHODS and h == HEAD and d != "original"},
-        key=lambda k: (position(k[0], domains), *k),
+        key=lambda k: (position(k[0], DOMAINS), *k),
     )
     body = []
     seeds_seen: set[int] = set()

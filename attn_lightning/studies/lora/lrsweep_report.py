@@ -23,7 +23,7 @@ from attn_lightning.studies.lora.runs import (
     ADAPTATION_COLUMN,
     LABELS,
     SWEEP_GROUP,
-    position,
+    row_order,
     tag_values,
 )
 
@@ -33,7 +33,6 @@ HEAD_LABELS = {
     "frozen": "frozen (LoRA on fc1, fc2)",
     "trained": "trained whole (modules_to_save)",
 }
-SWEEP_ADAPTATIONS = ("base", "before", "full", "lora", "lora_scratch")  # table order
 # The columns of <out>_lrsweep_summary.csv that say which runs a row holds.
 SUMMARY_KEYS = (*(ADAPTATION_COLUMN if k == "adaptation" else k for k in SWEEP_GROUP), "lr")
 SECONDS = ("seconds_mean", "seconds_std")  # summarize's, not in this summary
@@ -121,17 +120,6 @@ def _scale_note(source: str) -> str:
             "(4,000 / 500 / 500, split by class), so our test set is 500 images, not 10,000."
         )
     return " Ours are **not** on MNIST (see Data)."
-
-
-def _sweep_order(key: RowKey, domains: list[str]) -> tuple[int, ...]:
-    domain, adaptation, rank, head = key
-    heads = ["", *HEAD_LABELS]
-    return (
-        position(domain, domains),
-        position(adaptation, SWEEP_ADAPTATIONS),
-        position(head, heads),
-        rank,
-    )
 
 
 def _row_key(run: RunResult) -> RowKey:
@@ -222,9 +210,7 @@ def sweep_section(runs: Sequence[RunResult]) -> list[str]:
     """The student-vs-ours table of the ``lrsweep`` part (some runs), row by row."""
     student = student_numbers()
     base_lr, current, choices = current_sweep(runs)
-    seen = ["original", *(r.info["domain"] for r in current), *(k[0] for k in student)]
-    domains = list(dict.fromkeys(seen))
-    keys = sorted({*choices, *student}, key=lambda k: _sweep_order(k, domains))
+    keys = sorted({*choices, *student}, key=lambda k: row_order(*k))
 
     def values(key: str) -> str:
         return ", ".join(tag_values(current, key))

@@ -95,20 +95,25 @@ def tag_values(runs: Sequence[RunResult], key: str) -> list[str]:
     return sorted({str(r.info.get(key, "")) for r in runs} - {""})
 
 
+def row_order(domain: str, adaptation: str, rank: int, head: str = "") -> tuple[Any, ...]:
+    """Where a row of a table or CSV (one ``RowKey`` of ``lrsweep_report``) sorts: as the jobs
+    run, a domain, adaptation or head not in ``DOMAINS``, ``LABELS``, ``HEAD_ORDER`` after."""
+    adaptations = list(LABELS)
+    return (
+        position(domain, DOMAINS),
+        domain,
+        position(adaptation, adaptations),
+        position(head, HEAD_ORDER),
+        rank,
+    )
+
+
 def run_order(run: RunResult) -> tuple[Any, ...]:
     """The position of ``run`` in its part's job order: seed first (``mlp``, ``variants``,
     ``transformer``), or last (``lrsweep``, learning rate by learning rate)."""
     info = run.info
-    adaptations = list(LABELS)
-    key = (
-        position(info["domain"], DOMAINS),
-        info["domain"],
-        position(info["adaptation"], adaptations),
-        position(str(info.get("head", "")), HEAD_ORDER),
-        int(info["rank"]),
-        float(info.get("lr") or 0),
-        str(info.get("base_lr", "")),
-    )
+    row = row_order(info["domain"], info["adaptation"], int(info["rank"]), info.get("head", ""))
+    key = (*row, float(info.get("lr") or 0), str(info.get("base_lr", "")))
     return (*key, run.seed) if info["part"] == "lrsweep" else (run.seed, *key)
 
 

@@ -15,7 +15,6 @@ from attn_lightning.results.references import ENV
 from attn_lightning.studies.lora import cli, lrsweep, runs
 from attn_lightning.studies.lora.lrsweep_report import (
     HEAD_LABELS,
-    SWEEP_ADAPTATIONS,
     choose_lr,
     missing_runs,
     outcome_cell,
@@ -81,7 +80,7 @@ def test_student_table_holds_every_number_of_their_report():
     ranks = {rank for (_, adaptation, rank, _) in student if adaptation == "lora_scratch"}
     assert ranks == {1, 2, 4, 8, 16, 32, 64}
     for _, adaptation, rank, head in student:  # keyed as the sweep's rows are
-        assert adaptation in SWEEP_ADAPTATIONS and (head in HEAD_LABELS) == (rank > 0)
+        assert adaptation in runs.LABELS and (head in HEAD_LABELS) == (rank > 0)
 
 
 def test_student_numbers_are_data_read_from_the_references(tmp_path, monkeypatch):
