@@ -46,12 +46,6 @@ def best_validation(scalars: Scalars, tag: str = VAL_LOSS_TAG) -> tuple[int, flo
     return step + 1, value
 
 
-def last_value(scalars: Scalars, tag: str = VAL_LOSS_TAG) -> float | None:
-    """The last logged ``tag`` (the validation at the end of training); None if never logged."""
-    points = series(scalars, tag)
-    return points[-1][1] if points else None
-
-
 def spike_steps(scalars: Scalars) -> list[int] | None:
     """Steps flagged as loss spikes; None when the run logged no spike flags at all."""
     flags = series(scalars, SPIKE_TAG)

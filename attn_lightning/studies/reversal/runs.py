@@ -41,7 +41,6 @@ from attn_lightning.studies.reversal.dynamics import (
     VAL_LOSS_TAG,
     VAL_TAG,
     best_validation,
-    last_value,
     max_grad_norm,
     spike_gradients,
     spike_steps,
@@ -76,7 +75,7 @@ def curve_facts(scalars: Scalars, threshold: float) -> dict[str, Any]:
     if (best := best_validation(scalars)) is not None:
         facts["best_ckpt_step"] = best[0]
     if VAL_LOSS_TAG in scalars:
-        facts["final_val_loss"] = last_value(scalars)
+        facts["final_val_loss"] = scalars[VAL_LOSS_TAG][-1][1]
     return facts
 
 

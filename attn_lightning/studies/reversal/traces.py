@@ -124,17 +124,11 @@ def logged_gradients(scalars: Scalars) -> dict[int, tuple[Any, ...]]:
     from the run's ``grad/`` curves, else from a converted record's ``converted/`` tags."""
     norms = series(scalars, NORM_TAG)
     if norms:  # the run's own curves
-        return {
-            g.spike_step: (
-                g.grad_step,
-                g.norm,
-                g.ratio,
-                _over_recent(norms, g),
-                g.group,
-                g.group_ratio,
-            )
-            for g in spike_gradients(scalars)
-        }
+        own = {}
+        for g in spike_gradients(scalars):
+            recent = _over_recent(norms, g)
+            own[g.spike_step] = (g.grad_step, g.norm, g.ratio, recent, g.group, g.group_ratio)
+        return own
     columns = [dict(scalars.get(CONVERTED + key, [])) for key in LOGGED_GRADIENT[:4]]
     groups = {g: dict(scalars.get(f"{CONVERTED}top_group/{g}", [])) for g in GROUPS}
     tops = {s: (g, ratio) for g, ratios in groups.items() for s, ratio in ratios.items()}
