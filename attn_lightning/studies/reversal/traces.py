@@ -1,7 +1,7 @@
 """A reversal run's training trace, read from its run record: final loss, loss spikes with their
 size and the gradient at them, and the learned coefficients over the steps.
 
-``load_traces`` reads each finished run's ``curves.csv`` and ``spikes.csv`` into a ``RunTrace``;
+``load_trace`` reads a finished run's ``curves.csv`` and ``spikes.csv`` into a ``RunTrace``;
 the row functions turn one trace into the lines of ``trajectories``' CSVs. A record converted
 from the CSVs ``trajectories`` wrote before run records holds what those kept: coefficients
 every 250 steps, the spikes, and as ``converted/`` curve tags the values whose curves went with
@@ -33,7 +33,6 @@ from attn_lightning.studies.reversal.dynamics import (
     max_grad_norm,
     spike_gradients,
 )
-from attn_lightning.studies.reversal.runs import chosen_runs, finished
 
 LOSS_TAG = "train/loss"
 CONVERTED = "converted/"  # a converted record's own curve tags (module docstring)
@@ -234,7 +233,8 @@ def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
     ]
 
 
-def _trace(run: RunResult) -> RunTrace:
+def load_trace(run: RunResult) -> RunTrace:
+    """The trace of a finished run (``runs.load_runs``) from its record folder."""
     folder = Path(str(run.log_dir))
     return RunTrace(
         run.variant,
@@ -245,12 +245,3 @@ def _trace(run: RunResult) -> RunTrace:
         run_spikes(folder) if (folder / SPIKES).is_file() else None,
         str(load_record(folder).get("experiment")),
     )
-
-
-def load_traces(
-    roots: Sequence[Path], variants: Sequence[str] | None = None
-) -> tuple[list[RunTrace], list[RunResult]]:
-    """The traces of the finished runs under ``roots`` (``runs.chosen_runs``), and the runs
-    left out (no ``ok`` record)."""
-    runs = chosen_runs(roots, variants)[1]
-    return [_trace(r) for r in runs if finished(r)], [r for r in runs if not finished(r)]

@@ -22,6 +22,7 @@ from typing import Any
 
 from attn_lightning.results.curves import series
 from attn_lightning.results.files import markdown_table, write_csv
+from attn_lightning.studies.reversal.runs import chosen_runs, finished
 from attn_lightning.studies.reversal.trace_figures import figures
 from attn_lightning.studies.reversal.traces import (
     BURST_GAP,
@@ -32,7 +33,7 @@ from attn_lightning.studies.reversal.traces import (
     SPIKE_GRAD_TAGS,
     burst_rows,
     coefficient_rows,
-    load_traces,
+    load_trace,
     run_row,
     spike_rows,
     value_at,
@@ -106,7 +107,8 @@ def write_trajectories(
     Raises:
         FileNotFoundError: no ``ok`` run record under ``runs_dirs`` (of ``variants``).
     """
-    traces, missing = load_traces(runs_dirs, variants)
+    recorded = chosen_runs(runs_dirs, variants)[1]
+    traces = [load_trace(r) for r in recorded if finished(r)]
     if not traces:
         where = ", ".join(str(d) for d in runs_dirs)
         raise FileNotFoundError(f"no finished run (an ok record.json) under {where}")
@@ -124,9 +126,7 @@ def write_trajectories(
     write("_runs.csv", runs)
     spike_file = write("_spikes.csv", spikes, _SPIKE_FIELDS)
     bursts = burst_rows(spikes)
-    burst_file = write(
-        "_bursts.csv", bursts, [*_BURST_FIELDS, *(f"first_{k}" for k in BURST_GRADIENT)]
-    )
+    burst_file = write("_bursts.csv", bursts, _BURST_FIELDS)
     if coefficients:  # none without a learned-coefficient variant
         write("_coefficients.csv", coefficients)
     experiments = ", ".join(f"`{e}`" for e in dict.fromkeys(t.experiment for t in traces))
@@ -139,9 +139,8 @@ def write_trajectories(
         loss_table(runs, tail),
         "",
     ]
-    if missing:
-        names = _names([(r.variant, r.seed) for r in missing])
-        lines += [f"Not in these tables (no ok record): {names}.", ""]
+    if missing := [(r.variant, r.seed) for r in recorded if not finished(r)]:
+        lines += [f"Not in these tables (no ok record): {_names(missing)}.", ""]
     converted = [(t.variant, t.seed) for t in traces if not series(t.scalars, LOSS_TAG)]
     if converted:
         lines += [
@@ -184,7 +183,8 @@ def write_trajectories(
 
 
 _RUN_FIELDS = ("variant", "seed")
-_BURST_FIELDS = (*_RUN_FIELDS, "first_step", "last_step", "spikes", "max_loss", "max_over_median")
+_BURST_FIELDS: tuple[str, ...] = (*_RUN_FIELDS, "first_step", "last_step", "spikes", "max_loss")
+_BURST_FIELDS += ("max_over_median", *(f"first_{key}" for key in BURST_GRADIENT))
 _SPIKE_FIELDS: tuple[str, ...] = (*_RUN_FIELDS, "step", "loss", "loss_over_median")
 _SPIKE_FIELDS += (*LOGGED_GRADIENT, *SPIKE_GRAD_TAGS)
 
