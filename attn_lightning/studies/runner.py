@@ -51,7 +51,6 @@ SEED = "{seed}"  # in a variant's override: the run's seed (e.g. a per-seed chec
 STOP_CODES = (130, 143, -2, -15)
 SAVE_DIR = "trainer.logger.init_args.save_dir"  # the override that moves the runs' logs
 CRASHED = "crashed"
-OWN_TAGS = ("study", "variant", "seed")  # set on every run; a study's own facts go beside them
 
 __all__ = ["CONFIGS", "SEED", "Runner", "Variant", "build_cli", "run_label", "run_name"]
 
@@ -175,13 +174,6 @@ class Runner:
         program = ["-m", "attn_lightning.cli"] if script is None else [str(script)]
         return [sys.executable, *program, *self.train_args(variant, seed, ckpt_path=ckpt_path)]
 
-    def resume_point(self, variant: Variant, seed: int) -> Path | None:
-        """The ``last.ckpt`` a stopped fit continues from with ``resume`` (None: start afresh)."""
-        if not self.resume or variant.subcommand != "fit":
-            return None
-        last = Path("checkpoints") / self.experiment / run_name(variant, seed) / "last.ckpt"
-        return last if last.is_file() else None
-
     def run_dir(self, variant: Variant, seed: int) -> Path:
         """One run's log folder, where its ``record.json`` is: ``logs/<experiment>/<run>``."""
         # The last --set of the logger's folder wins, as on train.py's command line.
@@ -201,9 +193,8 @@ class Runner:
     def run(self, variant: Variant, seed: int) -> RunResult:
         """Train (or reuse) one run and read its record."""
         label = run_name(variant, seed)
-        tags = self.run_tags(variant, seed)
-        info = {k: v for k, v in tags.items() if k not in OWN_TAGS}
-        done = find_ok(self.record_roots, variant.name, seed, **tags)
+        info = {**self.tags, **variant.info}  # a run's tags but the runner's own three
+        done = find_ok(self.record_roots, variant.name, seed, **self.run_tags(variant, seed))
         if done is not None:
             log.info("run %s: taken from the committed record %s", label, done.log_dir)
             return done
@@ -223,11 +214,13 @@ class Runner:
 
     def _train(self, variant: Variant, seed: int, info: dict[str, Any]) -> RunResult:
         label = run_name(variant, seed)
-        ckpt_path = self.resume_point(variant, seed)
+        checkpoints = Path("checkpoints", self.experiment, label)
+        last = checkpoints / "last.ckpt"
+        ckpt_path = last if self.resume and variant.subcommand == "fit" and last.is_file() else None
         if ckpt_path is not None:
             log.info("run %s: continuing the stopped run from %s", label, ckpt_path)
         else:  # train.py refuses a fresh fit into an existing run folder: the study owns it
-            for stale in (self.run_dir(variant, seed), Path("checkpoints", self.experiment, label)):
+            for stale in (self.run_dir(variant, seed), checkpoints):
                 if stale.is_dir():
                     log.info("replacing the earlier run folder %s", stale)
                     shutil.rmtree(stale)
