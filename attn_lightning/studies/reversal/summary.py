@@ -107,15 +107,12 @@ def paired_rows(
         done = [r for r in runs if r.variant == name and finished(r)]
         return {r.seed: float(v) for r in done if (v := value(r)) is not None}
 
-    rows = []
-    for name in names:
-        if name == control:
-            continue
-        row: dict[str, Any] = {"variant": name, "control": control}
-        for title, value, _, _ in PAIRED:
-            row[title] = seed_deltas(values(name, value), values(control, value))
-        rows.append(row)
-    return rows
+    return [
+        {"variant": name, "control": control}
+        | {title: seed_deltas(values(name, v), values(control, v)) for title, v, *_ in PAIRED}
+        for name in names
+        if name != control
+    ]
 
 
 def paired_csv_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
