@@ -106,7 +106,8 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
     them (``ADAPTATIONS``), so that disjoint shards of the sweep can run side by side, each with
     its own ``--out`` and one shared ``--work`` holding the bases.
     """
-    base = f"lrs-base-lr{base_lr or '?'}"
+    tag = base_lr or "?"  # the base's lr in names and tags
+    base = f"lrs-base-lr{tag}"
     chosen = set(args.adaptations)
     specs: list[tuple[str, int, str, list[float]]] = [("full", 0, "", args.lrs_full)]
     for adaptation, lrs in (("lora", args.lrs_lora), ("lora_scratch", args.lrs_scratch)):
@@ -119,18 +120,15 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
             path = checkpoint_path(args.work, base, seed, "best")
             before = (*common, f"model.init_args.base_checkpoint={path}")
             before += ("model.init_args.adaptation=full", BASE_WEIGHTS)
-            name = f"lrs-{domain}-before-b{base_lr or '?'}"
-            variant = Variant(name, (MLP_CONFIG,), before, subcommand="test")
-            info = _sweep_info(
-                args, domain=domain, adaptation="before", lr="", base_lr=base_lr or "?"
-            )
+            variant = Variant(f"lrs-{domain}-before-b{tag}", (MLP_CONFIG,), before, "test")
+            info = _sweep_info(args, domain=domain, adaptation="before", lr="", base_lr=tag)
             jobs.append((variant, seed, info))
         for adaptation, r, head, lrs in specs:
             from_base = adaptation != "lora_scratch"
             for lr in lrs:
                 name = f"lrs-{domain}-{adaptation}"
                 name += (f"-r{r}-h{head}" if r else "") + f"-lr{_lr(lr)}"
-                name += f"-b{base_lr or '?'}" if from_base else ""  # a new base: new runs
+                name += f"-b{tag}" if from_base else ""  # a new base: new runs
                 options = [
                     *common,
                     f"model.init_args.adaptation={adaptation}",
@@ -138,10 +136,8 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
                 ]
                 if r:
                     options += [f"model.init_args.lora_r={r}", *HEADS[head]]
-                info = _sweep_info(
-                    args, domain=domain, adaptation=adaptation, rank=r, head=head, lr=_lr(lr)
-                )
-                info["base_lr"] = (base_lr or "?") if from_base else ""
+                info = _sweep_info(args, domain=domain, adaptation=adaptation, rank=r, head=head)
+                info.update(lr=_lr(lr), base_lr=tag if from_base else "")
                 for seed in args.seeds:
                     path = checkpoint_path(args.work, base, seed, "best")
                     load = (f"model.init_args.base_checkpoint={path}",) if from_base else ()
