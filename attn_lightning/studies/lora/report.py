@@ -142,7 +142,6 @@ def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
     """The ``lrsweep`` command of these runs, rebuilt from their records' tags."""
     if not sweep:
         return []
-
     seeds = " ".join(sorted({str(r.seed) for r in sweep}, key=int))
     options = [f"--out {out}", f"--seeds {seeds}"]
     for key in ("source", "max_epochs", "patience"):  # one value per sweep
