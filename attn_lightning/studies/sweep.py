@@ -6,23 +6,13 @@
         --metric test/token_acc --threshold 0.99
     python -m attn_lightning.studies.sweep --plan configs/studies/sequence_reversal_len50.yaml
 
-A variant is an attention spec ``name[:key=value,...]`` (``--backends``, values parsed as YAML)
-or a config overlay named by its file stem (``--variants``), stacked on ``--config``. Each
-(variant, seed) is a ``train.py fit --test_after_fit`` run of ``studies.runner.Runner``
-(``--jobs`` at once); ``--seeds`` sets ``seed_everything``, the data seed stays the config's.
-
-The study's records are ``<out>/runs/``: a (variant, seed) with an ``ok`` record there is taken,
-not trained, and each run that finishes ``ok`` is published there, so a sweep continued on
-another machine trains only the rest. ``--report-only`` trains nothing (a (variant, seed)
-without a record is "not run"); ``--into DIR`` writes the files there instead of beside
-``--out``. ``--plan FILE`` reads the options from ``configs/studies/<page>.yaml`` (long option
-names; ``--out`` by default ``docs/results/<plan name>``); options given with it override it.
-
-Writes ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv`` after every run; columns
-are ``--metrics`` (default: every ``test/`` metric). With ``--metric`` and ``--threshold`` a run
-below the threshold (above with ``--direction min``) "fails to converge". ``--pair VARIANT
-CONTROL`` adds the paired-by-seed Δ on ``--metric`` (else the first ``--metrics``);
-``--curve TAG`` writes ``<out>_curves.csv`` and a table of TAG per run.
+Each (variant, seed) is a ``train.py fit --test_after_fit`` run of ``studies.runner.Runner``;
+``--seeds`` sets ``seed_everything``, the data seed stays the config's. A (variant, seed) with an
+``ok`` record in the study's ``<out>/runs/`` is taken, not trained, and each run that finishes
+``ok`` is published there, so a sweep continued on another machine trains only the rest;
+``--report-only`` trains nothing. ``--plan configs/studies/<page>.yaml`` gives the options by
+their long names (``--out`` by default ``docs/results/<plan name>``); options given with it
+override it. Writes ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv`` after every run.
 """
 
 from __future__ import annotations
