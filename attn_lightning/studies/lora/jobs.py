@@ -26,15 +26,14 @@ def _lora_jobs(
     ranks: list[int],
     seed: int,
     info: dict[str, Any],
-    extra: tuple[str, ...] = (),
 ) -> list[Job]:
     """LoRA and LoRA from scratch at each rank: ``<prefix>-<adaptation>-r<rank>``, the
-    ``common`` overrides, then the adaptation's, then ``extra``."""
+    ``common`` overrides, then the adaptation's."""
     jobs: list[Job] = []
     for adaptation in ("lora", "lora_scratch"):
         for r in ranks:
             options = (f"model.init_args.adaptation={adaptation}", f"model.init_args.lora_r={r}")
-            variant = Variant(f"{prefix}-{adaptation}-r{r}", (config,), (*common, *options, *extra))
+            variant = Variant(f"{prefix}-{adaptation}-r{r}", (config,), (*common, *options))
             jobs.append((variant, seed, {**info, "adaptation": adaptation, "rank": r}))
     return jobs
 
@@ -136,5 +135,5 @@ def transformer_jobs(args: argparse.Namespace) -> list[Job]:
         variant = Variant("rev-full", (REV_CONFIG,), full)
         jobs.append((variant, seed, {**info, "adaptation": "full"}))
         lr = (f"model.init_args.lr={args.lr_lora}",)
-        jobs += _lora_jobs("rev", REV_CONFIG, common, args.transformer_ranks, seed, info, lr)
+        jobs += _lora_jobs("rev", REV_CONFIG, (*common, *lr), args.transformer_ranks, seed, info)
     return jobs
