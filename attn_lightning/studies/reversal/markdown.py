@@ -142,16 +142,11 @@ def report_markdown(
     lines = [f"Regenerate with:\n\n```bash\n{command}\n```\n", machine + "\n"]
     curves = curves_table(runs)
     if not any(r.info.get(k) is not None for r in runs for k in ("steps_to_threshold", "spikes")):
-        sources = sorted({f"`{s}`" for r in runs for s in r.info["sources"]})
-        rebuilt = (
-            f"Rebuilt from the committed per-run CSVs {', '.join(sources)} (the runs' logs are "
-            "not kept). "
-            if sources
-            else ""
-        )
+        sources = ", ".join(sorted({f"`{s}`" for r in runs for s in r.info["sources"]}))
+        note = f"Rebuilt from the committed per-run CSVs {sources} (the runs' logs are not kept). "
         lines += [
-            f"{rebuilt}Cells are median [25th, 75th percentile] over the finished runs; "
-            f"converged: test token accuracy ≥ {pct}.\n",
+            (note if sources else "") + "Cells are median [25th, 75th percentile] over the "
+            f"finished runs; converged: test token accuracy ≥ {pct}.\n",
             outcome_table(summary),
         ]
     else:
