@@ -1,11 +1,7 @@
-"""The ``lrsweep`` part's report: our learning-rate sweep beside the student's table.
-
-Per row (``runs.SWEEP_GROUP``: domain, adaptation, rank, head and the base adapted),
-``choose_lr`` picks the learning rate with the best mean validation accuracy over seeds, never
-reading a test value; ``sweep_section`` puts that learning rate's test accuracy beside the
-student's number (``student_numbers``, from ``docs/references/lora_student.csv``) and
-``sweep_summary`` gives every learning rate's means (the rows of
-``<out>_lrsweep_summary.csv``). ``studies.lora.report`` writes both into the study's report.
+"""The ``lrsweep`` part's report: per row (``runs.SWEEP_GROUP``), the learning rate with the best
+mean validation accuracy (``choose_lr``, never a test value) and its test accuracy beside the
+student's number (``sweep_section``); every learning rate's means (``sweep_summary``, the rows of
+``<out>_lrsweep_summary.csv``).
 """
 
 from __future__ import annotations
