@@ -53,12 +53,11 @@ def add_run_arguments(
     *,
     experiment: str | None,
     experiment_help: str,
-    seeds: Sequence[int] = (0, 1, 2),
     out_required: bool = True,
 ) -> None:
     """``--seeds --set --jobs --resume --skip-runs --experiment --out`` (``experiment``: the
     default of ``--experiment``)."""
-    add_seeds(parser, seeds)
+    add_seeds(parser)
     add_overrides(parser)
     parser.add_argument("--jobs", type=int, default=1, help="training runs at once")
     parser.add_argument(
