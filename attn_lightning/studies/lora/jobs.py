@@ -19,21 +19,26 @@ from attn_lightning.studies.lora.runs import (
 from attn_lightning.studies.runner import Variant
 
 
-def _lora_jobs(
+def _adaptation_jobs(
     prefix: str,
     config: str,
-    common: tuple[str, ...],
+    full: tuple[str, ...],
+    lora: tuple[str, ...],
     ranks: list[int],
     seed: int,
     info: dict[str, Any],
 ) -> list[Job]:
-    """LoRA and LoRA from scratch at each rank: ``<prefix>-<adaptation>-r<rank>``, the
-    ``common`` overrides, then the adaptation's."""
-    jobs: list[Job] = []
+    """``<prefix>-before`` (the base tested with ``full``'s overrides), ``<prefix>-full``, then
+    LoRA and LoRA from scratch at each rank (``<prefix>-<adaptation>-r<rank>``: ``lora``'s)."""
+    before = Variant(f"{prefix}-before", (config,), (*full, BASE_WEIGHTS), subcommand="test")
+    jobs: list[Job] = [
+        (before, seed, {**info, "adaptation": "before"}),
+        (Variant(f"{prefix}-full", (config,), full), seed, {**info, "adaptation": "full"}),
+    ]
     for adaptation in ("lora", "lora_scratch"):
         for r in ranks:
             options = (f"model.init_args.adaptation={adaptation}", f"model.init_args.lora_r={r}")
-            variant = Variant(f"{prefix}-{adaptation}-r{r}", (config,), (*common, *options))
+            variant = Variant(f"{prefix}-{adaptation}-r{r}", (config,), (*lora, *options))
             jobs.append((variant, seed, {**info, "adaptation": adaptation, "rank": r}))
     return jobs
 
@@ -61,15 +66,9 @@ def mlp_jobs(args: argparse.Namespace) -> list[Job]:
         jobs.append((Variant("base-mlp", (MLP_CONFIG,), base), seed, {**info, "_keep": keep}))
         for domain in args.domains:
             adapt = _adapt(args, seed, domain)
-            info = {"part": "mlp", "domain": domain, "rank": 0}
             full = (*adapt, "model.init_args.adaptation=full")
-            before = Variant(
-                f"{domain}-before", (MLP_CONFIG,), (*full, BASE_WEIGHTS), subcommand="test"
-            )
-            jobs.append((before, seed, {**info, "adaptation": "before"}))
-            variant = Variant(f"{domain}-full", (MLP_CONFIG,), full)
-            jobs.append((variant, seed, {**info, "adaptation": "full"}))
-            jobs += _lora_jobs(domain, MLP_CONFIG, adapt, args.ranks, seed, info)
+            info = {"part": "mlp", "domain": domain, "rank": 0}
+            jobs += _adaptation_jobs(domain, MLP_CONFIG, full, adapt, args.ranks, seed, info)
     return jobs
 
 
@@ -130,10 +129,6 @@ def transformer_jobs(args: argparse.Namespace) -> list[Job]:
     for seed in args.seeds:
         info = {"part": "transformer", "domain": "reversal+1", "rank": 0}
         full = (*common, "model.init_args.adaptation=full", f"model.init_args.lr={args.lr_full}")
-        before = Variant("rev-before", (REV_CONFIG,), (*full, BASE_WEIGHTS), subcommand="test")
-        jobs.append((before, seed, {**info, "adaptation": "before"}))
-        variant = Variant("rev-full", (REV_CONFIG,), full)
-        jobs.append((variant, seed, {**info, "adaptation": "full"}))
-        lr = (f"model.init_args.lr={args.lr_lora}",)
-        jobs += _lora_jobs("rev", REV_CONFIG, (*common, *lr), args.transformer_ranks, seed, info)
+        lora = (*common, f"model.init_args.lr={args.lr_lora}")
+        jobs += _adaptation_jobs("rev", REV_CONFIG, full, lora, args.transformer_ranks, seed, info)
     return jobs
