@@ -12,8 +12,11 @@ per-seed difference removes that shared variance. Two summaries of the per-seed 
   that a Student-t interval, because a bootstrap of three values is about [min Δ, max Δ] and
   covers the mean ~75 % of the time, not 95 % (``SeedDeltas.method`` says which).
 
-Both report, not two overlapping
-``mean ± std``.
+Both report, not two overlapping ``mean ± std``. For unimodal outcomes (bits/dim, a detection
+mAP) a reader checking a claim also wants each seed's number: ``seed_rows`` gives per variant
+``mean ± std`` and every seed's value, ``delta_rows`` every seed's Δ vs the control, its sign
+count, and the bootstrap interval only from ``MIN_BOOTSTRAP_SEEDS`` seeds up (with three, the
+sign count says what there is to say).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 from scipy import stats
 
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import column, number_format
+from attn_lightning.results.tables import column, format_mean_std, mean_std, number_format
 
 # Below this many paired seeds ``seed_deltas`` gives a Student-t interval, not a bootstrap: the
 # resampled means of n values take at most C(2n−1, n) distinct values (10 at n = 3), and the
@@ -212,3 +215,86 @@ def comparisons(
             delta = paired_delta(per_seed(results, name, key), per_seed(results, control, key))
             out[name] = {"control": f"`{control}`", delta_title(key): format_delta(delta, key)}
     return out
+
+
+def sign_count(deltas: Sequence[float]) -> str:
+    """``2+ 0− of 3 (1 equal)``: how many Δ are positive, negative, zero (said only when any)."""
+    up, down = sum(d > 0 for d in deltas), sum(d < 0 for d in deltas)
+    equal = len(deltas) - up - down
+    return f"{up}+ {down}− of {len(deltas)}" + (f" ({equal} equal)" if equal else "")
+
+
+def _joined(values: Sequence[float], *, scale: float, digits: int, sign: bool = False) -> str:
+    spec = f"{'+' if sign else ''}.{digits}f"
+    return " / ".join(format(v * scale, spec) for v in values) or "–"
+
+
+def seed_rows(
+    runs: Sequence[RunResult], names: Sequence[str], metrics: Sequence[str], *, label: str
+) -> list[dict[str, Any]]:
+    """Per variant in ``names``: its finished seeds, then per metric ``mean ± std`` and every
+    seed's value, then the fit time (s) per seed. Crashed runs are left out (their count is in
+    the sweep's own table)."""
+    rows = []
+    for name in names:
+        row: dict[str, Any] = {label: name}
+        seeds: list[int] = sorted({r.seed for r in runs if r.variant == name and r.status == "ok"})
+        row["seeds"] = " ".join(map(str, seeds)) or "–"
+        for key in metrics:
+            shown = column(key)
+            values = per_seed(runs, name, key)
+            ordered = [values[s] for s in sorted(values)]
+            mean, std = mean_std(ordered)
+            row[f"{shown.title} (mean ± std)"] = format_mean_std(
+                mean, std, scale=shown.scale, digits=shown.digits
+            )
+            row[f"{shown.title}, per seed"] = _joined(
+                ordered, scale=shown.scale, digits=shown.digits
+            )
+        seconds = {r.seed: r.seconds for r in runs if r.variant == name and r.status == "ok"}
+        row["fit time (s), per seed"] = " / ".join(
+            "–" if seconds[s] is None else f"{seconds[s]:.0f}" for s in seeds
+        )
+        rows.append(row)
+    return rows
+
+
+def delta_rows(
+    runs: Sequence[RunResult],
+    names: Sequence[str],
+    control: str,
+    metrics: Sequence[str],
+    *,
+    label: str,
+) -> list[dict[str, Any]]:
+    """Per variant in ``names`` other than ``control``: per metric, its Δ vs ``control`` on every
+    seed both finished, the sign count, and the bootstrap interval of the mean Δ (given with
+    ``MIN_BOOTSTRAP_SEEDS`` or more seeds, else ``–``)."""
+    rows = []
+    for name in names:
+        if name == control:
+            continue
+        row: dict[str, Any] = {f"{label} − {control}, paired by seed": name}
+        for key in metrics:
+            shown = column(key)
+            deltas = seed_deltas(per_seed(runs, name, key), per_seed(runs, control, key))
+            title = shown.title
+            if deltas is None:
+                row[f"{title} Δ per seed"] = row[f"{title} sign count"] = "–"
+                row[f"{title} mean Δ [95 % bootstrap]"] = "–"
+                continue
+            row[f"{title} Δ per seed"] = _joined(
+                list(deltas.deltas.values()), scale=shown.scale, digits=shown.digits, sign=True
+            )
+            row[f"{title} sign count"] = sign_count(list(deltas.deltas.values()))
+            mean = f"{deltas.mean * shown.scale:+.{shown.digits}f}"
+            if deltas.method == "bootstrap":
+                low, high = (
+                    f"{x * shown.scale:+.{shown.digits}f}" for x in (deltas.low, deltas.high)
+                )
+                mean += f" [{low}, {high}]"
+            else:
+                mean += f" (n = {deltas.n}: no interval)"
+            row[f"{title} mean Δ [95 % bootstrap]"] = mean
+        rows.append(row)
+    return rows

@@ -2,7 +2,7 @@
 
 One row per backend (``mean ± std``, every seed's value, fit time per seed) and one per backend
 other than ``--control`` (its Δ on every seed both ran, the sign count, a bootstrap interval
-from five seeds up): ``results.seed_tables``. For unimodal outcomes (bits/dim); the reversal
+from five seeds up): ``results.paired``. For unimodal outcomes (bits/dim); the reversal
 study's bimodal ones have their own tables.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from attn_lightning.results.environment import command_line
 from attn_lightning.results.files import markdown_records, write_csv
+from attn_lightning.results.paired import MIN_BOOTSTRAP_SEEDS, delta_rows, seed_rows
 from attn_lightning.results.records import load_runs
-from attn_lightning.results.seed_tables import MIN_INTERVAL_SEEDS, delta_rows, seed_rows
 
 DEFAULT_METRICS = ("test/bits_per_dim", "test/completion_bpd")
 
@@ -65,7 +65,7 @@ def tables(args: argparse.Namespace, *, prog: str, argv: list[str]) -> list[Path
             f"Paired by seed (the same seed: the same data order and initialisation stream): "
             f"each backend's value minus `{args.control}`'s on every seed both finished, how many "
             "Δ are positive / negative, and the mean Δ with a 95 % percentile-bootstrap interval "
-            f"from {MIN_INTERVAL_SEEDS} seeds up (below that the sign count is the evidence).\n",
+            f"from {MIN_BOOTSTRAP_SEEDS} seeds up (below that the sign count is the evidence).\n",
             markdown_records(paired),
         ]
     out = args.out

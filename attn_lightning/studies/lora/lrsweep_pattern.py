@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Sequence
 
 from attn_lightning.results.files import markdown_table
+from attn_lightning.results.paired import sign_count
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.seed_tables import sign_count
 from attn_lightning.results.tables import format_number
 from attn_lightning.studies.lora.lrsweep_report import current_sweep, student_numbers
 from attn_lightning.studies.lora.runs import DOMAINS, position
