@@ -84,45 +84,6 @@ def _positive(text: str) -> float:
     return value
 
 
-def _options(*adders: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    for add in adders:
-        add(parent)
-    return parent
-
-
-def _out(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--out", default="docs/results/lora", help="records (<out>/runs/), CSV/markdown prefix"
-    )
-
-
-def _runs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--work", default="sweeps/lora-study", help="logs, checkpoints, metrics")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--plan", action="store_true", help="log the runs planned; run nothing")
-    p.add_argument(
-        "--seconds-per-run", type=float, default=SECONDS_PER_RUN, help="--plan's estimate"
-    )
-    p.add_argument("--keep-checkpoints", action="store_true")
-    p.add_argument("--fresh", action="store_true", help="discard earlier runs of the part")
-
-
-def _shifts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--levels", type=int, default=2, help="grey levels of 'quantized'")
-    p.add_argument("--angle", type=float, default=90.0, help="degrees of 'rotated'")
-
-
-def _mlp(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--epochs", type=int, default=20, help="epochs of each adaptation")
-    p.add_argument("--lr", type=float, default=0.003, help="MLP runs (every adaptation)")
-
-
-def _ranks_and_domains(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64])
-    p.add_argument("--domains", nargs="+", default=["quantized", "rotated", "inverted"])
-
-
 def _add_lrsweep(sweep: argparse.ArgumentParser) -> None:
     group = sweep.add_argument_group("learning rates per adaptation, chosen on validation")
     for adaptation, flag in LRS_FLAGS.items():
@@ -164,22 +125,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser = study_parser(PROG, __doc__)
     names = "{" + ",".join([*PARTS, "report"]) + "}"
     parts = parser.add_subparsers(dest="part", required=True, metavar=names)
-    out, runs = _options(_out), _options(_out, _runs)
+    # The option groups the parts share, as parent parsers.
+    out, runs, shifts, mlp_lr, grid = (argparse.ArgumentParser(add_help=False) for _ in range(5))
+    out.add_argument(
+        "--out", default="docs/results/lora", help="records (<out>/runs/), CSV/markdown prefix"
+    )
+    runs.add_argument("--work", default="sweeps/lora-study", help="logs, checkpoints, metrics")
+    runs.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    runs.add_argument("--plan", action="store_true", help="log the runs planned; run nothing")
+    runs.add_argument(
+        "--seconds-per-run", type=float, default=SECONDS_PER_RUN, help="--plan's estimate"
+    )
+    runs.add_argument("--keep-checkpoints", action="store_true")
+    runs.add_argument("--fresh", action="store_true", help="discard earlier runs of the part")
+    shifts.add_argument("--levels", type=int, default=2, help="grey levels of 'quantized'")
+    shifts.add_argument("--angle", type=float, default=90.0, help="degrees of 'rotated'")
+    mlp_lr.add_argument("--epochs", type=int, default=20, help="epochs of each adaptation")
+    mlp_lr.add_argument("--lr", type=float, default=0.003, help="MLP runs (every adaptation)")
+    grid.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64])
+    grid.add_argument("--domains", nargs="+", default=["quantized", "rotated", "inverted"])
     mlp = parts.add_parser(
         "mlp",
-        parents=[runs, _options(_shifts, _mlp, _ranks_and_domains)],
+        parents=[out, runs, shifts, mlp_lr, grid],
         help="a base MLP on digits, adapted to shifted digits at every rank",
     )
     mlp.add_argument("--base-epochs", type=int, default=30)
     variants = parts.add_parser(
         "variants",
-        parents=[runs, _options(_shifts, _mlp)],
+        parents=[out, runs, shifts, mlp_lr],
         help="LoRA's head and bias options at one rank (after mlp)",
     )
     variants.add_argument("--variant-rank", type=int, default=8)
     variants.add_argument("--variant-domains", nargs="+", default=["rotated", "inverted"])
     transformer = parts.add_parser(
-        "transformer", parents=[runs], help="LoRA on a reversal transformer's q_proj/v_proj"
+        "transformer", parents=[out, runs], help="LoRA on a reversal transformer's q_proj/v_proj"
     )
     transformer.add_argument("--transformer-ranks", nargs="+", type=int, default=[1, 4, 16])
     transformer.add_argument("--seq-len", type=int, default=12)
@@ -189,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     transformer.add_argument("--lr-lora", type=float, default=0.01)
     sweep = parts.add_parser(
         "lrsweep",
-        parents=[runs, _options(_shifts, _ranks_and_domains)],
+        parents=[out, runs, shifts, grid],
         help="the student's table: learning rates per adaptation, chosen on validation",
     )
     _add_lrsweep(sweep)
