@@ -1,25 +1,12 @@
 """The one reader of run records: ``RunResult``, built from a run folder's ``record.json``.
 
 A run (``train.py``, alone or a study's (variant, seed)) writes ``record.json``, ``curves.csv``
-and ``spikes.csv`` in its log folder (``docs/run_record.md``). Every table reads runs through
-this module:
-
-- ``load_run(folder) -> RunResult``: one record folder (``variant`` = the ``variant`` tag, else
-  the run's name; ``seconds`` = ``fit_seconds``; ``metrics`` = fit, then validate, then test
-  metrics merged; ``info`` = the other tags but ``study`` and ``seed``).
-- ``load_runs(root, **tags) -> list[RunResult]``: every record folder under ``root`` whose tags
-  equal ``tags``, by (variant, seed).
-- ``run_curves(folder)`` / ``run_spikes(folder)``: the rows of ``curves.csv[.gz]`` and
-  ``spikes.csv`` as floats (``step`` an int, ``tag`` a str); ``run_scalars(folder)`` the curves
-  by tag, ``{tag: [(step, value), ...]}``.
-- ``run_folder(variant, seed)``: a study run's folder name, ``<label>-s<seed>``.
-- ``study_runs_dir(study)``: where a study's finished records are committed,
-  ``docs/results/<study>/runs/[<group>/]<run>/``; ``publish_run(folder, study, group=...)``
-  copies one there (curves gzipped when large); ``find_ok(roots, variant, seed)`` is the
-  (variant, seed) already done.
-
-A study's per-run facts beyond the record (a learning rate, a rank, a backend) are its tags,
-read back in ``RunResult.info``.
+and ``spikes.csv`` in its log folder (``docs/run_record.md``); every table reads runs through
+``load_run`` / ``load_runs`` and their curves through ``run_scalars``. A study's finished records
+are committed under ``docs/results/<study>/runs/`` (``publish_run``), so a study continues on
+another machine from them (``find_ok``) instead of from logs that stayed behind. A study's
+per-run facts beyond the record (a learning rate, a rank, a backend) are its tags, read back in
+``RunResult.info``.
 """
 
 from __future__ import annotations
@@ -152,21 +139,12 @@ def _csv_rows(folder: Path, name: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
-def run_curves(folder: Path) -> list[dict[str, Any]]:
-    """The rows of the run's ``curves.csv`` (or ``curves.csv.gz``): ``step`` (int), ``tag``,
-    ``value`` (float); ``[]`` when it has none."""
-    return [
-        {"step": int(row["step"]), "tag": row["tag"], "value": float(row["value"])}
-        for row in _csv_rows(folder, CURVES)
-    ]
-
-
 def run_scalars(folder: Path) -> Scalars:
-    """The run's ``curves.csv`` by tag: ``{tag: [(step, value), ...]}`` sorted by step (the shape
-    TensorBoard scalars were read in before records); ``{}`` when it has none."""
+    """The run's ``curves.csv`` (or ``curves.csv.gz``) by tag: ``{tag: [(step, value), ...]}``
+    sorted by step; ``{}`` when it has none."""
     scalars: Scalars = {}
-    for row in run_curves(folder):
-        scalars.setdefault(row["tag"], []).append((row["step"], row["value"]))
+    for row in _csv_rows(folder, CURVES):
+        scalars.setdefault(row["tag"], []).append((int(row["step"]), float(row["value"])))
     return {tag: sorted(points) for tag, points in scalars.items()}
 
 

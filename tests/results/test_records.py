@@ -14,7 +14,6 @@ from attn_lightning.results.records import (
     load_run,
     load_runs,
     publish_run,
-    run_curves,
     run_scalars,
     run_spikes,
     study_runs_dir,
@@ -108,17 +107,14 @@ def test_find_ok_takes_only_an_ok_record(tmp_path):
 def test_curves_and_spikes_read_back_gzipped_or_not(tmp_path):
     write_curves(tmp_path, {(10, "train/loss"): 0.5, (5, "train/loss"): 1.0})
     write_spikes(tmp_path, {7: (2.0, 3.0, 1.0, 4.0, 5.0, float("nan"))})
-    assert run_curves(tmp_path) == [
-        {"step": 5, "tag": "train/loss", "value": 1.0},
-        {"step": 10, "tag": "train/loss", "value": 0.5},
-    ]
+    assert run_scalars(tmp_path) == {"train/loss": [(5, 1.0), (10, 0.5)]}
     (spike,) = run_spikes(tmp_path)
     assert spike["step"] == 7 and spike["grad_norm"] == 4.0
     gz = tmp_path / "curves.csv.gz"
     gz.write_bytes(gzip.compress((tmp_path / "curves.csv").read_bytes()))
     (tmp_path / "curves.csv").unlink()
-    assert [r["step"] for r in run_curves(tmp_path)] == [5, 10]
-    assert run_curves(tmp_path / "absent") == [] and run_spikes(tmp_path / "absent") == []
+    assert run_scalars(tmp_path) == {"train/loss": [(5, 1.0), (10, 0.5)]}
+    assert run_scalars(tmp_path / "absent") == {} and run_spikes(tmp_path / "absent") == []
 
 
 def test_run_scalars_groups_the_curves_by_tag_in_step_order(tmp_path):
@@ -146,7 +142,7 @@ def test_publish_run_copies_the_record_and_gzips_large_curves(tmp_path):
         "record.json",
         "spikes.csv",
     ]
-    assert len(run_curves(target)) == GZIP_OVER // 10
+    assert len(run_scalars(target)["train/loss"]) == GZIP_OVER // 10
     assert json.loads((target / "record.json").read_text())["run"] == "v-s0"
     grouped = publish_run(run, "study", results, group="digits")  # runs sharing names
     assert grouped == study_runs_dir("study", results) / "digits" / "v-s0"
