@@ -200,10 +200,8 @@ def run_part(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
     todo = pending(args, part, jobs)
     planned = {(variant.name, seed): (variant, info) for variant, seed, info in todo}
     work = Path(args.work)
-    for variant, seed, _ in todo:  # a rerun's earlier folders: train.py refuses to reuse them
-        label = run_folder(variant.name, seed)
-        for folder in ("logs", "checkpoints"):
-            shutil.rmtree(work / folder / EXPERIMENT / label, ignore_errors=True)
+    for variant, seed, _ in todo:  # a rerun's checkpoints (the runner replaces its log folder)
+        shutil.rmtree(checkpoint_path(work, variant.name, seed).parent, ignore_errors=True)
     runner = Runner(
         overrides=(
             "trainer.enable_model_summary=false",
@@ -224,8 +222,8 @@ def run_part(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
             result.seconds = round(result.seconds or 0.0, 1)
             publish(result, args.out, part, fit)
         if not args.keep_checkpoints and "_keep" not in info:
-            label = run_folder(result.variant, result.seed)
-            shutil.rmtree(work / "checkpoints" / EXPERIMENT / label, ignore_errors=True)
+            folder = checkpoint_path(work, result.variant, result.seed).parent
+            shutil.rmtree(folder, ignore_errors=True)
 
     tags = [{k: v for k, v in info.items() if k != "_keep"} for _, _, info in todo]
     variants = [(replace(v, info=t), seed) for (v, seed, _), t in zip(todo, tags, strict=True)]

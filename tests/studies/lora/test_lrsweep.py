@@ -226,9 +226,12 @@ def test_lrsweep_end_to_end_tiny(tmp_path):
     # Resume: nothing left; a base whose checkpoint is gone is run again (later runs load it).
     args = cli.build_parser().parse_args(argv)
     assert runs.pending(args, "lrsweep", lrsweep.lrsweep_all_jobs(args)) == []
-    (work / "checkpoints" / "lora-study" / f"lrs-base-lr{chosen}-s0" / "best.ckpt").unlink()
+    best = work / "checkpoints" / "lora-study" / f"lrs-base-lr{chosen}-s0" / "best.ckpt"
+    best.unlink()
     todo = runs.pending(args, "lrsweep", lrsweep.lrsweep_all_jobs(args))
     assert [v.name for v, _, _ in todo] == [f"lrs-base-lr{chosen}"]
+    runs.run_part(args, "lrsweep", todo)  # trained again over its earlier run folders
+    assert best.is_file() and runs.pending(args, "lrsweep", todo) == []
 
 
 def test_adaptations_split_the_sweep_into_disjoint_shards(tmp_path):
