@@ -94,17 +94,12 @@ def lrsweep_base_jobs(args: argparse.Namespace) -> list[Job]:
 
 
 def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
-    """Per domain: the base before adaptation, full fine-tuning, LoRA and LoRA from scratch.
-
-    Each adaptation at each of its learning rates, per seed, up to ``--max-epochs`` with early
-    stopping on ``val/loss`` (``--patience``); LoRA per head setting (``HEADS``) and rank. "With
-    and without the head adapted" is ``lora`` (LoRA on fc3 too: the student's "LoRA on all three
-    layers", 1,050·r parameters) against ``frozen`` (LoRA on fc1, fc2 only); ``trained`` (fc3
-    trained whole, best in the ``variants`` part) is opt-in through ``--heads``. Every run but
-    LoRA from scratch starts from seed s's base at ``base_lr``, the base learning rate chosen on
-    validation (``None``: not known yet, for ``--plan``). ``--adaptations`` keeps a subset of
-    them (``ADAPTATIONS``), so that disjoint shards of the sweep can run side by side, each with
-    its own ``--out`` and one shared ``--work`` holding the bases.
+    """Per domain and seed: the base before adaptation, then full fine-tuning, LoRA (per head,
+    ``HEADS``, and rank) and LoRA from scratch at each of their learning rates, early-stopped on
+    ``val/loss`` (``--patience``). All but LoRA from scratch adapt seed s's base at ``base_lr``,
+    chosen on validation (``None``: not known yet, for ``--plan``). ``--adaptations`` keeps a
+    subset, so that disjoint shards can run side by side (each its own ``--out``, one shared
+    ``--work`` holding the bases).
     """
     tag = base_lr or "?"  # the base's lr in names and tags
     base = f"lrs-base-lr{tag}"
