@@ -1,9 +1,9 @@
 """Training curves of a study's runs, read back from their run records.
 
-``curve_rows`` turns one logged tag (e.g. ``val/mAP``) of every finished run into long-format
-rows ``{variant, seed, optimizer_steps, <tag>}`` for ``<out>_curves.csv``, from each run's
-``curves.csv`` (``records.run_scalars``); ``curves_table`` shows them per run in a markdown
-table of at most ``max_columns`` validation points (the CSV keeps all). A record's ``step`` is
+``append_curves`` writes one logged tag (e.g. ``val/mAP``) of every finished run as long-format
+rows ``{variant, seed, optimizer_steps, <tag>}`` to ``<out>_curves.csv``, from each run's
+``curves.csv`` (``records.run_scalars``), and shows them per run under the study's table
+(``curves_table``: at most ``max_columns`` steps; the CSV keeps all). A record's ``step`` is
 the logger's, the index of the optimiser step just taken (converted records store
 ``optimizer_steps - 1`` too), so ``optimizer_steps`` is that ``step + 1``.
 """
@@ -18,15 +18,6 @@ from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.results.records import OK, RunResult, Scalars, run_scalars
 from attn_lightning.results.tables import column
 
-__all__ = [
-    "Scalars",
-    "append_curves",
-    "curve_rows",
-    "curves_table",
-    "series",
-    "write_curves",
-]
-
 
 def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
     """The values of ``tag``, or of ``tag_step`` (Lightning's name for a per-step log), or []."""
@@ -34,20 +25,6 @@ def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
         if name in scalars:
             return scalars[name]
     return []
-
-
-def curve_rows(results: Sequence[RunResult], tag: str) -> list[dict[str, Any]]:
-    """One row per finished (``ok``) run and logged value of ``tag`` (or ``tag_step``), in the
-    runs' order, from each run's record folder (``log_dir``); a run without one gives none."""
-    rows = []
-    for r in results:
-        if r.status != OK or r.log_dir is None:
-            continue
-        for step, value in series(run_scalars(Path(r.log_dir)), tag):
-            rows.append(
-                {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, tag: value}
-            )
-    return rows
 
 
 def _shown_steps(steps: Sequence[int], max_columns: int) -> list[int]:
@@ -75,25 +52,24 @@ def curves_table(rows: Sequence[dict[str, Any]], tag: str, *, max_columns: int =
     return markdown_table(["variant", "seed", *(str(s) for s in steps)], body).splitlines()
 
 
-def write_curves(out: Path, results: Sequence[RunResult], tag: str) -> list[str]:
-    """Write ``<out>_curves.csv`` (every logged value of ``tag`` of every finished run) and
-    return the markdown section that shows it; [] (and no file) when no run logged ``tag``."""
-    rows = curve_rows(results, tag)
+def append_curves(out: Path, results: Sequence[RunResult], tag: str) -> None:
+    """Write ``<out>_curves.csv`` (every logged value of ``tag``, or ``tag_step``, of every
+    finished run with a record folder) and append its table to ``<out>.md`` (written by
+    ``write_tables``); nothing when no run logged ``tag``."""
+    rows = [
+        {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, tag: value}
+        for r in results
+        if r.status == OK and r.log_dir is not None
+        for step, value in series(run_scalars(Path(r.log_dir)), tag)
+    ]
     if not rows:
-        return []
-    path = out.with_name(out.name + "_curves.csv")
-    write_csv(path, rows)
-    return [
+        return
+    path = write_csv(out.with_name(out.name + "_curves.csv"), rows)
+    lines = [
         f"`{tag}` per run after the number of optimiser steps in each column "
         f"(every logged value: `{path.name}`):\n",
         *curves_table(rows, tag),
         "",
     ]
-
-
-def append_curves(out: Path, results: Sequence[RunResult], tag: str) -> None:
-    """``write_curves`` and its section appended to ``<out>.md`` (written by ``write_tables``)."""
-    lines = write_curves(out, results, tag)
-    if lines:
-        md = out.with_name(out.name + ".md")
-        md.write_text(md.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
+    md = out.with_name(out.name + ".md")
+    md.write_text(md.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))

@@ -5,13 +5,7 @@ from __future__ import annotations
 import csv
 
 from attn_lightning.results import run_files
-from attn_lightning.results.curves import (
-    _shown_steps,
-    append_curves,
-    curve_rows,
-    curves_table,
-    write_curves,
-)
+from attn_lightning.results.curves import _shown_steps, append_curves
 from attn_lightning.results.records import RunResult
 
 
@@ -33,21 +27,25 @@ def test_curves_of_finished_runs_only_from_their_records(tmp_path):
         runs.append(RunResult("v", seed, 1.0, "ok", log_dir=str(folder)))
     runs.append(RunResult("v", 2, None, "crashed", log_dir=str(tmp_path / "v-s0")))
     runs.append(RunResult("w", 0, 1.0, "ok"))  # no record folder: no rows
-    rows = curve_rows(runs, "val/acc")
-    assert [(r["seed"], r["optimizer_steps"]) for r in rows] == [(0, 20), (0, 40), (1, 20), (1, 40)]
-    assert rows[3]["val/acc"] == 0.9
-    # Lightning's per-step name of a tag is found under the tag.
-    assert [r["train/loss"] for r in curve_rows(runs[:1], "train/loss")] == [1.5]
-    table = curves_table(rows, "val/acc")
-    assert table[0] == "| variant | seed | 20 | 40 |"
-    assert table[3] == "| `v` | 1 | 60.00 | 90.00 |"  # in the test column's scale (%)
-
     out = tmp_path / "study"
     out.with_name("study.md").write_text("# tables\n")
     append_curves(out, runs, "val/acc")
     with out.with_name("study_curves.csv").open() as f:
-        assert len(list(csv.DictReader(f))) == 4
+        rows = list(csv.DictReader(f))
+    assert [(r["seed"], r["optimizer_steps"]) for r in rows] == [
+        ("0", "20"),
+        ("0", "40"),
+        ("1", "20"),
+        ("1", "40"),
+    ]
+    assert rows[3]["val/acc"] == "0.9"
     md = out.with_name("study.md").read_text()
     assert md.startswith("# tables\n\n`val/acc` per run") and "| `v` | 0 | 50.00 | 80.00 |" in md
-    assert write_curves(tmp_path / "none", runs, "val/nothing") == []
+    assert "| variant | seed | 20 | 40 |" in md
+    assert "| `v` | 1 | 60.00 | 90.00 |" in md  # in the test column's scale (%)
+    # Lightning's per-step name of a tag is found under the tag.
+    append_curves(out, runs[:1], "train/loss")
+    with out.with_name("study_curves.csv").open() as f:
+        assert [r["train/loss"] for r in csv.DictReader(f)] == ["1.5"]
+    append_curves(tmp_path / "none", runs, "val/nothing")
     assert not (tmp_path / "none_curves.csv").exists()
