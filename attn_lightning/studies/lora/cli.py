@@ -26,6 +26,7 @@ from pathlib import Path
 
 from attn_lightning.data.domains import NORMALIZATIONS
 from attn_lightning.data.images import SOURCES
+from attn_lightning.results.records import OK
 from attn_lightning.studies.arguments import log_to_stderr, study_parser
 from attn_lightning.studies.lora.jobs import mlp_jobs, transformer_jobs, variant_jobs
 from attn_lightning.studies.lora.lrsweep import (
@@ -50,19 +51,16 @@ PARTS: dict[str, Callable[[argparse.Namespace], list[Job]]] = {
     "transformer": transformer_jobs,
     "lrsweep": lrsweep_all_jobs,
 }
-
 NOISY = ("lightning", "lightning.pytorch", "lightning.fabric", "tensorboard")
 
 
 def log_plan(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
     """Log how many runs the part plans, how many are done, and a time estimate for the rest."""
     todo = jobs if args.fresh else pending(args, part, jobs)
-    ok = [r for r in load_part(args.out, part) if r.status == "ok" and r.seconds]
-    seconds = args.seconds_per_run
-    source = "--seconds-per-run"
-    if ok and not args.fresh:
-        seconds = sum(r.seconds or 0.0 for r in ok) / len(ok)
-        source = f"mean of the {len(ok)} runs done"
+    done = [r.seconds or 0.0 for r in load_part(args.out, part) if r.status == OK and r.seconds]
+    seconds, source = args.seconds_per_run, "--seconds-per-run"
+    if done and not args.fresh:
+        seconds, source = sum(done) / len(done), f"mean of the {len(done)} runs done"
     planned = Counter(str(info["adaptation"]) for _, _, info in jobs)
     log.info(
         "part %s: %d runs planned (%s), %d done, %d to run; ~%.0f s per run (%s): ~%.1f h",
@@ -200,12 +198,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 def quiet_lightning() -> Iterator[None]:
     """Lightning's and TensorBoard's loggers at WARNING while the study's runs train (hundreds
     of runs would each log their device and model banners), as they were afterwards."""
-    loggers = [logging.getLogger(name) for name in NOISY]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.WARNING)
+    levels = {name: logging.getLogger(name).level for name in NOISY}
+    for name in NOISY:
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         yield
     finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.studies.lora.cli import build_parser, quiet_lightning
+from attn_lightning.studies.lora.cli import build_parser, main, quiet_lightning
 
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = ("mlp", "variants", "transformer", "lrsweep", "report")
@@ -85,3 +85,14 @@ def test_lightning_is_quiet_only_while_the_runs_train():
         assert lightning.level == logging.WARNING
     assert lightning.level == logging.INFO
     lightning.setLevel(logging.NOTSET)
+
+
+def test_plan_estimates_from_the_runs_done(tmp_path, caplog):
+    # The committed mlp records are all ok; the bases' checkpoints are not in this --work, so
+    # the three bases (later runs load them) are to run again, at the records' mean time.
+    with caplog.at_level(logging.INFO, logger="attn_lightning.studies.lora"):
+        argv = ["mlp", "--plan", "--out", str(ROOT / "docs" / "results" / "lora")]
+        main([*argv, "--work", str(tmp_path)])
+        main([*argv, "--work", str(tmp_path), "--fresh"])  # --plan removes nothing
+    assert "144 done, 3 to run; ~12 s per run (mean of the 147 runs done): ~0.0 h" in caplog.text
+    assert "0 done, 147 to run; ~20 s per run (--seconds-per-run): ~0.8 h" in caplog.text
