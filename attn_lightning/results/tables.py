@@ -180,26 +180,22 @@ def summarize(
     return rows
 
 
-def run_machine(run: RunResult) -> str | None:
-    """Where a finished run ran: a converted run's ``machine`` tag, else its record's
-    environment, ``<platform>, <device>, Python <version>``; None when it does not say."""
-    if "machine" in run.info:
-        return str(run.info["machine"])
-    if run.status != OK or run.log_dir is None:
-        return None
-    try:
-        env = load_record(Path(run.log_dir)).get("environment")
-    except (FileNotFoundError, ValueError):
-        return None
-    if not env:
-        return None
-    return f"{env['platform']}, {env.get('device_name') or env['device']}, Python {env['python']}"
-
-
 def records_machine_line(results: Sequence[RunResult], *, jobs: int = 1) -> str | None:
-    """``Machine: <run_machine>; runs one after another.`` of the finished runs (all of them,
-    ``Machines: A; B; ...``, when they ran on several); None when no run says."""
-    machines = list(dict.fromkeys(m for r in results if (m := run_machine(r)) is not None))
+    """``Machine: <platform>, <device>, Python <version>; runs one after another.`` of the
+    finished runs (a converted run's ``machine`` tag, else its record's environment; all of
+    them, ``Machines: A; B; ...``, when they ran on several); None when no run says."""
+    machines: dict[str, None] = {}
+    for run in results:
+        if "machine" in run.info:
+            machines[str(run.info["machine"])] = None
+        elif run.status == OK and run.log_dir is not None:
+            try:
+                env = load_record(Path(run.log_dir)).get("environment")
+            except (FileNotFoundError, ValueError):
+                continue
+            if env:
+                device = env.get("device_name") or env["device"]
+                machines[f"{env['platform']}, {device}, Python {env['python']}"] = None
     if not machines:
         return None
     pace = "runs one after another" if jobs <= 1 else f"{jobs} runs at a time"
