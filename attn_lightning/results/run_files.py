@@ -54,23 +54,8 @@ def write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
         raise
 
 
-def read_record(folder: Path) -> dict[str, Any]:
-    """The ``record.json`` in ``folder`` ({} when there is none, or it cannot be read: a record is
-    never a reason for a run to fail; the unreadable one is replaced, with a warning)."""
-    path = folder / RECORD
-    if not path.is_file():
-        return {}
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        log.warning("run record %s is unreadable (%s): starting a new one", path, error)
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
 def load_record(folder: Path) -> dict[str, Any]:
-    """The ``record.json`` in ``folder``, for a reader (``results.records``): unlike
-    ``read_record`` (the writer's, which starts a new record over a bad one), a missing or
+    """The ``record.json`` in ``folder``, for a reader (``results.records``): a missing or
     unreadable record is an error.
 
     Raises:
@@ -87,6 +72,19 @@ def load_record(folder: Path) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise ValueError(f"run record {path} is not a JSON object (got {type(record).__name__})")
     return record
+
+
+def read_record(folder: Path) -> dict[str, Any]:
+    """The ``record.json`` in ``folder`` for the run writing it: {} when there is none or it
+    cannot be read (a record is never a reason for a run to fail: the bad one is replaced, with a
+    warning)."""
+    try:
+        return load_record(folder)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        log.warning("%s: starting a new one", error)
+        return {}
 
 
 def write_record(folder: Path, record: Mapping[str, Any]) -> None:
