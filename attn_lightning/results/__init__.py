@@ -17,10 +17,8 @@ from attn_lightning.results.files import (
     read_csv,
     write_csv,
 )
-from attn_lightning.results.records import RunResult
 
 __all__ = [
-    "RunResult",
     "environment",
     "machine_line",
     "markdown_meta",
