@@ -1,16 +1,10 @@
 """The runs of the LoRA study: jobs, their run records, resuming and running them.
 
-A job is a variant (a name plus overrides on one of the study's configs), a seed and the run's
-own facts, its record's tags (``RunResult.info``): the ``part`` of the study, the ``domain``,
-the ``adaptation`` (``base``, ``before``, ``full``, ``lora``, ``lora_scratch`` or a LoRA
-variant), the LoRA ``rank`` (0: none) and, in ``lrsweep``, the ``head`` setting, the learning
-rate ``lr`` and the base's ``base_lr`` (as written, ``f"{lr:g}"``, "" for none) and the data and
-epoch protocol. Its metrics are the study's: ``acc`` (test accuracy, or token accuracy of the
-transformer), ``exact_acc``, ``trainable_params`` and, for ``lrsweep`` fits, ``val_acc`` and
-``val_loss`` at the best validation, ``epochs`` and ``best_epoch``.
-
-A part's finished runs are committed as run records under ``<out>/runs/<part>/`` (``part_dir``),
-the study's metrics among the record's fit metrics (``publish``).
+A job is a variant on one of the study's configs, a seed and its tags (``RunResult.info``):
+``part``, ``domain``, ``adaptation`` (``LABELS``), the LoRA ``rank`` (0: none) and, in
+``lrsweep``, the ``head``, ``lr`` and ``base_lr`` (``f"{lr:g}"``, "" for none) and the data and
+epoch protocol (``PROTOCOL``). A part's finished runs are committed as run records under
+``<out>/runs/<part>/`` (``part_dir``), the study's ``METRICS`` among their fit metrics.
 """
 
 from __future__ import annotations
