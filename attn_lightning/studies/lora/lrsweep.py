@@ -80,11 +80,8 @@ def lrsweep_base_jobs(args: argparse.Namespace) -> list[Job]:
     """The base MLP on the original domain at each ``--lrs-base``, per seed (checkpoints kept)."""
     jobs: list[Job] = []
     for lr in args.lrs_base:
-        options = (
-            *_sweep_common(args),
-            f"model.init_args.lr={lr}",
-            "data.init_args.domain=original",
-        )
+        options = (*_sweep_common(args), f"model.init_args.lr={lr}")
+        options += ("data.init_args.domain=original",)
         variant = Variant(f"lrs-base-lr{_lr(lr)}", (MLP_CONFIG,), options)
         for seed in args.seeds:
             keep = str(checkpoint_path(args.work, variant.name, seed, "best"))
@@ -150,15 +147,13 @@ def chosen_base_lr(args: argparse.Namespace) -> str | None:
 
 def check_protocol(args: argparse.Namespace) -> None:
     """ValueError when the lrsweep records hold runs of another data or epoch protocol."""
-    path = part_dir(args.out, "lrsweep")
-    ours = tuple(str(getattr(args, k)) for k in PROTOCOL)
+    ours = {k: str(getattr(args, k)) for k in PROTOCOL}
     for run in load_part(args.out, "lrsweep"):
-        theirs = tuple(str(run.info.get(k, "")) for k in PROTOCOL)
+        theirs = {k: str(run.info.get(k, "")) for k in PROTOCOL}
         if theirs != ours:
             raise ValueError(
-                f"{path} holds runs with {dict(zip(PROTOCOL, theirs, strict=True))}, not "
-                f"{dict(zip(PROTOCOL, ours, strict=True))}: resuming would mix them; give "
-                f"another --out (and --work) or --fresh"
+                f"{part_dir(args.out, 'lrsweep')} holds runs with {theirs}, not {ours}: resuming "
+                "would mix them; give another --out (and --work) or --fresh"
             )
 
 
