@@ -15,11 +15,6 @@ from pathlib import Path
 from typing import Any
 
 
-def as_dict(row: Any) -> dict[str, Any]:
-    """A row as a dict: a dataclass instance by its fields, a mapping as it is."""
-    return asdict(row) if is_dataclass(row) and not isinstance(row, type) else dict(row)
-
-
 def _cell(value: Any, float_digits: int | None) -> Any:
     if value is None:
         return ""
@@ -49,7 +44,7 @@ def write_csv(
     Returns:
         ``path``.
     """
-    records = [as_dict(r) for r in rows]
+    records = [asdict(r) if is_dataclass(r) and not isinstance(r, type) else dict(r) for r in rows]
     columns = (
         list(fields) if fields is not None else list(dict.fromkeys(k for r in records for k in r))
     )
