@@ -11,16 +11,14 @@ per-run facts beyond the record (a learning rate, a rank, a backend) are its tag
 
 from __future__ import annotations
 
-import csv
 import gzip
-import io
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.run_files import CURVES, RECORD, SPIKES, load_record
+from attn_lightning.results.run_files import CURVES, RECORD, SPIKES, load_record, read_rows
 
 # A run a study asked for but neither trained nor found (``--skip-runs`` without its record):
 # not a failure, so tables leave it out of every count and name it apart.
@@ -128,22 +126,11 @@ def find_ok(roots: Iterable[Path], variant: str, seed: int, /, **tags: Any) -> R
     return None
 
 
-def _csv_rows(folder: Path, name: str) -> list[dict[str, str]]:
-    path = folder / name
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-    elif (folder / f"{name}.gz").is_file():
-        text = gzip.decompress((folder / f"{name}.gz").read_bytes()).decode("utf-8")
-    else:
-        return []
-    return list(csv.DictReader(io.StringIO(text)))
-
-
 def run_scalars(folder: Path) -> Scalars:
     """The run's ``curves.csv`` (or ``curves.csv.gz``) by tag: ``{tag: [(step, value), ...]}``
     sorted by step; ``{}`` when it has none."""
     scalars: Scalars = {}
-    for row in _csv_rows(folder, CURVES):
+    for row in read_rows(folder, CURVES):
         scalars.setdefault(row["tag"], []).append((int(row["step"]), float(row["value"])))
     return {tag: sorted(points) for tag, points in scalars.items()}
 
@@ -153,7 +140,7 @@ def run_spikes(folder: Path) -> list[dict[str, Any]]:
     has none."""
     return [
         {k: int(v) if k == "step" else float(v) for k, v in row.items()}
-        for row in _csv_rows(folder, SPIKES)
+        for row in read_rows(folder, SPIKES)
     ]
 
 

@@ -10,6 +10,9 @@ the old file or the new one, never half of one.
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import json
 import logging
 import os
@@ -17,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attn_lightning.results.files import read_csv, write_csv
+from attn_lightning.results.files import write_csv
 
 log = logging.getLogger("attn_lightning")
 
@@ -99,7 +102,7 @@ def read_curves(folder: Path, *, up_to_step: int) -> Curves:
     again; a step it does not reach again is no longer part of the run)."""
     return {
         (int(row["step"]), row["tag"]): float(row["value"])
-        for row in _rows(folder / CURVES)
+        for row in _rows(folder, CURVES)
         if int(row["step"]) <= up_to_step
     }
 
@@ -108,7 +111,7 @@ def read_spikes(folder: Path, *, up_to_step: int) -> Spikes:
     """The rows of ``spikes.csv`` at steps <= ``up_to_step`` (as ``read_curves``)."""
     return {
         int(row["step"]): tuple(float(row[c]) for c in SPIKE_COLUMNS[1:])
-        for row in _rows(folder / SPIKES)
+        for row in _rows(folder, SPIKES)
         if int(row["step"]) <= up_to_step
     }
 
@@ -128,11 +131,22 @@ def write_spikes(folder: Path, spikes: Spikes) -> None:
     write_atomic(folder / SPIKES, lambda path: write_csv(path, rows, fields=SPIKE_COLUMNS))
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
+def read_rows(folder: Path, name: str) -> list[dict[str, str]]:
+    """The rows of ``folder/name``, or of ``name.gz`` (a published run's large curves); [] when
+    there is neither."""
+    path = folder / name
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+    elif path.with_name(f"{name}.gz").is_file():
+        text = gzip.decompress(path.with_name(f"{name}.gz").read_bytes()).decode("utf-8")
+    else:
         return []
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def _rows(folder: Path, name: str) -> list[dict[str, str]]:
     try:
-        return read_csv(path)[1]
+        return read_rows(folder, name)
     except (OSError, ValueError) as error:
-        log.warning("%s is unreadable (%s): the resumed run starts it again", path, error)
+        log.warning("%s is unreadable (%s): the resumed run starts it again", folder / name, error)
         return []
