@@ -10,6 +10,7 @@ epoch protocol (``PROTOCOL``). A part's finished runs are committed as run recor
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -148,7 +149,10 @@ def best_validation(scalars: Mapping[str, list[tuple[int, float]]]) -> dict[str,
     if not losses:
         return {}
     accuracy = dict(scalars.get("val/acc", []))
-    best = min(range(len(losses)), key=lambda i: losses[i][1])
+    # A NaN loss ranks as +inf, as ModelCheckpoint ranks it (min() would keep a leading NaN).
+    best = min(
+        range(len(losses)), key=lambda i: math.inf if math.isnan(losses[i][1]) else losses[i][1]
+    )
     step, loss = losses[best]
     found = {"epochs": len(losses), "val_loss": loss, "best_epoch": best + 1}
     return found if step not in accuracy else {**found, "val_acc": accuracy[step]}

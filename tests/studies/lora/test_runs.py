@@ -108,6 +108,9 @@ def test_best_validation_reads_the_lowest_val_loss_epoch():
     assert runs.best_validation(scalars) == {**best, "val_acc": 0.8}
     assert runs.best_validation({"val/loss": scalars["val/loss"]}) == best
     assert runs.best_validation({}) == {}
+    # A NaN validation loss never is the best (ModelCheckpoint ranks it as +inf).
+    nan_first = {"val/loss": [(20, float("nan")), (40, 0.9), (60, 1.2)]}
+    assert runs.best_validation(nan_first) == {"epochs": 3, "val_loss": 0.9, "best_epoch": 2}
 
 
 def test_study_metrics_name_the_test_metrics_as_the_tables_do(tmp_path):
