@@ -47,46 +47,6 @@ SEED_INTERVAL_NOTE = (
 )
 
 
-@dataclass(frozen=True)
-class PairedDelta:
-    """``mean`` of ``variant − control`` over ``n`` seeds and its ``level`` interval."""
-
-    n: int
-    mean: float
-    low: float
-    high: float
-    level: float = 0.95
-
-    def format(self, *, scale: float = 1.0, digits: int = 4) -> str:
-        """``+0.0012 [-0.0003, +0.0027] (n=5)``; a single pair has no interval."""
-        return f"{_signed(self.mean, self.low, self.high, scale, digits, self.n)} (n={self.n})"
-
-
-def _signed(mean: float, low: float, high: float, scale: float, digits: int, n: int) -> str:
-    """``+m [+l, +h]`` (no interval for n = 1) with ``digits`` decimals, or 3 significant
-    figures when the largest of them would show as 0 at those decimals (``number_format``)."""
-    spec = "+" + number_format(max(abs(mean), abs(low), abs(high)) * scale, digits)
-    body = f"{mean * scale:{spec}}"
-    if n > 1:
-        body += f" [{low * scale:{spec}}, {high * scale:{spec}}]"
-    return body
-
-
-def paired_delta(
-    variant: Mapping[int, float], control: Mapping[int, float], *, level: float = 0.95
-) -> PairedDelta | None:
-    """``variant[s] − control[s]`` over the seeds ``s`` in both; None when none is shared.
-
-    The interval is ``mean ± t_{(1+level)/2, n−1} · sd / √n``; with one pair it collapses to the
-    difference (no spread to estimate), which ``PairedDelta.format`` shows without brackets.
-    """
-    seeds = sorted(set(variant) & set(control))
-    if not seeds:
-        return None
-    deltas = [variant[s] - control[s] for s in seeds]
-    return PairedDelta(len(deltas), statistics.fmean(deltas), *_t_interval(deltas, level), level)
-
-
 def _t_interval(values: Sequence[float], level: float) -> tuple[float, float]:
     """``mean ± t_{(1+level)/2, n−1} · sd / √n`` of ``values``; (mean, mean) for one value."""
     mean = statistics.fmean(values)
@@ -139,9 +99,20 @@ class SeedDeltas:
     def format(self, *, scale: float = 1.0, digits: int = 2) -> str:
         """``−51.41 [−96.48, −5.47] (n=5: 1+ 4− 0=)``; one seed has no interval, and a
         Student-t interval says so: ``+7.01 [−3.02, +17.04] (n=3, t: 3+ 0− 0=)``."""
-        body = _signed(self.mean, self.low, self.high, scale, digits, self.n)
+        body = self._interval(scale, digits)
         method = ", t" if self.method == "t" else ""
         return f"{body} (n={self.n}{method}: {self.positive}+ {self.negative}− {self.zero}=)"
+
+    def _interval(self, scale: float, digits: int) -> str:
+        """``+m [+l, +h]`` (no interval for one seed) with ``digits`` decimals, or 3 significant
+        figures when the largest would show as 0 at those decimals (``number_format``)."""
+        spec = "+" + number_format(
+            max(abs(self.mean), abs(self.low), abs(self.high)) * scale, digits
+        )
+        body = f"{self.mean * scale:{spec}}"
+        if self.n > 1:
+            body += f" [{self.low * scale:{spec}}, {self.high * scale:{spec}}]"
+        return body
 
     def per_seed(self, *, scale: float = 1.0, digits: int = 2) -> str:
         """``s0 −46.88, s1 +3.12, ...``: every seed's Δ (``number_format`` of the largest)."""
@@ -157,11 +128,12 @@ def seed_deltas(
     level: float = 0.95,
     resamples: int = 10_000,
     seed: int = 0,
+    bootstrap_from: int | None = MIN_BOOTSTRAP_SEEDS,
 ) -> SeedDeltas | None:
     """``variant[s] − control[s]`` over the shared seeds with an interval of their mean: a
-    percentile bootstrap from ``MIN_BOOTSTRAP_SEEDS`` seeds up (``resamples`` draws of n seeds
-    with replacement, a fixed ``seed``: the same numbers every time), a Student-t interval below
-    (module doc); None when no seed is shared."""
+    percentile bootstrap from ``bootstrap_from`` seeds up (``resamples`` draws of n seeds with
+    replacement, a fixed ``seed``: the same numbers every time), a Student-t interval below
+    (module doc) or at any n (``bootstrap_from=None``); None when no seed is shared."""
     seeds = sorted(set(variant) & set(control))
     if not seeds:
         return None
@@ -169,7 +141,7 @@ def seed_deltas(
     values = list(deltas.values())
     if len(values) == 1:
         return SeedDeltas(deltas, values[0], values[0], level, "none")
-    if len(values) < MIN_BOOTSTRAP_SEEDS:
+    if bootstrap_from is None or len(values) < bootstrap_from:
         return SeedDeltas(deltas, *_t_interval(values, level), level, "t")
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(resamples))
@@ -177,6 +149,25 @@ def seed_deltas(
     low = means[round(tail * (resamples - 1))]
     high = means[round((1 - tail) * (resamples - 1))]
     return SeedDeltas(deltas, low, high, level)
+
+
+class PairedDelta(SeedDeltas):
+    """The per-seed Δ of a roughly normal outcome (``paired_delta``): a Student-t interval at any
+    n, shown without the sign count."""
+
+    def format(self, *, scale: float = 1.0, digits: int = 4) -> str:
+        """``+0.0012 [-0.0003, +0.0027] (n=5)``; a single pair has no interval."""
+        return f"{self._interval(scale, digits)} (n={self.n})"
+
+
+def paired_delta(
+    variant: Mapping[int, float], control: Mapping[int, float], *, level: float = 0.95
+) -> PairedDelta | None:
+    """``variant[s] − control[s]`` over the seeds ``s`` in both with the interval
+    ``mean ± t_{(1+level)/2, n−1} · sd / √n`` (one pair: the difference alone, no spread to
+    estimate); None when none is shared."""
+    got = seed_deltas(variant, control, level=level, bootstrap_from=None)
+    return None if got is None else PairedDelta(got.deltas, got.low, got.high, level, got.method)
 
 
 def per_seed(results: Sequence[RunResult], name: str, key: str) -> dict[int, float]:
