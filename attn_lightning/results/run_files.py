@@ -31,15 +31,7 @@ CURVES = "curves.csv"
 SPIKES = "spikes.csv"
 RUN_RECORD_FILES = (RECORD, CURVES, SPIKES)
 CURVE_COLUMNS = ("step", "tag", "value")
-SPIKE_COLUMNS = (
-    "step",
-    "loss",
-    "ratio",
-    "total",
-    "grad_norm",
-    "grad_ratio",
-    "prior_grad_ratio",
-)
+SPIKE_COLUMNS = ("step", "loss", "ratio", "total", "grad_norm", "grad_ratio", "prior_grad_ratio")
 
 Curves = dict[tuple[int, str], float]  # (step, tag) -> the last value logged there
 Spikes = dict[int, tuple[float, ...]]  # step -> the SPIKE_COLUMNS after "step"
