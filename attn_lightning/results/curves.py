@@ -11,6 +11,7 @@ the logger's, the index of the optimiser step just taken (converted records stor
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,22 @@ def _shown_steps(steps: Sequence[int], max_columns: int) -> list[int]:
     return sorted({*steps[len(steps) - 1 :: -stride][:max_columns]})
 
 
-def curves_table(rows: Sequence[dict[str, Any]], tag: str, *, max_columns: int = 8) -> list[str]:
-    """Markdown lines: ``tag`` (in its table column's scale) per run after each shown number of
-    optimiser steps; [] without rows."""
+def curves_table(
+    rows: Sequence[dict[str, Any]],
+    tag: str,
+    *,
+    max_columns: int | None = 8,
+    digits: int | None = None,
+) -> list[str]:
+    """Markdown lines: ``tag`` (in its table column's scale and digits, or ``digits``) per run
+    after each shown number of optimiser steps (every one with ``max_columns=None``); [] without
+    rows."""
     if not rows:
         return []
     shown = column(tag.replace("val/", "test/")) if tag.startswith("val/") else column(tag)
-    steps = _shown_steps(sorted({row["optimizer_steps"] for row in rows}), max_columns)
+    shown = shown if digits is None else replace(shown, digits=digits)
+    steps = sorted({row["optimizer_steps"] for row in rows})
+    steps = steps if max_columns is None else _shown_steps(steps, max_columns)
     runs: dict[tuple[str, int], dict[int, float]] = {}
     for row in rows:
         runs.setdefault((row["variant"], row["seed"]), {})[row["optimizer_steps"]] = row[tag]

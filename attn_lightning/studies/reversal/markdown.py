@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from attn_lightning.results.curves import curves_table
 from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.paired import SEED_INTERVAL_NOTE
@@ -22,6 +23,7 @@ from attn_lightning.results.tables import (
     format_number,
     records_machine_line,
 )
+from attn_lightning.studies.reversal.dynamics import VAL_TAG
 from attn_lightning.studies.reversal.summary import METRICS, PAIRED
 
 CHECKPOINT_FACTS = ("best_ckpt_step", "final_val_loss")
@@ -104,17 +106,6 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> str:
     return markdown_table(header, body)
 
 
-def curves_table(runs: Sequence[RunResult]) -> str:
-    """Validation token accuracy (%) per run after each validation's optimiser steps."""
-    curves = [(r, dict(r.info["val_curve"])) for r in runs if r.info.get("val_curve")]
-    steps = sorted({step for _, values in curves for step in values})
-    body = [
-        [f"`{r.variant}`", r.seed, *(f"{v[s] * 100:.1f}" if s in v else "–" for s in steps)]
-        for r, v in curves
-    ]
-    return markdown_table(["variant", "seed", *(f"{s + 1}" for s in steps)], body) if steps else ""
-
-
 def paired_table(rows: Sequence[dict[str, Any]]) -> str:
     """Paired ``variant − control`` per ``PAIRED`` column: mean [95 % interval]
     (n: positive+ negative− zero=), the interval as ``SeedDeltas.format`` marks it."""
@@ -130,17 +121,20 @@ def paired_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def report_markdown(
-    summary: Sequence[dict[str, Any]], runs: Sequence[RunResult], threshold: float, command: str
+    summary: Sequence[dict[str, Any]],
+    runs: Sequence[RunResult],
+    curves: Sequence[dict[str, Any]],
+    threshold: float,
+    command: str,
 ) -> str:
     """The report's page: the command, the machine, the tables and what their cells mean. The
     dynamics table comes with runs that know their steps to the threshold or spikes, the curve
-    table with runs that have validation curves; runs converted from a sweep's per-run CSV have
-    neither: the outcome and per-run tables, naming the CSVs."""
+    table with ``curves`` (the rows of ``<out>_curves.csv``); runs converted from a sweep's
+    per-run CSV have neither: the outcome and per-run tables, naming the CSVs."""
     pct = f"{threshold * 100:g} %"
     # Where every recorded run ran, finished or not (the results layer names ok runs' only).
     machine = records_machine_line([replace(r, status=OK) for r in runs]) or machine_line()
     lines = [f"Regenerate with:\n\n```bash\n{command}\n```\n", machine + "\n"]
-    curves = curves_table(runs)
     if not any(r.info.get(k) is not None for r in runs for k in ("steps_to_threshold", "spikes")):
         sources = ", ".join(sorted({f"`{s}`" for r in runs for s in r.info["sources"]}))
         note = f"Rebuilt from the committed per-run CSVs {sources} (the runs' logs are not kept). "
@@ -174,7 +168,7 @@ def report_markdown(
             "Validation token accuracy (%) per run after n optimiser steps (column n; "
             "`<out>_curves.csv`):",
             "",
-            curves,
+            *curves_table(curves, VAL_TAG, max_columns=None, digits=1),
         ]
     return "\n".join(lines) + "\n"
 

@@ -94,7 +94,7 @@ def report(
     ]
     if curves:
         write_csv(sibling("_curves.csv"), curves)
-    text = report_markdown(summary, runs, threshold, command)
+    text = report_markdown(summary, runs, curves, threshold, command)
     if control is not None:
         control_name = run_label(control)
         paired = paired_rows(runs, names, control_name)
