@@ -26,20 +26,20 @@ NORM_TAG = "grad/global_norm"
 GROUPS = ("attention", "feedforward", "embedding", "other")
 
 
-def steps_to_threshold(scalars: Scalars, threshold: float, tag: str = VAL_TAG) -> int | None:
-    """The first logged step whose ``tag`` ≥ ``threshold``; None if never (or never logged)."""
-    return next((step for step, value in series(scalars, tag) if value >= threshold), None)
+def steps_to_threshold(scalars: Scalars, threshold: float) -> int | None:
+    """The first logged step whose ``VAL_TAG`` ≥ ``threshold``; None if never (or never logged)."""
+    return next((step for step, value in series(scalars, VAL_TAG) if value >= threshold), None)
 
 
-def best_validation(scalars: Scalars, tag: str = VAL_LOSS_TAG) -> tuple[int, float] | None:
-    """``(optimiser steps, value)`` of the lowest logged ``tag``; None if never logged.
+def best_validation(scalars: Scalars) -> tuple[int, float] | None:
+    """``(optimiser steps, value)`` of the lowest logged ``VAL_LOSS_TAG``; None if never logged.
 
     The checkpoint that ``ModelCheckpoint(monitor="val/loss", mode="min")`` keeps as best, so the
     one the test split is evaluated on: the first of equal values (it replaces only on a strict
     improvement), its steps the logged step + 1 — the N of its ``best-step=N.ckpt``. It matters
     where a run's loss dips after a spike burst: the best checkpoint can sit in that dip.
     """
-    points = [(step, value) for step, value in series(scalars, tag) if math.isfinite(value)]
+    points = [p for p in series(scalars, VAL_LOSS_TAG) if math.isfinite(p[1])]
     if not points:
         return None
     step, value = min(points, key=lambda point: point[1])  # min keeps the first of ties
