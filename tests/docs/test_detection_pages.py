@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from attn_lightning.studies.detection.costs import costs_file
 from attn_lightning.studies.detection.report import PAGES, write_page
 from tests.docs.pages import RESULTS
 
 
 @pytest.mark.parametrize("name", list(PAGES))
 def test_page_is_its_records(name, tmp_path):
-    write_page(
-        name, runs_dir=RESULTS / "detection" / "runs", out_dir=tmp_path, costs=costs_file(RESULTS)
-    )
+    write_page(name, out_dir=tmp_path)
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == sorted(
         f"{name}{suffix}" for suffix in (".md", ".csv", "_runs.csv", "_curves.csv")

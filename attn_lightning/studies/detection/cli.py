@@ -60,7 +60,7 @@ from attn_lightning.studies.detection import probe
 from attn_lightning.studies.detection.costs import site_costs, write_sites
 from attn_lightning.studies.detection.report import PAGES, write_page
 from attn_lightning.studies.detection.sensitivity import SENSITIVITY_DEFAULT
-from attn_lightning.studies.detection.study import grid_variants, run_grid, run_study
+from attn_lightning.studies.detection.study import HEADINGS, grid_runs, run_study
 from attn_lightning.studies.detection.variants import variants
 
 log = logging.getLogger("attn_lightning.studies.detection")
@@ -167,9 +167,10 @@ def main(argv: list[str] | None = None) -> list[Any]:
             parser.error("--variants is required (names, or all for the whole study)")
         return run_study(args, variants(args.variants), command=command)
     try:
-        points = grid_variants(
+        points, control = grid_runs(
             args.subcommand, args.variant, full=getattr(args, "full_grid", False)
         )
     except ValueError as error:
         parser.error(f"{args.subcommand}: {error}")
-    return run_grid(args, args.subcommand, points, command=command)
+    chosen = [point.variant for point in points] + variants(control)
+    return run_study(args, chosen, command=command, grid=points, heading=HEADINGS[args.subcommand])

@@ -16,7 +16,7 @@ from attn_lightning.results.curves import append_curves
 from attn_lightning.results.records import RESULTS, RunResult, study_runs_dir
 from attn_lightning.studies.detection.costs import costs_file, read_costs
 from attn_lightning.studies.detection.sensitivity import GridPoint
-from attn_lightning.studies.detection.study import HEADINGS, STUDY, grid_control, grid_variants
+from attn_lightning.studies.detection.study import HEADINGS, STUDY, grid_runs
 from attn_lightning.studies.detection.tables import CURVE, write, write_sensitivity
 from attn_lightning.studies.detection.variants import STUDY_VARIANTS
 from attn_lightning.studies.sweep import report
@@ -67,28 +67,24 @@ PAGES: dict[str, Page] = {
 
 
 def write_page(
-    name: str,
-    *,
-    runs_dir: Path | None = None,
-    out_dir: Path = RESULTS,
-    costs: Path | None = None,
+    name: str, *, runs_dir: Path | None = None, out_dir: Path = RESULTS
 ) -> list[RunResult]:
     """Rebuild page ``name`` of ``PAGES`` from the records under ``runs_dir`` (default the
-    study's committed ones) into ``out_dir``, with the costs in ``costs`` (default
-    ``docs/results/detection/costs.json``); returns its runs. ValueError naming the pages."""
+    study's committed ones) into ``out_dir``, with the committed costs
+    (``docs/results/detection/costs.json``); returns its runs. ValueError naming the pages."""
     if name not in PAGES:
         raise ValueError(f"no detection page {name!r}; allowed: {', '.join(PAGES)}")
     page = PAGES[name]
     names, heading = list(page.variants), ""
     grid: list[GridPoint] = []
     if page.grid is not None and page.centre is not None:  # a grid's points, then its control
-        grid, heading = grid_variants(page.grid, page.centre), HEADINGS[page.grid]
-        names = [point.variant.name for point in grid] + grid_control(page.grid, page.centre)
+        grid, control = grid_runs(page.grid, page.centre)
+        names, heading = [point.variant.name for point in grid] + control, HEADINGS[page.grid]
     jobs = [(variant, seed) for variant in names for seed in page.seeds]
     runs = report((runs_dir or study_runs_dir(STUDY)) / page.experiment, jobs)
     out = out_dir / name
     command = f"python -m attn_lightning.studies.detection report {name}"
-    measured = read_costs(costs or costs_file(RESULTS)) if page.costs else {}
+    measured = read_costs(costs_file(RESULTS)) if page.costs else {}
     shown = {v: measured[v] for v in dict.fromkeys(r.variant for r in runs) if v in measured}
     if grid:
         write_sensitivity(out, runs, grid, shown, command=command, heading=heading)

@@ -29,7 +29,7 @@ from attn_lightning.studies.detection.sensitivity import (
     sensitivity_grid,
 )
 from attn_lightning.studies.detection.tables import CURVE, write, write_sensitivity
-from attn_lightning.studies.detection.variants import CONFIGS, CONTROLS, variants
+from attn_lightning.studies.detection.variants import CONFIGS, CONTROLS
 from attn_lightning.studies.runner import Runner, Variant
 
 log = logging.getLogger("attn_lightning.studies.detection")
@@ -42,15 +42,13 @@ HEADINGS = {
 }
 
 
-def grid_variants(mode: str, centre: str, *, full: bool = False) -> list[GridPoint]:
+def grid_runs(mode: str, centre: str, *, full: bool = False) -> tuple[list[GridPoint], list[str]]:
     """The points of ``mode``'s grid (``sensitivity``: ``GRID``, ``ablation``: ``ABLATIONS``)
-    around ``centre``; ValueError naming the variants a grid can centre on."""
-    return sensitivity_grid(centre, full=full, grid=GRID if mode == "sensitivity" else ABLATIONS)
-
-
-def grid_control(mode: str, centre: str) -> list[str]:
-    """An ablation's control at its budget, in the ladder's table (its floor and ceiling)."""
-    return [CONTROLS[centre]] if mode == "ablation" and centre in CONTROLS else []
+    around ``centre`` and the variants its table shows after them: an ablation's control at
+    the same budget (the ladder's floor and ceiling). ValueError naming the variants a grid can
+    centre on."""
+    points = sensitivity_grid(centre, full=full, grid=GRID if mode == "sensitivity" else ABLATIONS)
+    return points, [CONTROLS[centre]] if mode == "ablation" and centre in CONTROLS else []
 
 
 def run_study(
@@ -102,13 +100,3 @@ def run_study(
     append_curves(args.out, results, CURVE)  # once, at the end: it reads every run's curves
     log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results
-
-
-def run_grid(
-    args: argparse.Namespace, mode: str, points: list[GridPoint], *, command: str
-) -> list[RunResult]:
-    """The ``sensitivity`` or ``ablation`` subcommand: the grid's points and, for an ablation,
-    the centre's control at the same budget, in the same table."""
-    chosen = [point.variant for point in points]
-    chosen += variants(grid_control(mode, points[0].variant.name))
-    return run_study(args, chosen, command=command, grid=points, heading=HEADINGS[mode])
