@@ -17,7 +17,7 @@ from attn_lightning.results.records import RESULTS, RunResult, study_runs_dir
 from attn_lightning.studies.detection.costs import costs_file, read_costs
 from attn_lightning.studies.detection.sensitivity import GridPoint
 from attn_lightning.studies.detection.study import HEADINGS, STUDY, grid_runs
-from attn_lightning.studies.detection.tables import CURVE, write, write_sensitivity
+from attn_lightning.studies.detection.tables import CURVE, write
 from attn_lightning.studies.detection.variants import STUDY_VARIANTS
 from attn_lightning.studies.sweep import report
 
@@ -86,9 +86,6 @@ def write_page(
     command = f"python -m attn_lightning.studies.detection report {name}"
     measured = read_costs(costs_file(RESULTS)) if page.costs else {}
     shown = {v: measured[v] for v in dict.fromkeys(r.variant for r in runs) if v in measured}
-    if grid:
-        write_sensitivity(out, runs, grid, shown, command=command, heading=heading)
-    else:
-        write(out, runs, shown, command=command, label=page.label)
+    write(out, runs, shown, command=command, label=page.label, grid=grid, heading=heading)
     append_curves(out, runs, CURVE)
     return runs

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ from attn_lightning.studies.detection.sensitivity import (
     GridPoint,
     sensitivity_grid,
 )
-from attn_lightning.studies.detection.tables import CURVE, write, write_sensitivity
+from attn_lightning.studies.detection.tables import CURVE, write
 from attn_lightning.studies.detection.variants import CONFIGS, CONTROLS
 from attn_lightning.studies.runner import Runner, Variant
 
@@ -56,7 +57,7 @@ def run_study(
     chosen: list[Variant],
     *,
     command: str,
-    grid: list[GridPoint] | None = None,
+    grid: Sequence[GridPoint] = (),
     heading: str = "",
 ) -> list[RunResult]:
     """Train (or reuse) ``chosen`` over ``args.seeds``, measure their costs and write the tables
@@ -65,12 +66,7 @@ def run_study(
     ``--publish``, ``--batch`` and ``--repeats``."""
 
     def tables(done: list[RunResult], costs: dict[str, dict[str, Any]]) -> None:
-        if grid:
-            write_sensitivity(
-                args.out, done, grid, costs, command=command, jobs=args.jobs, heading=heading
-            )
-        else:
-            write(args.out, done, costs, command=command, jobs=args.jobs)
+        write(args.out, done, costs, command=command, jobs=args.jobs, grid=grid, heading=heading)
 
     runner = Runner(
         configs=(str(CONFIGS / "base.yaml"),),

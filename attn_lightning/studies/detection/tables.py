@@ -2,8 +2,8 @@
 
 ``write`` is ``results.tables.write_tables`` with the study's metrics (``METRICS``), the cost
 columns (``detection.costs``) and, for each variant whose control also ran, the control, what
-differs and the paired-by-seed Δ (``detection.variants``). ``write_sensitivity`` opens the same
-tables with a grid's own (``detection.sensitivity``); the machine line is the runs' own
+differs and the paired-by-seed Δ (``detection.variants``); a grid's page opens with the grid's own
+table (``detection.sensitivity``). The machine line is the runs' own
 (``results.tables.records_machine_line``).
 """
 
@@ -36,12 +36,14 @@ def write(
     *,
     command: str,
     jobs: int = 1,
-    cells: Mapping[str, Mapping[str, Any]] | None = None,
     label: str = "variant",
+    grid: Sequence[GridPoint] = (),
+    heading: str = "",
 ) -> None:
-    """The study's tables: ``METRICS`` mean ± std per variant, its cost columns, the
-    comparison with its control where both ran (``CONTROLS``) and any other per-variant
-    ``cells`` (title -> value; the sensitivity grid's); ``label`` titles the variant column."""
+    """The study's tables: ``METRICS`` mean ± std per variant, its cost columns and the
+    comparison with its control where both ran (``CONTROLS``); ``label`` titles the variant
+    column. With a ``grid``, the summary also holds each point's cells and ``<out>.md`` opens
+    with the grid's own table, headed ``heading`` (``_grid_head``)."""
     notes = []
     if costs:
         inputs = sorted({str(cost["input"]) for cost in costs.values()})
@@ -49,8 +51,9 @@ def write(
             f"Cost columns: one CPU thread, input {', '.join(inputs)}, eval mode, no grad."
         )
     compared = comparisons(results)
+    cells = sensitivity_cells(results, grid) if grid else {}
     extra: dict[str, dict[str, Any]] = {}
-    for more in (costs, compared, cells or {}):
+    for more in (costs, compared, cells):
         for variant, row in more.items():
             extra.setdefault(variant, {}).update((k, x) for k, x in row.items() if k != "input")
     # Every variant gets every column ("–" where it has none): the CSV needs one header.
@@ -76,23 +79,19 @@ def write(
         notes=notes,
         machine=records_machine_line(results, jobs=jobs),
     )
+    if grid:
+        md = out.with_name(out.name + ".md")
+        md.write_text(_grid_head(results, grid, cells, heading) + md.read_text())
 
 
-def write_sensitivity(
-    out: Path,
+def _grid_head(
     results: list[RunResult],
     grid: Sequence[GridPoint],
-    costs: dict[str, dict[str, Any]],
-    *,
-    command: str,
-    jobs: int = 1,
+    cells: Mapping[str, Mapping[str, Any]],
     heading: str,
-) -> None:
-    """The sensitivity tables: ``<out>.md`` opens with the grid (its options, test mAP
-    mean ± std (n), AP50, AP75, the paired Δ vs the variant's own point, keys90 where reported),
-    then ``write``'s summary (with the same cells and the costs) and per-run tables; ``<out>.csv``
-    is that summary, ``<out>_runs.csv`` one row per run."""
-    cells = sensitivity_cells(results, grid)
+) -> str:
+    # The grid (its options, test mAP mean ± std (n), AP50, AP75, the paired Δ vs the
+    # variant's own point, keys90 where reported), then the page's summary and per-run tables.
     own = grid[0]
     point = ", ".join(f"{title(o)} = {v}" for o, v in own.options.items())
     notes = [
@@ -105,8 +104,6 @@ def write_sensitivity(
             f"No {KEYS90} column: the runs' records hold no attention/<layer>/{KEYS90} "
             "(AttentionDiagnostics logs it for optimization layers only)."
         )
-    write(out, results, costs, command=command, jobs=jobs, cells=cells)
-    md = out.with_name(out.name + ".md")
     where = ", ".join(f"`{site}`" for site in optimization_sites(own.variant.name))
     head = [
         f"# {heading}: `{own.variant.name}` ({where})",
@@ -117,4 +114,4 @@ def write_sensitivity(
         "## All columns and runs",
         "",
     ]
-    md.write_text("\n".join(head) + "\n" + md.read_text())
+    return "\n".join(head) + "\n"
