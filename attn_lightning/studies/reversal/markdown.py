@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from attn_lightning.results.curves import curves_table
 from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table
 from attn_lightning.results.paired import SEED_INTERVAL_NOTE
@@ -23,7 +22,6 @@ from attn_lightning.results.tables import (
     format_number,
     records_machine_line,
 )
-from attn_lightning.studies.reversal.dynamics import VAL_TAG
 from attn_lightning.studies.reversal.summary import METRICS, PAIRED
 
 CHECKPOINT_FACTS = ("best_ckpt_step", "final_val_loss")
@@ -121,16 +119,11 @@ def paired_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def report_markdown(
-    summary: Sequence[dict[str, Any]],
-    runs: Sequence[RunResult],
-    curves: Sequence[dict[str, Any]],
-    threshold: float,
-    command: str,
+    summary: Sequence[dict[str, Any]], runs: Sequence[RunResult], threshold: float, command: str
 ) -> str:
     """The report's page: the command, the machine, the tables and what their cells mean. The
-    dynamics table comes with runs that know their steps to the threshold or spikes, the curve
-    table with ``curves`` (the rows of ``<out>_curves.csv``); runs converted from a sweep's
-    per-run CSV have neither: the outcome and per-run tables, naming the CSVs."""
+    dynamics table comes with runs that know their steps to the threshold or spikes; runs
+    converted from a sweep's per-run CSV do not: the outcome and per-run tables, naming the CSVs."""
     pct = f"{threshold * 100:g} %"
     # Where every recorded run ran, finished or not (the results layer names ok runs' only).
     machine = records_machine_line([replace(r, status=OK) for r in runs]) or machine_line()
@@ -162,14 +155,6 @@ def report_markdown(
         ]
     caption = RUNS_CAPTION if has_checkpoint_facts(runs) else "Per run:"
     lines += ["", caption, "", runs_table(runs, threshold)]
-    if curves:
-        lines += [
-            "",
-            "Validation token accuracy (%) per run after n optimiser steps (column n; "
-            "`<out>_curves.csv`):",
-            "",
-            *curves_table(curves, VAL_TAG, max_columns=None, digits=1),
-        ]
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.results.curves import curves_table
 from attn_lightning.results.files import write_csv
 from attn_lightning.results.records import RunResult, run_label
 from attn_lightning.results.tables import default_metrics
@@ -92,9 +93,12 @@ def report(
         for r in runs
         for step, value in r.info.get("val_curve", [])
     ]
+    text = report_markdown(summary, runs, threshold, command)
     if curves:
         write_csv(sibling("_curves.csv"), curves)
-    text = report_markdown(summary, runs, curves, threshold, command)
+        table = "\n".join(curves_table(curves, VAL_TAG, max_columns=None, digits=1))
+        text += "\nValidation token accuracy (%) per run after n optimiser steps (column n; "
+        text += f"`<out>_curves.csv`):\n\n{table}\n"
     if control is not None:
         control_name = run_label(control)
         paired = paired_rows(runs, names, control_name)
