@@ -41,9 +41,8 @@ def curves_table(
     max_columns: int | None = 8,
     digits: int | None = None,
 ) -> list[str]:
-    """Markdown lines: ``tag`` (in its table column's scale and digits, or ``digits``) per run
-    after each shown number of optimiser steps (every one with ``max_columns=None``); [] without
-    rows."""
+    """Markdown lines: ``tag`` (in its column's scale and digits, or ``digits``) per run after
+    each shown number of optimiser steps (all with ``max_columns=None``); [] without rows."""
     if not rows:
         return []
     shown = column(tag.replace("val/", "test/")) if tag.startswith("val/") else column(tag)
