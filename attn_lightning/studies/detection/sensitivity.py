@@ -25,11 +25,11 @@ import yaml
 
 from attn_lightning.attention.optimization import OptimizationAttention
 from attn_lightning.models.detr import SITES
+from attn_lightning.results import paired
 from attn_lightning.results.files import markdown_table
-from attn_lightning.results.paired import format_delta, paired_delta, per_seed
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import column, format_mean_std, mean_std
-from attn_lightning.studies.detection.variants import COMPARED, CONFIGS
+from attn_lightning.studies.detection.variants import COMPARED, CONFIGS, DELTA_VS_CONTROL
 from attn_lightning.studies.runner import Variant
 
 # The paper puts optimization attention's best site in the decoder cross-attention, so the grid
@@ -199,18 +199,15 @@ def sensitivity_cells(
     """Per grid point: its λ, K, random tokens, the paired Δ test mAP vs the first point (the
     variant's own; ``reference`` there) and, if any run reports it, the mean keys90."""
     reference = grid[0].variant.name
+    # Every other point is compared with the own point as the study compares with a control.
+    vs_own = paired.comparisons(results, {p.variant.name: reference for p in grid[1:]}, COMPARED)
     has_keys90 = any(_keys90(r) is not None or KEYS90_CELL in r.info for r in results)
     cells: dict[str, dict[str, Any]] = {}
     for point in grid:
         name = point.variant.name
         row: dict[str, Any] = {title(o): v for o, v in point.options.items()}
-        if name == reference:
-            row[DELTA_VS_REFERENCE] = "reference"
-        else:
-            delta = paired_delta(
-                per_seed(results, name, COMPARED), per_seed(results, reference, COMPARED)
-            )
-            row[DELTA_VS_REFERENCE] = format_delta(delta, COMPARED)
+        compared = vs_own.get(name, {}).get(DELTA_VS_CONTROL)
+        row[DELTA_VS_REFERENCE] = "reference" if name == reference else compared
         if has_keys90:
             ok = [r for r in results if r.variant == name and r.status == "ok"]
             shown = {str(r.info[KEYS90_CELL]) for r in ok if KEYS90_CELL in r.info}
@@ -235,7 +232,7 @@ def grid_table(
         name = point.variant.name
         row = dict(cells[name])
         for c in metrics:
-            values = list(per_seed(results, name, c.key).values())
+            values = list(paired.per_seed(results, name, c.key).values())
             row[c.title] = _with_n(values, scale=c.scale, digits=c.digits)
         body.append([*("–" if row.get(t) is None else row[t] for t in titles), f"`{name}`"])
     return markdown_table([*titles, "variant"], body)
