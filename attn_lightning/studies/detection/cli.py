@@ -92,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="|".join(SUBCOMMANDS))
     run = sub.add_parser("run", help="train the variants, measure their costs, write the tables")
     run.add_argument(
-        "--variants", nargs="+", help="configs/detection/<name>.yaml names, or all (the study)"
+        "--variants",
+        nargs="+",
+        required=True,
+        help="configs/detection/<name>.yaml names, or all (the study)",
     )
     _study_arguments(run, "detection_report")
     for mode, what in (
@@ -163,8 +166,6 @@ def main(argv: list[str] | None = None) -> list[Any]:
         log.info("wrote %s_sites.md and %s_sites.csv", args.out, args.out)
         return []
     if args.subcommand == "run":
-        if args.variants is None:
-            parser.error("--variants is required (names, or all for the whole study)")
         return run_study(args, variants(args.variants), command=command)
     try:
         points, control = grid_runs(

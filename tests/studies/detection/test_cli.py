@@ -126,7 +126,7 @@ def test_tables_compare_each_variant_with_its_control(tmp_path, monkeypatch):
 def test_variants_are_required_by_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--out", str(tmp_path / "t")])
-    assert exc.value.code == 2 and "--variants is required" in capsys.readouterr().err
+    assert exc.value.code == 2 and "required: --variants" in capsys.readouterr().err
 
 
 def test_help_names_every_subcommand(capsys):
