@@ -46,9 +46,10 @@ from attn_lightning.attention.optimization import OptimizationAttention
 from attn_lightning.cli.checkpoints import load_checkpoint
 from attn_lightning.models.transformer import MultiHeadAttention
 from attn_lightning.results import markdown_records, write_csv
+from attn_lightning.results.records import run_folder
 from attn_lightning.results.run_files import load_record
 from attn_lightning.studies.arguments import add_experiment, add_out, add_seeds
-from attn_lightning.studies.runner import Variant, build_cli, run_name
+from attn_lightning.studies.runner import build_cli
 
 STATS: tuple[str, ...] = ("mass on objects", "cells in objects", "argmax spread")
 STATS += ("std across images", "std across queries", "query overlap")
@@ -112,7 +113,7 @@ def layer_stats(weights: Tensor, targets: Sequence[dict[str, Any]]) -> dict[str,
 def probed_run(experiment: str, variant: str, seed: int) -> tuple[Path, Path]:
     """A study run's log folder and its best checkpoint; FileNotFoundError naming what is
     missing and what to run."""
-    folder = Path("logs") / experiment / run_name(Variant(variant), seed)
+    folder = Path("logs") / experiment / run_folder(variant, seed)
     try:
         record = load_record(folder)
     except (FileNotFoundError, ValueError) as error:
