@@ -69,10 +69,6 @@ class Plan:
         with the same task and budgets."""
         return {k: v for k, v in asdict(self).items() if k != "experiment"}
 
-    def base_checkpoint(self) -> str:
-        """The base run's ``last.ckpt`` of the run's seed (``{seed}`` is filled per run)."""
-        return f"checkpoints/{self.experiment}/{run_label('softmax')}-s{SEED}/last.ckpt"
-
     def variants(self) -> list[Variant]:
         """The runs in run order, the base first (the others read it); each variant's ``info``
         (its runs' tags) is its backend and condition, the facts a row of the tables needs."""
@@ -84,7 +80,8 @@ class Plan:
             return Variant(name, overrides=overrides, subcommand=sub, info=info)
 
         runs = [variant("softmax", "softmax", "base", f"trainer.max_steps={self.base_steps}")]
-        ckpt = self.base_checkpoint()
+        # The base run's last.ckpt of the run's own seed ({seed} is filled per run).
+        ckpt = f"checkpoints/{self.experiment}/{run_label('softmax')}-s{SEED}/last.ckpt"
         for key, spec in BACKENDS.items():
             attention = f"model.init_args.attention={json.dumps(spec)}"
             swap = f"model.init_args.attention_override={json.dumps(spec)}"
