@@ -157,7 +157,7 @@ def outcome_cell(runs: Sequence[RunResult]) -> str:
 
 
 def _sweep_cells(
-    key: RowKey, choice: LRChoice | None, student: dict[RowKey, float], missing: int = 0
+    key: RowKey, choice: LRChoice | None, student: dict[RowKey, float], missing: int
 ) -> list[str]:
     domain, adaptation, rank, head = key
     theirs = f"{student[key]:.2f}".rstrip("0").rstrip(".") if key in student else ""
