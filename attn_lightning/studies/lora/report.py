@@ -177,11 +177,11 @@ def write_report(out: Path) -> None:
     by_part = {part: load_part(out, part) for part in (*PARTS, "lrsweep")}
     runs = [run for part in PARTS for run in by_part[part]]
     sweep = by_part["lrsweep"]
-    if not runs and not sweep:
+    ran = [part for part, part_runs in by_part.items() if part_runs]
+    if not ran:
         return
-    for part, part_runs in by_part.items():
-        if part_runs:
-            write_runs(out, part, part_runs)
+    for part in ran:
+        write_runs(out, part, by_part[part])
     summary = summarize(runs)
     written = (("", summary), ("lrsweep_", sweep_summary(sweep)))
     for name, table in written:
@@ -190,8 +190,7 @@ def write_report(out: Path) -> None:
     walls: dict[str, float] = defaultdict(float)
     for run in (*runs, *sweep):
         walls[run.info["part"]] += run.seconds or 0.0
-    crashed = sum(r.status != "ok" for r in (*runs, *sweep))
-    ran = [part for part in (*PARTS, "lrsweep") if part in walls]
+    crashed = sum(r.status != OK for r in (*runs, *sweep))
     md = out.with_suffix(".md")
     lines = [
         "# LoRA adaptation study (peft)",
