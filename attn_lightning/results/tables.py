@@ -76,9 +76,9 @@ class Convergence:
         return f"{self.metric} {'<' if self.direction == 'max' else '>'} {self.threshold}"
 
 
-def column(key: str) -> Column:
-    """The display of ``key``: from ``KNOWN``, else the key itself with 4 decimals."""
-    return KNOWN.get(key, Column(key, key))
+def column(key: str, digits: int = 4) -> Column:
+    """The display of ``key``: from ``KNOWN``, else the key itself with ``digits`` decimals."""
+    return KNOWN.get(key, Column(key, key, digits=digits))
 
 
 def default_metrics(results: Iterable[RunResult]) -> list[str]:
@@ -147,6 +147,18 @@ def format_median_iqr(
         return "–"
     spec = number_format(median * scale, digits)
     return f"{median * scale:{spec}} [{q25 * scale:{spec}}, {q75 * scale:{spec}}]"
+
+
+def summary_cell(row: Mapping[str, Any], key: str, *, iqr: bool = False, digits: int = 4) -> str:
+    """The cell of ``key`` in a summary row, in ``column(key, digits)``'s scale and decimals:
+    ``mean ± std`` of its ``_mean`` and ``_std``, or with ``iqr`` ``median [q25, q75]`` of its
+    ``_median``, ``_q25`` and ``_q75``."""
+    shown = column(key, digits)
+    if iqr:
+        spread = (row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"])
+        return format_median_iqr(*spread, scale=shown.scale, digits=shown.digits)
+    mean, std = row[f"{key}_mean"], row[f"{key}_std"]
+    return format_mean_std(mean, std, scale=shown.scale, digits=shown.digits)
 
 
 def summarize(
@@ -293,13 +305,8 @@ def write_tables(
         cells = [f"`{row[label]}`", str(row["runs"])]
         cells += [str(row["not_converged"])] if convergence else []
         cells.append(str(row["crashed"]))
-        cells += [
-            format_mean_std(
-                row[f"{c.key}_mean"], row[f"{c.key}_std"], scale=c.scale, digits=c.digits
-            )
-            for c in columns
-        ]
-        cells.append(format_mean_std(row["seconds_mean"], row["seconds_std"], digits=0))
+        cells += [summary_cell(row, k) for k in keys]
+        cells.append(summary_cell(row, "seconds", digits=0))
         cells += [_cell(row.get(t)) for t in extra_titles]
         body.append(cells)
     per_run = []

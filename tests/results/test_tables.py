@@ -19,6 +19,7 @@ from attn_lightning.results.tables import (
     mean_std,
     median_iqr,
     records_machine_line,
+    summary_cell,
     write_tables,
 )
 
@@ -142,6 +143,15 @@ def test_format_median_iqr_scales_and_rounds():
     assert format_median_iqr(0.99871, 0.991, 1.0, scale=100) == "99.87 [99.10, 100.00]"
     assert format_median_iqr(*median_iqr([100, 200, 400]), digits=0) == "200 [150, 300]"
     assert format_median_iqr(*median_iqr([])) == "–"
+
+
+def test_summary_cell_is_mean_std_or_median_iqr_in_the_metrics_column():
+    row = {"test/acc_mean": 0.9, "test/acc_std": 0.01, "test/acc_median": 0.95}
+    row |= {"test/acc_q25": 0.5, "test/acc_q75": 1.0, "steps_mean": 12.25, "steps_std": 0.5}
+    assert summary_cell(row, "test/acc") == "90.00 ± 1.00"  # KNOWN: percent, 2 decimals
+    assert summary_cell(row, "test/acc", iqr=True) == "95.00 [50.00, 100.00]"
+    assert summary_cell(row, "steps") == "12.2500 ± 0.5000"  # unknown: 4 decimals by default
+    assert summary_cell(row, "steps", digits=0) == "12 ± 0"
 
 
 def test_runs_csv_holds_one_row_per_run(tmp_path):

@@ -15,12 +15,10 @@ from attn_lightning.results.files import markdown_table
 from attn_lightning.results.paired import SEED_INTERVAL_NOTE
 from attn_lightning.results.records import OK, RunResult
 from attn_lightning.results.tables import (
-    KNOWN,
-    Column,
     column,
-    format_median_iqr,
     format_number,
     records_machine_line,
+    summary_cell,
 )
 from attn_lightning.studies.reversal.summary import METRICS, PAIRED
 
@@ -40,21 +38,13 @@ def _metric(value: float | None, key: str) -> str:
     return format_number(value, scale=column(key).scale, digits=column(key).digits)
 
 
-def _iqr(row: dict[str, Any], key: str, digits: int = 2) -> str:
-    """``median [q25, q75]`` of ``key`` in a summary row; a known metric in its column's scale
-    and digits, anything else (steps, spikes, seconds) with ``digits``."""
-    shown = KNOWN.get(key, Column(key, key, digits=digits))
-    cells = (row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"])
-    return format_median_iqr(*cells, scale=shown.scale, digits=shown.digits)
-
-
 def outcome_table(summary: Sequence[dict[str, Any]]) -> str:
     """Converged k/n, unfinished, the test metrics and fit seconds per variant."""
     header = ["variant", "converged", "unfinished", *(column(k).title for k in METRICS)]
     body = [
         [f"`{row['variant']}`", f"{row['converged']}/{row['runs']}", str(row["unfinished"])]
-        + [_iqr(row, k) for k in METRICS]
-        + [_iqr(row, "fit_seconds", 0)]
+        + [summary_cell(row, k, iqr=True) for k in METRICS]
+        + [summary_cell(row, "fit_seconds", iqr=True, digits=0)]
         for row in summary
     ]
     return markdown_table([*header, "fit s / run"], body)
@@ -68,9 +58,9 @@ def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> str:
     body = []
     for row in summary:
         top = row["spike_top_group"]
-        cells = [f"`{row['variant']}`", _iqr(row, "steps_to_threshold", 0)]
-        # Spike counts are small: 0.5 must not read as 0.
-        cells += [f"{row['reached']}/{row['runs']}", _iqr(row, "spikes", 1)]
+        steps = summary_cell(row, "steps_to_threshold", iqr=True, digits=0)
+        spikes = summary_cell(row, "spikes", iqr=True, digits=1)  # 0.5 must not read as 0
+        cells = [f"`{row['variant']}`", steps, f"{row['reached']}/{row['runs']}", spikes]
         cells += [cell(row["spikes_max"], ".0f"), cell(row["spike_records"], ".0f")]
         cells += [cell(row["spike_grad_ratio_median"], ".2f")]
         cells += [cell(row["spike_grad_lag_median"], ".0f")]

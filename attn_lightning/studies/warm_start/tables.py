@@ -20,11 +20,10 @@ from attn_lightning.results.paired import SEED_INTERVAL_NOTE, seed_deltas
 from attn_lightning.results.records import OK, RunResult
 from attn_lightning.results.tables import (
     column,
-    format_mean_std,
-    format_median_iqr,
     mean_std,
     median_iqr,
     run_rows,
+    summary_cell,
 )
 from attn_lightning.studies.warm_start.plan import CONDITIONS
 
@@ -72,16 +71,6 @@ def condition_rows(
                 row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"] = median_iqr(values)
             rows.append(row)
     return rows
-
-
-def _cell(row: dict[str, Any], key: str, bimodal: bool) -> str:
-    shown = column(key)
-    if bimodal:
-        spread = (row[f"{key}_median"], row[f"{key}_q25"], row[f"{key}_q75"])
-        return format_median_iqr(*spread, scale=shown.scale, digits=shown.digits)
-    return format_mean_std(
-        row[f"{key}_mean"], row[f"{key}_std"], scale=shown.scale, digits=shown.digits
-    )
 
 
 def paired_rows(
@@ -137,7 +126,7 @@ def write(
             f"`{row['backend']}`",
             row["condition"],
             f"{row['converged']}/{row['n']}" if bimodal else row["n"],
-            *(_cell(row, k, bimodal) for k in metrics),
+            *(summary_cell(row, k, iqr=bimodal) for k in metrics),
         ]
         for row in rows
     ]
