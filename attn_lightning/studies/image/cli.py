@@ -49,13 +49,13 @@ def main(argv: list[str] | None = None) -> list[Path]:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.subcommand == "tables":
-        try:
+    try:
+        if args.subcommand == "tables":
             paths = tables.tables(args, prog=PROG, argv=argv)
-        except (FileNotFoundError, ValueError) as error:
-            parser.error(str(error))
-    else:
-        paths = samples.samples(args)
+        else:
+            paths = samples.samples(args)
+    except (FileNotFoundError, ValueError) as error:  # no records, a wrong name or checkpoint
+        parser.error(str(error))
     for path in paths:
         log.info("wrote %s", path)
     return paths

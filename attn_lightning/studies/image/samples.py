@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
 from torchvision.utils import save_image
 
 from attn_lightning.callbacks.images import completion_grid, grid_generator, sample_grid
@@ -20,45 +19,6 @@ from attn_lightning.cli import checkpoints
 from attn_lightning.data.pixels import PixelDataModule
 from attn_lightning.models.decoding import METHODS
 from attn_lightning.tasks.image import ImageGenerationTask
-
-
-def load_task(ckpt_path: str | Path, *, device: str = "cpu") -> tuple[ImageGenerationTask, dict]:
-    """The task (eval mode) and the DataModule hyper-parameters saved with it."""
-    task = checkpoints.load_task(ckpt_path, map_location=device)
-    if not isinstance(task, ImageGenerationTask):
-        raise ValueError(f"{ckpt_path}: a {type(task).__name__} checkpoint, not an image model's")
-    saved = checkpoints.load_checkpoint(ckpt_path).get("datamodule_hyper_parameters", {})
-    # LightningCLI adds "_class_path" / "_instantiator" entries: not constructor arguments.
-    data_hparams = {k: v for k, v in saved.items() if not k.startswith("_")}
-    return task.eval(), data_hparams
-
-
-def write_grids(
-    task: ImageGenerationTask,
-    pixels: torch.Tensor,
-    out: Path,
-    *,
-    prefix: str = "",
-    num_samples: int = 16,
-    num_completions: int = 3,
-    temperature: float = 1.0,
-    seed: int = 0,
-) -> list[Path]:
-    """Save ``<prefix>samples.png`` and ``<prefix>completions.png`` under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    generator = grid_generator(seed)
-    samples = sample_grid(task, num_samples, temperature=temperature, generator=generator)
-    completions = completion_grid(
-        task,
-        pixels.to(task.device),
-        num_completions=num_completions,
-        temperature=temperature,
-        generator=generator,
-    )
-    paths = [out / f"{prefix}samples.png", out / f"{prefix}completions.png"]
-    save_image(samples, paths[0])
-    save_image(completions, paths[1])
-    return paths
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,19 +38,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def samples(args: argparse.Namespace) -> list[Path]:
-    """The ``samples`` subcommand: the checkpoint's grids under ``args.out``; their paths."""
-    task, data_hparams = load_task(args.ckpt_path, device=args.device)
-    task.decode_method = args.method
-    data = PixelDataModule(**data_hparams)
+    """The ``samples`` subcommand: the checkpoint's grids under ``args.out``; their paths.
+
+    Raises:
+        ValueError: ``--ckpt-path`` is no checkpoint (``cli.checkpoints.CheckpointError``) or
+            not an image model's.
+    """
+    task = checkpoints.load_task(args.ckpt_path, map_location=args.device)
+    if not isinstance(task, ImageGenerationTask):
+        kind = type(task).__name__
+        raise ValueError(f"{args.ckpt_path}: a {kind} checkpoint, not an image model's")
+    task.decode_method = args.method  # load_task's task is in eval mode
+    saved = checkpoints.load_checkpoint(args.ckpt_path).get("datamodule_hyper_parameters", {})
+    # LightningCLI adds "_class_path" / "_instantiator" entries: not constructor arguments.
+    data = PixelDataModule(**{k: v for k, v in saved.items() if not k.startswith("_")})
     data.setup("test")
-    pixels = data.datasets[args.split].pixels[: args.num_images]
-    return write_grids(
-        task,
-        pixels,
-        args.out,
-        prefix=args.prefix,
-        num_samples=args.num_samples,
-        num_completions=args.num_completions,
-        temperature=args.temperature,
-        seed=args.seed,
-    )
+    pixels = data.datasets[args.split].pixels[: args.num_images].to(task.device)
+    generator, temperature = grid_generator(args.seed), args.temperature
+    grids = [
+        sample_grid(task, args.num_samples, temperature=temperature, generator=generator),
+        completion_grid(
+            task,
+            pixels,
+            num_completions=args.num_completions,
+            temperature=temperature,
+            generator=generator,
+        ),
+    ]
+    args.out.mkdir(parents=True, exist_ok=True)
+    paths = [args.out / f"{args.prefix}{name}.png" for name in ("samples", "completions")]
+    for grid, path in zip(grids, paths, strict=True):
+        save_image(grid, path)
+    return paths

@@ -61,3 +61,11 @@ def test_short_run_logs_image_grids_and_sample_images_writes_pngs(trained, tmp_p
     paths = main(["samples", *argv])
     assert [p.name for p in paths] == ["lin_samples.png", "lin_completions.png"]
     _completion_shape(paths[1])
+
+
+def test_a_path_that_is_no_checkpoint_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "junk.ckpt").write_bytes(b"hello")
+    for name, message in (("none.ckpt", "no such file"), ("junk.ckpt", "is corrupt")):
+        with pytest.raises(SystemExit) as exc:
+            main(["samples", "--ckpt_path", str(tmp_path / name), "--out", str(tmp_path / "png")])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
