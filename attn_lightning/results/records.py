@@ -73,7 +73,10 @@ def load_run(folder: Path) -> RunResult:
         FileNotFoundError: naming ``folder/record.json`` when it does not exist.
         ValueError: naming it when it is not a readable record or has no seed.
     """
-    record = load_record(folder)
+    return _result(folder, load_record(folder))
+
+
+def _result(folder: Path, record: dict[str, Any]) -> RunResult:
     tags = dict(record.get("tags") or {})
     seed = record.get("seed")
     if seed is None:
@@ -81,11 +84,8 @@ def load_run(folder: Path) -> RunResult:
     if seed is None:
         raise ValueError(f"{folder / RECORD} has no seed (neither 'seed' nor a 'seed' tag)")
     metrics = record.get("metrics") or {}
-    merged = {
-        **(metrics.get("fit") or {}),
-        **(metrics.get("validate") or {}),
-        **(metrics.get("test") or {}),
-    }
+    stages = (metrics.get(stage) or {} for stage in ("fit", "validate", "test"))
+    merged = {key: value for stage in stages for key, value in stage.items()}  # test wins
     return RunResult(
         variant=str(tags.get("variant", record.get("run", folder.name))),
         seed=int(seed),
@@ -110,9 +110,9 @@ def load_runs(root: Path, /, **tags: Any) -> list[RunResult]:
     seed). ``[]`` when ``root`` does not exist."""
     runs = []
     for folder in record_folders(root):
-        record_tags = load_record(folder).get("tags") or {}
-        if all(record_tags.get(k) == v for k, v in tags.items()):
-            runs.append(load_run(folder))
+        record = load_record(folder)
+        if all((record.get("tags") or {}).get(k) == v for k, v in tags.items()):
+            runs.append(_result(folder, record))
     return sorted(runs, key=lambda r: (r.variant, r.seed))
 
 

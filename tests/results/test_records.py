@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from attn_lightning.results import records, run_files
 from attn_lightning.results.records import (
     GZIP_OVER,
     find_ok,
@@ -91,6 +92,16 @@ def test_load_runs_finds_every_record_sorted_and_filters_by_tags(tmp_path):
         ("b", 1),
     ]
     assert load_runs(tmp_path, task="z") == [] and load_runs(tmp_path / "absent") == []
+
+
+def test_load_runs_reads_each_record_once(tmp_path, monkeypatch):
+    for seed in range(3):
+        (tmp_path / f"a-s{seed}").mkdir()
+        _record(tmp_path / f"a-s{seed}", seed=seed)
+    read: list[object] = []
+    load = run_files.load_record
+    monkeypatch.setattr(records, "load_record", lambda f: read.append(f) or load(f))
+    assert len(load_runs(tmp_path, study="s")) == 3 and len(read) == 3
 
 
 def test_find_ok_takes_only_an_ok_record(tmp_path):
