@@ -149,7 +149,6 @@ def main(argv: list[str] | None = None) -> list[Any]:
             parser.error(f"report: no page {', '.join(unknown)}; allowed: {', '.join(PAGES)}")
         for name in args.pages or PAGES:
             write_page(name)
-            log.info("wrote docs/results/%s.md and its CSVs", name)
         return []
     if args.subcommand == "probe":
         if args.batches < 1:

@@ -12,12 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from attn_lightning.results.curves import append_curves
 from attn_lightning.results.records import RESULTS, RunResult, study_runs_dir
 from attn_lightning.studies.detection.costs import costs_file, read_costs
 from attn_lightning.studies.detection.sensitivity import GridPoint
 from attn_lightning.studies.detection.study import HEADINGS, STUDY, grid_runs
-from attn_lightning.studies.detection.tables import CURVE, write
+from attn_lightning.studies.detection.tables import write
 from attn_lightning.studies.detection.variants import STUDY_VARIANTS
 from attn_lightning.studies.sweep import report
 
@@ -87,5 +86,4 @@ def write_page(
     measured = read_costs(costs_file(RESULTS)) if page.costs else {}
     shown = {v: measured[v] for v in dict.fromkeys(r.variant for r in runs) if v in measured}
     write(out, runs, shown, command=command, label=page.label, grid=grid, heading=heading)
-    append_curves(out, runs, CURVE)
     return runs

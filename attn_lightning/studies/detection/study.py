@@ -2,19 +2,17 @@
 
 ``run_study`` is what ``run``, ``sensitivity`` and ``ablation`` share. The tables are rewritten
 after every run without the cost columns, so a long study can be inspected part-way; the costs
-(``detection.costs``) and the val mAP curves come once, at the end.
+(``detection.costs``) come once, at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from attn_lightning.results.curves import append_curves
 from attn_lightning.results.records import RunResult, publish_run, study_runs_dir
 from attn_lightning.studies.detection.costs import (
     costs_file,
@@ -29,11 +27,10 @@ from attn_lightning.studies.detection.sensitivity import (
     GridPoint,
     sensitivity_grid,
 )
-from attn_lightning.studies.detection.tables import CURVE, write
+from attn_lightning.studies.detection.tables import write
 from attn_lightning.studies.detection.variants import CONFIGS, CONTROLS
 from attn_lightning.studies.runner import Runner, Variant
 
-log = logging.getLogger("attn_lightning.studies.detection")
 # The runs' study tag; their committed records are docs/results/detection/runs/<experiment>/<run>/
 STUDY = "detection"
 HEADINGS = {
@@ -93,6 +90,4 @@ def run_study(
         write_costs(costs_file(args.out.parent), costs, command=command)
         write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
     tables(results, costs)
-    append_curves(args.out, results, CURVE)  # once, at the end: it reads every run's curves
-    log.info("wrote %s.md, %s.csv and %s_runs.csv", args.out, args.out, args.out)
     return results

@@ -9,10 +9,12 @@ table (``detection.sensitivity``). The machine line is the runs' own
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attn_lightning.results.curves import append_curves
 from attn_lightning.results.records import RunResult
 from attn_lightning.results.tables import column, records_machine_line, write_tables
 from attn_lightning.studies.detection.sensitivity import (
@@ -27,6 +29,7 @@ from attn_lightning.studies.detection.variants import COMPARED, comparisons
 
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
 CURVE = "val/mAP"  # <out>_curves.csv: every validation of every run (results.curves)
+log = logging.getLogger("attn_lightning.studies.detection")
 
 
 def write(
@@ -43,7 +46,8 @@ def write(
     """The study's tables: ``METRICS`` mean ± std per variant, its cost columns and the
     comparison with its control where both ran (``CONTROLS``); ``label`` titles the variant
     column. With a ``grid``, the summary also holds each point's cells and ``<out>.md`` opens
-    with the grid's own table, headed ``heading`` (``_grid_head``)."""
+    with the grid's own table, headed ``heading`` (``_grid_head``); ``CURVE`` per run closes it
+    (``results.curves.append_curves``)."""
     notes = []
     if costs:
         inputs = sorted({str(cost["input"]) for cost in costs.values()})
@@ -82,6 +86,8 @@ def write(
     if grid:
         md = out.with_name(out.name + ".md")
         md.write_text(_grid_head(results, grid, cells, heading) + md.read_text())
+    append_curves(out, results, CURVE)
+    log.info("wrote %s.md and its CSVs", out)
 
 
 def _grid_head(
