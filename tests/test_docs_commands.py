@@ -34,7 +34,6 @@ PARSERS = {
     "attn_lightning.studies.detection": ("attn_lightning.studies.detection.cli", []),
     "attn_lightning.studies.image": ("attn_lightning.studies.image.cli", []),
     "attn_lightning.studies.lora": ("attn_lightning.studies.lora.cli", []),
-    "attn_lightning.studies.reversal": ("attn_lightning.studies.reversal.cli", []),
     "attn_lightning.studies.warm_start": ("attn_lightning.studies.warm_start.cli", []),
     "attn_lightning.data.scenes": ("attn_lightning.data.scenes", []),
 }

@@ -11,6 +11,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -81,14 +82,19 @@ def check_overrides(parser: argparse.ArgumentParser, overrides: Sequence[str]) -
 
 
 def plan_argv(
-    parser: argparse.ArgumentParser, path: Path, *, exclude: Sequence[str] = ()
-) -> list[str]:
-    """The command-line arguments a plan file stands for, checked by key.
+    parser: argparse.ArgumentParser,
+    path: Path,
+    *,
+    exclude: Sequence[str] = (),
+    sections: Sequence[str] = (),
+) -> tuple[list[str], dict[str, Any]]:
+    """The command-line arguments a plan file stands for, checked by key, and its sections.
 
     A plan maps ``parser``'s long option names (without ``--``) to values: a list for an option
     that takes several or repeats (``pair``: a list of pairs), ``true``/``false`` for a flag.
     ``parser`` then parses them, so a plan is checked as its command line is. ``exclude``:
-    options a plan may not set (``plan`` itself, modes of one call).
+    options a plan may not set (``plan`` itself, modes of one call); ``sections``: keys that are
+    no option (the sweep's ``pages``), returned as they are.
 
     Raises:
         ValueError: naming ``path`` when it is not a mapping, a key that is no option (with the
@@ -103,9 +109,10 @@ def plan_argv(
         if names and names[0][2:] not in ("help", *exclude):
             options[names[0][2:]] = action
     argv: list[str] = []
+    found = {key: plan.pop(key) for key in sections if key in plan}
     for key, value in plan.items():
         if key not in options:
-            allowed = ", ".join(sorted(options))
+            allowed = ", ".join(sorted([*options, *sections]))
             raise ValueError(f"plan {path}: unknown key {key!r}; the keys are {allowed}")
         flag, action = f"--{key}", options[key]
         if action.nargs == 0:  # store_true
@@ -117,7 +124,7 @@ def plan_argv(
                 argv += [flag, *map(str, item if isinstance(item, list) else [item])]
         else:
             argv += [flag, *map(str, value if isinstance(value, list) else [value])]
-    return argv
+    return argv, found
 
 
 def log_to_stderr() -> None:

@@ -13,15 +13,32 @@ Each (variant, seed) is a ``train.py fit --test_after_fit`` run of ``studies.run
 ``--report-only`` trains nothing. ``--plan configs/studies/<page>.yaml`` gives the options by
 their long names (``--out`` by default ``docs/results/<plan name>``); options given with it
 override it. Writes ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv`` after every run.
+
+A plan's ``pages:`` section adds the pages that a study's own question needs, each a report over
+run records (``REPORTS``), written once the runs are done (or with ``--report-only``)::
+
+    pages:
+      polynomial_len50_norm_p4:          # docs/results/<page>.md and its CSVs
+        report: reversal                 # a kind of REPORTS
+        runs: [docs/results/polynomial_len50/runs]  # record folders (default: <out>/runs)
+        variants: [polynomial:degree=4,normalize=false, polynomial:degree=4]  # its options
+        control: polynomial:degree=4,normalize=false
+
+A page named as the plan's own (``<out>``) replaces its sweep table.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import logging
 import shlex
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attn_lightning.results.curves import append_curves
 from attn_lightning.results.environment import command_line
@@ -54,6 +71,50 @@ PAIRED_NOTE = (
     "initialisation stream, batch order and data), mean [95 % Student-t interval] over the n "
     "seeds both finished; one seed has no interval."
 )
+# A plan page's report kinds: writer(record folders, out, *, command, **the page's options).
+REPORTS = {
+    "reversal": "attn_lightning.studies.reversal.report:report",
+    "trajectories": "attn_lightning.studies.reversal.trajectories:write_trajectories",
+}
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of a plan's ``pages:`` section: its name, writer, record folders and options."""
+
+    name: str
+    write: Callable[..., object]
+    runs: list[Path]
+    options: dict[str, Any]
+
+
+def plan_pages(pages: object, out: Path) -> list[Page]:
+    """A plan's ``pages:`` section, checked (module docstring); ``out``: the sweep's ``--out``.
+
+    Raises:
+        ValueError: naming the page and key when a report kind or option is not one there is.
+    """
+    if not isinstance(pages, dict) or not all(isinstance(s, dict) for s in pages.values()):
+        raise ValueError("pages: give a mapping of page names to {report: KIND, option: value}")
+    checked = []
+    for name, spec in pages.items():
+        options = dict(spec)
+        kind = options.pop("report", None)
+        if kind not in REPORTS:
+            raise ValueError(f"pages: {name}: report {kind!r}; the reports are {list(REPORTS)}")
+        module, function = REPORTS[kind].split(":")
+        write = getattr(importlib.import_module(module), function)
+        runs = options.pop("runs", [out / "runs"])
+        keys = inspect.signature(write).parameters.values()
+        allowed = [k.name for k in keys if k.kind == k.KEYWORD_ONLY and k.name != "command"]
+        unknown = [key for key in options if key not in allowed]
+        if unknown:
+            raise ValueError(
+                f"pages: {name}: unknown key {unknown[0]!r}; the keys of a {kind} page are "
+                f"report, runs, {', '.join(allowed)}"
+            )
+        checked.append(Page(str(name), write, [Path(r) for r in runs], options))
+    return checked
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,13 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
-    """The sweep's options (a plan's, then ``argv``'s), its variants and the page's command."""
+    """The sweep's options (a plan's, then ``argv``'s; its pages in ``args.pages``), its variants
+    and the page's command."""
     parser = build_parser()
     path = parser.parse_args(argv).plan
-    planned = []
+    planned: list[str] = []
+    sections: dict[str, Any] = {}
     if path is not None:
         try:
-            planned = plan_argv(parser, path, exclude=CALL_ONLY)
+            planned, sections = plan_argv(parser, path, exclude=CALL_ONLY, sections=["pages"])
         except ValueError as error:
             parser.error(str(error))
         if "--out" not in planned:
@@ -112,10 +175,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
     if (args.metric is None) != (args.threshold is None):
         parser.error("--metric and --threshold go together")
     check_overrides(parser, args.set)
-    try:  # fail before the first run on a malformed spec
+    try:  # fail before the first run on a malformed spec or page
         variants = [Variant.from_attention(s) for s in args.backends]
+        args.pages = plan_pages(sections.get("pages", {}), args.out)
     except ValueError as error:
-        parser.error(str(error))
+        parser.error(f"plan {path}: {error}" if "pages:" in str(error) else str(error))
     variants += [Variant.from_config(p) for p in args.variants]
     names = [v.name for v in variants]
     unknown = [n for pair in args.pair for n in pair if n not in names]
@@ -174,14 +238,23 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             machine=records_machine_line(finished, jobs=args.jobs),
         )
 
+    sweep_page = all(page.name != study for page in args.pages)  # else a page replaces it
     if args.report_only:
         results = report(records, [(v.name, s) for v, s in jobs])
-        tables(None, results)
+        if sweep_page:
+            tables(None, results)
     else:
-        results = runner.run_all(jobs, parallel=args.jobs, on_result=tables)
-    if args.curve:  # once, at the end: it reads every run's curves
+        results = runner.run_all(jobs, parallel=args.jobs, on_result=tables if sweep_page else None)
+    if args.curve and sweep_page:  # once, at the end: it reads every run's curves
         append_curves(out, results, args.curve)
-    log.info("wrote %s.md, %s.csv, %s_runs.csv", out, out, out)
+    if sweep_page:
+        log.info("wrote %s.md, %s.csv, %s_runs.csv", out, out, out)
+    for page in args.pages:
+        try:
+            page.write(page.runs, out.with_name(page.name), command=command, **page.options)
+        except (FileNotFoundError, ValueError) as error:
+            build_parser().error(f"page {page.name}: {error}")
+        log.info("wrote %s.md and its CSVs", out.with_name(page.name))
     return results
 
 

@@ -34,8 +34,6 @@ from attn_lightning.studies.reversal.markdown import (
 from attn_lightning.studies.reversal.runs import DEFAULT_THRESHOLD, chosen_runs
 from attn_lightning.studies.reversal.summary import paired_csv_rows, paired_rows, summarize
 
-PROG = "python -m attn_lightning.studies.reversal"
-
 
 def _run_row(run: RunResult, metrics: Sequence[str], checkpoint: bool) -> dict[str, Any]:
     row = {

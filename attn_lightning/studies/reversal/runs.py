@@ -112,7 +112,7 @@ def load_runs(roots: Sequence[Path], threshold: float = DEFAULT_THRESHOLD) -> li
         folders = record_folders(root)
         if not folders:
             what = "holds no run record (record.json)" if root.is_dir() else "does not exist"
-            raise FileNotFoundError(f"--runs folder {root} {what}")
+            raise FileNotFoundError(f"runs folder {root} {what}")
         for folder in folders:
             run = read_run(folder, threshold)
             key = (run.variant, run.seed)

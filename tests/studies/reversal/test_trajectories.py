@@ -12,13 +12,13 @@ import pytest
 
 from attn_lightning.results.files import read_csv
 from attn_lightning.results.run_files import write_curves, write_record, write_spikes
-from attn_lightning.studies.reversal.cli import main
 from attn_lightning.studies.reversal.traces import (
     burst_rows,
     coefficient_series,
     final_loss,
     thin,
 )
+from attn_lightning.studies.reversal.trajectories import write_trajectories
 
 LEARNED = "polynomial_degree-4_learned_coefficients-true"
 LAYERS = ("net.decoder.layers.0.attn", "net.decoder.layers.1.attn")
@@ -97,8 +97,11 @@ def long_study(tmp_path_factory):
     return root
 
 
-def _run(root: Path, out: Path, *args: str) -> list[dict]:
-    return main(["trajectories", "--runs", str(root), "--out", str(out), *args])
+COMMAND = "python -m attn_lightning.studies.sweep --plan configs/studies/page.yaml"
+
+
+def _run(root: Path, out: Path, **options: Any) -> list[dict]:
+    return write_trajectories([root], out, command=COMMAND, **options)
 
 
 def test_final_loss_is_the_mean_over_the_last_steps():
@@ -152,7 +155,7 @@ def test_coefficients_are_ordered_by_layer_then_index_then_the_scale():
 
 def test_trajectories_tables_and_files(long_study, tmp_path):
     out = tmp_path / "traces"
-    rows = _run(long_study, out, "--tail", "100", "--every", "100", "--steps", "0", "100")
+    rows = _run(long_study, out, tail=100, every=100, steps=[0, 100])
     by_run = {(r["variant"], r["seed"]): r for r in rows}
     assert set(by_run) == {(LEARNED, 0), (LEARNED, 1), ("softmax", 0)}
     learned = by_run[(LEARNED, 0)]
@@ -185,7 +188,7 @@ def test_trajectories_tables_and_files(long_study, tmp_path):
     assert bursts[0]["first_grad_at_spike_over_median"] == "30"
 
     meta, coefficients = read_csv(tmp_path / "traces_coefficients.csv")
-    assert meta["command"].startswith("python -m attn_lightning.studies.reversal trajectories")
+    assert meta["command"] == COMMAND
     a0 = [r for r in coefficients if r["seed"] == "0" and r["key"] == "a0"]
     assert {r["layer"] for r in a0} == set(LAYERS)
     # Logged at 0, 50, 100, 150; every 100 keeps 0 and 100, and the last point (150).
@@ -244,7 +247,7 @@ def test_a_converted_record_gives_its_converted_values(tmp_path):
     assert f"not in the loss figure): `{LEARNED}` s0." in page
     assert "_loss.png" not in page and not (tmp_path / "converted_loss.png").exists()
     # Another tail than the converted one cannot be recomputed: no value, not a wrong one.
-    assert _run(runs, out, "--tail", "100")[0]["final_train_loss"] is None
+    assert _run(runs, out, tail=100)[0]["final_train_loss"] is None
 
 
 def test_a_run_in_several_folders_is_its_ok_record_once(long_study, tmp_path):
@@ -252,9 +255,7 @@ def test_a_run_in_several_folders_is_its_ok_record_once(long_study, tmp_path):
     later = tmp_path / "later"
     _record(later, "softmax", 1, _scalars({}, {}, loss=3.0), {}, test_loss=0.004)
     _record(later, LEARNED, 0, _learned(0), {130: SPIKE[0]}, test_loss=0.5)  # a second copy
-    rows = main(
-        ["trajectories", "--runs", str(long_study), str(later), "--out", str(tmp_path / "x")]
-    )
+    rows = write_trajectories([long_study, later], tmp_path / "x", command=COMMAND)
     assert [(r["variant"], r["seed"]) for r in rows] == [
         (LEARNED, 0),
         (LEARNED, 1),
@@ -268,19 +269,18 @@ def test_a_run_in_several_folders_is_its_ok_record_once(long_study, tmp_path):
 
 def test_variants_by_spec_pick_and_order_the_runs(long_study, tmp_path):
     spec = "polynomial:degree=4,learned_coefficients=true"
-    rows = _run(long_study, tmp_path / "x", "--variants", "softmax", spec)
+    rows = _run(long_study, tmp_path / "x", variants=["softmax", spec])
     assert [(r["variant"], r["seed"]) for r in rows] == [("softmax", 0), (LEARNED, 0), (LEARNED, 1)]
 
 
 def test_no_coefficients_file_without_a_learned_variant(long_study, tmp_path):
-    _run(long_study, tmp_path / "soft", "--variants", "softmax")
+    _run(long_study, tmp_path / "soft", variants=["softmax"])
     assert (tmp_path / "soft_runs.csv").is_file() and (tmp_path / "soft_spikes.csv").is_file()
     assert not (tmp_path / "soft_coefficients.csv").exists()
     assert not (tmp_path / "soft_coefficients.png").exists()
     assert "## Learned coefficients" not in (tmp_path / "soft.md").read_text()
 
 
-def test_trajectories_without_records_is_a_clear_error(tmp_path, capsys):
-    with pytest.raises(SystemExit):
+def test_trajectories_without_records_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"runs folder {tmp_path} holds no run record"):
         _run(tmp_path, tmp_path / "x")
-    assert f"--runs folder {tmp_path} holds no run record" in capsys.readouterr().err
