@@ -30,7 +30,7 @@ from typing import Any
 
 from scipy import stats
 
-from attn_lightning.results.records import RunResult
+from attn_lightning.results.records import OK, RunResult
 from attn_lightning.results.tables import column, format_mean_std, mean_std, number_format
 
 # Below this many paired seeds ``seed_deltas`` gives a Student-t interval, not a bootstrap: the
@@ -175,15 +175,8 @@ def per_seed(results: Sequence[RunResult], name: str, key: str) -> dict[int, flo
     return {
         r.seed: v
         for r in results
-        if r.variant == name and r.status == "ok" and (v := r.value(key)) is not None
+        if r.variant == name and r.status == OK and (v := r.value(key)) is not None
     }
-
-
-def format_delta(delta: PairedDelta | None, key: str) -> str | None:
-    """A paired Δ of metric ``key`` in its table column's scale and digits:
-    ``+0.012 [-0.004, +0.028] (n=3)``; None without one."""
-    shown = column(key)
-    return None if delta is None else delta.format(scale=shown.scale, digits=shown.digits)
 
 
 def delta_title(key: str) -> str:
@@ -196,15 +189,17 @@ def comparisons(
 ) -> dict[str, dict[str, Any]]:
     """Per variant whose control (``controls[variant]``) also ran: ``{control, Δ vs control}``.
 
-    The Δ of metric ``key`` is paired by seed over the finished runs of both; None (``–``) when
-    they share no seed.
+    The Δ of metric ``key`` is paired by seed over the finished runs of both, in its table
+    column's scale and digits (``+0.012 [-0.004, +0.028] (n=3)``); None (``–``) when they share
+    no seed.
     """
-    ran = {r.variant for r in results}
+    ran, shown = {r.variant for r in results}, column(key)
     out: dict[str, dict[str, Any]] = {}
     for name, control in controls.items():
         if name in ran and control in ran:
             delta = paired_delta(per_seed(results, name, key), per_seed(results, control, key))
-            out[name] = {"control": f"`{control}`", delta_title(key): format_delta(delta, key)}
+            cell = None if delta is None else delta.format(scale=shown.scale, digits=shown.digits)
+            out[name] = {"control": f"`{control}`", delta_title(key): cell}
     return out
 
 
@@ -228,23 +223,20 @@ def seed_rows(
     the sweep's own table)."""
     rows = []
     for name in names:
-        row: dict[str, Any] = {label: name}
-        seeds: list[int] = sorted({r.seed for r in runs if r.variant == name and r.status == "ok"})
-        row["seeds"] = " ".join(map(str, seeds)) or "–"
+        seconds = {r.seed: r.seconds for r in runs if r.variant == name and r.status == OK}
+        row: dict[str, Any] = {label: name, "seeds": " ".join(map(str, sorted(seconds))) or "–"}
         for key in metrics:
             shown = column(key)
             values = per_seed(runs, name, key)
             ordered = [values[s] for s in sorted(values)]
-            mean, std = mean_std(ordered)
             row[f"{shown.title} (mean ± std)"] = format_mean_std(
-                mean, std, scale=shown.scale, digits=shown.digits
+                *mean_std(ordered), scale=shown.scale, digits=shown.digits
             )
             row[f"{shown.title}, per seed"] = _joined(
                 ordered, scale=shown.scale, digits=shown.digits
             )
-        seconds = {r.seed: r.seconds for r in runs if r.variant == name and r.status == "ok"}
         row["fit time (s), per seed"] = " / ".join(
-            "–" if seconds[s] is None else f"{seconds[s]:.0f}" for s in seeds
+            "–" if seconds[s] is None else f"{seconds[s]:.0f}" for s in sorted(seconds)
         )
         rows.append(row)
     return rows
@@ -278,11 +270,10 @@ def delta_rows(
                 list(deltas.deltas.values()), scale=shown.scale, digits=shown.digits, sign=True
             )
             row[f"{title} sign count"] = sign_count(list(deltas.deltas.values()))
-            mean = f"{deltas.mean * shown.scale:+.{shown.digits}f}"
+            spec = f"+.{shown.digits}f"
+            mean = format(deltas.mean * shown.scale, spec)
             if deltas.method == "bootstrap":
-                low, high = (
-                    f"{x * shown.scale:+.{shown.digits}f}" for x in (deltas.low, deltas.high)
-                )
+                low, high = (format(x * shown.scale, spec) for x in (deltas.low, deltas.high))
                 mean += f" [{low}, {high}]"
             else:
                 mean += f" (n = {deltas.n}: no interval)"
