@@ -16,14 +16,13 @@ with ``--jobs`` > 1. Each task's base config is stacked with ``--preset`` (the C
 from __future__ import annotations
 
 import argparse
-import logging
-import shlex
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from attn_lightning.results.environment import command_line
 from attn_lightning.results.records import RunResult, load_runs, publish_run, study_runs_dir
 from attn_lightning.studies.arguments import (
+    add_out,
     add_run_arguments,
     check_overrides,
     log_to_stderr,
@@ -31,17 +30,10 @@ from attn_lightning.studies.arguments import (
 )
 from attn_lightning.studies.runner import Runner
 from attn_lightning.studies.warm_start import tables
-from attn_lightning.studies.warm_start.plan import (
-    BACKENDS,
-    CONVERGED,
-    TASKS,
-    Plan,
-    in_run_order,
-)
+from attn_lightning.studies.warm_start.plan import TASKS, Plan
 
 PROG = "python -m attn_lightning.studies.warm_start"
 STUDY = "warm_start"  # its records: docs/results/warm_start/runs/<task>/
-log = logging.getLogger("attn_lightning.studies.warm_start")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(run, experiment=None, experiment_help="default: warm-start-<task>")
     rebuild = commands.add_parser("tables", help="rewrite the tables from the committed records")
     rebuild.add_argument("--task", choices=sorted(TASKS), required=True)
-    rebuild.add_argument("--out", type=Path, required=True, help="output path, no extension")
+    add_out(rebuild)
     return parser
 
 
@@ -67,25 +59,12 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-
-    def write(runs: list[RunResult], notes: Sequence[str] = ()) -> None:
-        tables.write(
-            args.out,
-            in_run_order(runs),
-            backends=["softmax", *BACKENDS],
-            metrics=TASKS[args.task][1],
-            command=f"{PROG} {shlex.join(argv)}",
-            heading=f"Warm start from softmax: {args.task}",
-            notes=notes,
-            converged=CONVERGED.get(args.task),
-        )
-        log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(args.out,) * 4)
-
+    command = command_line(PROG, argv)
     if args.command == "tables":
-        runs = in_run_order(load_runs(study_runs_dir(STUDY), study=STUDY, task=args.task))
+        runs = load_runs(study_runs_dir(STUDY), study=STUDY, task=args.task)
         if not runs:
             parser.error(f"no {args.task} run records under {study_runs_dir(STUDY)}")
-        write(runs, [
+        tables.write(args.out, runs, task=args.task, command=command, notes=[
             f"Rebuilt from the committed run records `{STUDY}/runs/{args.task}/` (nothing "
             "trained); the runs were made by this study's `run` command "
             "(`docs/results/warm_start.md`).\n"
@@ -107,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
         resume=args.resume,
         skip_runs=args.skip_runs,
     )
+
+    def write(done: list[RunResult]) -> None:
+        tables.write(args.out, done, task=args.task, command=command)
+
     jobs = [(base, s) for s in args.seeds]
     bases = runner.run_all(jobs, parallel=args.jobs, on_result=lambda _, done: write(done))
     rest = [(v, s) for s in args.seeds for v in chosen]

@@ -10,6 +10,7 @@ three seeds these studies ran).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,15 @@ from attn_lightning.results.tables import (
     run_rows,
     summary_cell,
 )
-from attn_lightning.studies.warm_start.plan import CONDITIONS
+from attn_lightning.studies.warm_start.plan import (
+    BACKENDS,
+    CONDITIONS,
+    CONVERGED,
+    TASKS,
+    in_run_order,
+)
+
+log = logging.getLogger("attn_lightning.studies.warm_start")
 
 # The comparisons of the paired table: (condition, against, what it asks).
 PAIRS = (
@@ -102,18 +111,13 @@ def paired_rows(
 
 
 def write(
-    out: Path,
-    runs: Sequence[RunResult],
-    *,
-    backends: Sequence[str],
-    metrics: Sequence[str],
-    command: str,
-    heading: str,
-    notes: Sequence[str] = (),
-    converged: tuple[str, float] | None = None,
+    out: Path, runs: Sequence[RunResult], *, task: str, command: str, notes: Sequence[str] = ()
 ) -> None:
-    """``<out>.md``, ``<out>.csv`` (conditions), ``<out>_paired.csv`` and ``<out>_runs.csv``;
-    ``converged = (metric, threshold)`` for a task whose outcomes are bimodal (module doc)."""
+    """``<out>.md``, ``<out>.csv`` (conditions), ``<out>_paired.csv`` and ``<out>_runs.csv`` of
+    one task's runs (in run order, ``plan.in_run_order``); its outcomes are bimodal where it has
+    a convergence threshold (``plan.CONVERGED``, module doc)."""
+    runs, metrics, converged = in_run_order(runs), TASKS[task][1], CONVERGED.get(task)
+    backends = ["softmax", *BACKENDS]
     rows = condition_rows(runs, backends, metrics, converged)
     paired = paired_rows(runs, backends, metrics)
     write_csv(out.with_name(out.name + ".csv"), rows)
@@ -142,7 +146,7 @@ def write(
         [f"`{p['backend']}`", p["comparison"], *(p[k] or "–" for k in metrics)] for p in paired
     ]
     text = [
-        f"# {heading}\n",
+        f"# Warm start from softmax: {task}\n",
         f"Regenerate with:\n\n```bash\n{command}\n```\n",
         machine_line() + "\n",
         *notes,
@@ -154,3 +158,4 @@ def write(
         markdown_table(["backend", "comparison", *titles], pairs),
     ]
     out.with_name(out.name + ".md").write_text("\n".join(text) + "\n")
+    log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(out,) * 4)

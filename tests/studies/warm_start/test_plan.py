@@ -48,14 +48,7 @@ def test_tables_pair_the_fine_tune_with_scratch_per_seed(tmp_path):
     runs = [_run("linear", "fine-tune", s, a) for s, a in enumerate([0.9, 0.92, 0.95])] + [
         _run("linear", "scratch", s, a) for s, a in enumerate([0.5, 0.6, 0.96])
     ]
-    tables.write(
-        tmp_path / "w",
-        runs,
-        backends=["linear"],
-        metrics=["test/acc", "test/loss"],
-        command="c",
-        heading="h",
-    )
+    tables.write(tmp_path / "w", runs, task="digits", command="c")
     text = (tmp_path / "w.md").read_text()
     assert "| `linear` | fine-tune | 3 | 92.33 ± 2.52 |" in text
     assert "| `linear` | fine-tune − scratch | +23.67 [" in text and "(n=3, t: 2+ 1− 0=)" in text
@@ -64,19 +57,14 @@ def test_tables_pair_the_fine_tune_with_scratch_per_seed(tmp_path):
 
 def test_a_task_with_a_threshold_shows_k_of_n_converged_and_median_iqr(tmp_path):
     runs = [_run("linear", "fine-tune", s, a) for s, a in enumerate([0.2, 0.995, 1.0])]
-    tables.write(
-        tmp_path / "w",
-        runs,
-        backends=["linear"],
-        metrics=["test/acc"],
-        command="c",
-        heading="h",
-        converged=("test/acc", 0.99),
-    )
+    for run in runs:  # reversal's metrics: converged = token accuracy >= 0.99
+        run.metrics = {"test/token_acc": run.metrics["test/acc"]}
+    tables.write(tmp_path / "w", runs, task="reversal", command="c")
     text = (tmp_path / "w.md").read_text()
+    assert "# Warm start from softmax: reversal\n" in text
     assert "| backend | condition | converged |" in text
-    assert "| `linear` | fine-tune | 2/3 | 99.50 [59.75, 99.75] |" in text
+    assert "| `linear` | fine-tune | 2/3 | 99.50 [59.75, 99.75] | – | – |" in text
     assert "converged = " in text and "≥ 99" in text
     row = read_csv(tmp_path / "w.csv")[1][0]
     assert row["converged"] == "2"
-    assert float(row["test/acc_mean"]) == pytest.approx(0.7317, abs=1e-4)
+    assert float(row["test/token_acc_mean"]) == pytest.approx(0.7317, abs=1e-4)
