@@ -73,6 +73,7 @@ PAIRED_NOTE = (
 )
 # A plan page's report kinds: writer(record folders, out, *, command, **the page's options).
 REPORTS = {
+    "paired": "attn_lightning.studies.image.tables:write_paired",  # unimodal: mean ± std, Δ
     "reversal": "attn_lightning.studies.reversal.report:report",
     "trajectories": "attn_lightning.studies.reversal.trajectories:write_trajectories",
 }

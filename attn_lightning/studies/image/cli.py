@@ -6,25 +6,19 @@
     python -m attn_lightning.studies.image samples --ckpt-path checkpoints/image/<run>/last.ckpt \\
         --out docs/results/figures --prefix linear_
 
-``tables``: per-seed and paired-by-seed tables of a sweep's run records, no training::
-
-    python -m attn_lightning.studies.image tables --runs docs/results/image28_mnist5k/runs \\
-        --variants softmax linear performer polysketch --control softmax \\
-        --out docs/results/image28_mnist5k_paired
-
 The runs themselves are sweeps (``python -m attn_lightning.studies.sweep`` over the
-``configs/image/`` overlays).
+``configs/image/`` overlays); their per-seed and paired tables are a plan page's ``paired``
+report (``image.tables``, ``configs/studies/image28_mnist5k.yaml``).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 from attn_lightning.studies.arguments import log_to_stderr, study_parser
-from attn_lightning.studies.image import samples, tables
+from attn_lightning.studies.image import samples
 
 log = logging.getLogger("attn_lightning.studies.image")
 PROG = "python -m attn_lightning.studies.image"
@@ -33,12 +27,9 @@ PROG = "python -m attn_lightning.studies.image"
 def build_parser() -> argparse.ArgumentParser:
     """The image study's CLI (see the module docstring)."""
     parser = study_parser(PROG, __doc__)
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{samples,tables}")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{samples}")
     samples.add_arguments(
         sub.add_parser("samples", help="sample and completion grids of a checkpoint as PNG")
-    )
-    tables.add_arguments(
-        sub.add_parser("tables", help="per-seed and paired tables from run records")
     )
     return parser
 
@@ -46,15 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> list[Path]:
     """Run the image study's subcommand; returns the files it wrote."""
     log_to_stderr()
-    argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.subcommand == "tables":
-            paths = tables.tables(args, prog=PROG, argv=argv)
-        else:
-            paths = samples.samples(args)
-    except (FileNotFoundError, ValueError) as error:  # no records, a wrong name or checkpoint
+        paths = samples.samples(args)
+    except (FileNotFoundError, ValueError) as error:  # a missing or unreadable checkpoint
         parser.error(str(error))
     for path in paths:
         log.info("wrote %s", path)
