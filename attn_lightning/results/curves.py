@@ -1,10 +1,7 @@
-"""Training curves of a study's runs, read back from their run records.
+"""Training curves of a study's runs, read back from their run records' ``curves.csv``.
 
-``append_curves`` writes one logged tag (e.g. ``val/mAP``) of every finished run as long-format
-rows ``{variant, seed, optimizer_steps, <tag>}`` to ``<out>_curves.csv``, from each run's
-``curves.csv`` (``records.run_scalars``), and shows them per run under the study's table
-(``curves_table``: at most ``max_columns`` steps; the CSV keeps all). A record's ``step`` is
-the logger's, the index of the optimiser step just taken (converted records store
+Rows are long-format, ``{variant, seed, optimizer_steps, <tag>}``. A record's ``step`` is the
+logger's, the index of the optimiser step just taken (converted records store
 ``optimizer_steps - 1`` too), so ``optimizer_steps`` is that ``step + 1``.
 """
 

@@ -1,12 +1,9 @@
 """Tables of a study: mean ± std over seeds per variant, written as markdown and CSV.
 
-Every study formats ``mean ± std`` here (``mean_std`` + ``format_mean_std``): the sample
-standard deviation over the runs that finished, ``0`` for one run, ``–`` for none. Outcomes
-that split into modes (a run converges or not) are shown as ``median [25th, 75th percentile]``
-instead (``median_iqr`` + ``format_median_iqr``). Which metrics become columns is the caller's
-choice; ``default_metrics`` takes the ``test/`` metrics the runs reported, so each task gets its
-own columns. A known metric has a title, a scale (100 for percentages) and a number of
-decimals in ``KNOWN``; any other key is shown as is.
+Every study formats its cells here: ``mean ± std`` over the runs that finished, or, for outcomes
+that split into modes (a run converges or not), ``median [25th, 75th percentile]``; a metric's
+title, scale (100 for percentages) and decimals are its ``column`` (``KNOWN``). Unless the caller
+names them, the columns are the ``test/`` metrics the runs reported, so each task gets its own.
 """
 
 from __future__ import annotations
