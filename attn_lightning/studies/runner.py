@@ -1,11 +1,7 @@
 """The one study runner: (config stack, variant, seed) -> a ``train.py`` run -> its record.
 
-A ``Variant`` is a name plus config files stacked on the study's base configs and ``key=value``
-overrides, and ``info``: the study's own facts of it, which become the run's tags. ``Runner``
-runs each (variant, seed) as a ``python -m attn_lightning.cli`` subprocess (``train.py``'s own
-code path) or in this process, with ``--test_after_fit`` and ``--run_record.tags``; the
-``RunResult`` is the run's ``record.json``. ``build_cli`` builds a config stack's model and data
-as ``train.py`` would, for studies that measure a variant's model.
+Every run takes ``train.py``'s own code path (``python -m attn_lightning.cli``, or in this
+process) with the study's tags, so a study reads back what any run leaves: its ``record.json``.
 """
 
 from __future__ import annotations
@@ -94,8 +90,9 @@ def _train_argv() -> Iterator[None]:
 
 
 def build_cli(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> AttnLightningCLI:
-    """Parse and instantiate a config stack as ``train.py`` does, without running anything
-    (``.model``, ``.datamodule``, ``.trainer``, ``.config``); ``overrides`` as in ``Variant``."""
+    """Parse and instantiate a config stack as ``train.py`` does, without running anything, for a
+    study that measures a variant's model (``.model``, ``.datamodule``, ``.trainer``,
+    ``.config``); ``overrides`` as in ``Variant``."""
     from attn_lightning.cli import main as train_main
 
     args = [a for c in configs for a in ("--config", str(c))]
