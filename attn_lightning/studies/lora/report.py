@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import platform
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -187,9 +186,7 @@ def write_report(out: Path) -> None:
     for name, table in written:
         if table:
             write_csv(Path(f"{out}_{name}summary.csv"), table)
-    walls: dict[str, float] = defaultdict(float)
-    for run in (*runs, *sweep):
-        walls[run.info["part"]] += run.seconds or 0.0
+    walls = {part: sum(run.seconds or 0.0 for run in by_part[part]) for part in ran}
     crashed = sum(r.status != OK for r in (*runs, *sweep))
     md = out.with_suffix(".md")
     lines = [
