@@ -31,6 +31,7 @@ values (``out = w @ I`` is ``w``; needs ``supports_any_value_dim``)::
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 from collections.abc import Sequence
@@ -156,9 +157,7 @@ def probe(experiment: str, variant: str, seed: int, *, batches: int) -> list[dic
     per_layer: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(backends))}
     cli.datamodule.setup("validate")
     try:
-        for index, (images, targets) in enumerate(cli.datamodule.val_dataloader()):
-            if index == batches:
-                break
+        for images, targets in itertools.islice(cli.datamodule.val_dataloader(), batches):
             with torch.no_grad():
                 net(images)
                 for i, (q, k, v) in captured.items():

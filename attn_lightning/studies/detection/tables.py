@@ -1,10 +1,6 @@
-"""The detection study's tables: the variants with their costs and controls, a grid's table.
-
-``write`` is ``results.tables.write_tables`` with the study's metrics (``METRICS``), the cost
-columns (``detection.costs``) and, for each variant whose control also ran, the control, what
-differs and the paired-by-seed Δ (``detection.variants``); a grid's page opens with the grid's own
-table (``detection.sensitivity``). The machine line is the runs' own
-(``results.tables.records_machine_line``).
+"""The detection study's tables (``write``): ``results.tables.write_tables`` with the costs
+(``detection.costs``), the controls (``detection.variants``) and a grid's own table
+(``detection.sensitivity``), under the machine line of the runs' own records.
 """
 
 from __future__ import annotations
@@ -44,10 +40,10 @@ def write(
     heading: str = "",
 ) -> None:
     """The study's tables: ``METRICS`` mean ± std per variant, its cost columns and the
-    comparison with its control where both ran (``CONTROLS``); ``label`` titles the variant
-    column. With a ``grid``, the summary also holds each point's cells and ``<out>.md`` opens
-    with the grid's own table, headed ``heading`` (``_grid_head``); ``CURVE`` per run closes it
-    (``results.curves.append_curves``)."""
+    comparison with its control where both ran (``CONTROLS``: the control, what differs, the
+    paired-by-seed Δ); ``label`` titles the variant column. With a ``grid``, the summary also
+    holds each point's cells and ``<out>.md`` opens with the grid's own table, headed
+    ``heading`` (``_grid_head``); ``CURVE`` per run closes it (``results.curves``)."""
     notes = []
     if costs:
         inputs = sorted({str(cost["input"]) for cost in costs.values()})
