@@ -117,17 +117,17 @@ def load_part(out: str | Path, part: str) -> list[RunResult]:
     return sorted(load_runs(part_dir(out, part)), key=run_order)
 
 
-def run_row(run: RunResult) -> dict[str, Any]:
-    """A run as a row of its CSV (the adaptation under ``ADAPTATION_COLUMN``)."""
-    metrics = {k: v for k, v in run.metrics.items() if k in METRICS}
-    row = {**run.info, ADAPTATION_COLUMN: run.info["adaptation"], **metrics}
-    return {**row, "seed": run.seed, "status": run.status, "seconds": run.seconds}
-
-
 def write_runs(out: str | Path, part: str, runs: Sequence[RunResult]) -> None:
-    """Write the part's runs to ``<out>_<part>_runs.csv`` (an output: nothing reads it back)."""
+    """Write the part's runs to ``<out>_<part>_runs.csv``, the adaptation under
+    ``ADAPTATION_COLUMN`` (an output: nothing reads it back)."""
+    rows = [
+        {**r.info, ADAPTATION_COLUMN: r.info["adaptation"], "seed": r.seed, "status": r.status}
+        | {k: v for k, v in r.metrics.items() if k in METRICS}
+        | {"seconds": r.seconds}
+        for r in runs
+    ]
     fields = SWEEP_FIELDS if part == "lrsweep" else FIELDS
-    write_csv(Path(f"{out}_{part}_runs.csv"), [run_row(r) for r in runs], fields=fields)
+    write_csv(Path(f"{out}_{part}_runs.csv"), rows, fields=fields)
 
 
 def pending(args: argparse.Namespace, part: str, jobs: list[Job]) -> list[Job]:
