@@ -13,10 +13,8 @@ per-seed difference removes that shared variance. Two summaries of the per-seed 
   covers the mean ~75 % of the time, not 95 % (``SeedDeltas.method`` says which).
 
 Both report, not two overlapping ``mean ± std``. For unimodal outcomes (bits/dim, a detection
-mAP) a reader checking a claim also wants each seed's number: ``seed_rows`` gives per variant
-``mean ± std`` and every seed's value, ``delta_rows`` every seed's Δ vs the control, its sign
-count, and the bootstrap interval only from ``MIN_BOOTSTRAP_SEEDS`` seeds up (with three, the
-sign count says what there is to say).
+mAP) a reader checking a claim also wants each seed's number and Δ (``seed_rows``,
+``delta_rows``, whose sign count is what there is to say at three seeds).
 """
 
 from __future__ import annotations
@@ -251,8 +249,8 @@ def delta_rows(
     label: str,
 ) -> list[dict[str, Any]]:
     """Per variant in ``names`` other than ``control``: per metric, its Δ vs ``control`` on every
-    seed both finished, the sign count, and the bootstrap interval of the mean Δ (given with
-    ``MIN_BOOTSTRAP_SEEDS`` or more seeds, else ``–``)."""
+    seed both finished, the sign count, and the mean Δ with its bootstrap interval from
+    ``MIN_BOOTSTRAP_SEEDS`` seeds up (below, ``(n = 3: no interval)``); ``–`` without a seed."""
     rows = []
     for name in names:
         if name == control:
