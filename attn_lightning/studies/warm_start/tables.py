@@ -36,6 +36,7 @@ from attn_lightning.studies.warm_start.plan import (
 
 log = logging.getLogger("attn_lightning.studies.warm_start")
 
+SHOWN = ("softmax", *BACKENDS)  # the tables' backends, the base's first
 # The comparisons of the paired table: (condition, against, what it asks).
 PAIRS = (
     ("fine-tune", "scratch", "warm start vs scratch, same steps"),
@@ -57,15 +58,12 @@ def _values(runs: Sequence[RunResult], backend: str, condition: str, key: str) -
 
 
 def condition_rows(
-    runs: Sequence[RunResult],
-    backends: Sequence[str],
-    metrics: Sequence[str],
-    converged: tuple[str, float] | None = None,
+    runs: Sequence[RunResult], metrics: Sequence[str], converged: tuple[str, float] | None = None
 ) -> list[dict[str, Any]]:
     """One row per (backend, condition that ran): n, each metric's mean, std, median and
     quartiles, and with ``converged = (metric, threshold)`` how many runs reach it."""
     rows = []
-    for backend in backends:
+    for backend in SHOWN:
         for condition in ("base", *CONDITIONS):
             n = len(_values(runs, backend, condition, metrics[0]))
             if not n:
@@ -82,12 +80,10 @@ def condition_rows(
     return rows
 
 
-def paired_rows(
-    runs: Sequence[RunResult], backends: Sequence[str], metrics: Sequence[str]
-) -> list[dict[str, Any]]:
+def paired_rows(runs: Sequence[RunResult], metrics: Sequence[str]) -> list[dict[str, Any]]:
     """Per backend and ``PAIRS`` entry with shared seeds: each metric's paired Δ."""
     rows = []
-    for backend in backends:
+    for backend in SHOWN:
         for condition, control, question in PAIRS:
             deltas = {
                 key: seed_deltas(
@@ -117,9 +113,8 @@ def write(
     one task's runs (in run order, ``plan.in_run_order``); its outcomes are bimodal where it has
     a convergence threshold (``plan.CONVERGED``, module doc)."""
     runs, metrics, converged = in_run_order(runs), TASKS[task][1], CONVERGED.get(task)
-    backends = ["softmax", *BACKENDS]
-    rows = condition_rows(runs, backends, metrics, converged)
-    paired = paired_rows(runs, backends, metrics)
+    rows = condition_rows(runs, metrics, converged)
+    paired = paired_rows(runs, metrics)
     write_csv(out.with_name(out.name + ".csv"), rows)
     write_csv(out.with_name(out.name + "_paired.csv"), paired)
     per_run = run_rows(runs, metrics, label="variant", info=("backend", "condition"))
