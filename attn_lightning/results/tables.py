@@ -290,8 +290,7 @@ def write_tables(
     extra = extra or {}
     for row in summary:
         row.update(extra.get(row[label], {}))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(out.with_name(out.name + ".csv"), summary)
+    write_csv(out.with_name(out.name + ".csv"), summary)  # makes out's folder
     write_csv(out.with_name(out.name + "_runs.csv"), run_rows(results, keys, label=label))
     extra_titles = list(dict.fromkeys(t for cells in extra.values() for t in cells))
     failed = "" if convergence is None else f'"not converged" = {convergence.describe()}; '
