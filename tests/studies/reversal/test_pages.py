@@ -66,7 +66,10 @@ def test_control_adds_paired_differences_over_shared_seeds(study, tmp_path):
     ("pages", "message"),
     [
         ({"x": {"report": "outcomes"}}, "pages: x: report 'outcomes'; the reports are"),
-        ({"x": {"runs": ["a"]}}, "pages: x: report None; the reports are ['paired', 'reversal', 'trajectories']"),
+        (
+            {"x": {"runs": ["a"]}},
+            "pages: x: report None; the reports are ['paired', 'reversal', 'trajectories']",
+        ),
         (
             {"x": {"report": "reversal", "control_": "softmax"}},
             "pages: x: unknown key 'control_'; the keys of a reversal page are report, runs, ",
