@@ -16,7 +16,7 @@ from attn_lightning.studies.lora.runs import (
     Job,
     checkpoint_path,
 )
-from attn_lightning.studies.runner import Variant
+from attn_lightning.studies.runner import SEED, Variant
 
 
 def _adaptation_jobs(
@@ -43,13 +43,13 @@ def _adaptation_jobs(
     return jobs
 
 
-def _adapt(args: argparse.Namespace, seed: int, domain: str) -> tuple[str, ...]:
-    """The overrides of an MLP run that adapts seed ``seed``'s ``base-mlp`` to ``domain``."""
+def _adapt(args: argparse.Namespace, domain: str) -> tuple[str, ...]:
+    """The overrides of an MLP run that adapts its own seed's ``base-mlp`` to ``domain``."""
     return (
         f"model.init_args.lr={args.lr}",
         f"data.init_args.levels={args.levels}",
         f"data.init_args.angle={args.angle}",
-        f"model.init_args.base_checkpoint={checkpoint_path(args.work, 'base-mlp', seed)}",
+        f"model.init_args.base_checkpoint={checkpoint_path(args.work, 'base-mlp', SEED)}",
         f"trainer.max_epochs={args.epochs}",
         "checkpoint.save_last=false",
         f"data.init_args.domain={domain}",
@@ -65,7 +65,7 @@ def mlp_jobs(args: argparse.Namespace) -> list[Job]:
         info = {"part": "mlp", "domain": "original", "adaptation": "base", "rank": 0}
         jobs.append((Variant("base-mlp", (MLP_CONFIG,), base), seed, {**info, "_keep": keep}))
         for domain in args.domains:
-            adapt = _adapt(args, seed, domain)
+            adapt = _adapt(args, domain)
             full = (*adapt, "model.init_args.adaptation=full")
             info = {"part": "mlp", "domain": domain, "rank": 0}
             jobs += _adaptation_jobs(domain, MLP_CONFIG, full, adapt, args.ranks, seed, info)
@@ -92,7 +92,7 @@ def variant_jobs(args: argparse.Namespace) -> list[Job]:
     for seed in args.seeds:
         for domain in args.variant_domains:
             lora = ("model.init_args.adaptation=lora", f"model.init_args.lora_r={r}")
-            common = (*_adapt(args, seed, domain), *lora)
+            common = (*_adapt(args, domain), *lora)
             for adaptation, options in VARIANTS.items():
                 name = f"{domain}-{adaptation}-r{r}"
                 variant = Variant(name, (MLP_CONFIG,), (*common, *options))

@@ -22,7 +22,7 @@ from attn_lightning.studies.lora.runs import (
     part_dir,
     run_part,
 )
-from attn_lightning.studies.runner import Variant
+from attn_lightning.studies.runner import SEED, Variant
 
 log = logging.getLogger("attn_lightning.studies.lora")
 # Per-adaptation learning-rate grids, the defaults of --lrs-<adaptation>. Widened from the first
@@ -99,7 +99,8 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
     ``--work`` holding the bases).
     """
     tag = base_lr or "?"  # the base's lr in names and tags
-    base = f"lrs-base-lr{tag}"
+    base = checkpoint_path(args.work, f"lrs-base-lr{tag}", SEED, "best")  # the run's seed's
+    load = f"model.init_args.base_checkpoint={base}"
     chosen = set(args.adaptations)
     specs: list[tuple[str, int, str, list[float]]] = [("full", 0, "", args.lrs_full)]
     for adaptation, lrs in (("lora", args.lrs_lora), ("lora_scratch", args.lrs_scratch)):
@@ -108,13 +109,11 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
     jobs: list[Job] = []
     for domain in args.domains:
         common = (*_sweep_common(args), f"data.init_args.domain={domain}")
-        for seed in args.seeds if "before" in chosen else ():
-            path = checkpoint_path(args.work, base, seed, "best")
-            before = (*common, f"model.init_args.base_checkpoint={path}")
-            before += ("model.init_args.adaptation=full", BASE_WEIGHTS)
+        if "before" in chosen:
+            before = (*common, load, "model.init_args.adaptation=full", BASE_WEIGHTS)
             variant = Variant(f"lrs-{domain}-before-b{tag}", (MLP_CONFIG,), before, "test")
             info = _sweep_info(args, domain=domain, adaptation="before", lr="", base_lr=tag)
-            jobs.append((variant, seed, info))
+            jobs += [(variant, seed, info) for seed in args.seeds]
         for adaptation, r, head, lrs in specs:
             from_base = adaptation != "lora_scratch"
             for lr in lrs:
@@ -128,13 +127,11 @@ def lrsweep_jobs(args: argparse.Namespace, base_lr: str | None) -> list[Job]:
                 ]
                 if r:
                     options += [f"model.init_args.lora_r={r}", *HEADS[head]]
+                options += [load] if from_base else []
                 info = _sweep_info(args, domain=domain, adaptation=adaptation, rank=r, head=head)
                 info.update(lr=_lr(lr), base_lr=tag if from_base else "")
-                for seed in args.seeds:
-                    path = checkpoint_path(args.work, base, seed, "best")
-                    load = (f"model.init_args.base_checkpoint={path}",) if from_base else ()
-                    variant = Variant(name, (MLP_CONFIG,), (*options, *load))
-                    jobs.append((variant, seed, info))
+                variant = Variant(name, (MLP_CONFIG,), tuple(options))
+                jobs += [(variant, seed, info) for seed in args.seeds]
     return jobs
 
 

@@ -23,7 +23,7 @@ from attn_lightning.results.records import (
     RunResult,
     load_runs,
     publish_run,
-    run_folder,
+    run_label,
     run_scalars,
     study_runs_dir,
 )
@@ -75,9 +75,12 @@ def part_dir(out: str | Path, part: str) -> Path:
     return study_runs_dir(out.name, out.parent) / part
 
 
-def checkpoint_path(work: str | Path, variant: str, seed: int, name: str = "last") -> Path:
-    """Where the run of ``variant`` at ``seed`` saves its checkpoint ``name`` under ``work``."""
-    return Path(work) / "checkpoints" / EXPERIMENT / run_folder(variant, seed) / f"{name}.ckpt"
+def checkpoint_path(work: str | Path, variant: str, seed: int | str, name: str = "last") -> Path:
+    """Where the run of ``variant`` at ``seed`` (``runner.SEED``: each run's own) saves its
+    checkpoint ``name`` under ``work``: its run folder, ``records.run_folder``."""
+    return (
+        Path(work) / "checkpoints" / EXPERIMENT / f"{run_label(variant)}-s{seed}" / f"{name}.ckpt"
+    )
 
 
 def position(value: Any, order: Sequence[Any]) -> int:

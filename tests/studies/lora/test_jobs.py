@@ -6,6 +6,7 @@ from pathlib import Path
 
 from attn_lightning.studies.lora import jobs
 from attn_lightning.studies.lora.cli import build_parser
+from attn_lightning.studies.runner import Runner
 
 
 def _args(tmp_path: Path, part: str, *extra: str):
@@ -36,7 +37,7 @@ def test_mlp_jobs_adapt_the_seed_base_checkpoint(tmp_path):
     }
     lora_r4, info = by_name["rotated-lora-r4"]
     ckpt = tmp_path / "work" / "checkpoints" / "lora-study" / "base-mlp-s0" / "last.ckpt"
-    assert f"model.init_args.base_checkpoint={ckpt}" in lora_r4.overrides
+    assert f"--model.init_args.base_checkpoint={ckpt}" in Runner().train_args(lora_r4, 0)
     assert {"model.init_args.adaptation=lora", "model.init_args.lora_r=4"} <= set(lora_r4.overrides)
     assert not any("mode=" in o for v, _, _ in planned for o in v.overrides)
     assert info["rank"] == 4 and info["adaptation"] == "lora"
@@ -54,7 +55,7 @@ def test_variant_jobs_load_the_mlp_bases(tmp_path):
     saved, info = planned[1][0], planned[1][2]
     assert "model.init_args.modules_to_save=[fc3]" in saved.overrides
     ckpt = tmp_path / "work" / "checkpoints" / "lora-study" / "base-mlp-s0" / "last.ckpt"
-    assert f"model.init_args.base_checkpoint={ckpt}" in saved.overrides
+    assert f"--model.init_args.base_checkpoint={ckpt}" in Runner().train_args(saved, 0)
     assert info == {"part": "variants", "domain": "inverted", "adaptation": "lora_head_saved"} | {
         "rank": 2
     }

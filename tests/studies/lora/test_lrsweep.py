@@ -22,6 +22,7 @@ from attn_lightning.studies.lora.lrsweep_report import (
     sweep_section,
 )
 from attn_lightning.studies.lora.report import write_report
+from attn_lightning.studies.runner import Runner
 from tests.studies.lora.rows import as_runs, write_rows
 
 PROTOCOL = {"source": "digits", "levels": 2, "angle": 90.0, "normalize": "none"}
@@ -167,11 +168,11 @@ def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
     ckpt = tmp_path / "w" / "checkpoints" / "lora-study" / "lrs-base-lr0.01-s1" / "best.ckpt"
     before, info = jobs[("lrs-inverted-before-b0.01", 1)]
     assert before.subcommand == "test" and info["base_lr"] == "0.01" and info["lr"] == ""
-    assert f"model.init_args.base_checkpoint={ckpt}" in before.overrides
+    assert f"--model.init_args.base_checkpoint={ckpt}" in Runner().train_args(before, 1)
     assert "ckpt_path=initial" in before.overrides  # the base's weights, on purpose
     frozen, info = jobs[("lrs-inverted-lora-r4-hfrozen-lr0.003-b0.01", 1)]
     assert "model.init_args.target_modules=[fc1, fc2]" in frozen.overrides
-    assert f"model.init_args.base_checkpoint={ckpt}" in frozen.overrides
+    assert f"--model.init_args.base_checkpoint={ckpt}" in Runner().train_args(frozen, 1)
     facts = (info["rank"], info["head"], info["lr"], info["base_lr"])
     assert facts == (4, "frozen", "0.003", "0.01")
     scratch, info = jobs[("lrs-inverted-lora_scratch-r4-hlora-lr0.01", 1)]
