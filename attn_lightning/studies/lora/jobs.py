@@ -87,18 +87,17 @@ def variant_jobs(args: argparse.Namespace) -> list[Job]:
 
     Needs the base checkpoints of the ``mlp`` part (same ``--work``, same seeds).
     """
-    jobs: list[Job] = []
     r = args.variant_rank
-    for seed in args.seeds:
-        for domain in args.variant_domains:
-            lora = ("model.init_args.adaptation=lora", f"model.init_args.lora_r={r}")
-            common = (*_adapt(args, domain), *lora)
-            for adaptation, options in VARIANTS.items():
-                name = f"{domain}-{adaptation}-r{r}"
-                variant = Variant(name, (MLP_CONFIG,), (*common, *options))
-                info = {"part": "variants", "domain": domain, "adaptation": adaptation, "rank": r}
-                jobs.append((variant, seed, info))
-    return jobs
+    lora = ("model.init_args.adaptation=lora", f"model.init_args.lora_r={r}")
+    planned = [
+        (
+            Variant(f"{d}-{a}-r{r}", (MLP_CONFIG,), (*_adapt(args, d), *lora, *options)),
+            {"part": "variants", "domain": d, "adaptation": a, "rank": r},
+        )
+        for d in args.variant_domains
+        for a, options in VARIANTS.items()
+    ]
+    return [(variant, seed, info) for seed in args.seeds for variant, info in planned]
 
 
 def transformer_jobs(args: argparse.Namespace) -> list[Job]:

@@ -76,11 +76,9 @@ def part_dir(out: str | Path, part: str) -> Path:
 
 
 def checkpoint_path(work: str | Path, variant: str, seed: int | str, name: str = "last") -> Path:
-    """Where the run of ``variant`` at ``seed`` (``runner.SEED``: each run's own) saves its
-    checkpoint ``name`` under ``work``: its run folder, ``records.run_folder``."""
-    return (
-        Path(work) / "checkpoints" / EXPERIMENT / f"{run_label(variant)}-s{seed}" / f"{name}.ckpt"
-    )
+    """Where the run of ``variant`` at ``seed`` (or ``runner.SEED``) saves checkpoint ``name``."""
+    folder = f"{run_label(variant)}-s{seed}"  # records.run_folder, with SEED allowed
+    return Path(work) / "checkpoints" / EXPERIMENT / folder / f"{name}.ckpt"
 
 
 def position(value: Any, order: Sequence[Any]) -> int:
