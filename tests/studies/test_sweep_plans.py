@@ -131,3 +131,22 @@ def test_report_only_names_a_missing_record_and_takes_the_records_machine(tmp_pa
         "runs one after another." in md
     )
     assert "`small` seeds 1; `large` seeds 1." in md
+
+
+def test_a_plans_pages_are_written_once_its_runs_are_done(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAIN)
+    plan = tmp_path / "page.yaml"
+    # Its own page replaced by a paired page, and a second page over the same records.
+    pages = "pages:\n  page: {report: paired, control: small, metrics: [test/loss]}\n"
+    pages += "  other: {report: paired, variants: [large], metrics: [test/loss]}\n"
+    plan.write_text(PLAN + pages)
+    runs = main(["--plan", str(plan), "--out", "results/page", "--train-script", str(script)])
+    assert [r.status for r in runs] == ["ok"] * 4
+    page = (tmp_path / "results" / "page.md").read_text()
+    assert f"studies.sweep --plan {plan} --out results/page --train-script" in page
+    assert "| large | 0 1 | 3.1000 ± 0.1414 |" in page  # the paired tables, not the sweep's
+    assert "| large | +2.0000 / +2.1000 | 2+ 0− of 2 |" in page
+    assert not (tmp_path / "results" / "page_runs.csv").exists()
+    assert "small" not in (tmp_path / "results" / "other.csv").read_text()
