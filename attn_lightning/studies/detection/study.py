@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -61,19 +62,14 @@ def run_study(
     (a grid's tables, headed ``heading``, when ``grid`` is given); returns the runs in table
     order. ``args`` holds the flags of ``arguments.add_run_arguments`` plus ``--no-costs``,
     ``--publish``, ``--batch`` and ``--repeats``."""
-
-    def tables(done: list[RunResult], costs: dict[str, dict[str, Any]]) -> None:
-        write(args.out, done, costs, command=command, jobs=args.jobs, grid=grid, heading=heading)
-
+    tables = partial(write, args.out, command=command, jobs=args.jobs, grid=grid, heading=heading)
     runner = Runner(
         configs=(str(CONFIGS / "base.yaml"),),
         overrides=tuple(args.set),
         experiment=args.experiment,
         study=STUDY,
         record_roots=(study_runs_dir(STUDY) / args.experiment,),
-        publish=(lambda run: publish_run(run, STUDY, group=args.experiment))
-        if args.publish
-        else None,
+        publish=partial(publish_run, study=STUDY, group=args.experiment) if args.publish else None,
         resume=args.resume,
         skip_runs=args.skip_runs,
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from attn_lightning.results.environment import command_line
 from attn_lightning.results.records import RunResult, load_runs, publish_run, study_runs_dir
@@ -59,12 +60,12 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    command = command_line(PROG, argv)
+    write = partial(tables.write, args.out, task=args.task, command=command_line(PROG, argv))
     if args.command == "tables":
         runs = load_runs(study_runs_dir(STUDY), study=STUDY, task=args.task)
         if not runs:
             parser.error(f"no {args.task} run records under {study_runs_dir(STUDY)}")
-        tables.write(args.out, runs, task=args.task, command=command, notes=[
+        write(runs, notes=[
             f"Rebuilt from the committed run records `{STUDY}/runs/{args.task}/` (nothing "
             "trained); the runs were made by this study's `run` command "
             "(`docs/results/warm_start.md`).\n"
@@ -82,14 +83,10 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
         study=STUDY,
         tags=plan.tags(),
         record_roots=(study_runs_dir(STUDY),),
-        publish=lambda folder: publish_run(folder, STUDY, group=args.task),
+        publish=partial(publish_run, study=STUDY, group=args.task),
         resume=args.resume,
         skip_runs=args.skip_runs,
     )
-
-    def write(done: list[RunResult]) -> None:
-        tables.write(args.out, done, task=args.task, command=command)
-
     jobs = [(base, s) for s in args.seeds]
     bases = runner.run_all(jobs, parallel=args.jobs, on_result=lambda _, done: write(done))
     rest = [(v, s) for s in args.seeds for v in chosen]
