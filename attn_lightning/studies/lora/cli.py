@@ -34,6 +34,7 @@ from attn_lightning.studies.lora.lrsweep import (
     HEADS,
     LRS_FLAGS,
     SWEEP_LRS,
+    check_protocol,
     lrsweep_all_jobs,
     run_lrsweep,
 )
@@ -177,7 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one part of the LoRA study (or none, for ``report``), then write its tables."""
     log_to_stderr()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.part == "lrsweep" and not args.fresh:  # --fresh discards the records it checks
+        try:
+            check_protocol(args)
+        except ValueError as error:  # records of another protocol: a usage error naming both
+            parser.error(str(error))
     if args.part in PARTS:
         if args.plan:
             log_plan(args, args.part, PARTS[args.part](args))

@@ -155,9 +155,8 @@ def check_protocol(args: argparse.Namespace) -> None:
 
 
 def lrsweep_all_jobs(args: argparse.Namespace) -> list[Job]:
-    """Every run of the part, the adaptations from the base chosen so far (for ``--plan``)."""
-    if not args.fresh:  # --fresh discards the records: neither their protocol nor base counts
-        check_protocol(args)
+    """Every run of the part, the adaptations from the base chosen so far (for ``--plan``;
+    ``--fresh`` discards the records, so no base is chosen yet)."""
     base_lr = None if args.fresh else chosen_base_lr(args)
     return [*lrsweep_base_jobs(args), *lrsweep_jobs(args, base_lr)]
 

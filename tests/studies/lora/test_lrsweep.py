@@ -201,6 +201,15 @@ def test_lrsweep_refuses_records_of_another_protocol(tmp_path):
         lrsweep.check_protocol(_args(tmp_path))
 
 
+def test_the_cli_refuses_another_protocol_with_a_usage_error(tmp_path, capsys):
+    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
+    argv = ["lrsweep", "--plan", "--out", str(tmp_path / "lora"), "--work", str(tmp_path)]
+    with pytest.raises(SystemExit) as exc:  # --plan too: it plans from the records' base
+        cli.main(argv)
+    assert exc.value.code == 2 and "resuming would mix them" in capsys.readouterr().err
+    cli.main([*argv, "--fresh"])  # --fresh starts over: no records to mix with
+
+
 def test_lrsweep_end_to_end_tiny(tmp_path):
     out, work = tmp_path / "lora", tmp_path / "w"
     argv = ["lrsweep", "--out", str(out), "--work", str(work), "--seeds", "0"]
