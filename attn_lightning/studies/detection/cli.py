@@ -158,19 +158,18 @@ def main(argv: list[str] | None = None) -> list[Any]:
         except FileNotFoundError as error:
             parser.error(str(error))
     check_overrides(parser, args.set)
-    if args.subcommand == "sites":
-        write_sites(
-            args.out, site_costs(variants(args.variants), overrides=args.set), command=command
-        )
-        log.info("wrote %s_sites.md and %s_sites.csv", args.out, args.out)
-        return []
-    if args.subcommand == "run":
-        return run_study(args, variants(args.variants), command=command)
-    try:
-        points, control = grid_runs(
-            args.subcommand, args.variant, full=getattr(args, "full_grid", False)
-        )
+    try:  # a variant or grid centre that is no overlay: a usage error naming those there are
+        if args.subcommand in HEADINGS:  # a grid's points, then its control
+            full = getattr(args, "full_grid", False)  # sensitivity's flag
+            points, control = grid_runs(args.subcommand, args.variant, full=full)
+            chosen = [point.variant for point in points] + variants(control)
+        else:
+            points, chosen = [], variants(args.variants)
     except ValueError as error:
         parser.error(f"{args.subcommand}: {error}")
-    chosen = [point.variant for point in points] + variants(control)
-    return run_study(args, chosen, command=command, grid=points, heading=HEADINGS[args.subcommand])
+    if args.subcommand == "sites":
+        write_sites(args.out, site_costs(chosen, overrides=args.set), command=command)
+        log.info("wrote %s_sites.md and %s_sites.csv", args.out, args.out)
+        return []
+    heading = HEADINGS.get(args.subcommand, "")
+    return run_study(args, chosen, command=command, grid=points, heading=heading)

@@ -64,11 +64,12 @@ PROJECTIONS = {True: "all", "no_qk": "no_qk", False: "none"}  # as detection_sit
 
 def variants(names: Sequence[str]) -> list[Variant]:
     """The variants ``configs/detection/<name>.yaml`` (``all``: ``STUDY_VARIANTS``), each once,
-    in the order given; SystemExit naming any missing file."""
+    in the order given; ValueError naming any without a file, and the names there are."""
     names = [n for name in names for n in (STUDY_VARIANTS if name == "all" else (name,))]
     missing = [n for n in names if not (CONFIGS / f"{n}.yaml").is_file()]
     if missing:
-        raise SystemExit(f"no config for {missing} under {CONFIGS}")
+        there = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem != "base"))
+        raise ValueError(f"no config for {missing} under {CONFIGS}; allowed: all, {there}")
     return [Variant.from_config(CONFIGS / f"{n}.yaml") for n in dict.fromkeys(names)]
 
 

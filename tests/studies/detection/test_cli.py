@@ -127,6 +127,11 @@ def test_variants_are_required_by_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--out", str(tmp_path / "t")])
     assert exc.value.code == 2 and "required: --variants" in capsys.readouterr().err
+    for subcommand in ("run", "sites"):  # a name without an overlay: a usage error too
+        with pytest.raises(SystemExit) as exc:
+            main([subcommand, "--variants", "nope", "--out", str(tmp_path / "t")])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"{subcommand}: no config for ['nope']" in err
 
 
 def test_help_names_every_subcommand(capsys):

@@ -21,7 +21,9 @@ def test_variants_are_the_detection_overlays():
     assert softmax.name == "softmax" and softmax.configs[0].endswith(
         "configs/detection/softmax.yaml"
     )
-    with pytest.raises(SystemExit, match="no config"):
+    with pytest.raises(
+        ValueError, match=r"no config for \['no_such_variant'\].*allowed: all, mean"
+    ):
         variants(["softmax", "no_such_variant"])
 
 
