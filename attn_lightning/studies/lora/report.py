@@ -132,11 +132,6 @@ TABLES = {  # a part's section of the page: its title and its tables, from its s
 }
 
 
-def _not_run(ran: Sequence[str]) -> str:
-    missing = [part for part in (*PARTS, "lrsweep") if part not in ran]
-    return f" Not run into this prefix (no tables below): {', '.join(missing)}." if missing else ""
-
-
 def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
     """The ``lrsweep`` command of these runs, rebuilt from their records' tags."""
     if not sweep:
@@ -177,6 +172,7 @@ def write_report(out: Path) -> None:
     runs = [run for part in PARTS for run in by_part[part]]
     sweep = by_part["lrsweep"]
     ran = [part for part, part_runs in by_part.items() if part_runs]
+    not_run = ", ".join(part for part in by_part if part not in ran)
     if not ran:
         return
     for part in ran:
@@ -211,7 +207,7 @@ def write_report(out: Path) -> None:
         + "; summaries: "
         + ", ".join(f"`{out.name}_{name}summary.csv`" for name, rows in written if rows)
         + "."
-        + _not_run(ran),
+        + (f" Not run into this prefix (no tables below): {not_run}." if not_run else ""),
         "",
     ]
     if sweep:
