@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from attn_lightning.cli import AttnLightningCLI
 
 log = logging.getLogger("attn_lightning.studies.runner")
+QUIET = ("lightning", "lightning.pytorch", "lightning.fabric", "tensorboard")
 # The checkout's configs/: a study runs from the repository root, where train.py's --config paths,
 # logs/ and docs/results/ are (installed or not, the package holds no configs). Resolved once, on
 # import, so a study that later changes folder still finds them.
@@ -81,12 +82,19 @@ class Variant:
 
 @contextlib.contextmanager
 def _train_argv() -> Iterator[None]:
-    # LightningCLI given ``args`` still looks at sys.argv (the program name, help).
+    # LightningCLI given ``args`` still looks at sys.argv (the program name, help). Lightning's
+    # and TensorBoard's loggers stay at WARNING meanwhile (hundreds of in-process runs would each
+    # log their device and model banners), then are as they were.
     saved, sys.argv = sys.argv, ["train.py"]
+    levels = {name: logging.getLogger(name).level for name in QUIET}
+    for name in QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         yield
     finally:
         sys.argv = saved
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def build_cli(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> AttnLightningCLI:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -403,3 +404,15 @@ def test_resume_continues_a_stopped_run_from_its_last_checkpoint(tmp_path, monke
     assert "ckpt_path" not in second["args"]  # nothing to continue: started afresh
     first, _ = run(resume=False)  # without --resume every run starts over
     assert "ckpt_path" not in first["args"] and not stopped.exists()
+
+
+def test_lightning_is_quiet_only_while_a_run_is_in_this_process():
+    from attn_lightning.studies.runner import _train_argv
+
+    lightning = logging.getLogger("lightning.pytorch")
+    lightning.setLevel(logging.INFO)
+    argv = list(sys.argv)
+    with _train_argv():
+        assert lightning.level == logging.WARNING and sys.argv == ["train.py"]
+    assert lightning.level == logging.INFO and sys.argv == argv
+    lightning.setLevel(logging.NOTSET)

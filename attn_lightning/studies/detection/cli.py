@@ -137,8 +137,6 @@ def main(argv: list[str] | None = None) -> list[Any]:
     """Run the detection study's subcommand; returns its rows (runs in table order, the probe's
     rows, or none for ``sites``)."""
     log_to_stderr()
-    for noisy in ("lightning", "lightning.pytorch", "lightning.fabric"):  # the cost models' build
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)

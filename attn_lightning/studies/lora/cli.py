@@ -16,12 +16,11 @@ run after each part) writes the page and CSVs from those records alone.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from attn_lightning.data.domains import NORMALIZATIONS
@@ -52,7 +51,6 @@ PARTS: dict[str, Callable[[argparse.Namespace], list[Job]]] = {
     "transformer": transformer_jobs,
     "lrsweep": lrsweep_all_jobs,
 }
-NOISY = ("lightning", "lightning.pytorch", "lightning.fabric", "tensorboard")
 
 
 def log_plan(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
@@ -192,24 +190,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.fresh:
             shutil.rmtree(part_dir(args.out, args.part), ignore_errors=True)
         start = time.perf_counter()
-        with quiet_lightning():
-            if args.part == "lrsweep":
-                run_lrsweep(args)
-            else:
-                run_part(args, args.part, PARTS[args.part](args))
+        if args.part == "lrsweep":
+            run_lrsweep(args)
+        else:
+            run_part(args, args.part, PARTS[args.part](args))
         log.info("part %s: %.0f s of wall time", args.part, time.perf_counter() - start)
     write_report(Path(args.out))
-
-
-@contextlib.contextmanager
-def quiet_lightning() -> Iterator[None]:
-    """Lightning's and TensorBoard's loggers at WARNING while the study's runs train (hundreds
-    of runs would each log their device and model banners), as they were afterwards."""
-    levels = {name: logging.getLogger(name).level for name in NOISY}
-    for name in NOISY:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)

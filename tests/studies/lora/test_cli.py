@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.studies.lora.cli import build_parser, main, quiet_lightning
+from attn_lightning.studies.lora.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = ("mlp", "variants", "transformer", "lrsweep", "report")
@@ -76,15 +76,6 @@ def test_python_m_runs_the_report_from_the_records(tmp_path):
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "lora_summary.csv").read_bytes()
     assert summary == (ROOT / "docs" / "results" / "lora_summary.csv").read_bytes()
-
-
-def test_lightning_is_quiet_only_while_the_runs_train():
-    lightning = logging.getLogger("lightning.pytorch")
-    lightning.setLevel(logging.INFO)
-    with quiet_lightning():
-        assert lightning.level == logging.WARNING
-    assert lightning.level == logging.INFO
-    lightning.setLevel(logging.NOTSET)
 
 
 def test_plan_estimates_from_the_runs_done(tmp_path, caplog):
