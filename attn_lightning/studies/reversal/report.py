@@ -1,15 +1,11 @@
 """The report of a sequence-reversal sweep: outcomes over seeds, steps to 99 %, loss spikes.
 
-``report`` reads the study's run records (``runs.load_runs``: ``docs/results/<page>/runs/`` for
-committed runs, ``logs/<experiment>/`` for a live sweep), summarizes them per variant
-(``summary``) and writes, through ``results``:
+``report`` reads a page's run records (``runs.load_runs``), summarizes them per variant
+(``summary``) and writes:
 
-* ``<out>.md``: the summary, the per-run table, the validation curves, the command, the machine
-  (``markdown``);
+* ``<out>.md``: the tables of ``markdown`` and the validation curves;
 * ``<out>.csv``: the summary, one row per variant;
-* ``<out>_runs.csv``: one row per run (status, test metrics, steps to the threshold, spikes,
-  fit seconds, steps, largest gradient norm, the best checkpoint's step, the validation loss at
-  the end);
+* ``<out>_runs.csv``: one row per run;
 * ``<out>_curves.csv``: ``val/token_acc`` at every validation of every run;
 * ``<out>_paired.csv`` with ``control``: paired ``variant − control`` differences.
 """

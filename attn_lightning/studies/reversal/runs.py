@@ -1,19 +1,9 @@
 """The runs of a reversal study, read from run records, with what their curves say.
 
-Every folder holding a ``record.json`` under the given folders is one run; its ``curves.csv``
-gives the run's facts, kept in ``RunResult.info``. A fact whose curve the record lacks is the
-metric of the same name the record carries (a run converted from a committed ``<out>_runs.csv``
-holds its validation accuracy at most):
-
-* ``steps_to_threshold``: the first logged step whose ``val/token_acc`` ≥ the threshold (None:
-  never reached);
-* ``spikes``: loss spikes flagged (None: no flags logged);
-* ``spike_gradients``: one ``dynamics.SpikeGradient`` per spike with a gradient log before it;
-* ``max_grad_norm``: the largest global gradient norm logged;
-* ``best_ckpt_step``: the optimiser step of the lowest validation loss, the checkpoint the test
-  metrics come from (``dynamics.best_validation``);
-* ``final_val_loss``: the validation loss at the end of training;
-* ``val_curve``: every logged ``(step, val/token_acc)``.
+Every folder holding a ``record.json`` under the given folders is one run; what its
+``curves.csv`` says (``curve_facts``) is kept in ``RunResult.info``. A fact whose curve the
+record lacks is the metric of the same name the record carries (a run converted from a
+committed ``<out>_runs.csv`` holds its validation accuracy at most).
 
 A run's ``status`` is the report's word for it: ``ok`` (test metrics present), ``no test`` (an
 ok record without them) or ``unfinished`` (a record not ``ok``: running, stopped or crashed).
@@ -61,7 +51,10 @@ def finished(run: RunResult) -> bool:
 
 
 def curve_facts(scalars: Scalars, threshold: float) -> dict[str, Any]:
-    """The facts (module docstring) whose curves ``scalars`` holds."""
+    """The facts whose curves ``scalars`` holds (``dynamics``): ``steps_to_threshold`` (None:
+    never reached), ``spikes`` and ``spike_gradients`` (absent: no flags logged),
+    ``max_grad_norm``, ``best_ckpt_step`` (``best_validation``), ``final_val_loss`` (the last
+    validation's) and ``val_curve`` (every logged ``(step, val/token_acc)``)."""
     facts: dict[str, Any] = {}
     if VAL_TAG in scalars:
         facts["steps_to_threshold"] = steps_to_threshold(scalars, threshold)
@@ -81,7 +74,7 @@ def curve_facts(scalars: Scalars, threshold: float) -> dict[str, Any]:
 
 def read_run(folder: Path, threshold: float) -> RunResult:
     """The run of the record in ``folder``: its label, the report's status, only its test
-    metrics, and its facts (module docstring) in ``info`` beside its tags."""
+    metrics, and its facts (``curve_facts``) in ``info`` beside its tags."""
     run = load_run(folder)
     record = load_record(folder)
     # The CSV(s) a converted record came from (one, or a list for the trajectory records).
