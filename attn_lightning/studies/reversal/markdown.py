@@ -94,20 +94,6 @@ def runs_table(runs: Sequence[RunResult], threshold: float) -> str:
     return markdown_table(header, body)
 
 
-def paired_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Paired ``variant − control`` per ``PAIRED`` column: mean [95 % interval]
-    (n: positive+ negative− zero=), the interval as ``SeedDeltas.format`` marks it."""
-    header = ["variant", "control", *(title for title, *_ in PAIRED)]
-    body = []
-    for row in rows:
-        cells = [f"`{row['variant']}`", f"`{row['control']}`"]
-        for title, _, scale, digits in PAIRED:
-            delta = row[title]
-            cells.append("–" if delta is None else delta.format(scale=scale, digits=digits))
-        body.append(cells)
-    return markdown_table(header, body)
-
-
 def report_markdown(
     summary: Sequence[dict[str, Any]], runs: Sequence[RunResult], threshold: float, command: str
 ) -> str:
@@ -149,10 +135,20 @@ def report_markdown(
 
 
 def paired_section(rows: Sequence[dict[str, Any]], control: str) -> str:
-    """The paragraph and table of paired differences against ``control``."""
+    """The paragraph and table of paired differences against ``control``: per ``PAIRED``
+    column, mean [95 % interval] (n: positive+ negative− zero=) as ``SeedDeltas.format`` gives
+    it."""
+    body = []
+    for row in rows:
+        cells = [f"`{row['variant']}`", f"`{row['control']}`"]
+        for title, _, scale, digits in PAIRED:
+            delta = row[title]
+            cells.append("–" if delta is None else delta.format(scale=scale, digits=digits))
+        body.append(cells)
+    header = ["variant", "control", *(title for title, *_ in PAIRED)]
     return (
         f"\nPaired differences, variant − `{control}`, over the seeds both ran: mean Δ "
         f"[{SEED_INTERVAL_NOTE}] (n seeds: how many "
         "with Δ > 0, < 0, = 0); steps to threshold over the seeds where both reached it. Every "
-        "seed's Δ: `<out>_paired.csv`.\n\n" + paired_table(rows) + "\n"
+        "seed's Δ: `<out>_paired.csv`.\n\n" + markdown_table(header, body) + "\n"
     )
