@@ -95,13 +95,8 @@ def paired_rows(
     runs: Sequence[RunResult], names: Sequence[str], control: str
 ) -> list[dict[str, Any]]:
     """Per variant, the paired ``variant − control`` of each ``PAIRED`` value over shared seeds
-    (``results.paired.seed_deltas``: every seed's Δ, sign counts, a bootstrap interval of the
-    mean from five seeds up — outcomes are bimodal and bounded, where a t-interval can leave the
-    metric's range — and a Student-t interval below, where a bootstrap is only [min Δ, max Δ]).
-
-    Steps-to pairs only the seeds where both runs reached the threshold. A cell is None when no
-    seed is shared.
-    """
+    (``results.paired.seed_deltas``, whose interval suits bimodal, bounded outcomes); steps-to
+    pairs only the seeds where both runs reached the threshold. None when no seed is shared."""
 
     def values(name: str, value: Callable[[RunResult], float | None]) -> dict[int, float]:
         done = [r for r in runs if r.variant == name and finished(r)]
