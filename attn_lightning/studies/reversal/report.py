@@ -28,7 +28,7 @@ from attn_lightning.studies.reversal.markdown import (
     report_markdown,
 )
 from attn_lightning.studies.reversal.runs import DEFAULT_THRESHOLD, chosen_runs
-from attn_lightning.studies.reversal.summary import paired_csv_rows, paired_rows, summarize
+from attn_lightning.studies.reversal.summary import paired_csv_rows, paired_rows, summarize_variant
 
 
 def _run_row(run: RunResult, metrics: Sequence[str], checkpoint: bool) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def report(
         FileNotFoundError: naming a folder of ``roots`` without run records.
     """
     names, runs = chosen_runs(roots, variants, threshold)
-    summary = summarize(runs, names, threshold)
+    summary = [summarize_variant(name, runs, threshold) for name in names]
 
     def sibling(suffix: str) -> Path:
         return out.with_name(out.name + suffix)

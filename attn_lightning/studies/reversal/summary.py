@@ -40,13 +40,14 @@ def _facts(runs: Sequence[RunResult], key: str) -> list[Any]:
 
 
 def summarize_variant(name: str, runs: Sequence[RunResult], threshold: float) -> dict[str, Any]:
-    """One summary row (see the module docstring) of one variant's runs."""
-    done = [r for r in runs if finished(r)]
+    """The summary row (module docstring) of ``name``'s runs among ``runs`` (none: zeros)."""
+    mine = [r for r in runs if r.variant == name]
+    done = [r for r in mine if finished(r)]
     rule = Convergence(CONVERGENCE_METRIC, threshold)
     row: dict[str, Any] = {
         "variant": name,
         "runs": len(done),
-        "unfinished": len(runs) - len(done),
+        "unfinished": len(mine) - len(done),
         "converged": sum(rule.converged(r.value(rule.metric)) for r in done),
     }
     for key in METRICS:
@@ -73,13 +74,6 @@ def summarize_variant(name: str, runs: Sequence[RunResult], threshold: float) ->
         row.update({k: carried[0].get(k) for k in SPIKE_COLUMNS})
     _put_median_iqr(row, "fit_seconds", [r.seconds for r in done if r.seconds is not None])
     return row
-
-
-def summarize(
-    runs: Sequence[RunResult], variants: Sequence[str], threshold: float
-) -> list[dict[str, Any]]:
-    """One row per variant, in the order of ``variants`` (a variant without runs: zeros)."""
-    return [summarize_variant(v, [r for r in runs if r.variant == v], threshold) for v in variants]
 
 
 # Paired Δ columns: (title, value of a run, scale, digits).

@@ -15,7 +15,7 @@ from attn_lightning.results.run_files import load_record, write_record
 from attn_lightning.studies.reversal.dynamics import spike_steps, steps_to_threshold
 from attn_lightning.studies.reversal.report import report
 from attn_lightning.studies.reversal.runs import load_runs
-from attn_lightning.studies.reversal.summary import CARRIED, SPIKE_COLUMNS, summarize
+from attn_lightning.studies.reversal.summary import CARRIED, SPIKE_COLUMNS, summarize_variant
 from tests.studies.reversal.fake_runs import (
     EXPERIMENT,
     POLY,
@@ -91,13 +91,13 @@ def test_converted_runs_carry_their_facts_and_a_curve_overrides_them(tmp_path):
         2.5,
     )
     assert run.info["sources"] == ["x_runs.csv"] and "val/token_acc" not in run.metrics
-    (row,) = summarize([run], ["softmax"], 0.99)
+    row = summarize_variant("softmax", [run], 0.99)
     assert row["spike_records"] is None  # 3 spikes, no gradient curves: unknown, not 0
     carried = {"spike_records": 3, "spike_grad_ratio_median": 7.5, "spike_grad_lag_median": 2}
     carried |= {"spike_top_group": "attention", "spike_top_group_count": 2}
     record["tags"][CARRIED] = carried  # the variant's columns from the page's summary CSV
     write_record(folder, record)
-    (row,) = summarize(load_runs(_runs(tmp_path), 0.99), ["softmax"], 0.99)
+    row = summarize_variant("softmax", load_runs(_runs(tmp_path), 0.99), 0.99)
     assert {k: row[k] for k in SPIKE_COLUMNS} == carried
     write_curves(folder, {"val/token_acc": [(49, 0.5), (99, 0.995)]})
     (run,) = load_runs(_runs(tmp_path), 0.99)
