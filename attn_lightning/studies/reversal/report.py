@@ -1,6 +1,6 @@
 """The report of a sequence-reversal sweep: outcomes over seeds, steps to 99 %, loss spikes.
 
-``report`` reads a page's run records (``runs.load_runs``), summarizes them per variant
+``report`` reads a page's run records (``runs.chosen_runs``), summarizes them per variant
 (``summary``) and writes:
 
 * ``<out>.md``: the tables of ``markdown`` and the validation curves;
@@ -58,7 +58,7 @@ def report(
     """Write the files of the module docstring; returns the summary rows.
 
     Args:
-        roots: folders of run records (``runs.load_runs``).
+        roots: folders of run records (``runs.chosen_runs``).
         out: output path without extension.
         command: the command line shown in ``<out>.md``.
         variants: the variants and their order (``runs.chosen_runs``).

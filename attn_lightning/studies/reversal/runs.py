@@ -93,14 +93,18 @@ def read_run(folder: Path, threshold: float) -> RunResult:
     return run
 
 
-def load_runs(roots: Sequence[Path], threshold: float = DEFAULT_THRESHOLD) -> list[RunResult]:
-    """Every run recorded under ``roots``, by (variant, seed); a (variant, seed) recorded twice
-    keeps the first finished one (else the first), in the order of ``roots``.
+def chosen_runs(
+    roots: Sequence[Path], variants: Sequence[str] | None, threshold: float = DEFAULT_THRESHOLD
+) -> tuple[list[str], list[RunResult]]:
+    """The labels of ``variants`` (attention specs are turned into labels; default: every label
+    recorded, sorted) and their runs under ``roots``, by label then seed; a variant without runs
+    is named in a warning. A (variant, seed) recorded twice keeps the first finished record (else
+    the first), in the order of ``roots``.
 
     Raises:
         FileNotFoundError: naming a folder of ``roots`` that does not exist or holds no record.
     """
-    runs: dict[tuple[str, int], RunResult] = {}
+    found: dict[tuple[str, int], RunResult] = {}
     for root in roots:
         folders = record_folders(root)
         if not folders:
@@ -109,21 +113,11 @@ def load_runs(roots: Sequence[Path], threshold: float = DEFAULT_THRESHOLD) -> li
         for folder in folders:
             run = read_run(folder, threshold)
             key = (run.variant, run.seed)
-            if key not in runs or (not finished(runs[key]) and finished(run)):
-                runs[key] = run
-    return sorted(runs.values(), key=lambda r: (r.variant, r.seed))
-
-
-def chosen_runs(
-    roots: Sequence[Path], variants: Sequence[str] | None, threshold: float = DEFAULT_THRESHOLD
-) -> tuple[list[str], list[RunResult]]:
-    """The labels of ``variants`` (attention specs are turned into labels; default: every label
-    recorded, sorted) and their runs under ``roots`` (``load_runs``), by label then seed; a
-    variant without runs is named in a warning."""
-    runs = load_runs(roots, threshold)
-    names = [run_label(v) for v in variants] if variants else sorted({r.variant for r in runs})
-    missing = [n for n in names if not any(r.variant == n for r in runs)]
+            if key not in found or (not finished(found[key]) and finished(run)):
+                found[key] = run
+    names = [run_label(v) for v in variants] if variants else sorted({v for v, _ in found})
+    missing = [n for n in names if not any(v == n for v, _ in found)]
     if missing:
         log.warning("no runs of %s under %s", ", ".join(missing), ", ".join(map(str, roots)))
-    runs = [r for r in runs if r.variant in names]
+    runs = [r for r in found.values() if r.variant in names]
     return names, sorted(runs, key=lambda r: (names.index(r.variant), r.seed))

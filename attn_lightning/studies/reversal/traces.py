@@ -234,7 +234,7 @@ def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
 
 
 def load_trace(run: RunResult) -> RunTrace:
-    """The trace of a finished run (``runs.load_runs``) from its record folder."""
+    """The trace of a finished run (``runs.chosen_runs``) from its record folder."""
     folder = Path(str(run.log_dir))
     return RunTrace(
         run.variant,

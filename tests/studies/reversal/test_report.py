@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from attn_lightning.results.files import read_csv
-from attn_lightning.results.records import run_scalars
+from attn_lightning.results.records import RunResult, run_scalars
 from attn_lightning.results.run_files import load_record, write_record
 from attn_lightning.studies.reversal.dynamics import spike_steps, steps_to_threshold
 from attn_lightning.studies.reversal.report import report
-from attn_lightning.studies.reversal.runs import load_runs
+from attn_lightning.studies.reversal.runs import chosen_runs
 from attn_lightning.studies.reversal.summary import CARRIED, SPIKE_COLUMNS, summarize_variant
 from tests.studies.reversal.fake_runs import (
     EXPERIMENT,
@@ -37,6 +37,11 @@ def _runs(root: Path) -> list[Path]:
     return [root / "logs" / EXPERIMENT]
 
 
+def _load(roots: list[Path]) -> list[RunResult]:
+    """Every run recorded under ``roots`` (``chosen_runs`` of every variant, at 0.99)."""
+    return chosen_runs(roots, None, 0.99)[1]
+
+
 def test_run_scalars_give_back_every_point(study):
     scalars = run_scalars(study / "logs" / EXPERIMENT / f"{POLY}-s0")
     assert len(scalars["train/loss_spike"]) == 200  # every step, nothing subsampled
@@ -46,7 +51,7 @@ def test_run_scalars_give_back_every_point(study):
 
 
 def test_runs_carry_their_training_facts_in_info(study):
-    runs = {(r.variant, r.seed): r for r in load_runs(_runs(study), 0.99)}
+    runs = {(r.variant, r.seed): r for r in _load(_runs(study))}
     first = runs[(POLY, 0)]
     assert (first.status, first.seconds, first.global_step) == ("ok", 100.0, 200)
     assert first.metrics["test/exact_acc"] == 0.9 and "val/token_acc" not in first.metrics
@@ -62,16 +67,16 @@ def test_runs_carry_their_training_facts_in_info(study):
 
 def test_missing_or_empty_runs_folder_is_an_error_naming_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'nope'} does not exist"):
-        load_runs([tmp_path / "nope"], 0.99)
+        _load([tmp_path / "nope"])
     with pytest.raises(FileNotFoundError, match=f"{tmp_path} holds no run record"):
-        load_runs([tmp_path], 0.99)
+        _load([tmp_path])
 
 
 def test_a_run_recorded_twice_keeps_its_finished_record(study, tmp_path):
     # A study continued elsewhere: softmax seed 1 running in one folder, ok in another.
     write_run(tmp_path, "softmax", 1, SEED1, test_metrics(1.0, 1.0, 0.002))
     for roots in ([*_runs(study), *_runs(tmp_path)], [*_runs(tmp_path), *_runs(study)]):
-        runs = {(r.variant, r.seed): r for r in load_runs(roots, 0.99)}
+        runs = {(r.variant, r.seed): r for r in _load(roots)}
         assert runs[("softmax", 1)].status == "ok"
         assert runs[("softmax", 1)].value("test/loss") == 0.002
 
@@ -84,7 +89,7 @@ def test_converted_runs_carry_their_facts_and_a_curve_overrides_them(tmp_path):
     record["metrics"]["fit"] = {"steps_to_threshold": 999, "spikes": 3, "max_grad_norm": 2.5}
     record["source"] = {"converted_from": "docs/results/x_runs.csv"}
     write_record(folder, record)
-    (run,) = load_runs(_runs(tmp_path), 0.99)
+    (run,) = _load(_runs(tmp_path))
     assert (run.info["steps_to_threshold"], run.info["spikes"], run.info["max_grad_norm"]) == (
         999,
         3,
@@ -97,10 +102,10 @@ def test_converted_runs_carry_their_facts_and_a_curve_overrides_them(tmp_path):
     carried |= {"spike_top_group": "attention", "spike_top_group_count": 2}
     record["tags"][CARRIED] = carried  # the variant's columns from the page's summary CSV
     write_record(folder, record)
-    row = summarize_variant("softmax", load_runs(_runs(tmp_path), 0.99), 0.99)
+    row = summarize_variant("softmax", _load(_runs(tmp_path)), 0.99)
     assert {k: row[k] for k in SPIKE_COLUMNS} == carried
     write_curves(folder, {"val/token_acc": [(49, 0.5), (99, 0.995)]})
-    (run,) = load_runs(_runs(tmp_path), 0.99)
+    (run,) = _load(_runs(tmp_path))
     assert (run.info["steps_to_threshold"], run.info["spikes"]) == (99, 3)
 
 
@@ -241,5 +246,5 @@ def test_a_record_converted_from_several_csvs_names_each(tmp_path):
     record = load_record(folder)
     record["source"] = {"converted_from": ["docs/results/x_runs.csv", "docs/results/x_spikes.csv"]}
     write_record(folder, record)
-    (run,) = load_runs(_runs(tmp_path), 0.99)
+    (run,) = _load(_runs(tmp_path))
     assert run.info["sources"] == ["x_runs.csv", "x_spikes.csv"]
