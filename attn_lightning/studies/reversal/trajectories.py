@@ -95,11 +95,11 @@ def write_trajectories(
     runs_dirs: Sequence[Path],
     out: Path,
     *,
+    command: str,
     variants: Sequence[str] | None = None,
     every: int = 250,
     tail: int = 500,
     steps: Sequence[int] = (0, 600, 2500, 5000),
-    command: str = "",
 ) -> list[dict[str, Any]]:
     """Write the files of the module docstring from the run records under ``runs_dirs``;
     returns the per-run rows.
@@ -116,12 +116,11 @@ def write_trajectories(
     runs = [run_row(t, tail, rows) for t, rows in zip(traces, per_run, strict=True)]
     spikes = [row for rows in per_run for row in rows]
     coefficients = [row for t in traces for row in coefficient_rows(t, every)]
-    meta = {"command": command} if command else {}
 
     def write(suffix: str, rows: list[dict[str, Any]], fields: Sequence[str] | None = None) -> Path:
         # Logged values are float32, converted records kept 6 digits: 6 significant digits say all.
         path = out.with_name(out.name + suffix)
-        return write_csv(path, rows, meta, fields=fields, float_digits=6)
+        return write_csv(path, rows, {"command": command}, fields=fields, float_digits=6)
 
     write("_runs.csv", runs)
     spike_file = write("_spikes.csv", spikes, _SPIKE_FIELDS)
