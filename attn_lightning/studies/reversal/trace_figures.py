@@ -36,7 +36,8 @@ def figures(traces: Sequence[RunTrace], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    colours = {v: f"C{i % 10}" for i, v in enumerate(dict.fromkeys(t.variant for t in traces))}
+    variants = dict.fromkeys(t.run.variant for t in traces)
+    colours = {v: f"C{i % 10}" for i, v in enumerate(variants)}
     losses = [(t, series(t.scalars, LOSS_TAG)) for t in traces]
     losses = [(t, points) for t, points in losses if points]
     if losses:
@@ -44,9 +45,10 @@ def figures(traces: Sequence[RunTrace], out: Path) -> list[Path]:
         labelled: set[str] = set()
         for trace, points in losses:
             steps, values = zip(*points, strict=True)
-            label = None if trace.variant in labelled else trace.variant
-            labelled.add(trace.variant)
-            ax.plot(steps, values, lw=0.6, color=colours[trace.variant], label=label)
+            variant = trace.run.variant
+            label = None if variant in labelled else variant
+            labelled.add(variant)
+            ax.plot(steps, values, lw=0.6, color=colours[variant], label=label)
         ax.set_yscale("log")
         ax.set_xlabel("optimiser step")
         ax.set_ylabel("training loss (logged every 20 steps)")
@@ -54,14 +56,14 @@ def figures(traces: Sequence[RunTrace], out: Path) -> list[Path]:
         paths.append(_save(fig, out, "_loss.png"))
     learned = [(t, coefficient_series(t.scalars)) for t in traces]
     learned = [(t, c) for t, c in learned if c]
-    panels = list(dict.fromkeys((t.variant, layer) for t, c in learned for layer, _ in c))
+    panels = list(dict.fromkeys((t.run.variant, layer) for t, c in learned for layer, _ in c))
     if panels:
         fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
         for ax, (variant, layer) in zip(axes[:, 0], panels, strict=True):
             labelled = set()
             for trace, coefficients in learned:
                 for (lay, key), points in coefficients.items():
-                    if trace.variant != variant or lay != layer:
+                    if trace.run.variant != variant or lay != layer:
                         continue
                     steps, values = zip(*points, strict=True)
                     # a_i in C0…; c (the kernel's scale) in black, dashed

@@ -56,16 +56,13 @@ COEFFICIENT = re.compile(r"^attention/(?P<layer>.+)/(?P<key>a\d+|c)$")
 
 @dataclass
 class RunTrace:
-    """One finished run's training trace: ``spikes`` are the rows of its ``spikes.csv`` (None
-    without one)."""
+    """One finished ``run``'s training trace: its curves, and as ``spikes`` the rows of its
+    ``spikes.csv`` (None without one)."""
 
-    variant: str
-    seed: int
-    steps: int | None
-    test_loss: float | None
+    run: RunResult
     scalars: Scalars = field(repr=False)
-    spikes: list[dict[str, Any]] | None = field(default=None, repr=False)
-    experiment: str = ""
+    spikes: list[dict[str, Any]] | None = field(repr=False)
+    experiment: str
 
 
 def final_loss(scalars: Scalars, tail: int) -> float | None:
@@ -143,8 +140,8 @@ def spike_rows(trace: RunTrace) -> list[dict[str, Any]]:
     empty = (None,) * len(LOGGED_GRADIENT)
     return [
         {
-            "variant": trace.variant,
-            "seed": trace.seed,
+            "variant": trace.run.variant,
+            "seed": trace.run.seed,
             "step": spike["step"],
             "loss": _number(spike["loss"]),
             "loss_over_median": _number(spike["ratio"]),
@@ -211,12 +208,12 @@ def run_row(trace: RunTrace, tail: int, spikes: Sequence[dict[str, Any]]) -> dic
         return points[-1][1] if points else None
 
     return {
-        "variant": trace.variant,
-        "seed": trace.seed,
-        "steps": trace.steps,
+        "variant": trace.run.variant,
+        "seed": trace.run.seed,
+        "steps": trace.run.global_step,
         "final_train_loss": converted(f"final_train_loss_last{tail}") if final is None else final,
         "min_train_loss": min(losses) if losses else converted("min_train_loss"),
-        "test_loss": trace.test_loss,
+        "test_loss": trace.run.value("test/loss"),
         "spikes": None if trace.spikes is None else len(spikes),
         "largest_spike": max(sizes) if sizes else None,
         "max_grad_norm": converted("max_grad_norm") if norm is None else norm,
@@ -226,7 +223,7 @@ def run_row(trace: RunTrace, tail: int, spikes: Sequence[dict[str, Any]]) -> dic
 def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
     """The run's lines of ``<out>_coefficients.csv`` (long format)."""
     return [
-        {"variant": trace.variant, "seed": trace.seed, "layer": layer, "key": key}
+        {"variant": trace.run.variant, "seed": trace.run.seed, "layer": layer, "key": key}
         | {"step": step, "value": value}
         for (layer, key), points in coefficient_series(trace.scalars).items()
         for step, value in thin(points, every)
@@ -236,12 +233,5 @@ def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
 def load_trace(run: RunResult) -> RunTrace:
     """The trace of a finished run (``runs.chosen_runs``) from its record folder."""
     folder = Path(str(run.log_dir))
-    return RunTrace(
-        run.variant,
-        run.seed,
-        run.global_step,
-        run.value("test/loss"),
-        run_scalars(folder),
-        run_spikes(folder) if (folder / SPIKES).is_file() else None,
-        str(load_record(folder).get("experiment")),
-    )
+    spikes = run_spikes(folder) if (folder / SPIKES).is_file() else None
+    return RunTrace(run, run_scalars(folder), spikes, str(load_record(folder).get("experiment")))

@@ -140,7 +140,7 @@ def write_trajectories(
     ]
     if missing := [(r.variant, r.seed) for r in recorded if not finished(r)]:
         lines += [f"Not in these tables (no ok record): {_names(missing)}.", ""]
-    converted = [(t.variant, t.seed) for t in traces if not series(t.scalars, LOSS_TAG)]
+    converted = [(t.run.variant, t.run.seed) for t in traces if not series(t.scalars, LOSS_TAG)]
     if converted:
         lines += [
             "Records without a training-loss curve (converted from earlier `trajectories` CSVs: "
