@@ -1,4 +1,4 @@
-"""The markdown of a reversal sweep's report: outcome, dynamics, per-run, curve and paired tables.
+"""The markdown of a reversal sweep's report: outcome, dynamics, per-run and paired tables.
 
 Every table is made by ``results.markdown_table``; the cells follow ``results.tables``'s
 formats (``median [q25, q75]``, the scale and decimals of each known metric).
