@@ -47,6 +47,7 @@ SEED = "{seed}"  # in a variant's override: the run's seed (e.g. a per-seed chec
 # themselves (killed before its handler): the run stopped, and --resume continues it.
 STOP_CODES = (130, 143, -2, -15)
 SAVE_DIR = "trainer.logger.init_args.save_dir"  # the override that moves the runs' logs
+CHECKPOINT_ROOT = "checkpoint.root"  # the override that moves their checkpoints
 CRASHED = "crashed"
 
 __all__ = ["CONFIGS", "SEED", "Runner", "Variant", "build_cli", "run_label", "run_name"]
@@ -179,11 +180,13 @@ class Runner:
         program = ["-m", "attn_lightning.cli"] if script is None else [str(script)]
         return [sys.executable, *program, *self.train_args(variant, seed, ckpt_path=ckpt_path)]
 
-    def run_dir(self, variant: Variant, seed: int) -> Path:
-        """One run's log folder, where its ``record.json`` is: ``logs/<experiment>/<run>``."""
-        # The last --set of the logger's folder wins, as on train.py's command line.
-        moved = [o.partition("=")[2] for o in self.overrides if o.partition("=")[0] == SAVE_DIR]
-        return Path(moved[-1] if moved else "logs") / self.experiment / run_name(variant, seed)
+    def run_dir(self, variant: Variant, seed: int, key: str = SAVE_DIR) -> Path:
+        """One run's log folder, where its ``record.json`` is: ``logs/<experiment>/<run>``
+        (``key=CHECKPOINT_ROOT``: its checkpoint folder, ``checkpoints/<experiment>/<run>``)."""
+        # The last --set of the folder wins, as on train.py's command line.
+        moved = [o.partition("=")[2] for o in self.overrides if o.partition("=")[0] == key]
+        root = moved[-1] if moved else ("logs" if key == SAVE_DIR else "checkpoints")
+        return Path(root) / self.experiment / run_name(variant, seed)
 
     def _read(self, variant: Variant, seed: int) -> RunResult | None:
         """The run's record named as the job; None, with a warning, when it cannot be read."""
@@ -219,7 +222,7 @@ class Runner:
 
     def _train(self, variant: Variant, seed: int, info: dict[str, Any]) -> RunResult:
         label = run_name(variant, seed)
-        checkpoints = Path("checkpoints", self.experiment, label)
+        checkpoints = self.run_dir(variant, seed, CHECKPOINT_ROOT)
         last = checkpoints / "last.ckpt"
         ckpt_path = last if self.resume and variant.subcommand == "fit" and last.is_file() else None
         if ckpt_path is not None:

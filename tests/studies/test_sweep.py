@@ -377,12 +377,14 @@ write_record({"test": {"test/loss": 0.5}}, 7, 3.0, args=args)
 )
 
 
-def test_resume_continues_a_stopped_run_from_its_last_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize("root", ["checkpoints", "work/ckpts"])
+def test_resume_continues_a_stopped_run_from_its_last_checkpoint(tmp_path, monkeypatch, root):
     # s0 stopped part-way (a last.ckpt, its record "stopped"), s1 never saved (a log folder only).
+    # A --set checkpoint.root moves where the runner looks for (and clears) its checkpoints.
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "args_train.py"
     script.write_text(ARGS_TRAIN)
-    stopped = tmp_path / "checkpoints" / "exp" / "softmax-s0"
+    stopped = tmp_path / root / "exp" / "softmax-s0"
     stopped.mkdir(parents=True)
     (stopped / "last.ckpt").write_bytes(b"ckpt")
     log_dir = tmp_path / "logs" / "exp"
@@ -391,7 +393,8 @@ def test_resume_continues_a_stopped_run_from_its_last_checkpoint(tmp_path, monke
     softmax = Variant.from_attention("softmax")
 
     def run(resume: bool) -> list[dict]:
-        runner = Runner(experiment="exp", train_script=script)
+        moved = () if root == "checkpoints" else (f"checkpoint.root={root}",)
+        runner = Runner(experiment="exp", train_script=script, overrides=moved)
         runner.resume = resume
         for path in log_dir.glob("*/record.json"):  # as if the runs had stopped again
             path.write_text(path.read_text().replace('"ok"', '"stopped"'))
@@ -399,7 +402,7 @@ def test_resume_continues_a_stopped_run_from_its_last_checkpoint(tmp_path, monke
         return [json.loads((log_dir / f"softmax-s{s}" / "record.json").read_text()) for s in (0, 1)]
 
     first, second = run(resume=True)
-    assert first["args"]["ckpt_path"] == str(Path("checkpoints/exp/softmax-s0/last.ckpt"))
+    assert first["args"]["ckpt_path"] == str(Path(root, "exp/softmax-s0/last.ckpt"))
     assert (stopped / "last.ckpt").is_file()  # the run continues in its own folder
     assert "ckpt_path" not in second["args"]  # nothing to continue: started afresh
     first, _ = run(resume=False)  # without --resume every run starts over

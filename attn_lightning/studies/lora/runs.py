@@ -199,8 +199,6 @@ def run_part(args: argparse.Namespace, part: str, jobs: list[Job]) -> None:
     todo = pending(args, part, jobs)
     planned = {(variant.name, seed): (variant, info) for variant, seed, info in todo}
     work = Path(args.work)
-    for variant, seed, _ in todo:  # a rerun's checkpoints (the runner replaces its log folder)
-        shutil.rmtree(checkpoint_path(work, variant.name, seed).parent, ignore_errors=True)
     runner = Runner(
         overrides=(
             "trainer.enable_model_summary=false",
