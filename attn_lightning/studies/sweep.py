@@ -35,7 +35,7 @@ import inspect
 import logging
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="paired-by-seed Δ of VARIANT vs CONTROL, 95%% interval (repeatable)",
     )
     add("--plan", type=Path, default=None, help="a plan file of these options (YAML)")
+    add(
+        "--records-also",
+        nargs="+",
+        type=Path,
+        default=[],
+        help="more folders of this study's committed records (its ok runs are not trained again)",
+    )
     add("--report-only", action="store_true", help="train nothing: the page from <out>/runs/")
     add("--into", type=Path, default=None, help="write the files here instead of beside --out")
     return parser
@@ -206,7 +213,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         overrides=tuple(args.set),
         experiment=args.experiment or f"sweep-{study}",
         study=study,
-        record_roots=(records,),
+        record_roots=(records, *args.records_also),
         publish=lambda folder: publish_run(folder, study, results_dir),
         train_script=args.train_script,
         resume=args.resume,
@@ -241,7 +248,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
 
     sweep_page = all(page.name != study for page in args.pages)  # else a page replaces it
     if args.report_only:
-        results = report(records, [(v.name, s) for v, s in jobs])
+        results = report([records, *args.records_also], [(v.name, s) for v, s in jobs])
         if sweep_page:
             tables(None, results)
     else:
@@ -259,10 +266,10 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     return results
 
 
-def report(records: Path, jobs: list[tuple[str, int]]) -> list[RunResult]:
-    """The runs of ``jobs`` (variant name, seed) from the records under ``records`` alone, in
-    job order; a job without a record is ``NOT_RUN``."""
-    found: dict[tuple[str, int], RunResult] = {(r.variant, r.seed): r for r in load_runs(records)}
+def report(records: Sequence[Path], jobs: list[tuple[str, int]]) -> list[RunResult]:
+    """The runs of ``jobs`` (variant name, seed) from the records under ``records`` alone (the
+    first folder's where two hold one), in job order; a job without a record is ``NOT_RUN``."""
+    found = {(r.variant, r.seed): r for root in reversed(records) for r in load_runs(root)}
     return [found.get(job) or RunResult(job[0], job[1], None, NOT_RUN) for job in jobs]
 
 

@@ -150,3 +150,20 @@ def test_a_plans_pages_are_written_once_its_runs_are_done(tmp_path, monkeypatch)
     assert "| large | +2.0000 / +2.1000 | 2+ 0− of 2 |" in page
     assert not (tmp_path / "results" / "page_runs.csv").exists()
     assert "small" not in (tmp_path / "results" / "other.csv").read_text()
+
+
+def test_records_also_are_runs_not_trained_again(tmp_path, monkeypatch):
+    # The study's runs recorded in two folders (runs made after the first folder was committed).
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAIN)
+    plan = tmp_path / "page.yaml"
+    plan.write_text(PLAN)
+    main(["--plan", str(plan), "--out", "later/page", "--train-script", str(script)])
+    script.write_text("raise SystemExit('must not train')")
+    argv = ["--plan", str(plan), "--out", "results/page", "--train-script", str(script)]
+    runs = main([*argv, "--records-also", "later/page/runs"])
+    assert [r.status for r in runs] == ["ok"] * 4
+    assert all(r.log_dir.startswith("later/page/runs/") for r in runs)
+    report = main([*argv, "--records-also", "later/page/runs", "--report-only"])
+    assert [r.metrics for r in report] == [r.metrics for r in runs]

@@ -80,7 +80,7 @@ def write_page(
         grid, control = grid_runs(page.grid, page.centre)
         names, heading = [point.variant.name for point in grid] + control, HEADINGS[page.grid]
     jobs = [(variant, seed) for variant in names for seed in page.seeds]
-    runs = report((runs_dir or study_runs_dir(STUDY)) / page.experiment, jobs)
+    runs = report([(runs_dir or study_runs_dir(STUDY)) / page.experiment], jobs)
     out = out_dir / name
     command = f"python -m attn_lightning.studies.detection report {name}"
     measured = read_costs(costs_file(RESULTS)) if page.costs else {}
