@@ -36,21 +36,23 @@ from attn_lightning.results.tables import column, format_mean_std, mean_std, num
 # 2.5th-97.5th percentile of them is close to [min Δ, max Δ], which holds the true mean with
 # probability 1 − 2·2^−(n−1) for a symmetric Δ (75 % at n = 3, 88 % at n = 4).
 MIN_BOOTSTRAP_SEEDS = 5
+LEVEL = 0.95  # every interval's coverage: the tables' titles and notes say "95 %"
+RESAMPLES = 10_000  # the bootstrap's draws of n seeds, with a fixed seed (0): the same numbers
 
 # What a ``SeedDeltas.format`` cell's interval is, for a table's caption.
 SEED_INTERVAL_NOTE = (
-    f"95 % interval of the mean Δ: a percentile bootstrap (10,000 resamples) from "
+    f"95 % interval of the mean Δ: a percentile bootstrap ({RESAMPLES:,} resamples) from "
     f"{MIN_BOOTSTRAP_SEEDS} seeds up, a Student-t interval (n − 1 degrees of freedom; marked "
     f"`t`) below, where a bootstrap is about [min Δ, max Δ] and covers ~75 % at n = 3"
 )
 
 
-def _t_interval(values: Sequence[float], level: float) -> tuple[float, float]:
-    """``mean ± t_{(1+level)/2, n−1} · sd / √n`` of ``values``; (mean, mean) for one value."""
+def _t_interval(values: Sequence[float]) -> tuple[float, float]:
+    """``mean ± t_{(1+LEVEL)/2, n−1} · sd / √n`` of ``values``; (mean, mean) for one value."""
     mean = statistics.fmean(values)
     if len(values) == 1:
         return mean, mean
-    half = float(stats.t.ppf((1 + level) / 2, len(values) - 1)) * statistics.stdev(values)
+    half = float(stats.t.ppf((1 + LEVEL) / 2, len(values) - 1)) * statistics.stdev(values)
     half /= math.sqrt(len(values))
     return mean - half, mean + half
 
@@ -61,8 +63,7 @@ class SeedDeltas:
 
     Attributes:
         deltas: ``{seed: Δ}`` over the seeds both ran, in seed order.
-        low, high: the ``level`` interval of the mean Δ (``method``).
-        level: its nominal coverage.
+        low, high: the ``LEVEL`` interval of the mean Δ (``method``).
         method: ``"bootstrap"`` (percentile bootstrap, ``MIN_BOOTSTRAP_SEEDS`` seeds or more),
             ``"t"`` (Student-t with n − 1 degrees of freedom, fewer seeds) or ``"none"`` (one seed).
         positive, negative, zero: how many seeds have Δ > 0, < 0, = 0.
@@ -71,7 +72,6 @@ class SeedDeltas:
     deltas: dict[int, float]
     low: float
     high: float
-    level: float = 0.95
     method: str = "bootstrap"
 
     @property
@@ -123,14 +123,11 @@ def seed_deltas(
     variant: Mapping[int, float],
     control: Mapping[int, float],
     *,
-    level: float = 0.95,
-    resamples: int = 10_000,
-    seed: int = 0,
     bootstrap_from: int | None = MIN_BOOTSTRAP_SEEDS,
 ) -> SeedDeltas | None:
     """``variant[s] − control[s]`` over the shared seeds with an interval of their mean: a
-    percentile bootstrap from ``bootstrap_from`` seeds up (``resamples`` draws of n seeds with
-    replacement, a fixed ``seed``: the same numbers every time), a Student-t interval below
+    percentile bootstrap from ``bootstrap_from`` seeds up (``RESAMPLES`` draws of n seeds with
+    replacement, the same numbers every time), a Student-t interval below
     (module doc) or at any n (``bootstrap_from=None``); None when no seed is shared."""
     seeds = sorted(set(variant) & set(control))
     if not seeds:
@@ -138,15 +135,15 @@ def seed_deltas(
     deltas = {s: variant[s] - control[s] for s in seeds}
     values = list(deltas.values())
     if len(values) == 1:
-        return SeedDeltas(deltas, values[0], values[0], level, "none")
+        return SeedDeltas(deltas, values[0], values[0], "none")
     if bootstrap_from is None or len(values) < bootstrap_from:
-        return SeedDeltas(deltas, *_t_interval(values, level), level, "t")
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(resamples))
-    tail = (1 - level) / 2
-    low = means[round(tail * (resamples - 1))]
-    high = means[round((1 - tail) * (resamples - 1))]
-    return SeedDeltas(deltas, low, high, level)
+        return SeedDeltas(deltas, *_t_interval(values), "t")
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(RESAMPLES))
+    tail = (1 - LEVEL) / 2
+    low = means[round(tail * (RESAMPLES - 1))]
+    high = means[round((1 - tail) * (RESAMPLES - 1))]
+    return SeedDeltas(deltas, low, high)
 
 
 class PairedDelta(SeedDeltas):
@@ -158,14 +155,12 @@ class PairedDelta(SeedDeltas):
         return f"{self._interval(scale, digits)} (n={self.n})"
 
 
-def paired_delta(
-    variant: Mapping[int, float], control: Mapping[int, float], *, level: float = 0.95
-) -> PairedDelta | None:
+def paired_delta(variant: Mapping[int, float], control: Mapping[int, float]) -> PairedDelta | None:
     """``variant[s] − control[s]`` over the seeds ``s`` in both with the interval
-    ``mean ± t_{(1+level)/2, n−1} · sd / √n`` (one pair: the difference alone, no spread to
+    ``mean ± t_{(1+LEVEL)/2, n−1} · sd / √n`` (one pair: the difference alone, no spread to
     estimate); None when none is shared."""
-    got = seed_deltas(variant, control, level=level, bootstrap_from=None)
-    return None if got is None else PairedDelta(got.deltas, got.low, got.high, level, got.method)
+    got = seed_deltas(variant, control, bootstrap_from=None)
+    return None if got is None else PairedDelta(got.deltas, got.low, got.high, got.method)
 
 
 def per_seed(results: Sequence[RunResult], name: str, key: str) -> dict[int, float]:
