@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from attn_lightning.studies.lora.lrsweep import HEADS
 from attn_lightning.studies.lora.runs import (
     BASE_WEIGHTS,
     MLP_CONFIG,
@@ -73,11 +74,8 @@ def mlp_jobs(args: argparse.Namespace) -> list[Job]:
 
 
 VARIANTS = {  # head and bias options of peft's LoraConfig, compared at one rank
-    "lora_head_frozen": ("model.init_args.target_modules=[fc1, fc2]",),
-    "lora_head_saved": (
-        "model.init_args.target_modules=[fc1, fc2]",
-        "model.init_args.modules_to_save=[fc3]",
-    ),
+    "lora_head_frozen": HEADS["frozen"],
+    "lora_head_saved": HEADS["trained"],
     "lora_bias_all": ("model.init_args.lora_bias=all",),
 }
 
