@@ -23,7 +23,7 @@ from attn_lightning.studies.lora.runs import (
     tag_values,
 )
 
-RowKey = tuple[str, str, int, str]  # a row of the table: domain, adaptation, rank, head
+RowKey = tuple[str, str, int, str]  # a row of the table: SWEEP_GROUP[:4], without base_lr
 HEAD_LABELS = {
     "lora": "LoRA (fc1-fc3)",
     "frozen": "frozen (LoRA on fc1, fc2)",
@@ -118,11 +118,6 @@ def _scale_note(source: str) -> str:
     return " Ours are **not** on MNIST (see Data)."
 
 
-def _row_key(run: RunResult) -> RowKey:
-    info = run.info
-    return (info["domain"], info["adaptation"], int(info["rank"]), info["head"])
-
-
 def missing_runs(runs: Sequence[RunResult]) -> dict[RowKey, int]:
     """Per row of the table, the runs it still lacks: every learning rate tried for its
     adaptation anywhere in ``runs``, at every seed of the sweep. A row with some missing picked
@@ -133,7 +128,7 @@ def missing_runs(runs: Sequence[RunResult]) -> dict[RowKey, int]:
     for r in runs:
         if r.status == "ok":
             lrs[r.info["adaptation"]].add(r.info["lr"])
-            done[_row_key(r)].add((r.info["lr"], r.seed))
+            done[tuple(r.info[k] for k in SWEEP_GROUP[:4])].add((r.info["lr"], r.seed))
     return {key: len(lrs[key[1]]) * len(seeds) - len(found) for key, found in done.items()}
 
 
