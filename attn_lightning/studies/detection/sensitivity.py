@@ -129,13 +129,6 @@ def _own_point(name: str, specs: Mapping[str, Mapping[str, Any]], grid: Options)
     return point
 
 
-def grid_name(site_variant: str, own: Mapping[str, Any], options: Mapping[str, Any]) -> str:
-    """``<variant>@<option>=<value>,...`` over the options that differ from the variant's own
-    point, in the grid's order; the own point keeps the plain variant name."""
-    changed = [f"{o}={options[o]}" for o in options if options[o] != own[o]]
-    return f"{site_variant}@{','.join(changed)}" if changed else site_variant
-
-
 def sensitivity_grid(
     site_variant: str = SENSITIVITY_DEFAULT, *, full: bool = False, grid: Options = GRID
 ) -> list[GridPoint]:
@@ -172,7 +165,9 @@ def sensitivity_grid(
             f"model.init_args.{site}={json.dumps({**spec, **options})}"
             for site, spec in specs.items()
         )
-        name = grid_name(site_variant, own, options)
+        # Named after the options that differ from the own point, which keeps the plain name.
+        changed = [f"{o}={options[o]}" for o in options if options[o] != own[o]]
+        name = f"{site_variant}@{','.join(changed)}" if changed else site_variant
         config = str(CONFIGS / f"{site_variant}.yaml")
         chosen.append(GridPoint(Variant(name, configs=(config,), overrides=overrides), options))
     return chosen
