@@ -18,21 +18,15 @@ from attn_lightning.results.files import read_csv
 ENV = "ATTN_LIGHTNING_REFERENCES"
 
 
-def references_dir() -> Path:
-    """Where the reference files are (see the module docstring for the order)."""
-    if os.environ.get(ENV):
-        return Path(os.environ[ENV])
-    checkout = Path(__file__).resolve().parents[2] / "docs" / "references"
-    return checkout if checkout.is_dir() else Path("docs") / "references"
-
-
 def reference(name: str) -> tuple[dict[str, str], list[dict[str, str]]]:
     """The header (``source``, ...) and rows (strings) of ``docs/references/<name>.csv``.
 
     Raises:
         FileNotFoundError: naming the file and the variable that points elsewhere.
     """
-    path = references_dir() / f"{name}.csv"
+    checkout = Path(__file__).resolve().parents[2] / "docs" / "references"
+    folder = os.environ.get(ENV) or (checkout if checkout.is_dir() else Path("docs/references"))
+    path = Path(folder) / f"{name}.csv"
     if not path.is_file():
         raise FileNotFoundError(
             f"no reference data {path} (the published numbers a report compares with); run "
