@@ -5,10 +5,8 @@ varies λ, K and the random tokens (``GRID``): one option at a time, or every co
 ablation ladder is the same with ``ABLATIONS``: one ingredient of the paper's form swapped). A
 point is the variant's overlay plus an override that replaces the spec of every optimization
 site, named ``<variant>@<option>=<value>,...`` after the options that differ from the own point
-(which keeps the plain name). Its cells are the point's options, the paired Δ of the compared
-metric vs the own point and, where the records hold it, the mean keys90 over the layers.
-The ``sensitivity`` and ``ablation`` subcommands (``detection.cli``) run a grid;
-``detection.tables`` writes its tables.
+(which keeps the plain name). The ``sensitivity`` and ``ablation`` subcommands (``detection.cli``)
+run a grid; ``detection.tables`` writes its tables, with ``sensitivity_cells``' columns.
 """
 
 from __future__ import annotations
