@@ -72,9 +72,11 @@ def environment(
         command: the command that regenerates the result (default: this process's argv).
         settings: more ``key: value`` lines (repeats, budget, ...).
     """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)  # None: run as a script
+    main = spec.name if spec is not None else Path(sys.argv[0]).name
     meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "command": command or command_line(f"python -m {_main_module()}"),
+        "command": command or command_line(f"python -m {main}"),
         "device": hardware(device),
         "torch_threads": str(torch.get_num_threads()),
         "versions": f"python {platform.python_version()}, torch {torch.__version__}",
@@ -83,11 +85,6 @@ def environment(
     }
     meta.update({k: str(v) for k, v in settings.items()})
     return meta
-
-
-def _main_module() -> str:
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return spec.name if spec is not None else Path(sys.argv[0]).name
 
 
 def machine_line(*, jobs: int = 1, threads: bool = False) -> str:
