@@ -23,6 +23,7 @@ from attn_lightning.results.tables import (
     column,
     mean_std,
     median_iqr,
+    records_machine_line,
     run_rows,
     summary_cell,
 )
@@ -143,7 +144,7 @@ def write(
     text = [
         f"# Warm start from softmax: {task}\n",
         f"Regenerate with:\n\n```bash\n{command}\n```\n",
-        machine_line() + "\n",
+        (records_machine_line(runs) or machine_line()) + "\n",  # where the runs ran
         *notes,
         "Test split, best-by-validation checkpoint (zero-shot: the base's `last.ckpt`); "
         f"{spread}.\n",
