@@ -249,7 +249,6 @@ def write_tables(
     jobs: int = 1,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
     notes: Sequence[str] = (),
-    machine: str | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``<out>.md`` (summary, per-run table, command), ``<out>.csv``, ``<out>_runs.csv``.
 
@@ -263,12 +262,12 @@ def write_tables(
         jobs: runs that ran at once (stated in the machine line).
         extra: per variant, more summary columns (title -> value), e.g. measured model costs.
         notes: lines printed under the summary table.
-        machine: the machine line of the runs, when they ran elsewhere (default: this
-            machine's ``machine_line(jobs=jobs)``).
 
     Returns:
         The summary rows (also in ``<out>.csv``).
     """
+    # Where the runs ran (their records'; this machine's when none says).
+    machine = records_machine_line(results, jobs=jobs) or machine_line(jobs=jobs)
     # Asked for but never trained, or stopped part-way: named under the table, counted nowhere.
     for status, why in (
         (NOT_RUN, "Not run yet (no run record)"),
@@ -314,7 +313,7 @@ def write_tables(
         per_run.append(cells)
     lines = [
         f"Regenerate with:\n\n```bash\n{command}\n```\n",
-        (machine or machine_line(jobs=jobs)) + "\n",
+        machine + "\n",
         f"Test split, best-by-validation checkpoint. Mean ± std over seeds; {failed}"
         "crashed runs are excluded from the means.\n",
         markdown_table(head, body),

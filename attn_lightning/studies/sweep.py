@@ -50,7 +50,7 @@ from attn_lightning.results.records import (
     publish_run,
     study_runs_dir,
 )
-from attn_lightning.results.tables import Convergence, records_machine_line, write_tables
+from attn_lightning.results.tables import Convergence, write_tables
 from attn_lightning.studies.arguments import (
     add_run_arguments,
     check_overrides,
@@ -243,7 +243,6 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             # Every variant gets every column ("–" where it has no control): one CSV header.
             extra={v.name: {t: extra.get(v.name, {}).get(t) for t in titles} for v in variants},
             notes=[PAIRED_NOTE] if extra else [],
-            machine=records_machine_line(finished, jobs=args.jobs),
         )
 
     sweep_page = all(page.name != study for page in args.pages)  # else a page replaces it

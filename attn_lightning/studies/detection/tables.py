@@ -12,7 +12,7 @@ from typing import Any
 
 from attn_lightning.results.curves import append_curves
 from attn_lightning.results.records import RunResult
-from attn_lightning.results.tables import column, records_machine_line, write_tables
+from attn_lightning.results.tables import column, write_tables
 from attn_lightning.studies.detection.sensitivity import (
     KEYS90,
     GridPoint,
@@ -77,7 +77,6 @@ def write(
         jobs=jobs,
         extra=extra,
         notes=notes,
-        machine=records_machine_line(results, jobs=jobs),
     )
     if grid:
         md = out.with_name(out.name + ".md")
