@@ -106,6 +106,7 @@ def plan_pages(pages: object, out: Path) -> list[Page]:
         module, function = REPORTS[kind].split(":")
         write = getattr(importlib.import_module(module), function)
         runs = options.pop("runs", [out / "runs"])
+        runs = [runs] if isinstance(runs, str) else runs  # one folder, not its characters
         keys = inspect.signature(write).parameters.values()
         allowed = [k.name for k in keys if k.kind == k.KEYWORD_ONLY and k.name != "command"]
         unknown = [key for key in options if key not in allowed]

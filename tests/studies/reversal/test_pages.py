@@ -92,3 +92,9 @@ def test_a_missing_runs_folder_is_an_error_naming_it(tmp_path, capsys):
         main(_plan(tmp_path, {"x": {"report": "reversal", "runs": [str(missing)]}}))
     assert f"page x: runs folder {missing} does not exist" in capsys.readouterr().err
     assert not (tmp_path / "x.md").exists()
+
+
+def test_one_runs_folder_may_be_given_without_a_list(study, tmp_path):
+    runs = str(study / "logs" / EXPERIMENT)
+    main(_plan(tmp_path, {"one": {"report": "reversal", "runs": runs}}))
+    assert [r["variant"] for r in read_csv(tmp_path / "one.csv")[1]] == [POLY, "softmax"]
