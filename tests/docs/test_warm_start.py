@@ -36,9 +36,10 @@ def _generated(task: str, header: str) -> dict[tuple[str, str], list[str]]:
 
 
 def _short(cell: str) -> str:
-    """A generated paired cell as the page writes it: minus signs, no ``n=3, t:``, no ``0=``."""
-    cell = cell.replace("-", "−").replace("(n=3, t: ", "(")
-    return re.sub(r" 0=\)$", ")", cell)
+    """A generated paired cell as the page writes it: minus signs, no ``n=3:``, no ``0=`` and no
+    sign p (at n = 3 it is 0.25 at best: the page says so once)."""
+    cell = cell.replace("-", "−").replace("(n=3: ", "(")
+    return re.sub(r"( 0=)?, sign p [0-9.]+\)$", ")", cell)
 
 
 def _page(header: str, *, whole: bool = False) -> dict[str, list[str]]:

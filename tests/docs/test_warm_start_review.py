@@ -30,7 +30,7 @@ def _paired(task: str, backend: str, comparison: str, key: str) -> tuple[float, 
     (row,) = [r for r in runs(f"warm_start_{task}_paired")
               if r["backend"] == backend and r["comparison"] == comparison]  # fmt: skip
     cell = row[key]
-    return float(cell.split()[0]), cell.rsplit("t: ", 1)[1].rstrip(")")
+    return float(cell.split()[0]), cell.rsplit("n=3: ", 1)[1].split(", sign p")[0]
 
 
 def test_zero_shot_and_fine_tune_rows_are_the_runs_csvs():

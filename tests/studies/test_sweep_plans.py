@@ -147,7 +147,7 @@ def test_a_plans_pages_are_written_once_its_runs_are_done(tmp_path, monkeypatch)
     page = (tmp_path / "results" / "page.md").read_text()
     assert f"studies.sweep --plan {plan} --out results/page --train-script" in page
     assert "| large | 0 1 | 3.1000 ± 0.1414 |" in page  # the paired tables, not the sweep's
-    assert "| large | +2.0000 / +2.1000 | 2+ 0− of 2 |" in page
+    assert "| large | +2.0000 / +2.1000 | 2+ 0− of 2, sign p 0.50 |" in page
     assert not (tmp_path / "results" / "page_runs.csv").exists()
     assert "small" not in (tmp_path / "results" / "other.csv").read_text()
 

@@ -2,8 +2,8 @@
 report (``studies.sweep``; ``configs/studies/image28_mnist5k.yaml``).
 
 One row per backend (``mean ± std``, every seed's value, fit time per seed) and one per backend
-other than ``control`` (its Δ on every seed both ran, the sign count, a bootstrap interval
-from five seeds up): ``results.paired``. For unimodal outcomes (bits/dim); the reversal
+other than ``control`` (its Δ on every seed both ran, the sign count with its sign-test p, a
+Student-t interval): ``results.paired``. For unimodal outcomes (bits/dim); the reversal
 study's bimodal ones have their own tables.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attn_lightning.results.files import markdown_records, write_csv
-from attn_lightning.results.paired import MIN_BOOTSTRAP_SEEDS, delta_rows, seed_rows
+from attn_lightning.results.paired import SEED_INTERVAL_NOTE, delta_rows, seed_rows
 from attn_lightning.results.records import load_runs
 
 DEFAULT_METRICS = ("test/bits_per_dim", "test/completion_bpd")
@@ -62,8 +62,7 @@ def write_paired(
             "",
             f"Paired by seed (the same seed: the same data order and initialisation stream): "
             f"each backend's value minus `{control}`'s on every seed both finished, how many "
-            "Δ are positive / negative, and the mean Δ with a 95 % percentile-bootstrap interval "
-            f"from {MIN_BOOTSTRAP_SEEDS} seeds up (below that the sign count is the evidence).\n",
+            f"Δ are positive / negative, and the mean Δ [{SEED_INTERVAL_NOTE}].\n",
             markdown_records(paired),
         ]
     written = [write_csv(out.with_name(out.name + ".csv"), per_variant)]  # makes the folder

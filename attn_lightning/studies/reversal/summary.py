@@ -89,7 +89,7 @@ def paired_rows(
     runs: Sequence[RunResult], names: Sequence[str], control: str
 ) -> list[dict[str, Any]]:
     """Per variant, the paired ``variant − control`` of each ``PAIRED`` value over shared seeds
-    (``results.paired.seed_deltas``, whose interval suits bimodal, bounded outcomes); steps-to
+    (``results.paired.seed_deltas``: t-interval, signs and sign test); steps-to
     pairs only the seeds where both runs reached the threshold. None when no seed is shared."""
 
     def values(name: str, value: Callable[[RunResult], float | None]) -> dict[int, float]:

@@ -4,8 +4,8 @@ the review's claim — fine-tuned from softmax against the same backend trained 
 Cells are mean ± std over seeds; where the task has a convergence threshold (reversal: test
 token accuracy ≥ 99 %, as on every reversal page) its outcomes are bimodal (a run learns
 reversal or stalls), so the table shows k/n converged and median [25th, 75th percentile] instead
-(the CSV keeps both). A paired Δ is ``results.paired.seed_deltas`` (a Student-t interval at the
-three seeds these studies ran).
+(the CSV keeps both). A paired Δ is ``results.paired.seed_deltas`` (a Student-t interval and the
+sign test).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def test_the_committed_tables_are_the_ones_the_results_page_shows():
     per_backend, paired = _tables((DOCS / "image28_mnist5k_paired.md").read_text())
     page = (DOCS / "image_completion.md").read_text()
     assert per_backend in page and paired in page
-    assert "| linear | +0.0141 / +0.0274 / +0.0061 | 3+ 0− of 3 |" in paired
+    assert "| linear | +0.0141 / +0.0274 / +0.0061 | 3+ 0− of 3, sign p 0.25 |" in paired
 
 
 @pytest.mark.parametrize(

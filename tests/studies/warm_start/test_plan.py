@@ -51,7 +51,8 @@ def test_tables_pair_the_fine_tune_with_scratch_per_seed(tmp_path):
     tables.write(tmp_path / "w", runs, task="digits", command="c")
     text = (tmp_path / "w.md").read_text()
     assert "| `linear` | fine-tune | 3 | 92.33 ± 2.52 |" in text
-    assert "| `linear` | fine-tune − scratch | +23.67 [" in text and "(n=3, t: 2+ 1− 0=)" in text
+    assert "| `linear` | fine-tune − scratch | +23.67 [" in text
+    assert "(n=3: 2+ 1− 0=, sign p 1.00)" in text
     assert "s0 +40.00, s1 +32.00, s2 -1.00" in (tmp_path / "w_paired.csv").read_text()
 
 
