@@ -17,6 +17,7 @@ from attn_lightning.attention.registry import (
     build_attention,
     parse_attention_spec,
     register_attention,
+    resolve_attention,
     upgrade_attention_spec,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "check_finite_enabled",
     "parse_attention_spec",
     "register_attention",
+    "resolve_attention",
     "set_check_finite",
     "upgrade_attention_spec",
 ]

@@ -178,6 +178,24 @@ def upgrade_attention_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
+DEFAULT_ATTENTION: dict[str, Any] = {"name": "softmax"}
+
+
+def resolve_attention(
+    attention: Mapping[str, Any] | None, override: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Effective backend dict of a model: the override's keys replace the base's; a different
+    ``name`` in the override replaces the whole dict (options of another backend would not
+    apply); no base means ``DEFAULT_ATTENTION``. A task saves only the base in its checkpoint and
+    builds its model from this (``tasks.base``)."""
+    base = dict(DEFAULT_ATTENTION if attention is None else attention)
+    if not override:
+        return base
+    if "name" in override and override["name"] != base.get("name"):
+        return dict(override)
+    return {**base, **override}
+
+
 def build_attention(name: str | Mapping[str, Any], *, head_dim: int, **options: Any) -> Attention:
     """Build a backend from its registry name and options, or from a YAML-style spec mapping.
 

@@ -20,7 +20,7 @@ from attn_lightning.callbacks.gradients import (
     LossSpikeDetector,
     ParameterGroups,
 )
-from attn_lightning.callbacks.images import ImageGrids, ImageSampler
+from attn_lightning.callbacks.images import ImageGrids
 from attn_lightning.callbacks.nonfinite import NonFiniteStop, NonFiniteTraining
 from attn_lightning.callbacks.predictions import PredictionSaver, PredictionWriter
 from attn_lightning.callbacks.run_record import RunRecord
@@ -34,6 +34,7 @@ from attn_lightning.callbacks.training import (
     redraw_all_features,
     redraw_generator,
 )
+from attn_lightning.data.image_grids import ImageSampler
 
 __all__ = [
     "AdapterExport",

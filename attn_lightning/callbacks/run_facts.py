@@ -53,15 +53,10 @@ def identity(trainer: pl.Trainer, pl_module: pl.LightningModule, tags: dict[str,
 
 
 def variant(pl_module: pl.LightningModule) -> dict[str, Any] | None:
-    """The attention backend the model was built with (its ``attention`` hyper-parameter with
-    the task's ``attention_override`` over it), or None for a task without one."""
-    attention = pl_module.hparams.get("attention")
-    if attention is None:
-        return None
-    # tasks.base is this layer's sibling; imported here because tasks import callbacks.
-    from attn_lightning.tasks.base import resolve_attention
-
-    return resolve_attention(attention, getattr(pl_module, "attention_override", None))
+    """The attention backend the model was built with (the task's ``attention_config``: its
+    ``attention`` with its ``attention_override`` over it), or None for a task without one."""
+    config = getattr(pl_module, "attention_config", None)
+    return None if config is None else dict(config)
 
 
 def environment(trainer: pl.Trainer) -> dict[str, Any]:

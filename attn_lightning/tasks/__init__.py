@@ -1,7 +1,7 @@
 """One LightningModule per experiment; YAML selects them by class_path."""
 
 from attn_lightning.tasks.adaptation import AdaptedTask
-from attn_lightning.tasks.base import AttentionTask, resolve_attention
+from attn_lightning.tasks.base import AttentionTask
 from attn_lightning.tasks.classification import ImageClassificationTask
 from attn_lightning.tasks.detection import DetectionTask
 from attn_lightning.tasks.image import ImageGenerationTask
@@ -18,5 +18,4 @@ __all__ = [
     "LoRAClassifierTask",
     "LoRAReversalTask",
     "SequenceReversalTask",
-    "resolve_attention",
 ]

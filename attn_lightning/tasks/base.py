@@ -38,21 +38,6 @@ from torchmetrics import MeanMetric
 from attn_lightning.attention import Attention
 from attn_lightning.models.specs import as_spec, spec_dict, spec_fields
 
-DEFAULT_ATTENTION: dict[str, Any] = {"name": "softmax"}
-
-
-def resolve_attention(
-    attention: Mapping[str, Any] | None, override: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """Effective backend dict: the override's keys replace the base's; a different ``name`` in the
-    override replaces the whole dict (options of another backend would not apply)."""
-    base = dict(DEFAULT_ATTENTION if attention is None else attention)
-    if not override:
-        return base
-    if "name" in override and override["name"] != base.get("name"):
-        return dict(override)
-    return {**base, **override}
-
 
 def upgrade_hparams(
     task_class: type, hparams: Mapping[str, Any]

@@ -16,9 +16,10 @@ from typing import Any
 
 from torch import Tensor
 
+from attn_lightning.attention import resolve_attention
 from attn_lightning.models.specs import VitSpec
 from attn_lightning.models.vit import VisionTransformer
-from attn_lightning.tasks.base import AttentionTask, require_from_data, resolve_attention
+from attn_lightning.tasks.base import AttentionTask, require_from_data
 from attn_lightning.tasks.classifier_steps import ClassifierSteps, accuracy_metrics
 
 

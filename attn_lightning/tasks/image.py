@@ -23,14 +23,14 @@ import torch
 from torch import Tensor
 from torchvision.utils import save_image
 
-from attn_lightning.callbacks.images import draw_completions, draw_samples, grid_generator
+from attn_lightning.attention import resolve_attention
+from attn_lightning.data.image_grids import draw_completions, draw_samples, grid_generator
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim, sample_pixels
 from attn_lightning.models.specs import PixelSpec
 from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
     require_from_data,
-    resolve_attention,
 )
 
 SPLITS = ("train", "val", "test")

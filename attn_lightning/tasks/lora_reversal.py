@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from attn_lightning.attention import resolve_attention
 from attn_lightning.tasks.adaptation import AdaptedTask
-from attn_lightning.tasks.base import resolve_attention
 from attn_lightning.tasks.reversal import SequenceReversalTask
 
 

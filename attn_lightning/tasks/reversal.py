@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from attn_lightning.attention import resolve_attention
 from attn_lightning.models.decoding import METHODS, generate
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.specs import SequenceSpec
@@ -38,7 +39,6 @@ from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
     require_from_data,
-    resolve_attention,
 )
 
 MODES = ("decoder", "encoder")

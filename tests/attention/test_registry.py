@@ -24,6 +24,7 @@ from attn_lightning.attention import (
     parse_attention_spec,
     register_attention,
     registry,
+    resolve_attention,
     upgrade_attention_spec,
 )
 
@@ -244,3 +245,14 @@ def test_deprecated_spellings_still_fail_clearly(spec, message):
         warnings.simplefilter("ignore", FutureWarning)
         with pytest.raises(ValueError, match=message):
             build_attention({"name": "polynomial", **spec}, head_dim=8)
+
+
+def test_resolve_attention():
+    base = {"name": "performer", "num_features": 64}
+    assert resolve_attention(None, None) == {"name": "softmax"}
+    assert resolve_attention(base, {"num_features": 16}) == {
+        "name": "performer",
+        "num_features": 16,
+    }
+    assert resolve_attention(base, {"name": "linear"}) == {"name": "linear"}
+    assert resolve_attention(base, {"name": "performer"}) == base

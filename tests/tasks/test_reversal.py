@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attn_lightning.attention import available_attentions
-from attn_lightning.tasks import SequenceReversalTask, resolve_attention
+from attn_lightning.tasks import SequenceReversalTask
 from attn_lightning.tasks.reversal import measured_cross_entropy
 
 SMALL = {"net": {"d_model": 16, "num_heads": 2, "num_layers": 2, "d_ff": 32, "max_len": 64}}
@@ -68,17 +68,6 @@ def test_sample_rows_and_predict_step():
     assert rows[0]["input"] == "".join(map(str, x[0].tolist()))
     out = model.predict_step({"source": x, "target": y}, 0)
     assert out["prediction"].shape == x.shape
-
-
-def test_resolve_attention():
-    base = {"name": "performer", "num_features": 64}
-    assert resolve_attention(None, None) == {"name": "softmax"}
-    assert resolve_attention(base, {"num_features": 16}) == {
-        "name": "performer",
-        "num_features": 16,
-    }
-    assert resolve_attention(base, {"name": "linear"}) == {"name": "linear"}
-    assert resolve_attention(base, {"name": "performer"}) == base
 
 
 @pytest.mark.skipif("performer" not in available_attentions(), reason="performer not registered")

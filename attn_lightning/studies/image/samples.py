@@ -14,8 +14,8 @@ from pathlib import Path
 
 from torchvision.utils import save_image
 
-from attn_lightning.callbacks.images import completion_grid, grid_generator, sample_grid
 from attn_lightning.cli import checkpoints
+from attn_lightning.data.image_grids import completion_grid, grid_generator, sample_grid
 from attn_lightning.data.pixels import PixelDataModule
 from attn_lightning.models.decoding import METHODS
 from attn_lightning.tasks.image import ImageGenerationTask
