@@ -6,7 +6,7 @@ per-variant copies). ``implementation`` picks the kernel of the causal product: 
 chunked ``causal_product``), ``fla`` (flash-linear-attention's fused Triton kernel, CUDA only:
 ``ops/fla.py``), ``triton`` (our chunk-parallel product as fused Triton kernels, CUDA, or CPU
 under ``TRITON_INTERPRET=1``: ``ops/triton_causal.py``; linear's elu + 1 is applied in its loads)
-or ``auto`` (the torch kernel for now: ``fla.AUTO_TAKES_FLA``). The non-causal product and
+or ``auto`` (the torch kernel for now: ``dispatch.AUTO_TAKES_FLA``). The non-causal product and
 ``step`` are the same under every choice.
 """
 
@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention.base import Attention, Layout, Mask, State, accumulation_dtype
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch, fla
 from attn_lightning.attention.ops.linear_kernels import (
     DEFAULT_EPS,
     causal_linear_attention,
@@ -67,7 +67,7 @@ class FeatureMapAttention(Attention):
         self.chunk_size = check_int("chunk_size", chunk_size, minimum=1, what="tokens per chunk")
         self.eps = check_eps(eps)
         self.implementation = check_choice(
-            "implementation", implementation, fla.IMPLEMENTATIONS, backend=self.name
+            "implementation", implementation, dispatch.IMPLEMENTATIONS, backend=self.name
         )
         if implementation == "fla":  # a missing package fails at build time, before training
             fla.check_installed(self.name)
@@ -84,7 +84,7 @@ class FeatureMapAttention(Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
-        kernel = fla.resolve(self.implementation, v, backend=self.name)  # refuses before φ
+        kernel = dispatch.resolve(self.implementation, v, backend=self.name)  # refuses before φ
         bf16 = q.dtype == product_dtype(v.dtype) == torch.bfloat16
         low = bf16 and causal and kernel in ("torch", "triton") and self.features_in_bf16
         dtype = torch.bfloat16 if low else None  # φ in the GEMMs' dtype, or float32 at least

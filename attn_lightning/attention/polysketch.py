@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from attn_lightning.attention.base import Layout, Mask, State, accumulation_dtype
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.ops import fla, polysketch_eval
+from attn_lightning.attention.ops import dispatch, polysketch_eval
 from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS, uses_kernel_form
@@ -246,7 +246,7 @@ class PolySketchAttention(FeatureMapAttention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
-        fla.resolve(self.implementation, v, backend=self.name)  # refuses whichever form runs
+        dispatch.resolve(self.implementation, v, backend=self.name)  # refuses whichever form runs
         if not self.local_block:
             kernel_form = uses_kernel_form(
                 self.evaluation,

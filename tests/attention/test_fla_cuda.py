@@ -22,7 +22,7 @@ import yaml
 
 from attn_lightning.attention import FeatureMapAttention, attention_options, build_attention
 from attn_lightning.attention.naive import naive_kernel_attention
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch, fla
 from attn_lightning.attention.registry import ATTENTIONS
 
 pytestmark = [
@@ -164,7 +164,7 @@ def test_auto_takes_the_torch_kernel_on_cuda(monkeypatch):
     attn(q, k, v, causal=True)
     attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
     assert calls == []  # AUTO_TAKES_FLA is off (ops/fla.py)
-    monkeypatch.setattr(fla, "AUTO_TAKES_FLA", True)  # the rule it had: fla for half precision
+    monkeypatch.setattr(dispatch, "AUTO_TAKES_FLA", True)  # the rule it had: fla for half precision
     attn(q, k, v, causal=True)  # fp32 stays on the torch kernel (fla would run it as TF32)
     attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
     assert calls == [torch.bfloat16]

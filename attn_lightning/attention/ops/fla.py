@@ -27,7 +27,8 @@ what the adapter does with each:
 Precision: bf16 inputs run in bf16 (fla accumulates its state in float32, and keeps a bf16 copy
 of it per chunk for the read-out); fp16 and fp32 inputs run in float32, which Triton computes as
 TF32 on Ampere and later (fp16 features would overflow: Performer's key features reach
-``e^{‖ω‖²/2}``). ``auto`` takes the torch kernel everywhere for now (``AUTO_TAKES_FLA``).
+``e^{‖ω‖²/2}``). Which kernel a call runs is ``ops/dispatch.py``'s rule; this module only adapts
+fla.
 
 Widths (bf16 only, ``fla_widths``): fla-core 0.6.0's bf16 backward gives a wrong dv when the
 value channels are few for the key width (H100, Triton 3.6, 2026-11-26 and 2026-11-28;
@@ -68,25 +69,11 @@ from torch import Tensor
 from attn_lightning.attention.ops import fla_autotune
 from attn_lightning.attention.ops.causal_normaliser import causal_normaliser
 
-IMPLEMENTATIONS = ("auto", "torch", "fla", "triton")
 PACKAGE = "fla-core"
 MIN_VERSION = (0, 5, 1)  # [B, T, H, K] layout, no head_first flag, the signatures used here
 INSTALL = "pip install -e '.[gpu]' (or pip install 'fla-core>=0.5.1')"
 HALF = (torch.float16, torch.bfloat16)
 MAX_TILE = 128  # fla's widest dv-kernel tile (Hopper; 64 or 32 on smaller GPUs: the rule holds)
-
-# Whether ``auto`` runs fla on half-precision CUDA tensors. Off since the first GPU run (H100,
-# fla-core 0.6.0, Triton 3.6, 2026-11-26; docs/benchmarks.md "Results: GPU"): (1) fla's bf16
-# backward returned a wrong dv (relative error 17-84) whenever the feature dimension F differed
-# from Dv (Performer, PolySketch: F = 64, Dv = 32), NaN in a Performer training step; (2) at the
-# report's shapes (H = 4, D = 64, B·N = 64k tokens) fla's kernel, sequential over chunks within
-# each (batch, head), was slower than the torch kernel from N = 1,024 up (fwd + bwd at N = 32k:
-# 29.8 vs 4.5 ms) — most of it this adapter's strided normaliser scan, not fla (a profile on an
-# H100, 2026-11-28; now chunked). ``implementation: fla`` runs every width, bf16 on padded
-# widths (``fla_widths``). ``auto`` never takes ``triton`` either (our fused chunk-parallel kernel,
-# ``triton_causal``): it is verified on the CPU under Triton's interpreter but has not been timed
-# on a GPU (its speed targets are unmeasured); ``implementation: triton`` runs it as asked.
-AUTO_TAKES_FLA = False
 
 # fla's chunk op: (q, k, v, *, scale, normalize) -> (out, final state); [B, T, H, ·] tensors.
 ChunkOp = Callable[..., tuple[Tensor, Any]]
@@ -133,53 +120,6 @@ def check_installed(backend: str) -> None:
             f"install it with {INSTALL}, or use implementation: auto or torch",
             name="fla",
         )
-
-
-def choose(implementation: str, device_type: str, dtype: torch.dtype, *, installed: bool) -> str:
-    """The dispatch rule, on plain facts: ``"fla"`` or ``"torch"`` for a causal product.
-
-    ``auto`` takes the torch kernel while ``AUTO_TAKES_FLA`` is False (see there); were it True,
-    it would take fla for CUDA tensors in bf16/fp16 when fla-core is installed. ``torch`` and
-    ``fla`` and ``triton`` are taken as asked (``resolve`` checks that they can run); ``auto``
-    never takes ``triton`` (see ``AUTO_TAKES_FLA``).
-    """
-    if implementation == "auto":
-        fla_ok = AUTO_TAKES_FLA and installed
-        return "fla" if fla_ok and device_type == "cuda" and dtype in HALF else "torch"
-    return implementation
-
-
-def resolve(implementation: str, v: Tensor, *, backend: str) -> str:
-    """``choose`` for a call whose values are ``v``, refusing an ``fla`` that cannot run.
-
-    Raises:
-        ValueError: ``fla`` or ``triton`` asked for a tensor that is not on CUDA (``triton``:
-            nor on the CPU under ``TRITON_INTERPRET=1``), or a float64 one.
-        ModuleNotFoundError: ``fla`` asked for without fla-core (``check_installed``).
-    """
-    if implementation == "triton":
-        # Imported here: Triton loads only for calls that ask for it.
-        from attn_lightning.attention.ops.triton_causal import check_runnable
-
-        check_runnable(v, backend=backend)
-        return "triton"
-    if implementation == "fla":
-        if v.device.type != "cuda":
-            raise ValueError(
-                f"attention {backend!r}: implementation 'fla' runs on CUDA tensors, got a "
-                f"{v.device.type} tensor; use implementation: auto (the torch kernel) or torch"
-            )
-        if v.dtype == torch.float64:
-            raise ValueError(
-                f"attention {backend!r}: implementation 'fla' has no float64 kernel; use "
-                f"implementation: auto or torch for float64"
-            )
-        check_installed(backend)
-        return "fla"
-    # Only ``auto`` on a half-precision CUDA tensor needs to know (and the answer is cached).
-    installed = implementation == "auto" and v.is_cuda and v.dtype in HALF
-    installed = installed and missing_reason() is None
-    return choose(implementation, v.device.type, v.dtype, installed=installed)
 
 
 def chunk_op() -> ChunkOp:

@@ -40,7 +40,7 @@ float64 has no kernel: refused, as ``fla`` does.
 Devices: CUDA tensors run the compiled kernels. CPU tensors run them through Triton's interpreter
 when ``TRITON_INTERPRET=1`` (``triton.knobs.runtime.interpret``) is on — slow, for tests — and are
 refused otherwise. ``auto`` never takes this kernel: it has not been timed on a GPU yet (its speed
-targets are unmeasured), see ``fla.AUTO_TAKES_FLA``.
+targets are unmeasured), see ``dispatch.AUTO_TAKES_FLA``.
 
 Verified (2026-11-28): outputs, gradients, normaliser, padding, zero-key queries and the final state
 under the interpreter against float64 and the torch kernel (``tests/attention/ops/

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch, fla
 from attn_lightning.benchmarks.arguments import DTYPES
 from attn_lightning.benchmarks.gpu_report.calls import Shape
 from attn_lightning.benchmarks.gpu_report.kernels import KernelRow
@@ -54,7 +54,7 @@ def _pick(rows: Sequence[KernelRow], shape: Shape, dtype: str) -> str:
         if r.contender == AUTO and r.shape == shape and r.kernel.startswith("auto: "):
             return r.kernel.removeprefix("auto: ")
     installed = fla.missing_reason() is None
-    return fla.choose("auto", "cuda", DTYPES[dtype], installed=installed)
+    return dispatch.choose("auto", "cuda", DTYPES[dtype], installed=installed)
 
 
 def choices(rows: Sequence[KernelRow]) -> list[Choice]:

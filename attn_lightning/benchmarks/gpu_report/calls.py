@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention import build_attention
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch, fla
 from attn_lightning.attention.ops.causal_normaliser import causal_normaliser
 from attn_lightning.benchmarks.measure import sdpa_context
 
@@ -143,7 +143,7 @@ def linear(implementation: str) -> Maker:
             kernel = "triton, elu+1 fused"  # what the row timed: φ in the kernel's loads
         if implementation == "auto":  # what auto takes for a call of this shape
             probe = torch.empty(shape.batch, shape.heads, shape.n, shape.head_dim, device=device)
-            kernel = "auto: " + fla.resolve("auto", probe.to(dtype), backend="linear")
+            kernel = "auto: " + dispatch.resolve("auto", probe.to(dtype), backend="linear")
         return _backend_call(attn, shape, device, dtype, kernel)
 
     return make

@@ -21,7 +21,7 @@ import torch
 
 from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_kernel_attention
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch, fla
 from attn_lightning.attention.ops.causal_product import causal_product
 from attn_lightning.attention.ops.linear_kernels import causal_linear_attention
 
@@ -212,7 +212,7 @@ def test_every_backend_routes_its_causal_product_through_the_adapter(
     torch.manual_seed(0)
     plain = build_attention(name, head_dim=4, implementation="torch", **options)
     # As on a GPU: resolve says fla (the option stays auto), and fla's op is the reference.
-    monkeypatch.setattr(fla, "resolve", lambda implementation, v, *, backend: "fla")
+    monkeypatch.setattr(dispatch, "resolve", lambda implementation, v, *, backend: "fla")
     monkeypatch.setattr(fla, "chunk_op", lambda: op)
     g = torch.Generator().manual_seed(1)
     inputs = [torch.randn(B, H, 20, 4, generator=g, requires_grad=True) for _ in range(3)]
@@ -250,7 +250,7 @@ def test_every_backend_routes_its_causal_product_through_the_adapter(
     ],
 )
 def test_dispatch_rule(implementation, device, dtype, installed, want):
-    assert fla.choose(implementation, device, dtype, installed=installed) == want
+    assert dispatch.choose(implementation, device, dtype, installed=installed) == want
 
 
 @pytest.mark.parametrize(
@@ -264,8 +264,8 @@ def test_dispatch_rule(implementation, device, dtype, installed, want):
     ],
 )
 def test_auto_rule_when_it_takes_fla_again(monkeypatch, device, dtype, installed, want):
-    monkeypatch.setattr(fla, "AUTO_TAKES_FLA", True)
-    assert fla.choose("auto", device, dtype, installed=installed) == want
+    monkeypatch.setattr(dispatch, "AUTO_TAKES_FLA", True)
+    assert dispatch.choose("auto", device, dtype, installed=installed) == want
 
 
 @pytest.mark.parametrize("name", ["linear", "mean", "performer", "polysketch"])
@@ -285,7 +285,7 @@ def test_fla_without_a_usable_package_fails_at_build_time(monkeypatch, version, 
         build_attention("linear", head_dim=4, implementation="fla")
     assert "\n" not in str(err.value)
     # auto never needs it: it falls back to the torch kernel.
-    assert fla.resolve("auto", torch.zeros(1), backend="linear") == "torch"
+    assert dispatch.resolve("auto", torch.zeros(1), backend="linear") == "torch"
 
 
 def test_unknown_implementation_lists_the_allowed():

@@ -14,7 +14,7 @@ import torch
 
 from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_kernel_attention
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch, fla
 from tests.attention.ops.test_fla import WIRING, B, H, N, naive, padding
 
 __all__ = ["naive"]  # the fixture, shared with test_fla.py
@@ -136,7 +136,7 @@ def test_every_backend_in_bf16_through_the_adapter_is_as_accurate_as_the_torch_k
         torch.randn(B, H, 70, 16, generator=g).bfloat16().requires_grad_(True) for _ in range(3)
     ]
     mask = padding(70)
-    monkeypatch.setattr(fla, "resolve", lambda implementation, v, *, backend: "fla")
+    monkeypatch.setattr(dispatch, "resolve", lambda implementation, v, *, backend: "fla")
     monkeypatch.setattr(fla, "chunk_op", lambda: emulated_fla(naive))
     out = via_fla(*inputs, causal=True, key_padding_mask=mask)
     monkeypatch.undo()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attn_lightning.attention import build_attention
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch
 from attn_lightning.attention.ops.causal_product import normalised_causal_product
 from attn_lightning.attention.ops.linear_kernels import linear_attention_step
 from attn_lightning.attention.ops.triton_causal import (
@@ -165,4 +165,4 @@ def test_backend_with_triton_on_a_cpu_tensor_is_one_line(monkeypatch):
     with pytest.raises(ValueError, match="implementation 'triton' runs on CUDA") as err:
         attn(x, x, x, causal=True)
     assert "implementation: auto" in str(err.value) and "\n" not in str(err.value)
-    assert fla.resolve("auto", x, backend="linear") == "torch"  # auto never takes triton
+    assert dispatch.resolve("auto", x, backend="linear") == "torch"  # auto never takes triton

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch
 from attn_lightning.benchmarks.gpu_report import auto_choice, page
 from attn_lightning.benchmarks.gpu_report.calls import Shape
 from attn_lightning.results import write_csv
@@ -57,7 +57,7 @@ def test_without_an_auto_row_the_pick_is_choose_s(monkeypatch):
         asked.append((implementation, device_type, dtype))
         return "triton"
 
-    monkeypatch.setattr(fla, "choose", choose)
+    monkeypatch.setattr(dispatch, "choose", choose)
     (c,) = auto_choice.choices([row("linear:torch", H4_32K, 4.0), row("linear:triton", H4_32K, 1)])
     assert asked == [("auto", "cuda", torch.bfloat16)]
     assert (c.pick, c.within) == ("triton", True)

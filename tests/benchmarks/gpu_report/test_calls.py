@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lightning.attention.ops import fla
+from attn_lightning.attention.ops import dispatch
 from attn_lightning.benchmarks.gpu_report import calls
 from attn_lightning.benchmarks.gpu_report.calls import Shape
 from tests.attention.ops.test_fla import fla_naive
@@ -87,7 +87,7 @@ def test_the_old_normaliser_is_the_strided_cumsum_and_the_new_one_agrees():
 
 
 def test_auto_names_the_kernel_it_resolves_to(monkeypatch):
-    monkeypatch.setattr(fla, "resolve", lambda *a, **k: "fla")
+    monkeypatch.setattr(dispatch, "resolve", lambda *a, **k: "fla")
     call = calls.linear("auto")(SHAPE, CPU, torch.float32)
     assert call.kernel == "auto: fla"
 
