@@ -13,7 +13,7 @@ import torch
 
 from attn_lightning.attention import build_attention
 from tests.attention.conftest import backend_cases
-from tests.attention.test_contract import B, D, DV, H, make, qkv, value_dim
+from tests.attention.test_contract import DV, B, D, H, make, qkv, value_dim
 
 
 def floats_per_head(state: tuple[torch.Tensor, ...]) -> int:
@@ -54,7 +54,7 @@ def test_the_formulas():
 
 def test_bad_requests_name_the_value():
     attn = build_attention("linear", head_dim=D)
-    with pytest.raises(ValueError, match="seq_len must be an int >= 0.*got -1"):
+    with pytest.raises(ValueError, match=r"seq_len must be an int >= 0.*got -1"):
         attn.state_size(seq_len=-1)
-    with pytest.raises(ValueError, match="value_dim must be an int >= 1.*got 0"):
+    with pytest.raises(ValueError, match=r"value_dim must be an int >= 1.*got 0"):
         attn.state_size(seq_len=3, value_dim=0)
