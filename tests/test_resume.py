@@ -70,6 +70,23 @@ EXPERIMENTS = {
             "--data.init_args.batch_size=8",
         ],
     ),
+    # A hybrid stack (softmax in layer 0, linear in layer 1) on associative recall.
+    "recall": (
+        40,
+        [
+            "--config",
+            str(CONFIGS / "recall" / "base.yaml"),
+            *TINY_MODEL,
+            "--model.init_args.net.num_layers=2",
+            "--model.init_args.attention={name: linear, layers: {0: {name: softmax}}}",
+            "--data.init_args.vocab_size=64",
+            "--data.init_args.seq_len=16",
+            "--data.init_args.train_size=80",
+            "--data.init_args.val_size=20",
+            "--data.init_args.test_size=8",
+            "--data.init_args.batch_size=8",
+        ],
+    ),
     # Epochs cut to 9 of the 79 batches: a resumed epoch must not continue the cut one.
     "image": (
         36,

@@ -151,6 +151,21 @@ class Attention(nn.Module, abc.ABC):
         """
         return {}
 
+    def state_size(self, *, seq_len: int, value_dim: int | None = None) -> int:
+        """Floats one head of this backend keeps to decode after ``seq_len`` tokens (``step``'s
+        state, per batch row and head): the x-axis of recall-vs-memory plots (Zoology, Based).
+
+        Args:
+            seq_len: N, tokens consumed so far (only a cache that grows with N depends on it).
+            value_dim: Dv (None: ``head_dim``).
+
+        Raises:
+            NotImplementedError: the backend has no recurrent ``step`` (so no state), or does not
+                report its size.
+        """
+        why = "has no recurrent step()" if not self.supports_recurrence else "does not report it"
+        raise NotImplementedError(f"attention {self.name!r} has no state size: it {why}")
+
     def forward(
         self,
         q: Tensor,

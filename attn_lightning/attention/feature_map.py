@@ -26,7 +26,12 @@ from attn_lightning.attention.ops.linear_kernels import (
     linear_attention_step,
     product_dtype,
 )
-from attn_lightning.attention.options import check_choice, check_eps, check_int
+from attn_lightning.attention.options import (
+    check_choice,
+    check_eps,
+    check_int,
+    check_state_request,
+)
 
 
 class FeatureMapAttention(Attention):
@@ -75,6 +80,17 @@ class FeatureMapAttention(Attention):
     @abc.abstractmethod
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
         """φ: ``(B, H, N, D) -> (B, H, N, F)``, non-negative for a well-defined normaliser."""
+
+    @property
+    def feature_dim(self) -> int:
+        """F, the width of φ(x): each subclass states it (``state_size`` is built on it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not state its feature_dim")
+
+    def state_size(self, *, seq_len: int, value_dim: int | None = None) -> int:
+        """``F·Dv + F`` floats per head, whatever ``seq_len``: ``step``'s state Σφ(k)vᵀ and Σφ(k)
+        (``linear_attention_step``)."""
+        dv = check_state_request(self.head_dim, seq_len, value_dim)
+        return self.feature_dim * (dv + 1)
 
     def features(self, x: Tensor, *, is_query: bool, dtype: torch.dtype | None = None) -> Tensor:
         """``feature_map`` evaluated in ``dtype`` (None: the accumulation dtype), autocast off."""

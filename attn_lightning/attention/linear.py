@@ -107,6 +107,11 @@ class LinearAttention(FeatureMapAttention):
         self.fuses_elu_features = feature_map == "elu"  # the Triton kernel applies φ on load
         self._phi = FEATURE_MAPS[feature_map]
 
+    @property
+    def feature_dim(self) -> int:
+        """F = D: every map of ``FEATURE_MAPS`` is element-wise."""
+        return self.head_dim
+
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
         return self._phi(x)
 

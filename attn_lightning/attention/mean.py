@@ -18,5 +18,10 @@ class MeanAttention(FeatureMapAttention):
 
     name = "mean"
 
+    @property
+    def feature_dim(self) -> int:
+        """F = 1: the constant feature."""
+        return 1
+
     def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
         return torch.ones_like(x[..., :1])

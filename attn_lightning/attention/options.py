@@ -37,3 +37,10 @@ def check_eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps!r}")
     return float(eps)
+
+
+def check_state_request(head_dim: int, seq_len: object, value_dim: object) -> int:
+    """Dv of a ``state_size`` request (``value_dim``, or ``head_dim`` when None) once ``seq_len``
+    is an int >= 0 and Dv an int >= 1; a ValueError naming the bad one otherwise."""
+    check_int("seq_len", seq_len, minimum=0, what="tokens consumed")
+    return head_dim if value_dim is None else check_int("value_dim", value_dim, minimum=1)

@@ -30,7 +30,7 @@ from attn_lightning.attention.ops import kv_cache
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.power_exact import blocked_keys, exact_power_attention
 from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
-from attn_lightning.attention.options import check_eps
+from attn_lightning.attention.options import check_eps, check_state_request
 
 
 def taylor_logits(degrees: list[int]) -> Tensor:
@@ -166,6 +166,10 @@ class PolynomialAttention(Attention):
             q, cache_k, cache_v, causal=False, key_padding_mask=None, keys_normalized=True
         )
         return out, state
+
+    def state_size(self, *, seq_len: int, value_dim: int | None = None) -> int:
+        """``N·(D + Dv)`` floats per head: the KV cache of N normalised keys and values."""
+        return seq_len * (self.head_dim + check_state_request(self.head_dim, seq_len, value_dim))
 
     def _exact(
         self,

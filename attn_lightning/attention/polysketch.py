@@ -48,7 +48,7 @@ from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS, uses_kernel_form
 from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
 from attn_lightning.attention.ops.sketches import SKETCHES, RandomPolySketch, symmetric_square
-from attn_lightning.attention.options import check_choice, check_int
+from attn_lightning.attention.options import check_choice, check_int, check_state_request
 from attn_lightning.attention.polynomial import taylor_logits
 
 SKETCH_KINDS = ("random", "learned")
@@ -194,6 +194,22 @@ class PolySketchAttention(FeatureMapAttention):
         values = {f"a{2 * i}": a for i, a in enumerate(self.coefficients.detach().tolist())}
         c = None if self.qk_norm is None else self.qk_norm.scale_growth()
         return values if c is None else values | {"c": c}
+
+    @property
+    def feature_dim(self) -> int:
+        """F: ``w(w+1)/2`` per squared term of width w (``score_widths``), plus the constant
+        ``√a_0`` feature with learned coefficients."""
+        widths = self.score_widths()
+        return sum(w * (w + 1) // 2 for w in widths) + int(self.learned_coefficients)
+
+    def state_size(self, *, seq_len: int, value_dim: int | None = None) -> int:
+        """``F·Dv + F`` floats per head; with ``local_block`` b, ``2·F·(Dv + 1) + b·(D + Dv)``:
+        the completed and the current block's sums and the current block's normalised keys and
+        values (``block_mixed_step``; its token counter is one int, not per head)."""
+        if not self.local_block:
+            return super().state_size(seq_len=seq_len, value_dim=value_dim)
+        dv = check_state_request(self.head_dim, seq_len, value_dim)
+        return 2 * self.feature_dim * (dv + 1) + self.local_block * (self.head_dim + dv)
 
     # ------------------------------------------------------------------ kernel form
     def score_widths(self) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from attn_lightning.attention.base import Attention, Layout, Mask, State
 from attn_lightning.attention.ops import kv_cache
+from attn_lightning.attention.options import check_state_request
 
 
 class SoftmaxAttention(Attention):
@@ -72,6 +73,10 @@ class SoftmaxAttention(Attention):
         # No mask: the cache holds only this token and the past. (B, H, 1, T + 1) scores.
         out = F.scaled_dot_product_attention(q, state[0], state[1], scale=self.scale)
         return out, state
+
+    def state_size(self, *, seq_len: int, value_dim: int | None = None) -> int:
+        """``N·(D + Dv)`` floats per head: the KV cache of N tokens (2·N·D when Dv = D)."""
+        return seq_len * (self.head_dim + check_state_request(self.head_dim, seq_len, value_dim))
 
     def extra_repr(self) -> str:
         cache = "" if self.cache_size is None else f", cache_size={self.cache_size}"

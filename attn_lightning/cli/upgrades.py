@@ -33,6 +33,7 @@ LINKED_FROM_DATA = (
     "num_classes",
     "category_ids",
     "input_size",
+    "vocab_size",
 )
 
 

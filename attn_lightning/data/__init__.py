@@ -4,6 +4,7 @@ from attn_lightning.data.detection import DetectionDataModule
 from attn_lightning.data.domains import DomainImageDataModule
 from attn_lightning.data.images import load_images
 from attn_lightning.data.pixels import PixelDataModule
+from attn_lightning.data.recall import AssociativeRecallDataModule
 from attn_lightning.data.reversal import (
     ReversalDataset,
     SequenceReversalDataModule,
@@ -12,6 +13,7 @@ from attn_lightning.data.reversal import (
 from attn_lightning.data.scenes import SyntheticScenes
 
 __all__ = [
+    "AssociativeRecallDataModule",
     "DetectionDataModule",
     "DomainImageDataModule",
     "PixelDataModule",

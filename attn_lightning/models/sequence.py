@@ -56,11 +56,23 @@ class SequenceTransformer(nn.Module):
         return self.encoder.supports_recurrence
 
     def forward(
-        self, tokens: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None
+        self,
+        tokens: Tensor,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        """``tokens: (B, L)`` long -> logits ``(B, L, num_outputs)``."""
+        """``tokens: (B, L)`` long -> logits ``(B, L, num_outputs)``.
+
+        ``positions: (B, P)`` long: the logits at those positions only, ``(B, P, num_outputs)``;
+        the head then costs O(P·E·V) instead of O(L·E·V) (a large vocabulary read at a few
+        positions, as in associative recall).
+        """
         x = self.dropout(self.positional(self.embed(tokens)))  # (B, L, E)
         x = self.encoder(x, causal=causal, key_padding_mask=key_padding_mask)
+        if positions is not None:
+            x = x.gather(1, positions[..., None].expand(-1, -1, x.shape[-1]))  # (B, P, E)
         return self.head(x)
 
     def step(self, token: Tensor, state: DecodeState | None = None) -> tuple[Tensor, DecodeState]:

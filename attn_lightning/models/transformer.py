@@ -33,6 +33,7 @@ from typing import Any, Literal, cast
 from torch import Tensor, nn
 
 from attn_lightning.attention import Grid, State, build_attention
+from attn_lightning.models.hybrid import layer_attentions
 
 LayerState = tuple[State | None, ...]
 # Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
@@ -298,10 +299,13 @@ class TransformerEncoder(nn.Module):
     Args:
         sizes: every block's sizes (``BlockSizes``; a ``TransformerSpec`` is one).
         num_layers: number of blocks (0 leaves only the final norm).
-        attention, projections: backend dict and projections of every layer.
+        attention: backend dict of every layer; its ``layers`` key gives some layers their own
+            (a hybrid stack, ``models.hybrid``).
+        projections: the projections of every layer.
 
     Raises:
-        ValueError: a negative ``num_layers``, or a bad size (from the blocks).
+        ValueError: a negative ``num_layers``, a bad size (from the blocks), or a ``layers`` entry
+            naming a layer the stack does not have.
     """
 
     def __init__(
@@ -316,8 +320,8 @@ class TransformerEncoder(nn.Module):
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
         self.layers = nn.ModuleList(
-            EncoderBlock(sizes, attention=attention, projections=projections)
-            for _ in range(num_layers)
+            EncoderBlock(sizes, attention=layer, projections=projections)
+            for layer in layer_attentions(attention, num_layers=num_layers)
         )
         self.norm = nn.LayerNorm(sizes.d_model)
 
@@ -326,6 +330,20 @@ class TransformerEncoder(nn.Module):
         return all(
             m.supports_recurrence for m in self.modules() if isinstance(m, MultiHeadAttention)
         )
+
+    def state_sizes(self, *, seq_len: int) -> tuple[int, ...]:
+        """Floats each layer keeps to decode after ``seq_len`` tokens, per batch row: its heads'
+        backend states (``Attention.state_size`` × H, Dv = head_dim).
+
+        Raises:
+            NotImplementedError: a layer whose backend has no recurrent step.
+        """
+        sizes = []
+        for layer in self.layers:
+            attn = cast(EncoderBlock, layer).attn
+            per_head = attn.backend.state_size(seq_len=seq_len, value_dim=attn.head_dim)
+            sizes.append(attn.num_heads * per_head)
+        return tuple(sizes)
 
     def forward(
         self,

@@ -7,10 +7,12 @@ from attn_lightning.tasks.detection import DetectionTask
 from attn_lightning.tasks.image import ImageGenerationTask
 from attn_lightning.tasks.lora_mlp import LoRAClassifierTask
 from attn_lightning.tasks.lora_reversal import LoRAReversalTask
+from attn_lightning.tasks.recall import AssociativeRecallTask
 from attn_lightning.tasks.reversal import SequenceReversalTask
 
 __all__ = [
     "AdaptedTask",
+    "AssociativeRecallTask",
     "AttentionTask",
     "DetectionTask",
     "ImageClassificationTask",

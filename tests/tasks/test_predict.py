@@ -96,6 +96,24 @@ def test_reversal_writes_greedy_predictions_csv(tmp_path):
     _check_reversal(cli, folder, shift=0)
 
 
+def test_recall_writes_each_query_its_answer_and_the_truth(tmp_path):
+    cli, folder = fit_then_predict(
+        tmp_path, "recall", *SPLIT_SIZES, "--data.init_args.batch_size=8"
+    )
+    assert _writer(cli).written == [folder / "predictions.csv"]
+    rows = _rows(folder / "predictions.csv")
+    examples = cli.datamodule.datasets["test"].examples
+    assert len(rows) == 20 * 4  # one row per query: 4 pairs, each key queried once
+    logits = cli.model(examples.inputs, examples.positions)  # (20, 4, V)
+    for i, row in enumerate(rows):
+        index, position = int(row["index"]), int(row["position"])
+        assert index == i // 4 and position == int(examples.positions[index, i % 4])
+        assert int(row["query"]) == int(examples.inputs[index, position])
+        assert int(row["target"]) == int(examples.labels[index, position])
+        assert int(row["prediction"]) == int(logits[index, i % 4].argmax())
+        assert row["correct"] == str(int(row["prediction"] == row["target"]))
+
+
 def test_lora_reversal_writes_shifted_targets(tmp_path):
     cli, folder = fit_then_predict(
         tmp_path,
