@@ -9,7 +9,7 @@ key in it gives some layers their own::
         0: {name: softmax}    # ... except layer 0 (Zoology's and Based's hybrids: a little exact
                               # attention beside a fixed-size state)
 
-Each entry follows the rule of ``attention_override`` (``tasks.base.resolve_attention``): its
+Each entry follows the rule of ``attention_override`` (``attention.resolve_attention``): its
 keys replace the default's, and a different ``name`` replaces the whole dict (another backend's
 options would not apply), so ``layers: {1: {num_features: 512}}`` changes one option of one layer.
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from attn_lightning.attention import resolve_attention
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.specs import SequenceSpec
 from attn_lightning.results import write_csv
@@ -37,7 +38,6 @@ from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,
     require_from_data,
-    resolve_attention,
 )
 from attn_lightning.tasks.reversal import measured_cross_entropy
 

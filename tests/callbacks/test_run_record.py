@@ -36,6 +36,7 @@ class Tiny(pl.LightningModule):
     def __init__(self, attention: dict | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
+        self.attention_config = attention  # what a task built its model with: the record's variant
         self.layer = nn.Linear(4, 1)
 
     def _loss(self, batch: list[torch.Tensor]) -> torch.Tensor:
