@@ -133,13 +133,12 @@ class AttentionTask(pl.LightningModule):
         net: Any = None,
         *,
         attention_override: Mapping[str, Any] | None = None,
-        ignore: tuple[str, ...] = (),
     ) -> Any:
         """Save the calling ``__init__``'s arguments as hyper-parameters, check the schedule's and
         return ``net`` as the task's ``net_spec`` (None for a task without one).
 
-        ``attention_override`` is kept on the task but never saved (see the module docstring),
-        nor are ``ignore``'s names; ``net`` (a spec, or its dict from a checkpoint) is saved as a
+        ``attention_override`` is kept on the task but never saved (see the module docstring);
+        ``net`` (a spec, or its dict from a checkpoint) is saved as a
         plain dict so checkpoints load with ``weights_only=True``.
 
         Raises:
@@ -148,7 +147,7 @@ class AttentionTask(pl.LightningModule):
         """
         caller = inspect.currentframe()
         self.save_hyperparameters(
-            ignore=["attention_override", *ignore], frame=caller.f_back if caller else None
+            ignore=["attention_override"], frame=caller.f_back if caller else None
         )
         hp = self.hparams
         if not hp["lr"] > 0:

@@ -15,8 +15,6 @@ Logged per split: ``loss``, ``acc`` (torchmetrics) and ``trainable_params``.
 
 from __future__ import annotations
 
-import warnings
-
 from torch import Tensor
 
 from attn_lightning.models.mlp import MLP
@@ -49,8 +47,6 @@ class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
         modules_to_save: layers trained whole beside the adapters (e.g. ``[fc3]``, the head).
         lora_bias: peft's ``bias``: ``none`` (frozen), ``lora_only`` or ``all`` (biases train).
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its warm-up + cosine schedule.
-        mode: deprecated, the old name of ``adaptation``: still read (configs and checkpoints
-            written before the rename) with a ``FutureWarning``; not saved.
     """
 
     base_hint = "the checkpoint of an adaptation=base run (e.g. checkpoints/lora/base/last.ckpt)"
@@ -74,15 +70,10 @@ class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         min_lr_ratio: float = 0.1,
-        mode: str | None = None,
     ) -> None:
-        if mode is not None:
-            adaptation = _renamed_mode(mode, adaptation)
         super().__init__(adaptation=adaptation, base_checkpoint=base_checkpoint)
         require_from_data(self, input_size=input_size, num_classes=num_classes)
-        spec = self.init_task(net, ignore=("mode",))
-        # Under LightningCLI the saved values are the config's: store mode's under its new name.
-        self.hparams["adaptation"] = adaptation
+        spec = self.init_task(net)
         mlp = MLP(input_size=input_size, hidden_sizes=spec.hidden_sizes, num_classes=num_classes)
         self.net = mlp
         self.adapt(
@@ -119,22 +110,6 @@ class LoRAClassifierTask(ClassifierSteps, AdaptedTask):
             batch_size=batch_size,
             sync_dist=True,  # the same on every rank; synced so Lightning does not warn under DDP
         )
-
-
-def _renamed_mode(mode: str, adaptation: str) -> str:
-    """``mode``, the pre-rename name of ``adaptation``: its value, with a ``FutureWarning``."""
-    if adaptation not in ("base", mode):  # "base" is the default: not set explicitly
-        raise ValueError(
-            f"mode={mode!r} and adaptation={adaptation!r} given; mode is the old name of "
-            f"adaptation: keep adaptation only"
-        )
-    warnings.warn(
-        f"LoRAClassifierTask's mode is renamed to adaptation: write adaptation: {mode} "
-        f"(model.init_args.adaptation); mode will stop working in a later version",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return mode
 
 
 __all__ = ["LoRAClassifierTask"]

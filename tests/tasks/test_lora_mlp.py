@@ -140,15 +140,6 @@ def test_bad_options_are_rejected():
         LoRAClassifierTask(adaptation="lora_scratch", lora_r=0)
 
 
-def test_old_mode_name_still_reads_with_a_warning(base_path):
-    with pytest.warns(FutureWarning, match="mode is renamed to adaptation"):
-        task = LoRAClassifierTask(mode="lora_scratch", lora_r=2)
-    assert task.adaptation == "lora_scratch" and task.num_trainable == 2 * 1050
-    assert task.hparams["adaptation"] == "lora_scratch" and "mode" not in task.hparams
-    with pytest.raises(ValueError, match="mode is the old name of adaptation"):
-        LoRAClassifierTask(mode="lora_scratch", adaptation="full")
-
-
 # ---------------------------------------------------------------------- train.py end to end
 def _run(subcommand: str, tmp: Path, *configs: Path, extra: tuple[str, ...] = ()):
     args = [subcommand]
@@ -161,16 +152,6 @@ def _run(subcommand: str, tmp: Path, *configs: Path, extra: tuple[str, ...] = ()
         *extra,
     ]
     return main(args)
-
-
-@pytest.mark.usefixtures("cli_workdir")
-def test_old_mode_in_yaml_is_saved_as_adaptation(tmp_path):
-    old = tmp_path / "old.yaml"
-    old.write_text("model:\n  init_args:\n    mode: lora_scratch\n")
-    with pytest.warns(FutureWarning, match="mode is renamed to adaptation"):
-        cli = main(["--config", str(CONFIGS / "base.yaml"), "--config", str(old)], run=False)
-    assert cli.model.adaptation == "lora_scratch"
-    assert cli.model.hparams["adaptation"] == "lora_scratch" and "mode" not in cli.model.hparams
 
 
 @pytest.mark.usefixtures("cli_workdir")
