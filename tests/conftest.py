@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import sys
 
 import pytest
@@ -28,3 +29,16 @@ def cli_workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["train.py"])
     return tmp_path
+
+
+@pytest.fixture
+def elsewhere(monkeypatch):
+    """This process passes for another machine (platform, processor, Python): a page rebuilt
+    from run records must state where the runs ran, never where it is rebuilt."""
+    for name, value in (
+        ("platform", "Elsewhere-0.0-test"),
+        ("processor", "elsewhere-cpu"),
+        ("machine", "elsewhere-cpu"),
+        ("python_version", "0.0.0"),
+    ):
+        monkeypatch.setattr(platform, name, lambda *_, value=value, **__: value)
