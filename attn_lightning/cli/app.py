@@ -64,12 +64,8 @@ from attn_lightning.cli.checkpoints import (
 )
 from attn_lightning.cli.config_checks import check_command_line, expand_help_names, rename_moved
 from attn_lightning.cli.debug import debug_checks, enable_debug_checks
-from attn_lightning.cli.errors import (
-    AppArgumentParser,
-    constructor_error,
-    debug_requested,
-    trainer_refusals,
-)
+from attn_lightning.cli.errors import AppArgumentParser, constructor_error, trainer_refusals
+from attn_lightning.cli.first_mistakes import debug_requested
 from attn_lightning.cli.help import (
     CKPT_PATH_HELP,
     DESCRIPTION,
