@@ -56,6 +56,7 @@ from lightning.pytorch.cli import (
 )
 
 from attn_lightning.callbacks import FitClock
+from attn_lightning.cli.checkpoint_options import model_options, say_replaced
 from attn_lightning.cli.checkpoints import (
     check_classes,
     check_evaluated_weights,
@@ -183,6 +184,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
             if isinstance(task, type):
                 hparams = upgraded_hparams(task, hparams)
             hparams = {"class_path": class_path, "dict_kwargs": hparams}
+        given = model_options(config.get("model"))
         try:
             self.config = self.parser.parse_object(
                 {self.config.subcommand: {"model": hparams}}, self.config
@@ -190,6 +192,8 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         except SystemExit:
             sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
             raise
+        after = model_options(self.config[self.config.subcommand].get("model"))
+        say_replaced(given, after, str(ckpt_path))  # the values replaced, said once
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
