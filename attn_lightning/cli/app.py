@@ -27,9 +27,10 @@ subcommand: ``records``. ``<subcommand> --help`` is short, ``--help <group>``/``
 
 With ``--ckpt_path``, LightningCLI (2.5.5+, checked on 2.6) parses the checkpoint's saved model
 hyper-parameters *over* the config and the command line: ``--model.init_args.attention`` or a
-model size given with a checkpoint is silently replaced by the checkpoint's value. Use
-``--model.init_args.attention_override`` (not saved as a hyper-parameter, so it survives) to
-evaluate a checkpoint with other backend options. DataModule and trainer arguments are not
+model size given with a checkpoint is replaced by the checkpoint's value (one warning line
+names what it replaced: ``checkpoint_options``). Use ``--model.init_args.attention_override``
+(not saved as a hyper-parameter, so it survives) to evaluate a checkpoint with other backend
+options. DataModule and trainer arguments are not
 affected. A checkpoint that saved a class under a path that has since moved
 (``config_checks.MOVED_CLASS_PATHS``) loads from the new path with a warning; a config file that
 names one fails before parsing with the new path (as does a backend overlay given without its
