@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import platform
 import sys
 
 import pytest
 
 from attn_lightning.benchmarks.gpu_report.plan import FAILURES_AT_ONCE
+from tests.elsewhere import pass_for_another_machine
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -33,12 +33,6 @@ def cli_workdir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def elsewhere(monkeypatch):
-    """This process passes for another machine (platform, processor, Python): a page rebuilt
-    from run records must state where the runs ran, never where it is rebuilt."""
-    for name, value in (
-        ("platform", "Elsewhere-0.0-test"),
-        ("processor", "elsewhere-cpu"),
-        ("machine", "elsewhere-cpu"),
-        ("python_version", "0.0.0"),
-    ):
-        monkeypatch.setattr(platform, name, lambda *_, value=value, **__: value)
+    """This process passes for another machine (``tests.elsewhere``): a page rebuilt from run
+    records must state where the runs ran, never where it is rebuilt."""
+    pass_for_another_machine(monkeypatch)
