@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from attn_lightning.benchmarks.gpu_report.plan import FAILURES_AT_ONCE
+from tests.elsewhere import pass_for_another_machine
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -28,3 +29,10 @@ def cli_workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["train.py"])
     return tmp_path
+
+
+@pytest.fixture
+def elsewhere(monkeypatch):
+    """This process passes for another machine (``tests.elsewhere``): a page rebuilt from run
+    records must state where the runs ran, never where it is rebuilt."""
+    pass_for_another_machine(monkeypatch)

@@ -30,7 +30,8 @@ from torch import Tensor
 
 from attn_lightning.attention.performer import draw_projection
 from attn_lightning.benchmarks import plots, report
-from attn_lightning.benchmarks.arguments import add_output
+from attn_lightning.benchmarks.arguments import UsageError, add_output
+from attn_lightning.cli.checkpoints import read_weights
 
 SUFFIX = "coefficient_logits"
 EVEN_SUFFIX = "even_coefficient_logits"
@@ -42,9 +43,12 @@ def load_learned_coefficients(path: Path) -> dict[str, Tensor]:
     Accepts a Lightning checkpoint (``{"state_dict": ...}``) or a bare state dict.
 
     Raises:
-        ValueError: the file holds no key ending in ``coefficient_logits``.
+        UsageError: the file cannot be read (missing, corrupt, not a checkpoint) or holds no
+            key ending in ``coefficient_logits``.
     """
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+    obj, problem = read_weights(path)
+    if problem:
+        raise UsageError(f"--checkpoint {path} {problem}")
     state = obj.get("state_dict", obj) if isinstance(obj, dict) else {}
     found = {}
     for key, value in state.items():
@@ -60,7 +64,7 @@ def load_learned_coefficients(path: Path) -> dict[str, Tensor]:
             found[key[: -len(SUFFIX)].rstrip(".") or "coefficients"] = a
     if not found:
         sample = ", ".join(list(state)[:5]) or "none"
-        raise ValueError(
+        raise UsageError(
             f"no state_dict key ending in {SUFFIX!r} in {path} (a PolynomialAttention built "
             f"with learned_coefficients=True); first keys: {sample}"
         )

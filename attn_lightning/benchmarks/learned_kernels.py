@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from attn_lightning.benchmarks import report
 from attn_lightning.benchmarks.arguments import UsageError, add_output
 from attn_lightning.benchmarks.kernel_shapes import EVEN_SUFFIX, SUFFIX
+from attn_lightning.cli.checkpoints import read_weights
 from attn_lightning.results import files
 
 GAMMA = "qk_norm.weight"
@@ -48,11 +49,10 @@ DEGREE = 4  # columns a0 … a4: the thesis's learned polynomial and the even li
 
 def _state_dict(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise UsageError(f"no checkpoint {path}")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # a truncated or foreign file: say which, and what it was
-        raise UsageError(f"cannot read checkpoint {path}: {error}") from error
+        raise UsageError(f"--checkpoints {path}: no such file")
+    obj, problem = read_weights(path)
+    if problem:  # a truncated or foreign file: say which, and what it was
+        raise UsageError(f"--checkpoints {path} {problem}")
     state = obj.get("state_dict", obj) if isinstance(obj, dict) else None
     if not isinstance(state, dict):
         raise UsageError(f"{path} holds no state dict (a Lightning checkpoint or a state dict)")

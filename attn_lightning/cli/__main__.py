@@ -4,10 +4,16 @@
         --config configs/presets/cpu.yaml
 
 Takes what ``train.py`` takes (``fit | validate | test | predict``, ``--config``, ``--ckpt_path``,
-``--print_config``) and runs the same ``command_line``; the study runner spawns runs this way.
+``--print_config``) and runs the same ``command_line``, answering the first mistakes before torch
+and Lightning load as ``train.py`` does; the study runner spawns runs this way.
 """
 
-from attn_lightning.cli.entry import command_line
+import sys
+
+from attn_lightning.cli.first_mistakes import answer_first_mistakes
 
 if __name__ == "__main__":
+    answer_first_mistakes(sys.argv[1:])
+    from attn_lightning.cli.entry import command_line  # torch and Lightning: seconds to import
+
     command_line()

@@ -27,9 +27,10 @@ subcommand: ``records``. ``<subcommand> --help`` is short, ``--help <group>``/``
 
 With ``--ckpt_path``, LightningCLI (2.5.5+, checked on 2.6) parses the checkpoint's saved model
 hyper-parameters *over* the config and the command line: ``--model.init_args.attention`` or a
-model size given with a checkpoint is silently replaced by the checkpoint's value. Use
-``--model.init_args.attention_override`` (not saved as a hyper-parameter, so it survives) to
-evaluate a checkpoint with other backend options. DataModule and trainer arguments are not
+model size given with a checkpoint is replaced by the checkpoint's value (one warning line
+names what it replaced: ``checkpoint_options``). Use ``--model.init_args.attention_override``
+(not saved as a hyper-parameter, so it survives) to evaluate a checkpoint with other backend
+options. DataModule and trainer arguments are not
 affected. A checkpoint that saved a class under a path that has since moved
 (``config_checks.MOVED_CLASS_PATHS``) loads from the new path with a warning; a config file that
 names one fails before parsing with the new path (as does a backend overlay given without its
@@ -56,6 +57,7 @@ from lightning.pytorch.cli import (
 )
 
 from attn_lightning.callbacks import FitClock
+from attn_lightning.cli.checkpoint_options import model_options, say_replaced
 from attn_lightning.cli.checkpoints import (
     check_classes,
     check_evaluated_weights,
@@ -64,12 +66,8 @@ from attn_lightning.cli.checkpoints import (
 )
 from attn_lightning.cli.config_checks import check_command_line, expand_help_names, rename_moved
 from attn_lightning.cli.debug import debug_checks, enable_debug_checks
-from attn_lightning.cli.errors import (
-    AppArgumentParser,
-    constructor_error,
-    debug_requested,
-    trainer_refusals,
-)
+from attn_lightning.cli.errors import AppArgumentParser, constructor_error, trainer_refusals
+from attn_lightning.cli.first_mistakes import debug_requested
 from attn_lightning.cli.help import (
     CKPT_PATH_HELP,
     DESCRIPTION,
@@ -187,6 +185,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
             if isinstance(task, type):
                 hparams = upgraded_hparams(task, hparams)
             hparams = {"class_path": class_path, "dict_kwargs": hparams}
+        given = model_options(config.get("model"))
         try:
             self.config = self.parser.parse_object(
                 {self.config.subcommand: {"model": hparams}}, self.config
@@ -194,6 +193,8 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         except SystemExit:
             sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
             raise
+        after = model_options(self.config[self.config.subcommand].get("model"))
+        say_replaced(given, after, str(ckpt_path))  # the values replaced, said once
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config

@@ -22,6 +22,9 @@ class CheckpointError(ValueError):
     """A ``--ckpt_path`` that cannot be used, with the reason in one line."""
 
 
+# The package whose classes a checkpoint's class path may import (``resolve_class``).
+OWN = "attn_lightning."
+
 # ``--ckpt_path initial``: evaluate the weights the config builds (untrained, or a LoRA task's
 # base_checkpoint), on purpose. Lightning's ckpt_path names ("best", "last") are its family.
 INITIAL = "initial"
@@ -56,8 +59,12 @@ def check_evaluated_weights(subcommand: str, config: Any) -> None:
         )
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, *, flag: str = "--ckpt_path") -> dict[str, Any]:
     """``torch.load`` with ``weights_only=True``; CheckpointError naming the file otherwise.
+
+    Args:
+        path: the checkpoint.
+        flag: the option that gave it, named in the error (``--init_from``, ``--checkpoints``).
 
     Raises:
         CheckpointError: the file does not exist, is not a torch checkpoint (corrupt, truncated,
@@ -65,7 +72,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"--ckpt_path {str(path)!r}: no such file")
+        raise CheckpointError(f"{flag} {str(path)!r}: no such file")
     checkpoint, problem = _read(path)
     if problem:
         # A checkpoint cut short (a full disk, a copy killed midway): name the newest one beside it
@@ -76,16 +83,17 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             if intact
             else ""
         )
-        raise CheckpointError(f"--ckpt_path {str(path)!r} {problem}{also}")
+        raise CheckpointError(f"{flag} {str(path)!r} {problem}{also}")
     return checkpoint
 
 
-def _read(path: Path) -> tuple[dict[str, Any], str | None]:
-    """The checkpoint at ``path`` and None, or {} and why it is not a Lightning checkpoint."""
+def read_weights(path: Path) -> tuple[Any, str | None]:
+    """What ``torch.load(path, weights_only=True)`` returns and None, or None and why the file
+    cannot be read (for a message ``<flag> <path> <why>``)."""
     try:
-        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+        return torch.load(path, weights_only=True, map_location="cpu"), None
     except OSError as e:  # a permission, a folder, an I/O error: the file itself is unreadable
-        return {}, f"cannot be read ({type(e).__name__}: {e.strerror or e})"
+        return None, f"cannot be read ({type(e).__name__}: {e.strerror or e})"
     except Exception as e:
         # weights_only=True refuses anything but tensors and primitives: a file it cannot read is
         # corrupt, truncated or not a checkpoint, never something to unpickle unsafely — so
@@ -93,7 +101,14 @@ def _read(path: Path) -> tuple[dict[str, Any], str | None]:
         # in its unpickler with any error (b"hello" is a memo lookup: KeyError: 101).
         reason = str(e).split(".")[0].strip()
         detail = "" if "weights_only" in str(e) else f": {' '.join(reason.split())[:120]}"
-        return {}, f"is corrupt or not a Lightning checkpoint ({type(e).__name__}{detail})"
+        return None, f"is corrupt or not a Lightning checkpoint ({type(e).__name__}{detail})"
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The checkpoint at ``path`` and None, or {} and why it is not a Lightning checkpoint."""
+    checkpoint, problem = read_weights(path)
+    if problem:
+        return {}, problem
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         return {}, "is not a Lightning checkpoint (no 'state_dict' entry)"
     return checkpoint, None
@@ -140,8 +155,11 @@ def check_classes(checkpoint: dict[str, Any], path: str | Path, config: Any) -> 
 
 
 def resolve_class(class_path: str) -> object:
-    """The class a dotted path names (the path itself when it does not import), so that a
-    module path and a package path of one class compare equal."""
+    """The class a dotted path under ``attn_lightning.`` names, so that a module path and a
+    package path of one class compare equal; any other path (or one that does not import) is
+    returned as it is: a checkpoint's ``_class_path`` never makes us import another package."""
+    if not class_path.startswith(OWN):
+        return class_path
     module, _, name = class_path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)
@@ -156,7 +174,11 @@ def _configured_class(config: Any, section: str) -> str | None:
 
 
 def load_task(
-    path: str | Path, *, map_location: str | torch.device = "cpu", default: type | None = None
+    path: str | Path,
+    *,
+    map_location: str | torch.device = "cpu",
+    default: type | None = None,
+    flag: str = "--ckpt_path",
 ) -> Any:
     """The task a checkpoint holds, rebuilt from its saved hyper-parameters and weights.
 
@@ -164,20 +186,21 @@ def load_task(
     benchmarks). Unlike ``LightningModule.load_from_checkpoint`` it reads checkpoints of every
     layout this project has written: a class path that has moved, model sizes saved before they
     moved under ``net`` (``cli.upgrades``). The task is in eval mode on ``map_location``.
-    ``default`` is the class of a checkpoint that names none (saved by a plain ``Trainer``).
+    ``default`` is the class of a checkpoint that names none (saved by a plain ``Trainer``);
+    ``flag`` is the option that gave ``path`` (named in errors).
 
     Raises:
-        CheckpointError: not a checkpoint, or one that names no task class.
+        CheckpointError: not a checkpoint, or one that names no task class of this package.
     """
     from attn_lightning.cli.upgrades import upgraded_hparams
 
-    checkpoint = load_checkpoint(path)
+    checkpoint = load_checkpoint(path, flag=flag)
     class_path = saved_class(checkpoint, "hyper_parameters")
     task_class = resolve_class(class_path) if class_path else default
     if not isinstance(task_class, type):
         raise CheckpointError(
-            f"{str(path)!r} names no task class in its hyper-parameters ({class_path!r}); "
-            f"expected a checkpoint written by train.py"
+            f"{flag} {str(path)!r} names no task class of {OWN.rstrip('.')} in its "
+            f"hyper-parameters ({class_path!r}); expected a checkpoint written by train.py"
         )
     saved = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
     task = task_class(**upgraded_hparams(task_class, saved))

@@ -1,4 +1,5 @@
-"""Checks of the command line before LightningCLI parses it: moved class paths, lone overlays.
+"""Checks of the command line before LightningCLI parses it: config files that are missing or
+not YAML mappings, moved class paths, lone overlays.
 
 jsonargparse reports both mistakes as a long "does not validate against any of the Union
 subtypes" block that names neither the file nor the fix; these checks name both.
@@ -90,27 +91,53 @@ def _class_paths(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
             yield from _class_paths(item, f"{where}[{index}]")
 
 
-def check_command_line(args: Sequence[str]) -> str | None:
-    """The first mistake in ``args`` and its configs as one message, or None.
+def read_configs(args: Sequence[str]) -> tuple[list[tuple[Path, Any]], str | None]:
+    """The ``--config`` files of ``args`` read as YAML, and the first one's mistake (None: none).
 
-    Finds class paths that moved (naming the new one) and a backend/variant overlay given
-    without the experiment's ``base.yaml`` that names the task.
+    A mistake is a file that does not exist, a YAML syntax error (``path:line:column``: the
+    parser names only "<unicode string>") or a file that is not a mapping of options. A value
+    that is itself a YAML mapping is a config given inline (``--config '{trainer: …}'``), which
+    LightningCLI reads: not read here.
     """
     loaded: list[tuple[Path, Any]] = []
     for path in config_files(args):
         if not path.is_file():
-            return None  # jsonargparse reports a missing file well
+            if _inline(str(path)):
+                continue
+            what = "is a folder, not a file" if path.is_dir() else "does not exist"
+            return loaded, f"config file {path} {what}"
         try:
             tree = yaml.safe_load(path.read_text())
         except yaml.YAMLError as error:  # jsonargparse names "<unicode string>", not the file
-            return _yaml_error(path, error)
+            return loaded, yaml_error(path, error)
         if not isinstance(tree, Mapping):
             what = "is empty" if tree is None else f"holds a {type(tree).__name__}"
-            return (
+            return loaded, (
                 f"{path} {what}; a config is a YAML mapping of options, "
                 f"e.g. 'trainer: {{max_steps: 100}}'"
             )
         loaded.append((path, tree))
+    return loaded, None
+
+
+def _inline(value: str) -> bool:
+    """Whether a ``--config`` value is a YAML mapping itself rather than a path."""
+    try:
+        return isinstance(yaml.safe_load(value), Mapping)
+    except yaml.YAMLError:
+        return False
+
+
+def check_command_line(args: Sequence[str]) -> str | None:
+    """The first mistake in ``args`` and its configs as one message, or None.
+
+    Finds a config file's mistake (``read_configs``), class paths that moved (naming the new
+    one) and a backend/variant overlay given without the experiment's ``base.yaml`` that names
+    the task.
+    """
+    loaded, message = read_configs(args)
+    if message:
+        return message
     message = _short_help_name(args)
     if message:
         return message
@@ -128,7 +155,7 @@ def check_command_line(args: Sequence[str]) -> str | None:
     return _lone_overlay(loaded, args)
 
 
-def _yaml_error(path: Path, error: yaml.YAMLError) -> str:
+def yaml_error(path: Path, error: yaml.YAMLError) -> str:
     """``path:line:column: problem`` for a YAML syntax error (lines counted from 1)."""
     mark = getattr(error, "problem_mark", None)
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)

@@ -12,7 +12,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from attn_lightning.callbacks import NonFiniteTraining, RunCheckpoint
 from attn_lightning.cli.app import main
-from attn_lightning.cli.errors import HINT, debug_requested, one_line, trainer_error
+from attn_lightning.cli.errors import one_line, trainer_error
+from attn_lightning.cli.first_mistakes import HINT, answer_first_mistakes, debug_requested
 from attn_lightning.cli.progress import RunStarted
 
 log = logging.getLogger("attn_lightning")
@@ -32,6 +33,7 @@ def command_line(args: list[str] | None = None) -> None:
     stopped by non-finite losses (``callbacks.NonFiniteStop``) prints its one line and exits 3.
     """
     argv = sys.argv[1:] if args is None else args
+    answer_first_mistakes(argv)  # as train.py does before importing this module
     if not log.handlers:  # progress lines and the end-of-run summary, on stderr
         handler = StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))

@@ -8,10 +8,8 @@ traceback; a user needs one line that names the value, what is allowed and the l
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
-import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -23,22 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from attn_lightning.cli.config_checks import config_files, key_location
-
-DEBUG_ENV = "ATTN_LIGHTNING_DEBUG"
-HINT = "run with --help for the options, or add --debug for the full report"
-
-
-def debug_requested(args: Sequence[str] | None) -> bool:
-    """``--debug`` on the command line or ``ATTN_LIGHTNING_DEBUG`` set to a true value."""
-    if os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes"):
-        return True
-    return args is not None and any(a == "--debug" or a == "--debug=true" for a in args)
-
-
-def nearest(word: str, choices: Iterable[str]) -> str | None:
-    """The closest of ``choices`` to ``word`` (difflib ratio ≥ 0.6), or None."""
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return match[0] if match else None
+from attn_lightning.cli.first_mistakes import HINT, nearest
 
 
 def accepted_options(cls: type) -> list[str]:

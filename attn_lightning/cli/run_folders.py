@@ -82,18 +82,20 @@ def run_of_checkpoint(config: Any) -> tuple[str, str] | None:
 
 
 def continue_run(config: Any, subcommand: str | None) -> tuple[str, str] | None:
-    """Aim a run given a run folder's checkpoint at that run, unless ``--run_name`` is given.
+    """Aim a run given a run folder's checkpoint at that run, unless ``--run_name`` names another.
 
     ``fit`` continues the run: its logs and checkpoints stay in ``<experiment>/<run>/``, so the
     resume hints (``--ckpt_path …/last.ckpt``) work as printed. ``validate``/``test``/``predict``
     log beside the run, in ``logs/<experiment>/<run>/<subcommand>/`` (a TensorBoard logger's
-    ``sub_dir``), not in a new ``version_N``. Sets ``experiment`` and ``run_name`` in ``config``.
+    ``sub_dir``), not in a new ``version_N`` nor in the fit's own event files, also when the
+    run's name is given (a config's ``run_name``, as the LoRA configs set). Sets ``experiment``
+    and ``run_name`` in ``config``.
 
     Returns:
         ``(experiment, run)`` when it did, else None.
     """
-    found = None if config.get("run_name") else run_of_checkpoint(config)
-    if found is None:
+    found = run_of_checkpoint(config)
+    if found is None or config.get("run_name") not in (None, found[1]):
         return None
     experiment, run = found
     if config.get("experiment") not in (None, experiment):

@@ -97,7 +97,7 @@ def warm_start(
             f"model.init_args.base_checkpoint (or from random weights); warm-start a "
             f"adaptation=base run instead"
         )
-    checkpoint = load_checkpoint(path)
+    checkpoint = load_checkpoint(path, flag="--init_from")
     saved = saved_class(checkpoint, "hyper_parameters")
     if saved is not None and resolve_class(saved) is not type(task):
         raise CheckpointError(

@@ -244,6 +244,24 @@ def test_kernels_reads_learned_coefficients_from_checkpoint(tmp_path, capsys):
     assert (tmp_path / "kernel_shapes.png").stat().st_size > 0
 
 
+@pytest.mark.parametrize("content", [None, b"hello", b"", "pickled", "no coefficients"])
+def test_kernels_with_an_unusable_checkpoint_is_one_line(content, tmp_path, capsys):
+    # Was a traceback, relaying torch's advice to re-run with weights_only=False.
+    path = tmp_path / "x.ckpt"
+    if content == "pickled":
+        torch.save({"state_dict": {}, "x": argparse.Namespace()}, path)
+    elif content == "no coefficients":
+        torch.save({"state_dict": {"w": torch.zeros(2)}}, path)
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        main(["kernels", "--checkpoint", str(path), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "kernels: error: " in err, err
+    assert "weights_only" not in err
+
+
 def test_kernels_without_checkpoint_says_so(tmp_path, capsys):
     out = _run(capsys, "kernels --pairs 4 --head-dim 8 --out", str(tmp_path))
     assert "1/i! initialisation, p=4 (no checkpoint)" in out

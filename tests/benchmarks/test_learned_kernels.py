@@ -3,6 +3,7 @@ read back per layer and checkpoint; a file without them is a usage error naming 
 
 from __future__ import annotations
 
+import argparse
 import math
 from pathlib import Path
 
@@ -89,14 +90,19 @@ def test_a_checkpoint_without_learned_coefficients_is_a_usage_error(tmp_path, ca
     assert not (tmp_path / "o").exists()  # nothing written for the good one either
 
 
-@pytest.mark.parametrize("content", [None, b"not a checkpoint"])
+@pytest.mark.parametrize("content", [None, b"not a checkpoint", "pickled"])
 def test_a_missing_or_corrupt_file_is_a_usage_error_naming_it(tmp_path, capsys, content):
     path = tmp_path / "x.ckpt"
-    if content is not None:
+    if content == "pickled":  # a class weights_only refuses: torch advises weights_only=False
+        torch.save({"state_dict": {}, "x": argparse.Namespace()}, path)
+    elif content is not None:
         path.write_bytes(content)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         main(["learned", "--checkpoints", str(path), "--out", str(tmp_path / "o")])
-    assert str(path) in capsys.readouterr().err
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: --checkpoints {path}" in err, err
+    assert "weights_only" not in err
 
 
 def test_ranges_group_a_variants_seeds_per_layer(tmp_path):

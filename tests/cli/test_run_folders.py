@@ -242,6 +242,10 @@ def test_evaluations_of_a_run_log_beside_it(tmp_path):
     # --run_name still says where: a copy of the checkpoint evaluated as its own run.
     cli = main(["validate", *REVERSAL, *TINY, "--run_name=v", "--ckpt_path", str(last)])
     assert cli.trainer.log_dir == str(Path("logs") / "exp" / "v")
+    # The run's own name given (as the LoRA configs give it): beside the run all the same, not
+    # in the fit's event files.
+    cli = main(["validate", *REVERSAL, *TINY, "--run_name=r", "--ckpt_path", str(last)])
+    assert cli.trainer.log_dir == str(Path("logs") / "exp" / "r" / "validate")
 
 
 @pytest.mark.parametrize("root", ["/proc/x", "a_file", "a_file/below"])

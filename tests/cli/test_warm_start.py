@@ -52,8 +52,12 @@ def test_another_experiment_or_size_is_one_clear_error(softmax_ckpt, tmp_path):
     deeper = SequenceReversalTask(net={**NET, "num_layers": 3})
     with pytest.raises(CheckpointError, match=r"has no tensor 'net\.encoder\.layers\.2"):
         warm_start(deeper, softmax_ckpt)
-    with pytest.raises(CheckpointError, match="no such file"):
+    with pytest.raises(CheckpointError, match=r"^--init_from '.*absent\.ckpt': no such file"):
         warm_start(SequenceReversalTask(net=NET), tmp_path / "absent.ckpt")
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes(b"hello")  # named by the flag that gave it, not --ckpt_path
+    with pytest.raises(CheckpointError, match=r"^--init_from '.*corrupt\.ckpt' is corrupt"):
+        warm_start(SequenceReversalTask(net=NET), corrupt)
     with pytest.raises(CheckpointError, match="adaptation='lora_scratch'"):
         warm_start(LoRAClassifierTask(adaptation="lora_scratch"), softmax_ckpt)
 

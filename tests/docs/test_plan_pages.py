@@ -13,6 +13,7 @@ import yaml
 
 from attn_lightning.studies.sweep import PLANS, main
 from tests.docs.pages import RESULTS
+from tests.elsewhere import pass_for_another_machine
 
 ROOT = RESULTS.parents[1]
 # page -> its plan, as the page's command names it (relative to the checkout)
@@ -27,10 +28,12 @@ WHAT = ("runs", "curves", "paired", "deltas", "spikes", "bursts", "coefficients"
 
 @pytest.fixture(scope="module")
 def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every plan with pages, run with ``--report-only`` into one temporary folder."""
+    """Every plan with pages, run with ``--report-only`` into one temporary folder, as by
+    another machine (the pages' machine lines are their records')."""
     into = tmp_path_factory.mktemp("pages")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(ROOT)  # the plans' paths are the checkout's
+        pass_for_another_machine(patch)
         for plan in sorted(set(PAGES.values())):
             main(["--plan", str(plan), "--report-only", "--into", str(into)])
     return into

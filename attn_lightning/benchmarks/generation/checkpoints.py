@@ -43,16 +43,13 @@ def load_pixel_model(path: str | Path) -> tuple[PixelTransformer, dict[str, Any]
             the message names the path.
     """
     path = Path(path)
-    try:
-        checkpoint = load_checkpoint(path)
-    except CheckpointError as err:  # its messages name the training CLI's flag
-        raise CheckpointError(str(err).replace("--ckpt_path", "--checkpoints", 1)) from None
+    checkpoint = load_checkpoint(path, flag="--checkpoints")
     foreign = CheckpointError(f"--checkpoints {str(path)!r} is not an image-generation checkpoint")
     class_path = saved_class(checkpoint, "hyper_parameters")
     if class_path is not None and class_path.rsplit(".", 1)[-1] != "ImageGenerationTask":
         raise CheckpointError(f"{foreign} (its task is {class_path})")
     try:
-        task = load_task(path, default=ImageGenerationTask)
+        task = load_task(path, default=ImageGenerationTask, flag="--checkpoints")
     except (TypeError, ValueError, RuntimeError) as err:  # other hparams, missing/extra weights
         reason = " ".join(str(err).split())[:160]
         raise CheckpointError(f"{foreign} ({type(err).__name__}: {reason})") from None

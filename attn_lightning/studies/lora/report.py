@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from attn_lightning.results import tables
+from attn_lightning.results.environment import machine_line
 from attn_lightning.results.files import markdown_table, write_csv
 from attn_lightning.results.records import OK, RunResult
 from attn_lightning.results.tables import format_mean_std
@@ -198,8 +198,9 @@ def write_report(out: Path) -> None:
         COMMANDS,
         "",
         *_sweep_command(sweep, out),
-        f"Machine: {platform.platform()}, Python {platform.python_version()}, CPU only, "
-        "each part runs its runs one after another. Sum of run wall times: "
+        # Where the runs ran (their records'; this machine's when none says), one after another.
+        (tables.records_machine_line([*runs, *sweep]) or machine_line())
+        + " Sum of run wall times: "
         + ", ".join(f"{part} {seconds / 60:.1f} min" for part, seconds in walls.items())
         + f". Runs: {len(runs) + len(sweep)}, crashed: {crashed}. Run records: "
         + f"`{out.name}/runs/<part>/`; per-run rows: "

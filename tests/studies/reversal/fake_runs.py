@@ -13,6 +13,8 @@ from attn_lightning.studies.reversal.dynamics import GROUPS
 
 EXPERIMENT = "poly"
 POLY = "polynomial_degree-4_normalize-false"
+# Where every fake run ran: the pages' machine line is this, on any machine running the tests.
+ENVIRONMENT = {"platform": "Linux-fake", "device": "cpu", "device_name": None, "python": "3.11.7"}
 
 
 def fake_scalars(
@@ -92,6 +94,7 @@ def write_run(
         "fit_seconds": None if test is None else 100.0 + seed,
         "global_step": 200,
         "metrics": {"fit": {"val/token_acc": 0.5}, "validate": {}, "test": test or {}},
+        "environment": ENVIRONMENT,
     }
     write_record(folder, record)
     return folder

@@ -18,7 +18,10 @@ RESULTS = ROOT / "docs" / "results"
 
 
 @pytest.mark.parametrize("task", ["digits", "reversal"])
-def test_the_committed_pages_are_rebuilt_from_the_committed_records(task, tmp_path, monkeypatch):
+def test_the_committed_pages_are_rebuilt_from_the_committed_records(
+    task, tmp_path, monkeypatch, elsewhere
+):
+    # Rebuilt as by another machine: the page's machine line is the records' own.
     monkeypatch.chdir(ROOT)  # the records' default folder is the checkout's docs/results/
     out = tmp_path / f"warm_start_{task}"
     main(["tables", "--task", task, "--out", str(out)])

@@ -1,0 +1,60 @@
+"""A checkpoint's saved class path is compared as a string unless it names a class of this
+package: reading a checkpoint never imports a module of another package (``checkpoints``)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from attn_lightning.cli.checkpoints import CheckpointError, load_task, resolve_class
+from attn_lightning.tasks import SequenceReversalTask
+from tests.cli.one_line import BASE, TINY, fails_in_one_line
+
+TRIPWIRE = "tripwire_for_class_paths"
+
+
+@pytest.fixture
+def tripwire(tmp_path, monkeypatch):
+    """An installed module that leaves a file behind when imported, and a checkpoint naming a
+    class in it."""
+    (tmp_path / f"{TRIPWIRE}.py").write_text(
+        "import pathlib\n"
+        f"pathlib.Path({str(tmp_path / 'imported')!r}).write_text('yes')\n"
+        "class Task:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, TRIPWIRE, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    monkeypatch.delenv("ATTN_LIGHTNING_DEBUG", raising=False)
+    path = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {"_class_path": f"{TRIPWIRE}.Task"}}, path)
+    return path
+
+
+def _imported(path) -> bool:
+    return (path.parent / "imported").exists() or TRIPWIRE in sys.modules
+
+
+def test_a_foreign_class_path_is_compared_as_a_string(tripwire, capsys):
+    line = fails_in_one_line(["validate", *BASE, *TINY, "--ckpt_path", str(tripwire)], capsys)
+    assert f"holds a Task task ({TRIPWIRE}.Task) but the config builds SequenceReversalTask" in line
+    assert not _imported(tripwire)
+    assert resolve_class(f"{TRIPWIRE}.Task") == f"{TRIPWIRE}.Task"
+    assert not _imported(tripwire)
+
+
+def test_a_tool_reading_a_foreign_checkpoint_refuses_it_unimported(tripwire):
+    with pytest.raises(CheckpointError, match=r"names no task class of attn_lightning"):
+        load_task(tripwire, flag="--checkpoints")
+    assert not _imported(tripwire)
+
+
+def test_our_own_classes_still_resolve_by_module_or_package_path():
+    assert resolve_class("attn_lightning.tasks.SequenceReversalTask") is SequenceReversalTask
+    assert resolve_class("attn_lightning.tasks.reversal.SequenceReversalTask") is (
+        SequenceReversalTask
+    )
+    assert resolve_class("attn_lightning.tasks.NoSuchTask") == "attn_lightning.tasks.NoSuchTask"
