@@ -16,6 +16,13 @@ SPLITS = ("train", "val", "test")
 D = TypeVar("D", bound=Dataset)
 
 
+def check_positive_ints(**sizes: object) -> None:
+    """ValueError naming the first of ``sizes`` that is not an int > 0 (a bool is not an int)."""
+    for label, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{label} must be a positive int, got {value!r}")
+
+
 class SplitDataModule(pl.LightningDataModule, Generic[D]):
     """Serves ``self.datasets["train" | "val" | "test"]`` (filled by the subclass's ``setup``).
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from attn_lightning.data.base import SPLITS, SplitDataModule
+from attn_lightning.data.base import SPLITS, SplitDataModule, check_positive_ints
 from attn_lightning.data.images import SOURCES, ImageSource, check_download
 
 DOMAINS = ("original", "quantized", "rotated", "inverted")
@@ -109,9 +109,7 @@ class DomainImageDataModule(ImageSource, SplitDataModule[TensorDataset]):
             raise ValueError(f"unknown domain {domain!r}; allowed: {', '.join(DOMAINS)}")
         if not isinstance(levels, int) or levels < 2:
             raise ValueError(f"levels must be an int >= 2, got {levels!r}")
-        for label, value in (("image_size", image_size), ("batch_size", batch_size)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_positive_ints(image_size=image_size, batch_size=batch_size)
         check_download(source, download)
         self.save_hyperparameters()
         self.source, self.root, self.image_size = source, root, image_size

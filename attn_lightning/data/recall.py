@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from attn_lightning.data.base import SPLITS, SplitDataModule
+from attn_lightning.data.base import SPLITS, SplitDataModule, check_positive_ints
 
 IGNORE = -100  # the label of every position that is not a query (F.cross_entropy's default)
 
@@ -62,10 +62,9 @@ class RecallSizes:
     random_non_queries: bool = True
 
     def __post_init__(self) -> None:
-        for label in ("vocab_size", "seq_len", "num_kv_pairs"):
-            value = getattr(self, label)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_positive_ints(
+            vocab_size=self.vocab_size, seq_len=self.seq_len, num_kv_pairs=self.num_kv_pairs
+        )
         v, length, pairs = self.vocab_size, self.seq_len, self.num_kv_pairs
         if length % 2:
             raise ValueError(f"seq_len must be even (queries sit two tokens apart), got {length}")
@@ -249,14 +248,9 @@ class AssociativeRecallDataModule(SplitDataModule[RecallDataset]):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        for label, value in (
-            ("train_size", train_size),
-            ("val_size", val_size),
-            ("test_size", test_size),
-            ("batch_size", batch_size),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_positive_ints(
+            train_size=train_size, val_size=val_size, test_size=test_size, batch_size=batch_size
+        )
         self.sizes = RecallSizes(
             vocab_size=vocab_size,
             seq_len=seq_len,

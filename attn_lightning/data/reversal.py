@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from attn_lightning.data.base import SPLITS, SplitDataModule
+from attn_lightning.data.base import SPLITS, SplitDataModule, check_positive_ints
 
 
 class ReversalDataset(Dataset):
@@ -60,16 +60,14 @@ class SequenceReversalDataModule(SplitDataModule[ReversalDataset]):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        for label, value in (
-            ("num_symbols", num_symbols),
-            ("seq_len", seq_len),
-            ("train_size", train_size),
-            ("val_size", val_size),
-            ("test_size", test_size),
-            ("batch_size", batch_size),
-        ):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_positive_ints(
+            num_symbols=num_symbols,
+            seq_len=seq_len,
+            train_size=train_size,
+            val_size=val_size,
+            test_size=test_size,
+            batch_size=batch_size,
+        )
         if num_symbols < 2:
             raise ValueError(
                 f"num_symbols must be >= 2 for reversal to be learnable, got {num_symbols}"
