@@ -284,8 +284,8 @@ def kernels(interpreted: bool) -> SimpleNamespace:
         from triton.runtime.interpreter import InterpretedFunction
 
         wrap = InterpretedFunction
-    else:
-        wrap = triton.jit
+    else:  # not triton.jit: under TRITON_INTERPRET=1 it would interpret (no sm_90 compile)
+        wrap = triton.runtime.jit.JITFunction
     scope = dict(globals())  # the interpreter adds its names here, not to the module
 
     def bind(fn):
