@@ -10,15 +10,8 @@ import torch
 from attn_lightning.attention.ops import triton_causal
 from attn_lightning.attention.ops.triton_causal import (
     _device_guard,
-    interpreter_on,
     triton_causal_linear_attention,
 )
-
-
-@pytest.fixture
-def interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert interpreter_on()
 
 
 class _Spy:
