@@ -1,8 +1,9 @@
 """Our chunk-parallel causal product as fused Triton kernels: ``implementation: triton``.
 
 The same algorithm as ``causal_product`` (chunk states at once, a prefix sum over chunks, every
-chunk read out in parallel), in three kernels forward and five launches backward, so no (B, H, N, C) score
-tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``)::
+chunk read out in parallel), in three kernels forward and five launches backward, so no
+(B, H, N, C) score tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``,
+``triton_causal_grads``)::
 
     1 states   S_c = φ(K_c)ᵀV_c, z_c = Σ φ(K_c)     grid (chunks, B·H, F·E tiles), float32
     2 prefix   S_c ← Σ_{c'<c} S_c' (exclusive), z too; the totals are the final state
@@ -38,9 +39,12 @@ cancels against ``R m_c`` for values with a mean). Numerator and normaliser use 
 scores, so an output stays a weighted average of values. fp16's range bounds what a rounded
 operand may hold: the centred state ``S' = Σ_{j<c} φ(k_j)(v_j − m_c)ᵀ`` grows with the prefix
 (as √N for values spread about their running mean, up to N·|φ|·|v − m_c| for values that drift)
-and past 65,504 becomes inf in fp16 (bf16 has float32's range). float32 inputs run ``tl.dot`` with
-``input_precision="ieee"``, true float32, not TF32 (the contract says float32). float64 has no
-kernel: refused, as ``fla`` does.
+and past 65,504 becomes inf in fp16 (bf16 has float32's range). float32 inputs run ``tl.dot``
+as 3xTF32 (``input_precision="tf32x3"``: hi + lo TF32 parts, three tensor-core products,
+float32's accuracy, which the contract asks for; plain TF32 would err by ~2⁻¹¹, "ieee" compiles
+to scalar FMAs that spill 10–17 KB per thread at D 64). Compiled for sm_90 it still spills in
+``grad_qk`` (404 B per thread at D 64, ``benchmarks/triton_static``): bf16 and fp16 are the fast
+paths. float64 has no kernel: refused, as ``fla`` does.
 
 Launch: q, k, v and dO are read in place with their strides (the model's ``(B, N, H, D)``
 projections, transposed, are not copied) when their last stride is 1 and their width a multiple
@@ -234,12 +238,14 @@ class _TritonProduct(torch.autograd.Function):
 
 def _dots(dtype: torch.dtype, interpreted: bool) -> dict[str, object]:
     """``tl.dot``'s operand type and precision for inputs of ``dtype``: bf16 and fp16 operands
-    (tensor cores, float32 accumulation); float32 ``"ieee"``. The interpreter's ``tl.dot``
+    (tensor cores, float32 accumulation); float32 as 3xTF32 (``"tf32x3"``: each operand split in
+    a TF32 hi and lo, three tensor-core products, float32's accuracy; ``"ieee"`` compiles to
+    scalar FMAs that spill 10–17 KB per thread). The interpreter's ``tl.dot``
     multiplies half bit patterns as integers (Triton 3.8), so there the (half-rounded) operands
     go in as float32."""
     half = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(dtype)
     dot = tl.float32 if interpreted or half is None else half
-    return {"PREC": "ieee" if half is None else "tf32", "DOT": dot}
+    return {"PREC": "tf32x3" if half is None else "tf32", "DOT": dot}
 
 
 def triton_causal_linear_attention(

@@ -46,3 +46,8 @@ def test_a_width_off_sixteen_loads_vectors():
     for launch, c in _compiled(40, torch.bfloat16):
         assert c.scalar_loads == 0, (launch.name, c)
         assert c.spills == 0 and (c.wgmma > 0) == (launch.name in DOTS), (launch.name, c)
+
+
+def test_float32_runs_on_tensor_cores_as_3xtf32():
+    for launch, c in _compiled(64, torch.float32):
+        assert (c.wgmma > 0) == (launch.name in DOTS), (launch.name, c)
