@@ -29,7 +29,7 @@ import contextlib
 import inspect
 import io
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_lightning.attention.ops import triton_causal
 from attn_lightning.attention.ops.triton_causal_kernels import kernels
+from attn_lightning.results.files import markdown_table
 
 _OPTIONS = ("num_warps", "num_stages")  # launch options, not kernel arguments
 NAMES = ("states", "prefix", "readout", "delta", "grad_qk", "grad_v")
@@ -238,45 +239,44 @@ def roofline(*, b: int, h: int, n: int, d: int, dtype: torch.dtype) -> int:
     return 8 * b * h * n * d * torch.empty((), dtype=dtype).element_size()
 
 
-def _rows(shape: tuple[int, int, int, int], dtype: torch.dtype) -> Iterator[str]:
+HEADER = ("phase", "kernel", "grid", "registers", "spill B", "shared B", "wgmma", "read MB",
+          "written MB")  # fmt: skip
+
+
+def _section(shape: tuple[int, int, int, int], dtype: torch.dtype) -> list[str]:
+    """One shape and dtype: a row per launch, then the launch counts and the traffic."""
     b, h, n, d = shape
     launches, ops = record(b=b, h=h, n=n, d=d, dtype=dtype)
-    total = 0
+    rows, total = [], 0
     for launch in launches:
         c = compile_launch(launch)
         read, wrote = traffic(launch)
         total += read + wrote
-        yield (
-            f"| {launch.phase} | {launch.name} | {launch.grid} | {c.registers} | {c.spills} | "
-            f"{c.shared} | {c.wgmma} | {read / 1e6:.1f} | {wrote / 1e6:.1f} |"
-        )
+        rows.append((launch.phase, launch.name, launch.grid, c.registers, c.spills, c.shared,
+                     c.wgmma, f"{read / 1e6:.1f}", f"{wrote / 1e6:.1f}"))  # fmt: skip
     roof = roofline(b=b, h=h, n=n, d=d, dtype=dtype)
     counts = {p: sum(launch.phase == p for launch in launches) for p in ("fwd", "bwd")}
-    yield ""
-    for p in ("fwd", "bwd"):
-        yield f"- {p}: {counts[p]} launches; torch ops between: {len(ops[p])} ({', '.join(ops[p])})"
-    yield (
+    name = str(dtype).removeprefix("torch.")
+    return [
+        f"### B {b}, H {h}, N {n}, D {d}, {name}, elu + 1",
+        "",
+        markdown_table(HEADER, rows),
+        "",
+        *(
+            f"- {p}: {counts[p]} launches; torch ops between: {len(ops[p])} ({', '.join(ops[p])})"
+            for p in ("fwd", "bwd")
+        ),
         f"- modelled traffic {total / 1e6:.0f} MB, roofline {roof / 1e6:.0f} MB: "
-        f"{total / roof:.2f}×"
-    )
+        f"{total / roof:.2f}×",
+        "",
+    ]
 
 
 def report(shapes: list[tuple[int, int, int, int]], dtypes: list[torch.dtype]) -> str:
     """The markdown: per shape and dtype, a row per launch and the totals."""
-    lines = []
-    for shape in shapes:
-        for dtype in dtypes:
-            b, h, n, d = shape
-            lines += [
-                f"### B {b}, H {h}, N {n}, D {d}, {str(dtype).removeprefix('torch.')}, elu + 1",
-                "",
-                "| phase | kernel | grid | registers | spill B | shared B | wgmma | read MB "
-                "| written MB |",
-                "|---|---|---|---|---|---|---|---|---|",
-                *_rows(shape, dtype),
-                "",
-            ]
-    return "\n".join(lines)
+    return "\n".join(
+        line for shape in shapes for dtype in dtypes for line in _section(shape, dtype)
+    )
 
 
 def _shape(text: str) -> tuple[int, int, int, int]:
