@@ -13,7 +13,8 @@ spills. The columns:
   ``wgmma`` (Hopper tensor-core) instructions of each kernel;
 * bytes each kernel reads and writes, modelled from its launch: every tensor argument's size
   times how many programs load each element (``_TRAFFIC``: q and k once per E tile in
-  ``readout``, v and dO once per F tile in ``grad_qk``, ...), against the roofline bytes: q, k,
+  ``readout``, v and dO once per F tile in ``grad_qk``, ...; the per-segment totals, a few hundred
+  KB resident in L2, once), against the roofline bytes: q, k,
   v, out, dO, dq, dk, dv each read or written once, ``8·B·H·N·D`` elements.
 
 Example::
@@ -42,7 +43,7 @@ from attn_lightning.attention.ops.triton_causal_kernels import kernels
 from attn_lightning.results.files import markdown_table
 
 _OPTIONS = ("num_warps", "num_stages")  # launch options, not kernel arguments
-NAMES = ("states", "prefix", "readout", "delta", "grad_qk", "grad_v")
+NAMES = ("states", "segments", "readout", "delta", "grad_qk", "grad_v")
 # Aten ops that allocate or view: no kernel on a GPU.
 _FREE = re.compile(r"^(empty|empty_like|new_empty|empty_strided|view|_unsafe_view|as_strided|"
                    r"t|transpose|slice|select|unsqueeze|squeeze|detach|alias|expand|lift_fresh|"
@@ -182,32 +183,41 @@ def compile_launch(launch: Launch) -> Compiled:
 
 
 # How many programs load each element of an argument, from the launch (nft, net: F and E tiles).
+# The segment totals (t, tz, tv, tr, trz: NS per head) are read by every chunk's program but are
+# a few hundred KB in all, resident in L2: counted once, at their size.
+_ONCE, _F_TILES, _E_TILES = (lambda nft, net, kw: 1), (lambda nft, net, kw: nft), (
+    lambda nft, net, kw: net
+)  # fmt: skip
 _TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
     "states": {
-        "a": lambda nft, net, kw: net,
-        "b": lambda nft, net, kw: nft,
+        "a": _E_TILES,
+        "b": _F_TILES,
         "den": lambda nft, net, kw: nft * net if kw["SCALED"] else 0,
         "gden": lambda nft, net, kw: nft if kw["SCALED"] else 0,
     },
-    "prefix": {"s": lambda nft, net, kw: 1, "z": lambda nft, net, kw: 1},
-    "readout": {
-        **{x: lambda nft, net, kw: net for x in ("q", "k", "z")},
-        **{x: lambda nft, net, kw: 1 for x in ("v", "mean", "s")},
+    "segments": {
+        "t": _ONCE,
+        "tz": _ONCE,
+        "tv": lambda nft, net, kw: int(kw["MEANS"]),
     },
-    "delta": {x: lambda nft, net, kw: 1 for x in ("grad", "out", "mean", "den")},
+    "readout": {
+        **{x: _E_TILES for x in ("q", "k", "z")},
+        **{x: _ONCE for x in ("v", "s", "t", "tz", "vs", "tv")},
+    },
+    "delta": {x: _ONCE for x in ("grad", "out", "mean", "den")},
     "grad_qk": {
-        **{x: lambda nft, net, kw: 1 for x in ("q", "k", "s", "r", "z", "rz")},
-        **{x: lambda nft, net, kw: nft for x in ("v", "grad", "mean", "den", "gden_c")},
+        **{x: _ONCE for x in ("q", "k", "s", "r", "z", "rz", "t", "tz", "tr", "trz")},
+        **{x: _F_TILES for x in ("v", "grad", "mean", "den", "gden_c")},
     },
     "grad_v": {
-        **{x: lambda nft, net, kw: net for x in ("q", "k", "den")},
-        **{x: lambda nft, net, kw: 1 for x in ("r", "grad")},
+        **{x: _E_TILES for x in ("q", "k", "den")},
+        **{x: _ONCE for x in ("r", "tr", "grad")},
     },
 }
 _WRITES = {
-    "states": ("s", "z"),
-    "prefix": ("s", "z", "s_end", "z_end"),
-    "readout": ("out", "den", "out32"),
+    "states": ("s", "z", "t", "tz", "vs", "tv"),
+    "segments": ("t", "tz", "tv", "s_end", "z_end"),
+    "readout": ("out", "den", "out32", "mean"),
     "delta": ("gden", "gden_c"),
     "grad_qk": ("dq", "dk"),
     "grad_v": ("dv",),
@@ -229,8 +239,10 @@ def traffic(launch: Launch) -> tuple[int, int]:
     writes = set(_WRITES[launch.name])
     if launch.name == "readout" and not args["KEEP"]:
         writes.discard("out32")
-    if launch.name == "prefix" and args["REVERSE"]:
+    if launch.name == "segments" and args["REVERSE"]:
         writes -= {"s_end", "z_end"}
+    if not args.get("MEANS", True):
+        writes -= {"vs", "tv"}
     return read, sum(size(x) for x in writes)
 
 

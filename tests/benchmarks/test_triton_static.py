@@ -19,7 +19,7 @@ def test_recorded_launches_and_their_bytes():
     launches, ops = record(b=2, h=4, n=1024, d=64, dtype=torch.bfloat16)
     assert [(x.phase, x.name) for x in launches][:3] == [
         ("fwd", "states"),
-        ("fwd", "prefix"),
+        ("fwd", "segments"),
         ("fwd", "readout"),
     ]
     assert ops["bwd"] == []  # the backward runs no torch kernel between its launches
@@ -27,7 +27,8 @@ def test_recorded_launches_and_their_bytes():
     read, written = traffic(readout)
     qkv = 2 * 4 * 1024 * 64 * 2  # one bf16 (B, H, N, D) tensor
     states = 2 * 4 * 16 * 64 * 64 * 4  # float32 (BH, NC, F, E)
-    assert written == qkv + 2 * 4 * 1024 * 4 + 2 * qkv  # out, den, out's float32 copy
+    means = 2 * 4 * 16 * 64 * 4  # float32 (BH, NC, E)
+    assert written == qkv + 2 * 4 * 1024 * 4 + 2 * qkv + means  # out, den, out32, the means
     assert read >= 3 * qkv + states
 
 

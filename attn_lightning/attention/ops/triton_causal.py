@@ -5,11 +5,20 @@ chunk read out in parallel), in three kernels forward and five launches backward
 (B, H, N, C) score tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``,
 ``triton_causal_grads``)::
 
-    1 states   S_c = φ(K_c)ᵀV_c, z_c = Σ φ(K_c)     grid (chunks, B·H, F·E tiles), float32
-    2 prefix   S_c ← Σ_{c'<c} S_c' (exclusive), z too; the totals are the final state
+    1 states   S_c = Σ_{c'<c in its segment} φ(K_c')ᵀV_c', z too, and the segment's total,
+               grid (segments, B·H, F·E tiles), float32, each state written once
+    2 segments the NS segment totals → their exclusive prefix (S_prev = s[c] + t[c // SEG]);
+               the totals are the final state
     3 readout  out = (tril(Q_cK_cᵀ)V_c + Q_c S_c) / (offset + eps + rowsum tril(Q_cK_cᵀ) + Q_c z_c)
-    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states + reverse prefix);
+    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states + segments, reverse);
                dQ, dK (grid over F tiles) and dV (grid over E tiles), as in ``causal_product``
+
+Segments: ``states`` walks SEG chunks per program, NS segments in parallel, NS chosen so the
+programs fill about ``TARGET_PROGRAMS`` (``_segments``): the serial depth is SEG, not the chunk
+count, and each state is written once, in float32 (the readout's rounding to the dot's dtype
+happens after the segment offset is added). No torch kernel runs between the launches: the
+centring means come from ``states``' float32 sums of v (forward, MEANS), and ``readout`` writes
+them for the backward.
 
 Readout and backward run on values centred per chunk (m_c, the mean of the values before chunk
 c; exact in value, as ``centred_product``): in bf16 the uncentred terms are of size z·|v̄| and
@@ -80,6 +89,7 @@ from attn_lightning.attention.ops.triton_causal_kernels import kernels
 
 DEFAULT_CHUNK = 64
 MAX_TILE = 64  # F and E tiles: wider φ loops over tiles (registers bound the tile, not F)
+TARGET_PROGRAMS = 264  # the states kernel's programs (two per SM of an H100) when N allows
 
 
 def interpreter_on() -> bool:
@@ -113,16 +123,13 @@ def _tile(width: int) -> int:
     return min(max(16, triton.next_power_of_2(width)), MAX_TILE)
 
 
-def _references(v3: Tensor, chunk: int) -> Tensor:
-    """Chunk c's centring reference (``_grad_qk``): the float32 mean of the values before chunk c,
-    v's first value for chunk 0 — ``(B, H, N, E) -> (BH, NC, E)``, only earlier positions."""
-    b, h, n, e = v3.shape
-    nc = triton.cdiv(n, chunk)
-    sums = torch.zeros(b, h, nc * chunk, e, dtype=torch.float32, device=v3.device)
-    sums[:, :, :n] = v3
-    before = sums.view(b * h, nc, chunk, e).sum(2).cumsum(1)[:, :-1]  # Σ v over chunks 0..c-1
-    counts = torch.arange(1, nc, device=v3.device, dtype=torch.float32)[:, None] * chunk
-    return torch.cat([v3[:, :, :1].reshape(b * h, 1, e).float(), before / counts], dim=1)
+def _segments(nc: int, programs: int) -> tuple[int, int]:
+    """``(NS, SEG)``: the NC chunks cut into NS segments of SEG, enough that ``NS · programs``
+    (``programs``: B·H·tiles) fill about ``TARGET_PROGRAMS`` — the serial depth of ``_states`` is
+    SEG chunks, its parallelism NS·B·H·tiles programs."""
+    ns = max(1, min(nc, -(-TARGET_PROGRAMS // programs)))
+    seg = -(-nc // ns)
+    return -(-nc // seg), seg
 
 
 def _device_guard(device: torch.device) -> contextlib.AbstractContextManager[object]:
@@ -178,22 +185,27 @@ class _TritonProduct(torch.autograd.Function):
         dots = _dots(q.dtype, interpreted) | {"ELU1": elu}  # ELU1: φ = elu + 1 on load
         split = {"SPLIT": q.dtype != torch.float32}
         f32 = torch.float32
+        ns, seg = _segments(nc, bh * nft * net)
         s, z = q.new_empty(bh, nc, f, e, dtype=f32), q.new_empty(bh, nc, f, dtype=f32)
+        t, tz = q.new_empty(bh, ns, f, e, dtype=f32), q.new_empty(bh, ns, f, dtype=f32)
+        vsum, tv = q.new_empty(bh, nc, e, dtype=f32), q.new_empty(bh, ns, e, dtype=f32)
         s_end, z_end = q.new_empty(b, h, f, e, dtype=f32), q.new_empty(b, h, f, dtype=f32)
         out, den = v.new_empty(b, h, n, e), q.new_empty(bh, n, dtype=f32)
-        mean = _references(v, chunk)
+        mean = q.new_empty(bh, nc, e, dtype=f32)  # the centring means, written by readout
         keep = v.dtype != torch.float32  # backward's float32 copy of out (``_readout``)
         out32 = q.new_empty(bh, n, e, dtype=f32) if keep else out
         qs, ks, vs = _strided(q), _strided(k), _strided(v)
         with _device_guard(q.device):
-            kn.states[(nc, bh, nft * net)](*ks, *vs, h, s, s, s, z, n, f, e, nc, net,
-                                           SCALED=False, **split, **dots, **sizes)  # fmt: skip
-            kn.prefix[(bh, nft * net)](s, z, s_end, z_end, f, e, nc, net, BF=bf, BE=be,
-                                       REVERSE=False)  # fmt: skip
-            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, out, out32, den, shift, n, f,
-                                      e, nc, nft, KEEP=keep, **dots, **sizes)  # fmt: skip
-        ctx.save_for_backward(q, k, v, mean, s, z, out32, den)
-        ctx.meta = (nc, nft, net, sizes, dots | split)
+            kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, z, vsum, t, tz, tv, n, f, e, nc,
+                                           ns, net, seg, SCALED=False, REVERSE=False, MEANS=True,
+                                           **split, **dots, **sizes)  # fmt: skip
+            kn.segments[(bh, nft * net)](t, tz, tv, s_end, z_end, f, e, ns, net, BF=bf, BE=be,
+                                         REVERSE=False, MEANS=True)  # fmt: skip
+            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, out, out32,
+                                      den, shift, n, f, e, nc, ns, nft, seg, KEEP=keep, **dots,
+                                      **sizes, num_warps=8)  # fmt: skip
+        ctx.save_for_backward(q, k, v, mean, s, z, t, tz, out32, den)
+        ctx.meta = (nc, ns, seg, nft, net, sizes, dots | split)
         ctx.mark_non_differentiable(s_end, z_end)
         ctx.set_materialize_grads(False)  # no zero gradients made for the states
         return out[..., :e0], s_end[..., :f0, :e0], z_end[..., :f0]
@@ -207,31 +219,36 @@ class _TritonProduct(torch.autograd.Function):
             b, h = grad_out.shape[:2]
             empty = [grad_out.new_empty(b, h, 0, w) for w in (f0, f0, e0)]
             return *empty, None, None, None
-        q, k, v, mean, s, z, out, den = ctx.saved_tensors
-        nc, nft, net, sizes, dots = ctx.meta
+        q, k, v, mean, s, z, t, tz, out, den = ctx.saved_tensors
+        nc, ns, seg, nft, net, sizes, dots = ctx.meta
         b, h, n, f = q.shape
         bh, e = b * h, v.shape[-1]
         kn = kernels(q.device.type != "cuda")
         grad = _aligned(grad_out.to(v.dtype), e, 0.0)
         gden, gden_c = torch.empty_like(den), torch.empty_like(den)
         r, rz = torch.empty_like(s), torch.empty_like(z)  # R_c, r_c: sums over later chunks
+        tr, trz = torch.empty_like(t), torch.empty_like(tz)
         dq, dk = q.new_empty(bh, n, f), k.new_empty(bh, n, f)
         dv = v.new_empty(bh, n, e)
         qs, ks, vs, gs = _strided(q), _strided(k), _strided(v), _strided(grad)
+        unsplit = {key: val for key, val in dots.items() if key != "SPLIT"}
         with _device_guard(q.device):
             kn.delta[(nc, bh)](*gs, h, out, den, mean, gden, gden_c, n, e, nc, net,
                                C=sizes["C"], BE=sizes["BE"])  # fmt: skip
-            kn.states[(nc, bh, nft * net)](*qs, *gs, h, den, gden, r, rz, n, f, e, nc, net,
-                                           SCALED=True, **dots, **sizes)  # fmt: skip
-            kn.prefix[(bh, nft * net)](r, rz, r, rz, f, e, nc, net, BF=sizes["BF"],
-                                       BE=sizes["BE"], REVERSE=True)  # fmt: skip
-            # 8 warps: at 4 its three (C, BF) / (C, C) float32 accumulators spill
-            kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, gden_c, s, z, r, rz, dq,
-                                      dk, n, f, e, nc, net, **dots, **sizes,
-                                      num_warps=8)  # fmt: skip
-            unsplit = {key: val for key, val in dots.items() if key != "SPLIT"}
-            kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, dv, n, f, e, nc, nft, **unsplit,
-                                     **sizes)  # fmt: skip
+            kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, gden, r, rz, rz, tr, trz, trz, n, f,
+                                           e, nc, ns, net, seg, SCALED=True, REVERSE=True,
+                                           MEANS=False, **dots, **sizes)  # fmt: skip
+            kn.segments[(bh, nft * net)](tr, trz, trz, tr, trz, f, e, ns, net, BF=sizes["BF"],
+                                         BE=sizes["BE"], REVERSE=True, MEANS=False)  # fmt: skip
+            # 8 warps and E tiles of 32: with more per thread its three (C, BF) / (C, C) float32
+            # accumulators and the loop's tiles spill
+            be_qk = min(32, sizes["BE"])
+            kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, gden_c, s, z, t, tz, r,
+                                      rz, tr, trz, dq, dk, n, f, e, nc, ns, triton.cdiv(e, be_qk),
+                                      seg, **dots, **(sizes | {"BE": be_qk}), num_warps=8,
+                                      num_stages=1)  # fmt: skip
+            kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, nft, seg,
+                                     **unsplit, **sizes)  # fmt: skip
         grads = (x.view(b, h, n, -1)[..., :w] for x, w in ((dq, f0), (dk, f0), (dv, e0)))
         return *grads, None, None, None
 

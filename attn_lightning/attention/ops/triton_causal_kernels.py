@@ -75,105 +75,149 @@ def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.const
     return fo, fm, qb, kb, tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
 
 
-def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, N, F, E, NC, NE_T,
-            C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, SCALED: tl.constexpr,
+def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, tv, N, F, E,
+            NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
+            SCALED: tl.constexpr, REVERSE: tl.constexpr, MEANS: tl.constexpr,
             ELU1: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr,
             DOT: tl.constexpr):  # fmt: skip
-    """One chunk's ``A_cᵀB_c`` (F-tile × E-tile) and ``Σ_rows A_c`` (SCALED: ``A_cᵀ(B_c/den)``
-    and ``A_cᵀ gden``, backward's ``Q_cᵀ dNum_c`` and ``Q_cᵀ dDen_c``, with ``B_c/den`` as a
-    hi + lo pair under SPLIT: R's centring adds ``R m_c`` to ``r``, which cancels it to the
-    size of the spread, so R must be good to more than the 8 bits of one bf16 operand);
-    grid (NC, BH, F·E tiles)."""
-    c, bh, t = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    ft, et = t // NE_T, t % NE_T
-    rows = c * C + tl.arange(0, C)
-    fo, eo = ft * BF + tl.arange(0, BF), et * BE + tl.arange(0, BE)
-    rm, fm, em = rows < N, fo < F, eo < E
-    am = rm[:, None] & fm[None, :]
-    ab = _phi(tl.load(_at(a, bh, H, sab, sah) + rows[:, None] * san + fo[None, :], am, 0.0), am,
-              ELU1)  # fmt: skip
-    bm = rm[:, None] & em[None, :]
-    bb = tl.load(_at(b, bh, H, sbb, sbh) + rows[:, None] * sbn + eo[None, :], bm, 0.0)
-    acc = tl.full((BF, BE), 0.0, tl.float32)
-    if SCALED:
-        d = tl.load(den + bh * N + rows, rm, 1.0)
-        acc = _split_dot(tl.trans(ab), bb.to(tl.float32) / d[:, None], acc, SPLIT, PREC, DOT)
-    else:
-        acc = tl.dot(tl.trans(ab).to(DOT), bb.to(DOT), acc, input_precision=PREC)
-    sp = s + (bh * NC + c) * F * E
-    tl.store(sp + fo[:, None] * E + eo[None, :], acc, fm[:, None] & em[None, :])
-    if et == 0:
-        if SCALED:
-            w = tl.load(gden + bh * N + rows, rm, 0.0)
-            zs = tl.reduce(ab.to(tl.float32) * w[:, None], 0, tl.standard._sum_combine)
-        else:
-            zs = tl.reduce(ab.to(tl.float32), 0, tl.standard._sum_combine)
-        tl.store(z + (bh * NC + c) * F + fo, zs, fm)
+    """Segment g's chunk states, formed and summed in one pass: grid (NS, BH, F·E tiles).
 
-
-def _prefix(s, z, s_end, z_end, F, E, NC, NE_T, BF: tl.constexpr, BE: tl.constexpr,
-            REVERSE: tl.constexpr):  # fmt: skip
-    """In place: each chunk's state becomes the float32 sum over the chunks before it (REVERSE:
-    after it); the total goes to ``s_end``/``z_end`` (forward's final state). Grid (BH, tiles)."""
-    bh, t = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    ft, et = t // NE_T, t % NE_T
+    The program walks the SEG chunks of its segment (REVERSE: from the last), writes each chunk's
+    state *exclusive within the segment* (``s[c] = Σ_{c' in g, c' < c} A_c'ᵀB_c'``, float32,
+    written once) and the segment's total ``t[g]``; ``_segments`` then turns the NS totals into
+    their exclusive prefix, which a consumer adds to ``s[c]`` (``g = c // SEG``). So the serial
+    depth is SEG chunks, not NC, and the segments run in parallel. ``A_cᵀB_c`` is ``φ(K_c)ᵀV_c``
+    with ``z`` the key sums (forward); SCALED ``Q_cᵀ(dO_c/den)`` with dO/den a hi + lo pair under
+    SPLIT (R's centring adds ``R m_c`` to ``r``, which cancels it to the size of the spread, so R
+    must be good to more than the 8 bits of one bf16 operand) and ``z`` the sums of ``Q_cᵀdDen``.
+    MEANS (forward): also the float32 sums of v per chunk, for the centring means, in ``vs``/``tv``.
+    """
+    g, bh, tile = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    ft, et = tile // NE_T, tile % NE_T
     fo, eo = ft * BF + tl.arange(0, BF), et * BE + tl.arange(0, BE)
     fm, em = fo < F, eo < E
     m2 = fm[:, None] & em[None, :]
-    tile = fo[:, None] * E + eo[None, :]
+    st = fo[:, None] * E + eo[None, :]
+    ap, bp = _at(a, bh, H, sab, sah), _at(b, bh, H, sbb, sbh)
     run = tl.full((BF, BE), 0.0, tl.float32)
     zrun = tl.full((BF,), 0.0, tl.float32)
-    for i in range(0, NC):
-        c = NC - 1 - i if REVERSE else i
-        sp = s + (bh * NC + c) * F * E
-        x = tl.load(sp + tile, m2, 0.0)
-        tl.store(sp + tile, run, m2)
+    vrun = tl.full((BE,), 0.0, tl.float32)
+    first = g * SEG
+    count = tl.minimum(SEG, NC - first)
+    for i in range(0, count):
+        c = first + count - 1 - i if REVERSE else first + i
+        rows = c * C + tl.arange(0, C)
+        rm = rows < N
+        am = rm[:, None] & fm[None, :]
+        ab = _phi(tl.load(ap + rows[:, None] * san + fo[None, :], am, 0.0), am, ELU1)
+        bb = tl.load(bp + rows[:, None] * sbn + eo[None, :], rm[:, None] & em[None, :], 0.0)
+        tl.store(s + (bh * NC + c) * F * E + st, run, m2)
+        if SCALED:
+            d = tl.load(den + bh * N + rows, rm, 1.0)
+            run = _split_dot(tl.trans(ab), bb.to(tl.float32) / d[:, None], run, SPLIT, PREC, DOT)
+        else:
+            run = tl.dot(tl.trans(ab).to(DOT), bb.to(DOT), run, input_precision=PREC)
+        if et == 0:
+            tl.store(z + (bh * NC + c) * F + fo, zrun, fm)
+            if SCALED:
+                w = tl.load(gden + bh * N + rows, rm, 0.0)
+                zrun += tl.reduce(ab.to(tl.float32) * w[:, None], 0, tl.standard._sum_combine)
+            else:
+                zrun += tl.reduce(ab.to(tl.float32), 0, tl.standard._sum_combine)
+        if MEANS:  # noqa: SIM102 - a constexpr, folded at compile time, then a runtime test
+            if ft == 0:
+                tl.store(vs + (bh * NC + c) * E + eo, vrun, em)
+                vrun += tl.reduce(bb.to(tl.float32), 0, tl.standard._sum_combine)
+    tl.store(t + (bh * NS + g) * F * E + st, run, m2)
+    if et == 0:
+        tl.store(tz + (bh * NS + g) * F + fo, zrun, fm)
+    if MEANS:  # noqa: SIM102 - as above
+        if ft == 0:
+            tl.store(tv + (bh * NS + g) * E + eo, vrun, em)
+
+
+def _segments(t, tz, tv, s_end, z_end, F, E, NS, NE_T, BF: tl.constexpr, BE: tl.constexpr,
+              REVERSE: tl.constexpr, MEANS: tl.constexpr):  # fmt: skip
+    """In place: each segment's total becomes the float32 sum over the segments before it
+    (REVERSE: after it), so ``s[c] + t[c // SEG]`` is chunk c's exclusive state; the grand total
+    goes to ``s_end``/``z_end`` (forward's final state). NS steps, tiny. Grid (BH, tiles)."""
+    bh, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    ft, et = tile // NE_T, tile % NE_T
+    fo, eo = ft * BF + tl.arange(0, BF), et * BE + tl.arange(0, BE)
+    fm, em = fo < F, eo < E
+    m2 = fm[:, None] & em[None, :]
+    st = fo[:, None] * E + eo[None, :]
+    run = tl.full((BF, BE), 0.0, tl.float32)
+    zrun = tl.full((BF,), 0.0, tl.float32)
+    vrun = tl.full((BE,), 0.0, tl.float32)
+    for i in range(0, NS):
+        g = NS - 1 - i if REVERSE else i
+        tp = t + (bh * NS + g) * F * E
+        x = tl.load(tp + st, m2, 0.0)
+        tl.store(tp + st, run, m2)
         run += x
         if et == 0:
-            zp = z + (bh * NC + c) * F
+            zp = tz + (bh * NS + g) * F
             zx = tl.load(zp + fo, fm, 0.0)
             tl.store(zp + fo, zrun, fm)
             zrun += zx
+        if MEANS:  # noqa: SIM102 - a constexpr, folded at compile time, then a runtime test
+            if ft == 0:
+                vp = tv + (bh * NS + g) * E
+                vx = tl.load(vp + eo, em, 0.0)
+                tl.store(vp + eo, vrun, em)
+                vrun += vx
     if not REVERSE:
-        tl.store(s_end + bh * F * E + tile, run, m2)
+        tl.store(s_end + bh * F * E + st, run, m2)
         if et == 0:
             tl.store(z_end + bh * F + fo, zrun, fm)
 
 
-def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z, out, out32,
-             den, shift, N, F, E, NC, NF_T, KEEP: tl.constexpr, C: tl.constexpr,
-             BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr, PREC: tl.constexpr,
-             DOT: tl.constexpr):  # fmt: skip
+def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z, t, tz, vs,
+             tv, out, out32, den, shift, N, F, E, NC, NS, NF_T, SEG, KEEP: tl.constexpr,
+             C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
+             PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``out = (tril(QKᵀ)V + Q S_prev) / den``, ``den = shift + rowsum tril(QKᵀ) + Q z_prev``, for
-    one chunk and E-tile; grid (NC, BH, E tiles). Saved: the float32 normaliser (1 where it is
-    exactly 0) and (KEEP, half inputs) a float32 copy of out, whose bf16 rounding (2⁻⁹·|out|)
-    would swamp backward's ``dO·(m_c − out)``.
+    one chunk and E-tile; grid (NC, BH, E tiles), with ``S_prev = s[c] + t[g]`` (``_states``).
+    Saved: the float32 normaliser (1 where it is exactly 0), the chunk's centring mean m_c and
+    (KEEP, half inputs) a float32 copy of out, whose bf16 rounding (2⁻⁹·|out|) would swamp
+    backward's ``dO·(m_c − out)``.
 
-    Centred on m_c (``_grad_qk``), exactly: ``out = m_c + (tril(QKᵀ)V' + Q S' − m_c·shift) / den``
+    Centred on m_c (``_grad_qk``; v's first value for chunk 0, else the sums of ``_states``' MEANS
+    over the c·C earlier values), exactly: ``out = m_c + (tril(QKᵀ)V' + Q S' − m_c·shift) / den``
     with ``V' = V − m_c`` and ``S' = S_prev − z_prev m_cᵀ`` in float32: in bf16, ``Q S_prev`` has
     the size of z·|m_c| and its rounding would move out off the weighted average of the values
     that backward's cancellations assume. A query that sees no key (den 0) gives 0."""
     c, bh, et = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    g = c // SEG
     rows = c * C + tl.arange(0, C)
     eo = et * BE + tl.arange(0, BE)
     rm, em = rows < N, eo < E
-    qp, kp = _at(q, bh, H, sqb, sqh), _at(k, bh, H, skb, skh)
-    mb = tl.load(mean + (bh * NC + c) * E + eo, em, 0.0)
+    qp, kp, vp = _at(q, bh, H, sqb, sqh), _at(k, bh, H, skb, skh), _at(v, bh, H, svb, svh)
+    vm = rm[:, None] & em[None, :]
+    vb = tl.load(vp + rows[:, None] * svn + eo[None, :], vm, 0.0)
+    if c == 0:  # v's first row, taken from the tile (a one-row load would be scalar)
+        first = tl.where((rows == 0)[:, None], vb.to(tl.float32), 0.0)
+        mb = tl.reduce(first, 0, tl.standard._sum_combine)
+    else:
+        before = tl.load(vs + (bh * NC + c) * E + eo, em, 0.0)
+        mb = (before + tl.load(tv + (bh * NS + g) * E + eo, em, 0.0)) / (c * C).to(tl.float32)
+    tl.store(mean + (bh * NC + c) * E + eo, mb, em)
     scores = tl.full((C, C), 0.0, tl.float32)
     inter = tl.full((C, BE), 0.0, tl.float32)
     qz = tl.full((C,), 0.0, tl.float32)
     for ft in range(0, NF_T):
         fo, fm, qb, _kb, sc = _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF, ELU1, PREC, DOT)
         scores += sc
-        zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0)
-        sp = s + (bh * NC + c) * F * E
-        sb = tl.load(sp + fo[:, None] * E + eo[None, :], fm[:, None] & em[None, :], 0.0)
-        sb -= zb[:, None] * mb[None, :]
+        zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0) + tl.load(tz + (bh * NS + g) * F + fo,
+                                                                    fm, 0.0)  # fmt: skip
+        st = fo[:, None] * E + eo[None, :]
+        sm = fm[:, None] & em[None, :]
+        sb = tl.load(s + (bh * NC + c) * F * E + st, sm, 0.0)
+        sb += tl.load(t + (bh * NS + g) * F * E + st, sm, 0.0) - zb[:, None] * mb[None, :]
         inter = tl.dot(qb.to(DOT), sb.to(qb.dtype).to(DOT), inter, input_precision=PREC)
         qz += tl.reduce(qb.to(tl.float32) * zb[None, :], 1, tl.standard._sum_combine)
     j = tl.arange(0, C)
-    vm = rm[:, None] & em[None, :]
-    vb = tl.load(_at(v, bh, H, svb, svh) + rows[:, None] * svn + eo[None, :], vm, 0.0)
     vb = tl.where(vm, vb.to(tl.float32) - mb[None, :], 0.0).to(vb.dtype)
     # Numerator and normaliser weigh the same (rounded) scores: an output stays an average.
     p = tl.where(j[None, :] <= tl.arange(0, C)[:, None], scores, 0.0).to(vb.dtype)
@@ -195,7 +239,7 @@ _HELPERS = (_at, _phi, _split_dot, _qk_tile)  # device functions the kernels cal
 
 @functools.cache
 def kernels(interpreted: bool) -> SimpleNamespace:
-    """The kernels by name (``states``, ``prefix``, ``readout`` and ``triton_causal_grads``'s
+    """The kernels by name (``states``, ``segments``, ``readout`` and ``triton_causal_grads``'s
     ``delta``, ``grad_qk``, ``grad_v``), compiled or run by Triton's interpreter.
 
     Both can live in one process: a CPU test's interpreted launch leaves the CUDA tests' compiled
@@ -223,5 +267,5 @@ def kernels(interpreted: bool) -> SimpleNamespace:
     from attn_lightning.attention.ops import triton_causal_grads as grads  # imports this module
 
     scope |= {fn.__name__: bind(fn) for fn in _HELPERS}
-    every = (_states, _prefix, _readout, grads._delta, grads._grad_qk, grads._grad_v)
+    every = (_states, _segments, _readout, grads._delta, grads._grad_qk, grads._grad_v)
     return SimpleNamespace(**{fn.__name__.lstrip("_"): bind(fn) for fn in every})

@@ -109,3 +109,29 @@ def test_float16_runs_as_float16(interpret, monkeypatch):
     loads = [args[i] for name, args in seen if name == "readout" for i in (0, 4, 8)]
     assert [x.dtype for x in loads] == [torch.float16] * 3  # q, k, v: no float32 copies
     assert ((out.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
+# NC = 7 chunks over B·H·tiles = 4 programs: one segment of 7, segments of 4 and 3, 7 of 1.
+@pytest.mark.parametrize(("target", "segments"), [(1, (1, 7)), (8, (2, 4)), (264, (7, 1))])
+def test_segments_of_any_length_give_the_same_product(interpret, monkeypatch, target, segments):
+    monkeypatch.setattr(triton_causal, "TARGET_PROGRAMS", target)
+    assert triton_causal._segments(7, 4) == segments
+    g = torch.Generator().manual_seed(2)
+    q, k = (torch.randn(1, 4, 100, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 4, 100, 16, generator=g, dtype=torch.float64) + 2.0
+    grad = torch.randn(1, 4, 100, 16, generator=g, dtype=torch.float64)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    phi = [torch.nn.functional.elu(x) + 1 for x in leaves[:2]]
+    s = (phi[0] @ phi[1].transpose(-1, -2)).tril()
+    (s @ leaves[2] / (1e-6 + s.sum(-1, keepdim=True))).backward(grad)
+    low = [t.float().requires_grad_() for t in (q, k, v)]
+    out, (state, _) = triton_causal_linear_attention(
+        *low, offset=0.0, eps=1e-6, chunk_size=16, elu_features=True, return_state=True
+    )
+    out.backward(grad.float())
+    want = s.detach() @ v / (1e-6 + s.detach().sum(-1, keepdim=True))
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    want_state = phi[1].detach().transpose(-1, -2) @ v
+    torch.testing.assert_close(state.double(), want_state, rtol=1e-5, atol=1e-4)
+    for got, ref in zip(low, leaves):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-5)
