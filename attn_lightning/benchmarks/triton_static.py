@@ -270,7 +270,7 @@ def _section(shape: tuple[int, int, int, int], dtype: torch.dtype) -> list[str]:
     counts = {p: sum(launch.phase == p for launch in launches) for p in ("fwd", "bwd")}
     name = str(dtype).removeprefix("torch.")
     return [
-        f"### B {b}, H {h}, N {n}, D {d}, {name}, elu + 1",
+        f"#### B {b}, H {h}, N {n}, D {d}, {name}, elu + 1",
         "",
         markdown_table(HEADER, rows),
         "",
