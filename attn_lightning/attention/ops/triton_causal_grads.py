@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from attn_lightning.attention.ops.triton_causal_kernels import _at, _phi, _qk_tile, _split_dot
+from attn_lightning.attention.ops.triton_causal_kernels import (
+    _at,
+    _phi,
+    _qk_tile,
+    _split_dot,
+    _sum,
+)
 
 
 def _delta(grad, sgb, sgh, sgn, H, out, den, mean, gden, gden_c, N, E, NC, NE_T,
@@ -28,8 +34,8 @@ def _delta(grad, sgb, sgh, sgn, H, out, den, mean, gden, gden_c, N, E, NC, NE_T,
         g = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
         o = tl.load(op + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
         mb = tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)
-        acc += tl.reduce(g * o, 1, tl.standard._sum_combine)
-        acc_c += tl.reduce(g * (mb[None, :] - o), 1, tl.standard._sum_combine)
+        acc += tl.reduce(g * o, 1, _sum)
+        acc_c += tl.reduce(g * (mb[None, :] - o), 1, _sum)
     d = tl.load(den + bh * N + rows, rm, 1.0)
     tl.store(gden + bh * N + rows, -acc / d, rm)
     tl.store(gden_c + bh * N + rows, acc_c / d, rm)
@@ -88,7 +94,7 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
         sb = tl.load(sp + tile, sm, 0.0) + tl.load(tp + tile, sm, 0.0)
         sb = (sb - zb[:, None] * mb[None, :]).to(qb.dtype)
         rf = tl.load(rp + tile, sm, 0.0) + tl.load(trp + tile, sm, 0.0)
-        rzb += tl.reduce(rf * mb[None, :], 1, tl.standard._sum_combine)
+        rzb += tl.reduce(rf * mb[None, :], 1, _sum)
         gq = tl.dot(go.to(DOT), tl.trans(sb).to(DOT), gq, input_precision=PREC)
         gk = _split_dot(vb, tl.trans(rf), gk, SPLIT, PREC, DOT)
     i = tl.arange(0, C)

@@ -18,10 +18,11 @@ program tiles F and E by ``BF``/``BE`` (powers of two ≥ 16, ``tl.dot``'s minim
 float32 under the interpreter, whose ``tl.dot`` multiplies half bit patterns as integers).
 ``SPLIT``: a float32 operand of a half dot goes in as two (hi + lo, ``_split_dot``).
 
-Sums are ``tl.reduce(x, axis, tl.standard._sum_combine)``, not ``tl.sum``: ``tl.sum`` (as
+Sums are ``tl.reduce(x, axis, _sum)``, not ``tl.sum``: ``tl.sum`` (as
 ``tl.zeros``, hence ``tl.full``) is a ``@triton.jit`` function, compiled or interpreted once
 at ``import triton``, and a compiled one cannot run inside an interpreted kernel; ``tl.reduce``
-is a builtin the interpreter replaces per launch (and recognises ``_sum_combine`` as ``np.sum``).
+is a builtin the interpreter replaces per launch (and recognises ``_sum_combine``, ``_sum`` here,
+as ``np.sum``).
 For the same reason the device functions the kernels call (``_phi``, ``_qk_tile``) are wrapped per
 mode with them (``kernels``). ``ELU1`` kernels read raw q, k and apply φ = elu + 1 on load.
 """
@@ -34,6 +35,11 @@ from types import SimpleNamespace
 
 import triton
 import triton.language as tl
+
+# tl.reduce's combine (the interpreter knows this object and sums with numpy); under
+# TRITON_INTERPRET=1 at import it is an interpreted function, so ``kernels`` hands the compiled
+# kernels a compiled copy.
+_sum = tl.standard._sum_combine
 
 
 def _at(ptr, bh, H, sb, sh):
@@ -121,13 +127,13 @@ def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, t
             tl.store(z + (bh * NC + c) * F + fo, zrun, fm)
             if SCALED:
                 w = tl.load(gden + bh * N + rows, rm, 0.0)
-                zrun += tl.reduce(ab.to(tl.float32) * w[:, None], 0, tl.standard._sum_combine)
+                zrun += tl.reduce(ab.to(tl.float32) * w[:, None], 0, _sum)
             else:
-                zrun += tl.reduce(ab.to(tl.float32), 0, tl.standard._sum_combine)
+                zrun += tl.reduce(ab.to(tl.float32), 0, _sum)
         if MEANS:  # noqa: SIM102 - a constexpr, folded at compile time, then a runtime test
             if ft == 0:
                 tl.store(vs + (bh * NC + c) * E + eo, vrun, em)
-                vrun += tl.reduce(bb.to(tl.float32), 0, tl.standard._sum_combine)
+                vrun += tl.reduce(bb.to(tl.float32), 0, _sum)
     tl.store(t + (bh * NS + g) * F * E + st, run, m2)
     if et == 0:
         tl.store(tz + (bh * NS + g) * F + fo, zrun, fm)
@@ -198,7 +204,7 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
     vb = tl.load(vp + rows[:, None] * svn + eo[None, :], vm, 0.0)
     if c == 0:  # v's first row, taken from the tile (a one-row load would be scalar)
         first = tl.where((rows == 0)[:, None], vb.to(tl.float32), 0.0)
-        mb = tl.reduce(first, 0, tl.standard._sum_combine)
+        mb = tl.reduce(first, 0, _sum)
     else:
         before = tl.load(vs + (bh * NC + c) * E + eo, em, 0.0)
         mb = (before + tl.load(tv + (bh * NS + g) * E + eo, em, 0.0)) / (c * C).to(tl.float32)
@@ -216,12 +222,12 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
         sb = tl.load(s + (bh * NC + c) * F * E + st, sm, 0.0)
         sb += tl.load(t + (bh * NS + g) * F * E + st, sm, 0.0) - zb[:, None] * mb[None, :]
         inter = tl.dot(qb.to(DOT), sb.to(qb.dtype).to(DOT), inter, input_precision=PREC)
-        qz += tl.reduce(qb.to(tl.float32) * zb[None, :], 1, tl.standard._sum_combine)
+        qz += tl.reduce(qb.to(tl.float32) * zb[None, :], 1, _sum)
     j = tl.arange(0, C)
     vb = tl.where(vm, vb.to(tl.float32) - mb[None, :], 0.0).to(vb.dtype)
     # Numerator and normaliser weigh the same (rounded) scores: an output stays an average.
     p = tl.where(j[None, :] <= tl.arange(0, C)[:, None], scores, 0.0).to(vb.dtype)
-    d = tl.reduce(p.to(tl.float32), 1, tl.standard._sum_combine) + qz + shift
+    d = tl.reduce(p.to(tl.float32), 1, _sum) + qz + shift
     seen = d != 0.0
     d = tl.where(seen, d, 1.0)
     num = tl.dot(p.to(DOT), vb.to(DOT), inter, input_precision=PREC) - mb[None, :] * shift
@@ -267,5 +273,7 @@ def kernels(interpreted: bool) -> SimpleNamespace:
     from attn_lightning.attention.ops import triton_causal_grads as grads  # imports this module
 
     scope |= {fn.__name__: bind(fn) for fn in _HELPERS}
+    if not interpreted and not isinstance(_sum, triton.runtime.jit.JITFunction):
+        scope["_sum"] = triton.runtime.jit.JITFunction(_sum.fn)
     every = (_states, _segments, _readout, grads._delta, grads._grad_qk, grads._grad_v)
     return SimpleNamespace(**{fn.__name__.lstrip("_"): bind(fn) for fn in every})
