@@ -16,8 +16,9 @@ Masked positions count for nothing, even when they hold NaN or ±inf. ``forward`
 keys and values with ``masked_fill`` before any backend sees them (never by a multiply: 0·NaN is
 NaN). With ``causal=True`` a non-finite key or value at position j is zeroed too and every
 output i ≥ j, the ones that see it, is set to NaN: earlier outputs and their gradients are
-exactly those with finite values there. On finite inputs the causal guard costs one sum over k
-and v (off the CPU, a device sync); ``step`` has no mask, only the past.
+exactly those with finite values there. The causal guard never syncs with the host: it costs a
+few elementwise passes over k, v and the output on the device; ``step`` has no mask, only the
+past.
 
 ``check_finite``: ``set_check_finite(True)``, ``with check_finite(): ...`` or the environment
 variable ``ATTN_LIGHTNING_CHECK_FINITE=1`` (read at import, so spawned DDP workers inherit it)
@@ -252,19 +253,17 @@ class Attention(nn.Module, abc.ABC):
         Every backend masks the future by a product with 0 somewhere (a tril'd chunk of scores
         times v, SDPA's masked weights times v, -inf added to a NaN score), so a NaN at j would
         reach the rows before j. Zeroed here, it cannot; the rows from j on are set to NaN.
+
+        All on the device, whatever the inputs: a Python branch on "is anything non-finite"
+        would read a flag back to the host (``aten._local_scalar_dense``), a sync that stalls
+        the launch queue once per layer per step. On finite inputs the masks are all False and
+        the fills copy k, v and out unchanged (three elementwise passes, no sync).
         """
-        acc = accumulation_dtype(k.dtype)
-        # One sum each (accumulated in float32 at least, so fp16 cannot overflow it): any NaN or
-        # inf makes it non-finite. A false alarm (a finite sum that overflows) takes the exact
-        # path below, which then finds no bad token.
-        with torch.no_grad():  # a probe: nothing to record for backward
-            finite = bool(torch.isfinite(k.sum(dtype=acc) + v.sum(dtype=acc)))
-        if finite:
-            return self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid)
-        bad = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, S)
+        with torch.no_grad():  # masks: nothing to record for backward
+            bad = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, S)
+            sees_bad = bad.cummax(dim=-1).values[..., None]  # (B, H, L, 1): some j <= i is bad
         k, v = k.masked_fill(bad[..., None], 0.0), v.masked_fill(bad[..., None], 0.0)
         out = self._attend(q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid)
-        sees_bad = bad.cummax(dim=-1).values[..., None]  # (B, H, L, 1): some j <= i is bad
         return out.masked_fill(sees_bad, float("nan"))
 
     def _check_finite(

@@ -104,8 +104,10 @@ class OptimizationAttention(Attention):
     drawn from the global torch RNG at construction (equal on every DDP rank under
     ``seed_everything``; always drawn, so turning R on or off does not shift the initialisation of
     later layers) and the persistent counter ``draws`` advances once per training forward. Both
-    are in the checkpoint, so a resumed run continues the same sequence. Reading them is one host
-    read per training forward (a device sync on GPU; the Cholesky's error check syncs anyway).
+    are in the checkpoint, so a resumed run continues the same sequence. They are read from the
+    device once (a sync) and then counted on the host beside the buffer, read again only when the
+    buffers were moved or written (a load, a DDP broadcast); ``torch.linalg.cholesky``'s error
+    check (``solver="woodbury"``) still syncs on CUDA.
     Activation checkpointing would redraw on recompute: not supported with R > 0.
 
     Masking: a padded token becomes a zero dictionary column and its coefficient is pinned to 0.
@@ -178,6 +180,8 @@ class OptimizationAttention(Attention):
         self.register_buffer("draws", torch.zeros((), dtype=torch.int64))
         self.register_load_state_dict_pre_hook(_fill_rng_state_of_old_checkpoints)
         self._sparsity: Tensor | None = None  # (keys90, keys90_fraction) of the last train step
+        # (salt, draws) on the host and the buffers' identity when they held them: no device read
+        self._host_draws: tuple[tuple[int, ...], int, int] | None = None
 
     # ------------------------------------------------------------------ public helpers
     def sparse_codes(
@@ -285,8 +289,7 @@ class OptimizationAttention(Attention):
         """The next R Gaussian columns per batch×head, ``(B, H, R, D)``, at the real columns' RMS
         norm (unit norm if normalised); advances ``draws``."""
         b, h, s, d = atoms.shape
-        seed = random_token_seed(int(self.salt), int(self.draws))
-        self.draws.add_(1)
+        seed = random_token_seed(*self._next_draw())
         generator = torch.Generator(device="cpu").manual_seed(seed)
         # Drawn on the CPU in float32 whatever the device and compute dtype: the same tokens on
         # every rank, device and precision.
@@ -304,6 +307,21 @@ class OptimizationAttention(Attention):
             sq = atoms.square().sum((-1, -2), keepdim=True)  # (B, H, 1, 1)
             rms = (sq / count.clamp_min(1).view(b, 1, 1, 1)).sqrt()
         return noise * rms / d**0.5
+
+    def _next_draw(self) -> tuple[int, int]:
+        """``(salt, draws)`` of this draw, then ``draws`` advanced: read from the buffers only when
+        they changed since the last draw (a sync), else from the host copy."""
+
+        def identity() -> tuple[int, ...]:
+            return tuple(x for t in (self.salt, self.draws) for x in (t.data_ptr(), t._version))
+
+        if self._host_draws is not None and self._host_draws[0] == identity():
+            salt, draws = self._host_draws[1:]
+        else:
+            salt, draws = int(self.salt), int(self.draws)
+        self.draws.add_(1)
+        self._host_draws = (identity(), salt, draws + 1)
+        return salt, draws
 
     def _weights(self, z: Tensor) -> Tensor:
         """``|z_j|^p / Σ_l |z_l|^p`` (signed: times sign(z_j)); an all-zero row gives 0 weights."""

@@ -17,6 +17,7 @@ Examples::
     python -m attn_lightning.benchmark model --models reversal pixel \\
         --backends softmax linear performer polysketch --lengths 256 1024 4096 16384 \\
         --widths 64 256 --out docs/figures
+    python -m attn_lightning.benchmark triton-static --shapes 2,4,32768,64
     python -m attn_lightning.benchmark generation --checkpoints \\
         checkpoints/image/<softmax-run>/last.ckpt checkpoints/image/<linear-run>/last.ckpt \\
         --batches 1 32 max --out docs/results/image_throughput_trained
@@ -38,6 +39,7 @@ from attn_lightning.benchmarks import (
     latency,
     learned_kernels,
     model_step,
+    triton_static,
 )
 from attn_lightning.benchmarks.arguments import UsageError
 from attn_lightning.benchmarks.gpu_report import command as gpu_report
@@ -103,6 +105,13 @@ COMMANDS: dict[str, Benchmark] = {
         generation.add_arguments,
         generation.run,
         generation.__doc__,
+    ),
+    "triton-static": Benchmark(
+        "our Triton causal product compiled for sm_90 on a CPU: launches, registers, spills, "
+        "shared memory, wgmma, modelled bytes against the roofline",
+        triton_static.add_arguments,
+        triton_static.run,
+        triton_static.__doc__,
     ),
     "gpu-report": Benchmark(
         "measure a GPU within a budget: fla's op beside flash and linear on each kernel, the "

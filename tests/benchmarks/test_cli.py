@@ -298,6 +298,7 @@ def test_the_subcommands_are_the_rows_of_the_command_table():
         "learned",
         "model",
         "generation",
+        "triton-static",
         "gpu-report",
     ]
     for name, command in COMMANDS.items():  # each row's own flags reach its subparser

@@ -1,14 +1,24 @@
 """Our chunk-parallel causal product as fused Triton kernels: ``implementation: triton``.
 
 The same algorithm as ``causal_product`` (chunk states at once, a prefix sum over chunks, every
-chunk read out in parallel), in three kernels forward and four backward, so no (B, H, N, C) score
-tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``)::
+chunk read out in parallel), in three kernels forward and five launches backward, so no
+(B, H, N, C) score tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``,
+``triton_causal_grads``)::
 
-    1 states   S_c = φ(K_c)ᵀV_c, z_c = Σ φ(K_c)     grid (chunks, B·H, F·E tiles), float32
-    2 prefix   S_c ← Σ_{c'<c} S_c' (exclusive), z too; the totals are the final state
+    1 states   S_c = Σ_{c'<c in its segment} φ(K_c')ᵀV_c', z too, and the segment's total,
+               grid (segments, B·H, F·E tiles), float32, each state written once
+    2 segments the NS segment totals → their exclusive prefix (S_prev = s[c] + t[c // SEG]);
+               the totals are the final state
     3 readout  out = (tril(Q_cK_cᵀ)V_c + Q_c S_c) / (offset + eps + rowsum tril(Q_cK_cᵀ) + Q_c z_c)
-    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states + reverse prefix);
+    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states + segments, reverse);
                dQ, dK (grid over F tiles) and dV (grid over E tiles), as in ``causal_product``
+
+Segments: ``states`` walks SEG chunks per program, NS segments in parallel, NS chosen so the
+programs fill about ``TARGET_PROGRAMS`` (``_segments``): the serial depth is SEG, not the chunk
+count, and each state is written once, in float32 (the readout's rounding to the dot's dtype
+happens after the segment offset is added). No torch kernel runs between the launches: the
+centring means come from ``states``' float32 sums of v (forward, MEANS), and ``readout`` writes
+them for the backward.
 
 Readout and backward run on values centred per chunk (m_c, the mean of the values before chunk
 c; exact in value, as ``centred_product``): in bf16 the uncentred terms are of size z·|v̄| and
@@ -29,13 +39,28 @@ Contract (as the torch kernel's ``causal_linear_attention``): padded keys are ze
 masked in the kernels); the final state ``(S, z)``, float32 ``(B, H, F, Dv)`` and ``(B, H, F)``,
 is ``linear_attention_step``'s state after the N tokens (``return_state=True``).
 
-Precision: bf16 inputs run bf16 ``tl.dot`` operands (tensor cores) with float32 accumulation; the
-chunk states, their prefix sums, the normaliser and the backward's dDen are float32, and a state is
-rounded to bf16 only as a dot operand (as the torch kernel does). Numerator and normaliser use the
-same bf16-rounded scores, so an output stays a weighted average of values. fp16 inputs run in
-float32 (``product_dtype``: fp16's range is too small for the normaliser); float32 inputs run
-``tl.dot`` with ``input_precision="ieee"``, true float32, not TF32 (the contract says float32).
-float64 has no kernel: refused, as ``fla`` does.
+Precision: bf16 and fp16 inputs run half ``tl.dot`` operands (tensor cores, ``wgmma`` on
+Hopper) with float32 accumulation; the chunk states, their prefix sums, the normaliser and the
+backward's dDen are float32, and a state is rounded to the inputs' dtype only as a dot operand (as
+the torch kernel does). Where a rounded operand would cost the result its accuracy it goes in as
+two (hi + lo, ``SPLIT``): dO/den in the suffix sums R, and R in dK's ``V' Rᵀ`` (the term that
+cancels against ``R m_c`` for values with a mean). Numerator and normaliser use the same rounded
+scores, so an output stays a weighted average of values. fp16's range bounds what a rounded
+operand may hold: the centred state ``S' = Σ_{j<c} φ(k_j)(v_j − m_c)ᵀ`` grows with the prefix
+(as √N for values spread about their running mean, up to N·|φ|·|v − m_c| for values that drift)
+and past 65,504 becomes inf in fp16 (bf16 has float32's range). float32 inputs run ``tl.dot``
+as 3xTF32 (``input_precision="tf32x3"``: hi + lo TF32 parts, three tensor-core products,
+float32's accuracy, which the contract asks for; plain TF32 would err by ~2⁻¹¹, "ieee" compiles
+to scalar FMAs that spill 10–17 KB per thread at D 64). Compiled for sm_90 it still spills in
+``grad_qk`` (404 B per thread at D 64, ``benchmarks/triton_static``): bf16 and fp16 are the fast
+paths. float64 has no kernel: refused, as ``fla`` does.
+
+Launch: q, k, v and dO are read in place with their strides (the model's ``(B, N, H, D)``
+projections, transposed, are not copied) when their last stride is 1 and their width a multiple
+of 16; otherwise they are copied into a buffer as wide as the next multiple of 16 (extra columns
+masked: φ = 0), so every load is a vector load. N needs no padding (rows ≥ N are masked). N = 0
+launches nothing (an empty output, the zero state). Launches run under ``torch.cuda.device`` of
+the tensors (a ``cuda:1`` call runs on device 1 whatever the current device).
 
 Devices: CUDA tensors run the compiled kernels. CPU tensors run them through Triton's interpreter
 when ``TRITON_INTERPRET=1`` (``triton.knobs.runtime.interpret``) is on — slow, for tests — and are
@@ -52,17 +77,19 @@ where one is present, and ``gpu-report``'s triton rows time them.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from attn_lightning.attention.base import State
-from attn_lightning.attention.ops.linear_kernels import product_dtype
 from attn_lightning.attention.ops.triton_causal_kernels import kernels
 
 DEFAULT_CHUNK = 64
 MAX_TILE = 64  # F and E tiles: wider φ loops over tiles (registers bound the tile, not F)
+TARGET_PROGRAMS = 264  # the states kernel's programs (two per SM of an H100) when N allows
 
 
 def interpreter_on() -> bool:
@@ -96,16 +123,40 @@ def _tile(width: int) -> int:
     return min(max(16, triton.next_power_of_2(width)), MAX_TILE)
 
 
-def _references(v3: Tensor, chunk: int) -> Tensor:
-    """Chunk c's centring reference (``_grad_qk``): the float32 mean of the values before chunk c,
-    v's first value for chunk 0 — ``(BH, N, E) -> (BH, NC, E)``, only earlier positions."""
-    bh, n, e = v3.shape
-    nc = triton.cdiv(n, chunk)
-    sums = torch.zeros(bh, nc * chunk, e, dtype=torch.float32, device=v3.device)
-    sums[:, :n] = v3
-    before = sums.view(bh, nc, chunk, e).sum(2).cumsum(1)[:, :-1]  # Σ v over chunks 0..c-1
-    counts = torch.arange(1, nc, device=v3.device, dtype=torch.float32)[:, None] * chunk
-    return torch.cat([v3[:, :1].float(), before / counts], dim=1)
+def _segments(nc: int, programs: int) -> tuple[int, int]:
+    """``(NS, SEG)``: the NC chunks cut into NS segments of SEG, enough that ``NS · programs``
+    (``programs``: B·H·tiles) fill about ``TARGET_PROGRAMS`` — the serial depth of ``_states`` is
+    SEG chunks, its parallelism NS·B·H·tiles programs."""
+    ns = max(1, min(nc, -(-TARGET_PROGRAMS // programs)))
+    seg = -(-nc // ns)
+    return -(-nc // seg), seg
+
+
+def _device_guard(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """The CUDA device of the tensors made current for the launches (a ``cuda:1`` tensor's
+    kernels launch on device 1, whatever the current device); nothing off CUDA."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _aligned(x: Tensor, width: int, fill: float) -> Tensor:
+    """``x`` as the kernels read it: in place when its last stride is 1 and its width a multiple of
+    16 (every stride of the model's ``(B, N, H, D)`` views then is: vector loads), else copied
+    into a ``width``-wide buffer whose extra columns hold ``fill``."""
+    if x.shape[-1] == width and x.stride(-1) == 1:
+        return x
+    out = x.new_full((*x.shape[:-1], width), fill)
+    out[..., : x.shape[-1]] = x
+    return out
+
+
+def _strided(x: Tensor) -> tuple[Tensor | int, ...]:
+    """A ``(B, H, N, ·)`` tensor as a kernel takes it: itself, its batch, head and row strides."""
+    if x.shape[2] * x.stride(2) >= 2**31:  # the kernels index a head's rows in int32
+        raise ValueError(
+            f"triton kernel: a head's rows span {x.shape[2] * x.stride(2)} elements (N = "
+            f"{x.shape[2]}, row stride {x.stride(2)}); at most 2**31 - 1 are allowed"
+        )
+    return x, x.stride(0), x.stride(1), x.stride(2)
 
 
 class _TritonProduct(torch.autograd.Function):
@@ -113,98 +164,105 @@ class _TritonProduct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, shift: float, chunk: int, elu: bool):
-        b, h, n, f = q.shape
-        e, bh, nc = v.shape[-1], b * h, triton.cdiv(n, chunk)
-        q3, k3, v3 = (x.contiguous().view(bh, n, x.shape[-1]) for x in (q, k, v))
+        b, h, n, f0 = q.shape
+        e0 = v.shape[-1]
+        ctx.widths = (f0, e0)
+        if n == 0:  # nothing to launch: an empty output, the zero state
+            s0 = q.new_zeros(b, h, f0, e0, dtype=torch.float32)
+            z0 = q.new_zeros(b, h, f0, dtype=torch.float32)
+            ctx.mark_non_differentiable(s0, z0)
+            return v.new_empty(b, h, 0, e0), s0, z0
+        # Widths padded to 16 (masked loads: padded q, k columns are φ = 0 features, -inf raw)
+        f, e = -(-f0 // 16) * 16, -(-e0 // 16) * 16
+        q, k = (_aligned(x, f, float("-inf") if elu else 0.0) for x in (q, k))
+        v = _aligned(v, e, 0.0)
+        bh, nc = b * h, triton.cdiv(n, chunk)
         bf, be = _tile(f), _tile(e)
         nft, net = triton.cdiv(f, bf), triton.cdiv(e, be)
         sizes = {"C": chunk, "BF": bf, "BE": be}
-        # tf32 is ignored for bf16 operands. The interpreter's tl.dot multiplies bf16 bit
-        # patterns as integers (Triton 3.8), so there the (bf16-rounded) operands go in as float32.
-        prec = "ieee" if q.dtype == torch.float32 else "tf32"
         interpreted = q.device.type != "cuda"
         kn = kernels(interpreted)
-        dots = {"PREC": prec, "DOT": tl.float32 if interpreted or prec == "ieee" else tl.bfloat16}
-        dots["ELU1"] = elu  # φ = elu + 1 applied to q and k on load (the kernels that read them)
+        dots = _dots(q.dtype, interpreted) | {"ELU1": elu}  # ELU1: φ = elu + 1 on load
+        split = {"SPLIT": q.dtype != torch.float32}
         f32 = torch.float32
+        ns, seg = _segments(nc, bh * nft * net)
         s, z = q.new_empty(bh, nc, f, e, dtype=f32), q.new_empty(bh, nc, f, dtype=f32)
-        s_end, z_end = q.new_empty(bh, f, e, dtype=f32), q.new_empty(bh, f, dtype=f32)
-        out, den = torch.empty_like(v3), q.new_empty(bh, n, dtype=f32)
-        mean = _references(v3, chunk)
-        keep = v3.dtype != torch.float32  # backward's float32 copy of out (``_readout``)
+        t, tz = q.new_empty(bh, ns, f, e, dtype=f32), q.new_empty(bh, ns, f, dtype=f32)
+        vsum, tv = q.new_empty(bh, nc, e, dtype=f32), q.new_empty(bh, ns, e, dtype=f32)
+        s_end, z_end = q.new_empty(b, h, f, e, dtype=f32), q.new_empty(b, h, f, dtype=f32)
+        out, den = v.new_empty(b, h, n, e), q.new_empty(bh, n, dtype=f32)
+        mean = q.new_empty(bh, nc, e, dtype=f32)  # the centring means, written by readout
+        keep = v.dtype != torch.float32  # backward's float32 copy of out (``_readout``)
         out32 = q.new_empty(bh, n, e, dtype=f32) if keep else out
-        kn.states[(nc, bh, nft * net)](
-            k3, v3, s, s, s, z, n, f, e, nc, net, SCALED=False, **dots, **sizes
-        )
-        kn.prefix[(bh, nft * net)](s, z, s_end, z_end, f, e, nc, net, BF=bf, BE=be, REVERSE=False)
-        kn.readout[(nc, bh, net)](
-            q3,
-            k3,
-            v3,
-            mean,
-            s,
-            z,
-            out,
-            out32,
-            den,
-            shift,
-            n,
-            f,
-            e,
-            nc,
-            nft,
-            KEEP=keep,
-            **dots,
-            **sizes,
-        )
-        ctx.save_for_backward(q3, k3, v3, mean, s, z, out32, den)
-        ctx.meta = (b, h, nc, nft, net, sizes, dots)
+        qs, ks, vs = _strided(q), _strided(k), _strided(v)
+        with _device_guard(q.device):
+            kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, z, vsum, t, tz, tv, n, f, e, nc,
+                                           ns, net, seg, SCALED=False, REVERSE=False, MEANS=True,
+                                           **split, **dots, **sizes)  # fmt: skip
+            kn.segments[(bh, nft * net)](t, tz, tv, s_end, z_end, f, e, ns, net, BF=bf, BE=be,
+                                         REVERSE=False, MEANS=True)  # fmt: skip
+            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, out, out32,
+                                      den, shift, n, f, e, nc, ns, nft, seg, KEEP=keep, **dots,
+                                      **sizes, num_warps=8)  # fmt: skip
+        ctx.save_for_backward(q, k, v, mean, s, z, t, tz, out32, den)
+        ctx.meta = (nc, ns, seg, nft, net, sizes, dots | split)
         ctx.mark_non_differentiable(s_end, z_end)
-        return out.view(b, h, n, e), s_end.view(b, h, f, e), z_end.view(b, h, f)
+        ctx.set_materialize_grads(False)  # no zero gradients made for the states
+        return out[..., :e0], s_end[..., :f0, :e0], z_end[..., :f0]
 
     @staticmethod
     def backward(ctx, grad_out: Tensor, *_state_grads: Tensor):
-        q3, k3, v3, mean, s, z, out, den = ctx.saved_tensors
-        b, h, nc, nft, net, sizes, dots = ctx.meta
-        bh, n, f = q3.shape
-        e = v3.shape[-1]
-        kn = kernels(q3.device.type != "cuda")
-        grad = grad_out.to(v3.dtype).contiguous().view(bh, n, e)
+        f0, e0 = ctx.widths
+        if grad_out is None:  # only the final state was used: it has no gradient
+            return None, None, None, None, None, None
+        if grad_out.shape[2] == 0:
+            b, h = grad_out.shape[:2]
+            empty = [grad_out.new_empty(b, h, 0, w) for w in (f0, f0, e0)]
+            return *empty, None, None, None
+        q, k, v, mean, s, z, t, tz, out, den = ctx.saved_tensors
+        nc, ns, seg, nft, net, sizes, dots = ctx.meta
+        b, h, n, f = q.shape
+        bh, e = b * h, v.shape[-1]
+        kn = kernels(q.device.type != "cuda")
+        grad = _aligned(grad_out.to(v.dtype), e, 0.0)
         gden, gden_c = torch.empty_like(den), torch.empty_like(den)
-        kn.delta[(nc, bh)](
-            grad, out, den, mean, gden, gden_c, n, e, nc, net, C=sizes["C"], BE=sizes["BE"]
-        )
         r, rz = torch.empty_like(s), torch.empty_like(z)  # R_c, r_c: sums over later chunks
-        kn.states[(nc, bh, nft * net)](
-            q3, grad, den, gden, r, rz, n, f, e, nc, net, SCALED=True, **dots, **sizes
-        )
-        kn.prefix[(bh, nft * net)](r, rz, r, rz, f, e, nc, net, BF=sizes["BF"], BE=sizes["BE"],
-                                   REVERSE=True)  # fmt: skip
-        dq, dk, dv = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(v3)
-        kn.grad_qk[(nc, bh, nft)](
-            q3,
-            k3,
-            v3,
-            mean,
-            grad,
-            den,
-            gden_c,
-            s,
-            z,
-            r,
-            rz,
-            dq,
-            dk,
-            n,
-            f,
-            e,
-            nc,
-            net,
-            **dots,
-            **sizes,
-        )
-        kn.grad_v[(nc, bh, net)](q3, k3, grad, den, r, dv, n, f, e, nc, nft, **dots, **sizes)
-        return dq.view(b, h, n, f), dk.view(b, h, n, f), dv.view(b, h, n, e), None, None, None
+        tr, trz = torch.empty_like(t), torch.empty_like(tz)
+        dq, dk = q.new_empty(bh, n, f), k.new_empty(bh, n, f)
+        dv = v.new_empty(bh, n, e)
+        qs, ks, vs, gs = _strided(q), _strided(k), _strided(v), _strided(grad)
+        unsplit = {key: val for key, val in dots.items() if key != "SPLIT"}
+        with _device_guard(q.device):
+            kn.delta[(nc, bh)](*gs, h, out, den, mean, gden, gden_c, n, e, nc, net,
+                               C=sizes["C"], BE=sizes["BE"])  # fmt: skip
+            kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, gden, r, rz, rz, tr, trz, trz, n, f,
+                                           e, nc, ns, net, seg, SCALED=True, REVERSE=True,
+                                           MEANS=False, **dots, **sizes)  # fmt: skip
+            kn.segments[(bh, nft * net)](tr, trz, trz, tr, trz, f, e, ns, net, BF=sizes["BF"],
+                                         BE=sizes["BE"], REVERSE=True, MEANS=False)  # fmt: skip
+            # 8 warps and E tiles of 32: with more per thread its three (C, BF) / (C, C) float32
+            # accumulators and the loop's tiles spill
+            be_qk = min(32, sizes["BE"])
+            kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, gden_c, s, z, t, tz, r,
+                                      rz, tr, trz, dq, dk, n, f, e, nc, ns, triton.cdiv(e, be_qk),
+                                      seg, **dots, **(sizes | {"BE": be_qk}), num_warps=8,
+                                      num_stages=1)  # fmt: skip
+            kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, nft, seg,
+                                     **unsplit, **sizes)  # fmt: skip
+        grads = (x.view(b, h, n, -1)[..., :w] for x, w in ((dq, f0), (dk, f0), (dv, e0)))
+        return *grads, None, None, None
+
+
+def _dots(dtype: torch.dtype, interpreted: bool) -> dict[str, object]:
+    """``tl.dot``'s operand type and precision for inputs of ``dtype``: bf16 and fp16 operands
+    (tensor cores, float32 accumulation); float32 as 3xTF32 (``"tf32x3"``: each operand split in
+    a TF32 hi and lo, three tensor-core products, float32's accuracy; ``"ieee"`` compiles to
+    scalar FMAs that spill 10–17 KB per thread). The interpreter's ``tl.dot``
+    multiplies half bit patterns as integers (Triton 3.8), so there the (half-rounded) operands
+    go in as float32."""
+    half = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(dtype)
+    dot = tl.float32 if interpreted or half is None else half
+    return {"PREC": "tf32x3" if half is None else "tf32", "DOT": dot}
 
 
 def triton_causal_linear_attention(
@@ -238,7 +296,7 @@ def triton_causal_linear_attention(
     if not valid or chunk_size < 16 or chunk_size & (chunk_size - 1):
         raise ValueError(f"chunk_size must be a power of two >= 16, got {chunk_size!r}")
     check_runnable(v, backend="triton kernel")
-    dtype = product_dtype(v.dtype)
+    dtype = v.dtype if v.dtype in (torch.bfloat16, torch.float16) else torch.float32
     with torch.autocast(device_type=v.device.type, enabled=False):
         q, k, vv = phi_q.to(dtype), phi_k.to(dtype), v.to(dtype)
         shift = float(offset + eps)

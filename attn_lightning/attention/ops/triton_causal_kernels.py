@@ -5,18 +5,24 @@ through Triton's interpreter for CPU tensors, so the CPU suite runs the very sam
 without changing what a CUDA call in the same process gets (``triton.jit`` picks one or the other
 once, at decoration, from ``TRITON_INTERPRET``).
 
-Layout: ``(BH, N, F)`` features, ``(BH, N, E)`` values, contiguous; chunk c covers rows
-``[c·C, c·C + C)``, the last one partial (rows ≥ N load as 0 and are never stored). Per-chunk
-states ``(BH, NC, F, E)`` and key sums ``(BH, NC, F)`` are float32. Every program tiles F and E by
-``BF``/``BE`` (powers of two ≥ 16, ``tl.dot``'s minimum) so a wide φ (PolySketch's F = 528) loops
-over tiles instead of holding an (F, E) block in registers. Offsets are int64 (BH·N·F can pass
-2³¹). ``PREC`` is ``tl.dot``'s ``input_precision``: ``"ieee"`` for float32 inputs (true float32
-products, no TF32), ignored for bf16 (bf16 operands, float32 accumulation).
+Layout: q, k, v and the output's gradient are ``(B, H, N, ·)`` with any strides but a unit last
+one (the model's ``(B, N, H, D)`` projections transposed, read in place): each comes with its
+batch, head and row strides (``s?b, s?h, s?n``) and H; a program moves its pointers to its
+(b, h) once, in int64, and indexes its tiles from there in int32 (the launcher checks that a
+head's rows fit). Outputs, normaliser and states are the launcher's, contiguous ``(BH, N, ·)``;
+chunk c covers rows ``[c·C, c·C + C)``, the last one partial (rows ≥ N load as 0 and are never
+stored). Per-chunk states ``(BH, NC, F, E)`` and key sums ``(BH, NC, F)`` are float32. Every
+program tiles F and E by ``BF``/``BE`` (powers of two ≥ 16, ``tl.dot``'s minimum) so a wide φ
+(PolySketch's F = 528) loops over tiles instead of holding an (F, E) block in registers.
+``PREC`` is ``tl.dot``'s ``input_precision``; ``DOT`` the operands' type (bf16, fp16, or
+float32 under the interpreter, whose ``tl.dot`` multiplies half bit patterns as integers).
+``SPLIT``: a float32 operand of a half dot goes in as two (hi + lo, ``_split_dot``).
 
-Sums are ``tl.reduce(x, axis, tl.standard._sum_combine)``, not ``tl.sum``: ``tl.sum`` (as
+Sums are ``tl.reduce(x, axis, _sum)``, not ``tl.sum``: ``tl.sum`` (as
 ``tl.zeros``, hence ``tl.full``) is a ``@triton.jit`` function, compiled or interpreted once
 at ``import triton``, and a compiled one cannot run inside an interpreted kernel; ``tl.reduce``
-is a builtin the interpreter replaces per launch (and recognises ``_sum_combine`` as ``np.sum``).
+is a builtin the interpreter replaces per launch (and recognises ``_sum_combine``, ``_sum`` here,
+as ``np.sum``).
 For the same reason the device functions the kernels call (``_phi``, ``_qk_tile``) are wrapped per
 mode with them (``kernels``). ``ELU1`` kernels read raw q, k and apply φ = elu + 1 on load.
 """
@@ -30,6 +36,16 @@ from types import SimpleNamespace
 import triton
 import triton.language as tl
 
+# tl.reduce's combine (the interpreter knows this object and sums with numpy); under
+# TRITON_INTERPRET=1 at import it is an interpreted function, so ``kernels`` hands the compiled
+# kernels a compiled copy.
+_sum = tl.standard._sum_combine
+
+
+def _at(ptr, bh, H, sb, sh):
+    """The first row of head ``bh`` (= b·H + h) of a ``(B, H, N, ·)`` tensor, in int64."""
+    return ptr + (bh // H) * sb + (bh % H) * sh
+
 
 def _phi(x, mask, ELU1: tl.constexpr):
     """A loaded feature tile ``x`` as features: itself, or (ELU1) ``elu(x) + 1`` evaluated in
@@ -42,235 +58,195 @@ def _phi(x, mask, ELU1: tl.constexpr):
     return x
 
 
-def _qk_tile(q, k, base, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.constexpr,
+def _split_dot(a, b32, acc, SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):
+    """``acc + a·b32`` with the float32 ``b32`` as a half operand: rounded once, or (SPLIT) as
+    ``hi + lo``, both half, so the product keeps ~16 bits of b32 (two tensor-core dots)."""
+    hi = b32.to(a.dtype)
+    acc = tl.dot(a.to(DOT), hi.to(DOT), acc, input_precision=PREC)
+    if SPLIT:
+        lo = (b32 - hi.to(tl.float32)).to(a.dtype)
+        acc = tl.dot(a.to(DOT), lo.to(DOT), acc, input_precision=PREC)
+    return acc
+
+
+def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.constexpr,
              PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
-    """F-tile ``ft`` of one chunk: its columns and their mask, the φ(Q), φ(K) tiles and their
-    float32 scores ``φ(Q)φ(K)ᵀ`` (C × C), the loop step readout and grad_v share."""
+    """F-tile ``ft`` of one chunk (``qp``, ``kp`` at the head's first row): its columns and their
+    mask, the φ(Q), φ(K) tiles and their float32 scores ``φ(Q)φ(K)ᵀ`` (C × C)."""
     fo = ft * BF + tl.arange(0, BF)
     fm = fo < F
     m = rm[:, None] & fm[None, :]
-    off = base + rows[:, None] * F + fo[None, :]
-    qb = _phi(tl.load(q + off, m, 0.0), m, ELU1)
-    kb = _phi(tl.load(k + off, m, 0.0), m, ELU1)
+    qb = _phi(tl.load(qp + rows[:, None] * sqn + fo[None, :], m, 0.0), m, ELU1)
+    kb = _phi(tl.load(kp + rows[:, None] * skn + fo[None, :], m, 0.0), m, ELU1)
     return fo, fm, qb, kb, tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
 
 
-def _states(a, b, den, gden, s, z, N, F, E, NC, NE_T, C: tl.constexpr, BF: tl.constexpr,
-            BE: tl.constexpr, SCALED: tl.constexpr, ELU1: tl.constexpr, PREC: tl.constexpr,
+def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, tv, N, F, E,
+            NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
+            SCALED: tl.constexpr, REVERSE: tl.constexpr, MEANS: tl.constexpr,
+            ELU1: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr,
             DOT: tl.constexpr):  # fmt: skip
-    """One chunk's ``A_cᵀB_c`` (F-tile × E-tile) and ``Σ_rows A_c`` (SCALED: ``A_cᵀ(B_c/den)``
-    and ``A_cᵀ gden``, backward's ``Q_cᵀ dNum_c`` and ``Q_cᵀ dDen_c``); grid (NC, BH, F·E tiles)."""
-    c, bh, t = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    ft, et = t // NE_T, t % NE_T
-    rows = c * C + tl.arange(0, C)
-    fo, eo = ft * BF + tl.arange(0, BF), et * BE + tl.arange(0, BE)
-    rm, fm, em = rows < N, fo < F, eo < E
-    am = rm[:, None] & fm[None, :]
-    ab = _phi(tl.load(a + bh * N * F + rows[:, None] * F + fo[None, :], am, 0.0), am, ELU1)
-    bb = tl.load(b + bh * N * E + rows[:, None] * E + eo[None, :], rm[:, None] & em[None, :], 0.0)
-    if SCALED:
-        d = tl.load(den + bh * N + rows, rm, 1.0)
-        bb = (bb.to(tl.float32) / d[:, None]).to(ab.dtype)
-    acc = tl.dot(tl.trans(ab).to(DOT), bb.to(DOT), input_precision=PREC)  # (BF, BE) float32
-    so = ((bh * NC + c) * F + fo[:, None]) * E + eo[None, :]
-    tl.store(s + so, acc, fm[:, None] & em[None, :])
-    if et == 0:
-        if SCALED:
-            w = tl.load(gden + bh * N + rows, rm, 0.0)
-            zs = tl.reduce(ab.to(tl.float32) * w[:, None], 0, tl.standard._sum_combine)
-        else:
-            zs = tl.reduce(ab.to(tl.float32), 0, tl.standard._sum_combine)
-        tl.store(z + (bh * NC + c) * F + fo, zs, fm)
+    """Segment g's chunk states, formed and summed in one pass: grid (NS, BH, F·E tiles).
 
-
-def _prefix(s, z, s_end, z_end, F, E, NC, NE_T, BF: tl.constexpr, BE: tl.constexpr,
-            REVERSE: tl.constexpr):  # fmt: skip
-    """In place: each chunk's state becomes the float32 sum over the chunks before it (REVERSE:
-    after it); the total goes to ``s_end``/``z_end`` (forward's final state). Grid (BH, tiles)."""
-    bh, t = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    ft, et = t // NE_T, t % NE_T
+    The program walks the SEG chunks of its segment (REVERSE: from the last), writes each chunk's
+    state *exclusive within the segment* (``s[c] = Σ_{c' in g, c' < c} A_c'ᵀB_c'``, float32,
+    written once) and the segment's total ``t[g]``; ``_segments`` then turns the NS totals into
+    their exclusive prefix, which a consumer adds to ``s[c]`` (``g = c // SEG``). So the serial
+    depth is SEG chunks, not NC, and the segments run in parallel. ``A_cᵀB_c`` is ``φ(K_c)ᵀV_c``
+    with ``z`` the key sums (forward); SCALED ``Q_cᵀ(dO_c/den)`` with dO/den a hi + lo pair under
+    SPLIT (R's centring adds ``R m_c`` to ``r``, which cancels it to the size of the spread, so R
+    must be good to more than the 8 bits of one bf16 operand) and ``z`` the sums of ``Q_cᵀdDen``.
+    MEANS (forward): also the float32 sums of v per chunk, for the centring means, in ``vs``/``tv``.
+    """
+    g, bh, tile = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    ft, et = tile // NE_T, tile % NE_T
     fo, eo = ft * BF + tl.arange(0, BF), et * BE + tl.arange(0, BE)
     fm, em = fo < F, eo < E
     m2 = fm[:, None] & em[None, :]
+    st = fo[:, None] * E + eo[None, :]
+    ap, bp = _at(a, bh, H, sab, sah), _at(b, bh, H, sbb, sbh)
     run = tl.full((BF, BE), 0.0, tl.float32)
     zrun = tl.full((BF,), 0.0, tl.float32)
-    for i in range(0, NC):
-        c = NC - 1 - i if REVERSE else i
-        so = ((bh * NC + c) * F + fo[:, None]) * E + eo[None, :]
-        x = tl.load(s + so, m2, 0.0)
-        tl.store(s + so, run, m2)
+    vrun = tl.full((BE,), 0.0, tl.float32)
+    first = g * SEG
+    count = tl.minimum(SEG, NC - first)
+    for i in range(0, count):
+        c = first + count - 1 - i if REVERSE else first + i
+        rows = c * C + tl.arange(0, C)
+        rm = rows < N
+        am = rm[:, None] & fm[None, :]
+        ab = _phi(tl.load(ap + rows[:, None] * san + fo[None, :], am, 0.0), am, ELU1)
+        bb = tl.load(bp + rows[:, None] * sbn + eo[None, :], rm[:, None] & em[None, :], 0.0)
+        tl.store(s + (bh * NC + c) * F * E + st, run, m2)
+        if SCALED:
+            d = tl.load(den + bh * N + rows, rm, 1.0)
+            run = _split_dot(tl.trans(ab), bb.to(tl.float32) / d[:, None], run, SPLIT, PREC, DOT)
+        else:
+            run = tl.dot(tl.trans(ab).to(DOT), bb.to(DOT), run, input_precision=PREC)
+        if et == 0:
+            tl.store(z + (bh * NC + c) * F + fo, zrun, fm)
+            if SCALED:
+                w = tl.load(gden + bh * N + rows, rm, 0.0)
+                zrun += tl.reduce(ab.to(tl.float32) * w[:, None], 0, _sum)
+            else:
+                zrun += tl.reduce(ab.to(tl.float32), 0, _sum)
+        if MEANS:  # noqa: SIM102 - a constexpr, folded at compile time, then a runtime test
+            if ft == 0:
+                tl.store(vs + (bh * NC + c) * E + eo, vrun, em)
+                vrun += tl.reduce(bb.to(tl.float32), 0, _sum)
+    tl.store(t + (bh * NS + g) * F * E + st, run, m2)
+    if et == 0:
+        tl.store(tz + (bh * NS + g) * F + fo, zrun, fm)
+    if MEANS:  # noqa: SIM102 - as above
+        if ft == 0:
+            tl.store(tv + (bh * NS + g) * E + eo, vrun, em)
+
+
+def _segments(t, tz, tv, s_end, z_end, F, E, NS, NE_T, BF: tl.constexpr, BE: tl.constexpr,
+              REVERSE: tl.constexpr, MEANS: tl.constexpr):  # fmt: skip
+    """In place: each segment's total becomes the float32 sum over the segments before it
+    (REVERSE: after it), so ``s[c] + t[c // SEG]`` is chunk c's exclusive state; the grand total
+    goes to ``s_end``/``z_end`` (forward's final state). NS steps, tiny. Grid (BH, tiles)."""
+    bh, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    ft, et = tile // NE_T, tile % NE_T
+    fo, eo = ft * BF + tl.arange(0, BF), et * BE + tl.arange(0, BE)
+    fm, em = fo < F, eo < E
+    m2 = fm[:, None] & em[None, :]
+    st = fo[:, None] * E + eo[None, :]
+    run = tl.full((BF, BE), 0.0, tl.float32)
+    zrun = tl.full((BF,), 0.0, tl.float32)
+    vrun = tl.full((BE,), 0.0, tl.float32)
+    for i in range(0, NS):
+        g = NS - 1 - i if REVERSE else i
+        tp = t + (bh * NS + g) * F * E
+        x = tl.load(tp + st, m2, 0.0)
+        tl.store(tp + st, run, m2)
         run += x
         if et == 0:
-            zx = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0)
-            tl.store(z + (bh * NC + c) * F + fo, zrun, fm)
+            zp = tz + (bh * NS + g) * F
+            zx = tl.load(zp + fo, fm, 0.0)
+            tl.store(zp + fo, zrun, fm)
             zrun += zx
+        if MEANS:  # noqa: SIM102 - a constexpr, folded at compile time, then a runtime test
+            if ft == 0:
+                vp = tv + (bh * NS + g) * E
+                vx = tl.load(vp + eo, em, 0.0)
+                tl.store(vp + eo, vrun, em)
+                vrun += vx
     if not REVERSE:
-        tl.store(s_end + (bh * F + fo[:, None]) * E + eo[None, :], run, m2)
+        tl.store(s_end + bh * F * E + st, run, m2)
         if et == 0:
             tl.store(z_end + bh * F + fo, zrun, fm)
 
 
-def _readout(q, k, v, mean, s, z, out, out32, den, shift, N, F, E, NC, NF_T, KEEP: tl.constexpr,
+def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z, t, tz, vs,
+             tv, out, out32, den, shift, N, F, E, NC, NS, NF_T, SEG, KEEP: tl.constexpr,
              C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
              PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``out = (tril(QKᵀ)V + Q S_prev) / den``, ``den = shift + rowsum tril(QKᵀ) + Q z_prev``, for
-    one chunk and E-tile; grid (NC, BH, E tiles). Saved: the float32 normaliser (1 where it is
-    exactly 0) and (KEEP, half inputs) a float32 copy of out, whose bf16 rounding (2⁻⁹·|out|)
-    would swamp backward's ``dO·(m_c − out)``.
+    one chunk and E-tile; grid (NC, BH, E tiles), with ``S_prev = s[c] + t[g]`` (``_states``).
+    Saved: the float32 normaliser (1 where it is exactly 0), the chunk's centring mean m_c and
+    (KEEP, half inputs) a float32 copy of out, whose bf16 rounding (2⁻⁹·|out|) would swamp
+    backward's ``dO·(m_c − out)``.
 
-    Centred on m_c (``_grad_qk``), exactly: ``out = m_c + (tril(QKᵀ)V' + Q S' − m_c·shift) / den``
+    Centred on m_c (``_grad_qk``; v's first value for chunk 0, else the sums of ``_states``' MEANS
+    over the c·C earlier values), exactly: ``out = m_c + (tril(QKᵀ)V' + Q S' − m_c·shift) / den``
     with ``V' = V − m_c`` and ``S' = S_prev − z_prev m_cᵀ`` in float32: in bf16, ``Q S_prev`` has
     the size of z·|m_c| and its rounding would move out off the weighted average of the values
     that backward's cancellations assume. A query that sees no key (den 0) gives 0."""
     c, bh, et = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    g = c // SEG
     rows = c * C + tl.arange(0, C)
     eo = et * BE + tl.arange(0, BE)
     rm, em = rows < N, eo < E
-    mb = tl.load(mean + (bh * NC + c) * E + eo, em, 0.0)
+    qp, kp, vp = _at(q, bh, H, sqb, sqh), _at(k, bh, H, skb, skh), _at(v, bh, H, svb, svh)
+    vm = rm[:, None] & em[None, :]
+    vb = tl.load(vp + rows[:, None] * svn + eo[None, :], vm, 0.0)
+    if c == 0:  # v's first row, taken from the tile (a one-row load would be scalar)
+        first = tl.where((rows == 0)[:, None], vb.to(tl.float32), 0.0)
+        mb = tl.reduce(first, 0, _sum)
+    else:
+        before = tl.load(vs + (bh * NC + c) * E + eo, em, 0.0)
+        mb = (before + tl.load(tv + (bh * NS + g) * E + eo, em, 0.0)) / (c * C).to(tl.float32)
+    tl.store(mean + (bh * NC + c) * E + eo, mb, em)
     scores = tl.full((C, C), 0.0, tl.float32)
     inter = tl.full((C, BE), 0.0, tl.float32)
     qz = tl.full((C,), 0.0, tl.float32)
     for ft in range(0, NF_T):
-        fo, fm, qb, _kb, sc = _qk_tile(q, k, bh * N * F, rows, rm, ft, F, BF, ELU1, PREC, DOT)
+        fo, fm, qb, _kb, sc = _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF, ELU1, PREC, DOT)
         scores += sc
-        zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0)
-        so = ((bh * NC + c) * F + fo[:, None]) * E + eo[None, :]
-        sb = tl.load(s + so, fm[:, None] & em[None, :], 0.0) - zb[:, None] * mb[None, :]
-        inter += tl.dot(qb.to(DOT), sb.to(qb.dtype).to(DOT), input_precision=PREC)
-        qz += tl.reduce(qb.to(tl.float32) * zb[None, :], 1, tl.standard._sum_combine)
+        zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0) + tl.load(tz + (bh * NS + g) * F + fo,
+                                                                    fm, 0.0)  # fmt: skip
+        st = fo[:, None] * E + eo[None, :]
+        sm = fm[:, None] & em[None, :]
+        sb = tl.load(s + (bh * NC + c) * F * E + st, sm, 0.0)
+        sb += tl.load(t + (bh * NS + g) * F * E + st, sm, 0.0) - zb[:, None] * mb[None, :]
+        inter = tl.dot(qb.to(DOT), sb.to(qb.dtype).to(DOT), inter, input_precision=PREC)
+        qz += tl.reduce(qb.to(tl.float32) * zb[None, :], 1, _sum)
     j = tl.arange(0, C)
-    vm = rm[:, None] & em[None, :]
-    vb = tl.load(v + bh * N * E + rows[:, None] * E + eo[None, :], vm, 0.0)
     vb = tl.where(vm, vb.to(tl.float32) - mb[None, :], 0.0).to(vb.dtype)
     # Numerator and normaliser weigh the same (rounded) scores: an output stays an average.
     p = tl.where(j[None, :] <= tl.arange(0, C)[:, None], scores, 0.0).to(vb.dtype)
-    d = tl.reduce(p.to(tl.float32), 1, tl.standard._sum_combine) + qz + shift
+    d = tl.reduce(p.to(tl.float32), 1, _sum) + qz + shift
     seen = d != 0.0
     d = tl.where(seen, d, 1.0)
-    num = tl.dot(p.to(DOT), vb.to(DOT), input_precision=PREC) + inter - mb[None, :] * shift
+    num = tl.dot(p.to(DOT), vb.to(DOT), inter, input_precision=PREC) - mb[None, :] * shift
     o = tl.where(seen[:, None], mb[None, :] + num / d[:, None], 0.0)
-    oo = bh * N * E + rows[:, None] * E + eo[None, :]
-    tl.store(out + oo, o.to(vb.dtype), vm)
+    oo = rows[:, None] * E + eo[None, :]
+    tl.store(out + bh * N * E + oo, o.to(vb.dtype), vm)
     if KEEP:
-        tl.store(out32 + oo, o, vm)
+        tl.store(out32 + bh * N * E + oo, o, vm)
     if et == 0:
         tl.store(den + bh * N + rows, d, rm)
 
 
-def _delta(grad, out, den, mean, gden, gden_c, N, E, NC, NE_T, C: tl.constexpr,
-           BE: tl.constexpr):  # fmt: skip
-    """``dDen = −Σ_e dO·out / den`` and its centred ``dDen' = Σ_e dO·(m_c − out) / den`` (float32)
-    for one chunk; grid (NC, BH). Centring: see ``_grad_qk``."""
-    c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    rows = c * C + tl.arange(0, C)
-    rm = rows < N
-    acc = tl.full((C,), 0.0, tl.float32)
-    acc_c = tl.full((C,), 0.0, tl.float32)
-    for et in range(0, NE_T):
-        eo = et * BE + tl.arange(0, BE)
-        m = rm[:, None] & (eo < E)[None, :]
-        off = bh * N * E + rows[:, None] * E + eo[None, :]
-        g = tl.load(grad + off, m, 0.0).to(tl.float32)
-        o = tl.load(out + off, m, 0.0).to(tl.float32)
-        mb = tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)
-        acc += tl.reduce(g * o, 1, tl.standard._sum_combine)
-        acc_c += tl.reduce(g * (mb[None, :] - o), 1, tl.standard._sum_combine)
-    d = tl.load(den + bh * N + rows, rm, 1.0)
-    tl.store(gden + bh * N + rows, -acc / d, rm)
-    tl.store(gden_c + bh * N + rows, acc_c / d, rm)
-
-
-def _grad_qk(q, k, v, mean, grad, den, gden_c, s, z, r, rz, dq, dk, N, F, E, NC, NE_T,
-             C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
-             PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
-    """dQ, dK of one chunk and F-tile; grid (NC, BH, F tiles).
-
-    Uncentred, with ``G = dO/den`` and ``dA = tril(G Vᵀ + dDen)``: ``dQ = dA K + G S_prevᵀ +
-    dDen z_prevᵀ`` and ``dK = dAᵀQ + V Rᵀ + r``, R and r the sums over later chunks of ``QᵀG``
-    and ``QᵀdDen``. When the values have a mean, ``G·v_j`` and ``dDen`` (and ``G S_prevᵀ`` and
-    ``dDen z_prevᵀ``) are large and nearly cancel, which bf16 operands (rounded at 2⁻⁹) lose. So,
-    as ``centred_product``, chunk c uses values ``V' = V − m_c`` (m_c the mean of the values
-    before chunk c, v_0 for chunk 0: causal), exactly: ``dA = tril(G V'ᵀ + dDen')``, ``dQ = dA K
-    + G S'ᵀ + dDen' z_prevᵀ`` with ``S' = S_prev − z_prev m_cᵀ`` formed in float32, and ``dK =
-    dAᵀQ + V' Rᵀ + (r + R m_c)``, R and r uncentred float32 sums."""
-    c, bh, ft = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    rows = c * C + tl.arange(0, C)
-    fo = ft * BF + tl.arange(0, BF)
-    rm, fm = rows < N, fo < F
-    d = tl.load(den + bh * N + rows, rm, 1.0)
-    gd = tl.load(gden_c + bh * N + rows, rm, 0.0)
-    qm = rm[:, None] & fm[None, :]
-    qx = tl.load(q + bh * N * F + rows[:, None] * F + fo[None, :], qm, 0.0)
-    kx = tl.load(k + bh * N * F + rows[:, None] * F + fo[None, :], qm, 0.0)
-    qb, kb = _phi(qx, qm, ELU1), _phi(kx, qm, ELU1)
-    da = tl.full((C, C), 0.0, tl.float32)
-    gq = tl.full((C, BF), 0.0, tl.float32)
-    gk = tl.full((C, BF), 0.0, tl.float32)
-    zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0)
-    rzb = tl.load(rz + (bh * NC + c) * F + fo, fm, 0.0)  # r, then r + R m_c
-    for et in range(0, NE_T):
-        eo = et * BE + tl.arange(0, BE)
-        em = eo < E
-        m = rm[:, None] & em[None, :]
-        go = tl.load(grad + bh * N * E + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
-        go = (go / d[:, None]).to(qb.dtype)
-        mb = tl.load(mean + (bh * NC + c) * E + eo, em, 0.0)
-        vb = tl.load(v + bh * N * E + rows[:, None] * E + eo[None, :], m, 0.0)
-        vb = tl.where(m, vb.to(tl.float32) - mb[None, :], 0.0).to(qb.dtype)
-        da += tl.dot(go.to(DOT), tl.trans(vb).to(DOT), input_precision=PREC)
-        so = ((bh * NC + c) * F + fo[:, None]) * E + eo[None, :]
-        sm = fm[:, None] & em[None, :]
-        sb = (tl.load(s + so, sm, 0.0) - zb[:, None] * mb[None, :]).to(qb.dtype)
-        rf = tl.load(r + so, sm, 0.0)
-        rzb += tl.reduce(rf * mb[None, :], 1, tl.standard._sum_combine)
-        gq += tl.dot(go.to(DOT), tl.trans(sb).to(DOT), input_precision=PREC)
-        gk += tl.dot(vb.to(DOT), tl.trans(rf.to(qb.dtype)).to(DOT), input_precision=PREC)
-    i = tl.arange(0, C)
-    da = tl.where(i[None, :] <= i[:, None], da + gd[:, None], 0.0).to(qb.dtype)
-    gq += tl.dot(da.to(DOT), kb.to(DOT), input_precision=PREC) + gd[:, None] * zb[None, :]
-    gk += tl.dot(tl.trans(da).to(DOT), qb.to(DOT), input_precision=PREC) + rzb[None, :]
-    if ELU1:  # d(elu + 1)/dx = 1 (x > 0) or e^x (of x ≤ 0: no overflow), on float32 sums
-        gq *= tl.where(qx > 0.0, 1.0, tl.exp(tl.minimum(qx.to(tl.float32), 0.0)))
-        gk *= tl.where(kx > 0.0, 1.0, tl.exp(tl.minimum(kx.to(tl.float32), 0.0)))
-    off = bh * N * F + rows[:, None] * F + fo[None, :]
-    tl.store(dq + off, gq.to(qb.dtype), qm)
-    tl.store(dk + off, gk.to(qb.dtype), qm)
-
-
-def _grad_v(q, k, grad, den, r, dv, N, F, E, NC, NF_T, C: tl.constexpr, BF: tl.constexpr,
-            BE: tl.constexpr, ELU1: tl.constexpr, PREC: tl.constexpr,
-            DOT: tl.constexpr):  # fmt: skip
-    """``dV = tril(QKᵀ)ᵀ G + K R`` of one chunk and E-tile (``G = dO/den``, R as in
-    ``_grad_qk``); grid (NC, BH, E tiles)."""
-    c, bh, et = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    rows = c * C + tl.arange(0, C)
-    eo = et * BE + tl.arange(0, BE)
-    rm, em = rows < N, eo < E
-    scores = tl.full((C, C), 0.0, tl.float32)
-    gv = tl.full((C, BE), 0.0, tl.float32)
-    for ft in range(0, NF_T):
-        fo, fm, qb, kb, sc = _qk_tile(q, k, bh * N * F, rows, rm, ft, F, BF, ELU1, PREC, DOT)
-        scores += sc
-        so = ((bh * NC + c) * F + fo[:, None]) * E + eo[None, :]
-        rb = tl.load(r + so, fm[:, None] & em[None, :], 0.0).to(qb.dtype)
-        gv += tl.dot(kb.to(DOT), rb.to(DOT), input_precision=PREC)
-    m = rm[:, None] & em[None, :]
-    off = bh * N * E + rows[:, None] * E + eo[None, :]
-    d = tl.load(den + bh * N + rows, rm, 1.0)
-    go = tl.load(grad + off, m, 0.0).to(tl.float32) / d[:, None]
-    j = tl.arange(0, C)
-    p = tl.where(j[None, :] <= tl.arange(0, C)[:, None], scores, 0.0).to(dv.dtype.element_ty)
-    gv += tl.dot(tl.trans(p).to(DOT), go.to(dv.dtype.element_ty).to(DOT), input_precision=PREC)
-    tl.store(dv + off, gv.to(dv.dtype.element_ty), m)
-
-
-_KERNELS = (_states, _prefix, _readout, _delta, _grad_qk, _grad_v)
-_HELPERS = (_phi, _qk_tile)  # device functions the kernels call (inlined by the compiler)
+_HELPERS = (_at, _phi, _split_dot, _qk_tile)  # device functions the kernels call (inlined)
 
 
 @functools.cache
 def kernels(interpreted: bool) -> SimpleNamespace:
-    """The kernels by name (``states``, ``prefix``, ...), compiled or run by Triton's interpreter.
+    """The kernels by name (``states``, ``segments``, ``readout`` and ``triton_causal_grads``'s
+    ``delta``, ``grad_qk``, ``grad_v``), compiled or run by Triton's interpreter.
 
     Both can live in one process: a CPU test's interpreted launch leaves the CUDA tests' compiled
     kernels compiled. The interpreter class is imported only when asked for.
@@ -284,8 +260,8 @@ def kernels(interpreted: bool) -> SimpleNamespace:
         from triton.runtime.interpreter import InterpretedFunction
 
         wrap = InterpretedFunction
-    else:
-        wrap = triton.jit
+    else:  # not triton.jit: under TRITON_INTERPRET=1 it would interpret (no sm_90 compile)
+        wrap = triton.runtime.jit.JITFunction
     scope = dict(globals())  # the interpreter adds its names here, not to the module
 
     def bind(fn):
@@ -294,5 +270,10 @@ def kernels(interpreted: bool) -> SimpleNamespace:
         copy.__doc__, copy.__qualname__ = fn.__doc__, fn.__qualname__
         return wrap(copy)
 
+    from attn_lightning.attention.ops import triton_causal_grads as grads  # imports this module
+
     scope |= {fn.__name__: bind(fn) for fn in _HELPERS}
-    return SimpleNamespace(**{fn.__name__.lstrip("_"): bind(fn) for fn in _KERNELS})
+    if not interpreted and not isinstance(_sum, triton.runtime.jit.JITFunction):
+        scope["_sum"] = triton.runtime.jit.JITFunction(_sum.fn)
+    every = (_states, _segments, _readout, grads._delta, grads._grad_qk, grads._grad_v)
+    return SimpleNamespace(**{fn.__name__.lstrip("_"): bind(fn) for fn in every})

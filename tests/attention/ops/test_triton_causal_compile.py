@@ -1,68 +1,53 @@
 """The Triton causal product's kernels compile for a GPU (sm_90) on a machine without one.
 
-The interpreter tests run the kernels' code as Python; this catches what only the compiler
-rejects (types, shapes, constexpr use) in CI, bf16 (the tensor-core path) with the launcher's
-constexprs. Whether the compiled kernels are right is ``tests/attention/test_triton_cuda.py``'s.
+The interpreter tests run the kernels' code as Python; this compiles what a CUDA call launches
+(``benchmarks.triton_static`` records a forward + backward's launches on ``meta`` tensors and
+compiles each as ``JITFunction.run`` would on an H100), and checks what only the compiled kernel
+shows: every dot on Hopper tensor cores (``wgmma``) for bf16 and fp16, no register spills at the
+widths models use, and vector loads at a width that is not a multiple of 16 (the launcher pads
+it). Runs under ``TRITON_INTERPRET=1`` too (the compiled set is built without ``triton.jit``).
+Whether the compiled kernels are right is ``tests/attention/test_triton_cuda.py``'s.
 """
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
-import triton
-import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import torch
 
-from attn_lightning.attention.ops.triton_causal_kernels import kernels
+from attn_lightning.benchmarks.triton_static import compile_launch, record
 
-INTS = {"N", "F", "E", "NC", "NE_T", "NF_T"}
-HALF = {"q", "k", "v", "a", "b", "grad", "out", "dq", "dk", "dv"}  # in the inputs' dtype
-CONSTEXPRS = {"C": 64, "BF": 64, "BE": 64, "SCALED": True, "REVERSE": True, "KEEP": True}
-CONSTEXPRS |= {"ELU1": False}
-CONSTEXPRS |= {"PREC": "tf32", "DOT": tl.bfloat16}
+DOTS = {"states", "readout", "grad_qk", "grad_v"}  # the kernels with a tl.dot
 
 
-def _signature(name: str, fn) -> dict[str, str]:
-    """Each argument's Triton type as ``triton_causal`` launches ``name`` on bf16 inputs."""
-    types = {}
-    for arg, param in inspect.signature(fn.fn).parameters.items():
-        if "constexpr" in str(param.annotation):
-            types[arg] = "constexpr"
-        elif arg in INTS:
-            types[arg] = "i32"
-        elif arg == "shift":
-            types[arg] = "fp32"
-        elif arg in HALF and not (name == "delta" and arg == "out"):  # delta reads out's fp32 copy
-            types[arg] = "*bf16"
-        else:
-            types[arg] = "*fp32"
-    return types
-
-
-KERNELS = ["states", "prefix", "readout", "delta", "grad_qk", "grad_v"]
-ELU1 = ["states", "readout", "grad_qk", "grad_v"]  # the kernels that load q or k
-
-
-# Each kernel, and (elu1) the variant applying elu + 1 on load, which calls the helpers.
-@pytest.mark.parametrize(
-    ("name", "elu1"), [(n, False) for n in KERNELS] + [(n, True) for n in ELU1]
-)
-def test_kernel_compiles_for_sm90_in_bf16(name, elu1):
-    fn = getattr(kernels(False), name)
-    signature = _signature(name, fn)
-    constexprs = {k: v for k, v in CONSTEXPRS.items() if signature.get(k) == "constexpr"}
-    if "ELU1" in signature:
-        constexprs["ELU1"] = elu1
-    assert set(constexprs) == {k for k, v in signature.items() if v == "constexpr"}
+def _compiled(d: int, dtype: torch.dtype):
+    launches, _ = record(b=1, h=2, n=200, d=d, dtype=dtype)
     try:
-        compiled = triton.compile(
-            ASTSource(fn=fn, signature=signature, constexprs=constexprs),
-            target=GPUTarget("cuda", 90, 32),
-        )
+        return [(launch, compile_launch(launch)) for launch in launches]
     except RuntimeError as err:  # the bundled ptxas missing or unusable here, not our code
         if "ptxas" in str(err):
             pytest.skip(f"no usable ptxas: {err}")
         raise
-    assert compiled.asm["cubin"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", [64, 128])
+def test_kernels_compile_for_sm90_on_tensor_cores_without_spills(d, dtype):
+    compiled = _compiled(d, dtype)
+    assert [launch.name for launch, _ in compiled] == [
+        *("states", "segments", "readout"),
+        *("delta", "states", "segments", "grad_qk", "grad_v"),
+    ]
+    for launch, c in compiled:
+        assert c.spills == 0, (launch.name, c)
+        assert (c.wgmma > 0) == (launch.name in DOTS), (launch.name, c)
+
+
+def test_a_width_off_sixteen_loads_vectors():
+    for launch, c in _compiled(40, torch.bfloat16):
+        assert c.scalar_loads == 0, (launch.name, c)
+        assert c.spills == 0 and (c.wgmma > 0) == (launch.name in DOTS), (launch.name, c)
+
+
+def test_float32_runs_on_tensor_cores_as_3xtf32():
+    for launch, c in _compiled(64, torch.float32):
+        assert (c.wgmma > 0) == (launch.name in DOTS), (launch.name, c)
