@@ -61,6 +61,8 @@ def prepare_run_folder(config: Any) -> list[Path]:
     """
     if config.get("ckpt_path") or getattr(rank_zero_only, "rank", 0) > 0:
         return []
+    if not config.get("run_name"):
+        return []  # version_N: the logger picks a new folder
     folders = run_folders(config)
     held = [f for f in folders if f.is_dir() and any(f.iterdir())]
     checkpoints = sorted(
