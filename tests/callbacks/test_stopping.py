@@ -72,3 +72,4 @@ def test_the_validation_a_signal_interrupts_is_logged(
     full, cut = _scalars(tmp_path, "full", "val/loss"), _scalars(tmp_path, "cut", "val/loss")
     assert sorted(cut) == sorted(full) == [3, 7, 11], (sorted(full), sorted(cut))
     assert cut[7] == full[7]  # the whole validation, not its first batch
+    assert cut[11] == full[11]
