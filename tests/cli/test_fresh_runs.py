@@ -10,7 +10,8 @@ import pytest
 from attn_lightning.cli import command_line, main
 from attn_lightning.cli.fresh_runs import MARKER
 from tests.cli.one_line import fails_in_one_line
-from tests.cli.test_run_folders import REVERSAL, TINY, FailAtStep
+from tests.cli.test_run_folders import REVERSAL, TINY
+from tests.cli.test_run_folders import FailAtStep as FailAtStep  # named by path in the runs
 
 pytestmark = pytest.mark.usefixtures("cli_workdir")
 FIT = ["fit", *REVERSAL, *TINY, "--trainer.max_steps=2"]
@@ -54,6 +55,3 @@ def test_a_run_that_never_started_leaves_no_folder(tmp_path, capsys):
     fails_in_one_line([*FIT, "--run_name=r", "--model.init_args.net.d_model=-4"], capsys)
     assert not (tmp_path / "logs").exists() and not (tmp_path / "checkpoints").exists()
     command_line([*FIT, "--run_name=r"])  # and the same command, fixed, starts
-
-
-assert FailAtStep  # the callback the tests name by path
