@@ -11,7 +11,8 @@ skips tasks without it.
 """
 
 from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
-from attn_lightning.callbacks.checkpoints import AtomicCheckpointIO, RunCheckpoint, is_partial
+from attn_lightning.callbacks.atomic_io import AtomicCheckpointIO, is_partial
+from attn_lightning.callbacks.checkpoints import RunCheckpoint
 from attn_lightning.callbacks.clock import FitClock
 from attn_lightning.callbacks.detections import DetectionImages, Detector
 from attn_lightning.callbacks.diagnostics import AttentionDiagnostics, collect_diagnostics

@@ -16,11 +16,15 @@
   therefore rank the same checkpoints on the same scores and keep the same best. A NaN or
   infinite score is never ranked: a diverged run has no "best" checkpoint.
 * **Ctrl-C and SIGTERM finish the step and save.** The first Ctrl-C (or a SIGTERM) stops the run
-  at the end of the current step (and its validation), where ``last.ckpt`` is written; a second
-  Ctrl-C stops at once, unsaved (a step cut midway is no state to resume).
-* **Atomic writes** (``AtomicCheckpointIO``): a checkpoint is written to a temporary file beside
-  its target, flushed to the disk and renamed over it, so a kill leaves either the old file or
-  the new one, never a truncated one; a write that fails removes its temporary file.
+  at the end of the current step and of its validation (``stopping.SignalStop``), where
+  ``last.ckpt`` is written; a second Ctrl-C stops at once, unsaved (a step cut midway is no state
+  to resume).
+* **The run's folder is where its checkpoints are.** A run resumed from a checkpoint in its
+  checkpoint folder, after that folder was moved or copied, keeps its last and best checkpoints
+  there: the paths its state saved name the old folder, and Lightning would drop them (its next
+  ``last.ckpt`` became ``last-v1.ckpt`` beside the one resumed from, and the summary named the
+  old folder's best checkpoint).
+* **Atomic writes** (``atomic_io.AtomicCheckpointIO``).
 
 The states of the task's torchmetrics metrics are saved too (``metric_states``), so the
 train-epoch averages of a run resumed mid-epoch cover the whole epoch.
@@ -29,74 +33,22 @@ train-epoch averages of a run resumed mid-epoch cover the whole epoch.
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch import Tensor, nn
+from torch import Tensor
 from torchmetrics import Metric
 
+from attn_lightning.callbacks.atomic_io import AtomicCheckpointIO, is_partial
+from attn_lightning.callbacks.metric_states import metric_states, restore_metric_states
+from attn_lightning.callbacks.stopping import SignalStop
+
 log = logging.getLogger("attn_lightning")
-
-PARTIAL = ".partial"  # a checkpoint being written: ``.<name>.<pid>.partial`` beside it
-
-
-def is_partial(path: Path) -> bool:
-    """Whether ``path`` is the temporary file of a checkpoint write (finished or cut short)."""
-    return path.name.startswith(".") and path.name.endswith(PARTIAL)
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """``TorchCheckpointIO`` that writes beside the target, fsyncs and renames over it.
-
-    Lightning's own write goes through a temporary file in ``$TMPDIR`` and moves it into place:
-    with checkpoints on another filesystem (a node-local TMPDIR, shared storage) the move is a
-    copy, which a kill cuts short, leaving a truncated ``last.ckpt`` and the temporary file
-    behind. A rename within one directory is atomic. Remote paths (``s3://``) keep Lightning's
-    write.
-    """
-
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
-    ) -> None:
-        if storage_options is not None or not _is_local_file_protocol(path):
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}{PARTIAL}")
-        try:
-            with open(partial, "wb") as file:
-                torch.save(checkpoint, file)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(partial, target)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        _fsync_folder(target.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    # The rename itself reaches the disk only when the folder's entry does (POSIX).
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # a platform that cannot open folders (Windows): the rename is all we have
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -104,9 +56,11 @@ class RunCheckpoint(ModelCheckpoint):
 
     ``experiment`` is the first logger's ``name`` and ``run`` the last part of its log dir (the
     logger's ``version``: ``version_N`` or the ``--run_name`` given), so logs and checkpoints of
-    a run share their names. Both are broadcast from rank 0. An explicit ``dirpath`` wins; with no
-    logger it falls back to ``<root>/default/run``. After a run stopped by a signal, ``stopped_by``
-    (and the class's ``last_stop``) says which ("Ctrl-C" or "SIGTERM").
+    a run share their names. Both are broadcast from rank 0. An explicit ``dirpath`` wins. Without
+    a logger the folder follows the same rule: ``experiment`` and ``run`` (``--experiment`` and
+    ``--run_name``, set by the CLI; "default" and a new ``version_N`` when None). After a run
+    stopped by a signal, ``stopped_by`` (and the class's ``last_stop``) says which ("Ctrl-C" or
+    "SIGTERM").
 
     Args:
         root: top folder of all checkpoints.
@@ -118,18 +72,23 @@ class RunCheckpoint(ModelCheckpoint):
     def __init__(self, *, root: str = "checkpoints", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.root = root
+        self.experiment: str | None = None  # the run's names where no logger gives them
+        self.run: str | None = None
         self.stopped_by: str | None = None
         self._after_validation = False  # a step save waits for the validation of its step
         self._validation_keys: set[str] = set()  # the metrics validation logs
         self._keys_before: set[str] = set()
         self._pending_states: dict[str, Any] | None = None
         self._train_metrics: set[str] = set()  # the task's metrics training has updated
-        self._sigint: Any = None  # the SIGINT handler ours replaced while training
+        self._signals = SignalStop()
         self._trainer: pl.Trainer | None = None
 
     # ------------------------------------------------------------------ folder and writer
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._own_folder = self.dirpath is None  # <root>/<experiment>/<run>: names its run
+        self._trainer = trainer  # trainer.ckpt_path, when the state is loaded
+        if self.dirpath is None and not trainer.loggers:
+            self.dirpath = str(self._unlogged_folder(trainer))
         if self.dirpath is None:
             experiment, run = "default", "run"
             if trainer.loggers:
@@ -149,11 +108,33 @@ class RunCheckpoint(ModelCheckpoint):
                     path.unlink(missing_ok=True)
         super().setup(trainer, pl_module, stage)
 
+    def _unlogged_folder(self, trainer: pl.Trainer) -> Path:
+        """``<root>/<experiment>/<run>`` of a run without a logger: ``run`` or the next free
+        ``version_N`` (chosen by rank 0, as a logger's version is)."""
+        folder = Path(self.root) / (self.experiment or "default")
+        run = self.run
+        if run is None:
+            taken = [p.name[8:] for p in folder.glob("version_*")] if folder.is_dir() else []
+            numbers = [int(n) for n in taken if n.isdigit()]
+            run = trainer.strategy.broadcast(f"version_{max(numbers, default=-1) + 1}")
+        return folder / str(run)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if getattr(self, "_stage", "fit") != "fit":
             # validate/test/predict save nothing: no "dirpath has changed" warning for them.
             self.best_model_path = state_dict["best_model_path"]
             return
+        trainer = self._trainer
+        resumed = getattr(trainer, "ckpt_path", None) if trainer is not None else None
+        saved = state_dict.get("dirpath")
+        if (
+            resumed
+            and saved
+            and self.dirpath
+            and saved != self.dirpath
+            and Path(str(resumed)).parent.resolve() == Path(self.dirpath).resolve()
+        ):
+            state_dict = relocated(state_dict, str(saved), str(self.dirpath))
         super().load_state_dict(state_dict)
 
     def on_save_checkpoint(
@@ -179,13 +160,12 @@ class RunCheckpoint(ModelCheckpoint):
         self.stopped_by = None
         type(self).last_stop = None
         self._trainer = trainer
-        # An ignored SIGINT stays ignored: a shell starts background jobs so (POSIX), and a Ctrl-C
-        # typed at that terminal is meant for the foreground job, not for this run.
-        if (
-            threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-        ):
-            self._sigint = signal.signal(signal.SIGINT, self._on_ctrl_c)
+        self._signals.start(trainer)
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._signals.batch_started(trainer)
 
     def on_train_batch_end(
         self,
@@ -195,6 +175,7 @@ class RunCheckpoint(ModelCheckpoint):
         batch: Any,
         batch_idx: int,
     ) -> None:
+        self._signals.batch_ended()
         if self._pending_states is not None:  # the task's metrics exist once a step has run
             if self._pending_states.get("epoch") == trainer.current_epoch:
                 restore_metric_states(pl_module, self._pending_states.get("states", {}))
@@ -222,6 +203,7 @@ class RunCheckpoint(ModelCheckpoint):
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._keys_before = set(trainer.callback_metrics)
+        self._signals.validation_started(trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._validation_keys |= set(trainer.callback_metrics) - self._keys_before
@@ -236,6 +218,7 @@ class RunCheckpoint(ModelCheckpoint):
             if self._after_validation or self._last_global_step_saved == trainer.global_step:
                 self._save_last_checkpoint(trainer, candidates)
         self._after_validation = False
+        self._signals.validation_ended()  # a signal held back while validating arrives now
         if trainer.received_sigterm:
             self._save_resume_point(trainer)
 
@@ -268,25 +251,9 @@ class RunCheckpoint(ModelCheckpoint):
         return super().check_monitor_top_k(trainer, current)
 
     # ------------------------------------------------------------------ stopping
-    def _on_ctrl_c(self, signum: int, frame: Any) -> None:
-        trainer = self._trainer
-        signal.signal(signal.SIGINT, self._sigint or signal.default_int_handler)
-        if trainer is None or not hasattr(trainer, "_signal_connector"):
-            raise KeyboardInterrupt
-        self.stopped_by = "Ctrl-C"
-        # Lightning's SIGTERM path: the loop stops at the end of this step (after its validation)
-        # on every DDP rank, and raises SIGTERMException.
-        trainer._signal_connector.received_sigterm = True
-        if trainer.is_global_zero:
-            log.info(
-                "Ctrl-C: stopping after step %d and saving last.ckpt (Ctrl-C again to stop now, "
-                "unsaved)",
-                trainer.global_step + 1,
-            )
-
     def _save_resume_point(self, trainer: pl.Trainer) -> None:
         """``last.ckpt`` at this step if not written yet (a run stopping by signal)."""
-        self.stopped_by = self.stopped_by or "SIGTERM"
+        self.stopped_by = self.stopped_by or ("Ctrl-C" if self._signals.ctrl_c else "SIGTERM")
         if trainer.global_step > 0 and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
@@ -309,7 +276,7 @@ class RunCheckpoint(ModelCheckpoint):
                     else "no checkpoint saved (save_last off or no step done)",
                 )
         super().on_exception(trainer, pl_module, exception)
-        self._restore_sigint()
+        self._signals.stop()
 
     def _run_name(self, trainer: pl.Trainer) -> str:
         """`` --run_name <run>`` where the resume hint needs it to continue this run's logs: a
@@ -324,57 +291,32 @@ class RunCheckpoint(ModelCheckpoint):
         # The final weights, where the last step was no save point (max_steps off the
         # validation and step grid): last.ckpt is the run's end.
         self._save_last_if_not_saved(trainer)
-        self._restore_sigint()
+        self._signals.stop()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._restore_sigint()
+        self._signals.stop()
         self._trainer = None
 
-    def _restore_sigint(self) -> None:
-        if self._sigint is not None and threading.current_thread() is threading.main_thread():
-            if signal.getsignal(signal.SIGINT) == self._on_ctrl_c:
-                signal.signal(signal.SIGINT, self._sigint)
-            self._sigint = None
 
+def relocated(state: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """A ``ModelCheckpoint`` state whose checkpoint paths in folder ``old`` name folder ``new``.
 
-def metric_states(module: nn.Module, names: set[str]) -> dict[str, dict[str, Any]]:
-    """The accumulated states of the torchmetrics metrics ``names`` of ``module`` (on the CPU).
-
-    A metric logged ``on_epoch`` keeps its running sums itself, outside Lightning's checkpoint;
-    saved here, a run resumed mid-epoch ends the epoch with the same average as one that was not
-    stopped.
+    ``ModelCheckpoint.load_state_dict`` keeps only the best path when the folder changed: the next
+    save then finds ``last.ckpt`` taken and writes ``last-v1.ckpt`` (so "resume from last.ckpt"
+    goes back in time), and the run's best is a file of the old folder. A folder that moved
+    holds the same files under the same names.
     """
-    states: dict[str, dict[str, Any]] = {}
-    for name, metric in module.named_modules():
-        if name in names and isinstance(metric, Metric):
-            state = {key: getattr(metric, key) for key in metric._defaults}
-            states[name] = {
-                key: [t.detach().cpu() for t in v] if isinstance(v, list) else v.detach().cpu()
-                for key, v in state.items()
-            }
-    return states
 
+    def moved(path: Any) -> Any:
+        if isinstance(path, str) and path and Path(path).parent == Path(old):
+            return str(Path(new) / Path(path).name)
+        return path
 
-def restore_metric_states(module: nn.Module, states: dict[str, dict[str, Any]]) -> None:
-    """Add saved ``metric_states`` into the metrics of ``module`` that exist now.
-
-    Called after the first step of a resumed run: a metric the task creates when first logged
-    exists by then, and holds that step's value, to which the saved sums are added (in the order
-    the uninterrupted run adds them: saved, then this step).
-    """
-    for name, metric in module.named_modules():
-        saved = states.get(name)
-        if saved is None or not isinstance(metric, Metric):
-            continue
-        device = metric.device
-        incoming = {
-            k: [t.to(device) for t in v] if isinstance(v, list) else v.to(device)
-            for k, v in saved.items()
-        }
-        try:
-            metric.merge_state(incoming)
-        except (RuntimeError, ValueError) as error:  # a metric that cannot merge states
-            log.warning("metric %s starts the resumed epoch afresh: %s", name, error)
+    keys = ("best_model_path", "kth_best_model_path", "last_model_path")
+    state = {**state, "dirpath": new, **{k: moved(state[k]) for k in keys if k in state}}
+    if isinstance(state.get("best_k_models"), dict):
+        state["best_k_models"] = {moved(k): v for k, v in state["best_k_models"].items()}
+    return state
 
 
 def _validation_follows(trainer: pl.Trainer) -> bool:

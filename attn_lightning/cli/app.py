@@ -56,7 +56,7 @@ from lightning.pytorch.cli import (
     _InstantiatorFn,
 )
 
-from attn_lightning.callbacks import FitClock
+from attn_lightning.callbacks import FitClock, RunCheckpoint
 from attn_lightning.cli.checkpoint_options import model_options, say_replaced
 from attn_lightning.cli.checkpoints import (
     check_classes,
@@ -68,6 +68,7 @@ from attn_lightning.cli.config_checks import check_command_line, expand_help_nam
 from attn_lightning.cli.debug import debug_checks, enable_debug_checks
 from attn_lightning.cli.errors import AppArgumentParser, constructor_error, trainer_refusals
 from attn_lightning.cli.first_mistakes import debug_requested
+from attn_lightning.cli.fresh_runs import discard_unused, prepare_run_folder
 from attn_lightning.cli.help import (
     CKPT_PATH_HELP,
     DESCRIPTION,
@@ -81,11 +82,11 @@ from attn_lightning.cli.progress import progress_callbacks, terminal
 from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
     RunConfigSaver,
-    check_checkpoint_root,
     continue_run,
-    prepare_run_folder,
     purge_replayed_steps,
+    resolve_last,
 )
+from attn_lightning.cli.run_names import check_names
 from attn_lightning.cli.threads import set_threads
 from attn_lightning.cli.upgrades import (
     AcceptedLinks,
@@ -93,6 +94,7 @@ from attn_lightning.cli.upgrades import (
     upgraded_hparams,
 )
 from attn_lightning.cli.warm_start import warm_start_from_config
+from attn_lightning.cli.writable import check_writable_folders
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 log = logging.getLogger("attn_lightning")
@@ -157,6 +159,10 @@ class AttnLightningCLI(AfterRun, LightningCLI):
             elif upgraded != given:
                 args = upgraded
         super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        message = check_names(self.config[subcommand] if subcommand else self.config)
+        if message:  # a run or experiment name that is a path: one line, exit 2
+            parser.error(message)
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI's own (2.6) with a guard: a missing, corrupt or foreign file, or a
@@ -169,6 +175,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
             return
         config = self.config[self.config.subcommand]
         check_evaluated_weights(self.config.subcommand, config)  # "initial" becomes None
+        resolve_last(config, self.config.subcommand)  # "last": the run's last.ckpt
         ckpt_path = config.get("ckpt_path")
         if not ckpt_path or ckpt_path in ("best", "last", "hpc", "registry"):
             return
@@ -206,9 +213,8 @@ class AttnLightningCLI(AfterRun, LightningCLI):
             if config.run_name is not None:
                 logger.init_args.version = config.run_name
         set_threads(config.get("threads"))
-        if self.subcommand == "fit":
-            check_checkpoint_root(config)
-            prepare_run_folder(config)
+        check_writable_folders(config, self.subcommand)
+        self._made_folders = prepare_run_folder(config) if self.subcommand == "fit" else []
         self._started = time.perf_counter()
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
@@ -228,13 +234,18 @@ class AttnLightningCLI(AfterRun, LightningCLI):
     def instantiate_classes(self) -> None:
         try:
             super().instantiate_classes()
-        except ValueError as error:
-            cause = constructor_error(error)
+        except BaseException as error:
+            discard_unused(getattr(self, "_made_folders", []))  # the run never started
+            cause = constructor_error(error) if isinstance(error, ValueError) else error
             if cause is error:
                 raise
             raise cause from None
         if self.trainer is None:
             return
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, RunCheckpoint):  # its folder's names when there is no logger
+                callback.experiment, callback.run = config.get("experiment"), config.get("run_name")
         callbacks = self.trainer.callbacks
         if not self.trainer.loggers:  # the LR monitor needs a logger
             callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]

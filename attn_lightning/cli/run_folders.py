@@ -5,15 +5,15 @@ a run saves its config beside the logs (once, while the settings stay the same).
 
 Without this, a fresh ``fit --run_name X`` over an old ``X`` wrote ``last-v1.ckpt`` beside the old
 ``last.ckpt`` (so "resume from last.ckpt" restored the wrong run) and both runs' events went into
-one TensorBoard folder. A folder without a checkpoint is not a run: a fit that stopped before its
-first save (an error, Ctrl-C, ``kill -9``) leaves one, and retrying it starts afresh there.
-And "resume with --ckpt_path checkpoints/exp/r/last.ckpt", followed without ``--run_name r``,
-finished the run in a new ``version_0`` (checkpoints and TensorBoard split over two folders).
+one TensorBoard folder (a fresh fit's folders are checked in ``fresh_runs``). And "resume with
+--ckpt_path checkpoints/exp/r/last.ckpt", followed without ``--run_name r``, finished the run in a
+new ``version_0`` (checkpoints and TensorBoard split over two folders); ``--ckpt_path last``,
+which Lightning resolves from a checkpoint callback that has saved nothing yet, started a fit
+from step 0 inside the existing run (``last-v1.ckpt`` beside ``last.ckpt``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from pathlib import Path
@@ -23,35 +23,48 @@ import yaml
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from attn_lightning.callbacks import is_partial
-from attn_lightning.results.run_files import RUN_RECORD_FILES
+from attn_lightning.cli.checkpoints import CheckpointError
 
 log = logging.getLogger("attn_lightning")
 
 
 class RunFolderError(ValueError):
-    """A fresh fit aimed at a run folder that already holds a run, or checkpoints aimed at a
-    folder that cannot hold them."""
+    """A fresh fit aimed at a run folder that already holds a run or files it did not write, or
+    a run aimed at a folder that cannot hold its logs or checkpoints."""
 
 
 def run_folders(config: Any) -> list[Path]:
-    """The log and checkpoint folders a ``fit`` with ``run_name`` set will write (or [])."""
+    """The log and checkpoint folders a ``fit`` with ``run_name`` set will write (or []), each
+    once (a ``checkpoint.dirpath`` may be the log folder)."""
     run = config.get("run_name")
     if not run:
         return []  # version_N: the logger picks a new folder
-    experiment = config.get("experiment") or "default"
-    folders: list[Path] = []
+    logs = log_folder(config)
+    folders = [logs[1]] if logs else []  # TensorBoardLogger(save_dir, name=experiment, version=run)
+    return list(dict.fromkeys([*folders, checkpoint_folder(config)]))
+
+
+def log_folder(config: Any) -> tuple[str, Path] | None:
+    """``(save_dir, folder)``: the logger's ``save_dir`` and the folder the run logs into
+    (``<save_dir>/<experiment>/<run>``, or ``<save_dir>/<experiment>`` for a ``version_N``), or
+    None without a logger that has a ``save_dir``."""
     save_dir = _save_dir(config)
-    if save_dir:  # TensorBoardLogger(save_dir, name=experiment, version=run)
-        folders.append(save_dir / experiment / run)
-    checkpoint = config.get("checkpoint", {})
+    if save_dir is None:
+        return None
+    folder = save_dir / (config.get("experiment") or "default")
+    run = config.get("run_name")
+    return str(save_dir), folder / str(run) if run else folder
+
+
+def checkpoint_folder(config: Any) -> Path:
+    """``checkpoint.dirpath``, else ``<checkpoint.root>/<experiment>/<run_name>`` (with a run
+    name: ``RunCheckpoint``'s folder, with or without a logger)."""
+    checkpoint = config.get("checkpoint") or {}
     if checkpoint.get("dirpath"):
-        folders.append(Path(str(checkpoint.get("dirpath"))))
-    else:
-        folders.append(Path(str(checkpoint.get("root") or "checkpoints")) / experiment / run)
-    return folders
+        return Path(str(checkpoint.get("dirpath")))
+    root = Path(str(checkpoint.get("root") or "checkpoints"))
+    return root / (config.get("experiment") or "default") / str(config.get("run_name"))
 
 
 # ``--ckpt_path`` values Lightning resolves itself (no file path: no run folder to read).
@@ -79,6 +92,36 @@ def run_of_checkpoint(config: Any) -> tuple[str, str] | None:
     save_dir = _save_dir(config)
     logged = save_dir is not None and (save_dir / experiment_dir.name / run_dir.name).is_dir()
     return (experiment_dir.name, run_dir.name) if in_root or logged else None
+
+
+def resolve_last(config: Any, subcommand: str | None) -> None:
+    """``--ckpt_path last`` as the run's own ``last.ckpt`` (a path, checked as any other).
+
+    Lightning looks for "last" in the folder of a checkpoint callback that has not been set up
+    yet, finds none, and a fit starts from step 0 inside the run it was to resume. ``fit`` and
+    the evaluations take ``<checkpoint folder>/last.ckpt`` of ``--run_name`` (or of
+    ``checkpoint.dirpath``); an evaluation then logs beside that run, as with the file's path.
+
+    Raises:
+        CheckpointError: no run named, or the run has no ``last.ckpt``.
+    """
+    if config.get("ckpt_path") != "last":
+        return
+    dirpath = (config.get("checkpoint") or {}).get("dirpath")
+    if not config.get("run_name") and not dirpath:
+        raise CheckpointError(
+            "--ckpt_path last needs the run whose last.ckpt to use: add --run_name <run>, or "
+            "give the file (--ckpt_path checkpoints/<experiment>/<run>/last.ckpt)"
+        )
+    last = checkpoint_folder(config) / "last.ckpt"
+    if not last.is_file():
+        raise CheckpointError(
+            f"--ckpt_path last: there is no {last} to resume or evaluate; check --run_name and "
+            f"--experiment, or give the checkpoint's path"
+        )
+    config["ckpt_path"] = str(last)
+    if subcommand != "fit" and not dirpath:
+        config["run_name"] = None  # evaluated beside its run (continue_run), as its path is
 
 
 def continue_run(config: Any, subcommand: str | None) -> tuple[str, str] | None:
@@ -120,115 +163,6 @@ def _save_dir(config: Any) -> Path | None:
     init_args: Any = logger.get("init_args") if hasattr(logger, "get") else None
     save_dir = init_args.get("save_dir") if hasattr(init_args, "get") else None
     return Path(str(save_dir)) if save_dir else None
-
-
-def check_checkpoint_root(config: Any) -> None:
-    """RunFolderError when a fit's checkpoint folder (``checkpoint.dirpath``, else
-    ``checkpoint.root``) cannot be written, before anything is built or logged.
-
-    Lightning finds out at the first save, after the training it was to keep (an 84-line chained
-    traceback, a log folder left behind). Missing folders are created and a probe file written
-    and removed; what the check created is removed again. Remote paths (``s3://``) are not
-    checked. Only global rank 0 looks (as ``prepare_run_folder``).
-    """
-    if getattr(rank_zero_only, "rank", 0) > 0:
-        return
-    checkpoint = config.get("checkpoint") or {}
-    option, folder = "checkpoint.dirpath", checkpoint.get("dirpath")
-    if not folder:
-        option, folder = "checkpoint.root", checkpoint.get("root") or "checkpoints"
-    if "://" in str(folder):
-        return
-    problem = _unwritable(Path(str(folder)))
-    if problem:
-        raise RunFolderError(
-            f"--{option} {str(folder)!r} cannot hold checkpoints: {problem}; give a folder this "
-            f"user can write"
-        )
-
-
-def _unwritable(folder: Path) -> str | None:
-    """Why checkpoints cannot be written into ``folder``, or None when they can."""
-    created: list[Path] = []
-    action = ""
-    try:
-        for path in reversed([folder, *folder.parents]):
-            if path.is_dir():
-                continue
-            if path.exists():
-                return f"{path} is a file, not a folder"
-            action = f"creating {path}"
-            path.mkdir()
-            created.append(path)
-        action = f"writing a file into {folder}"
-        probe = folder / f".write-test.{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        return f"{action} failed ({e.strerror or e})"
-    finally:
-        for path in reversed(created):
-            with contextlib.suppress(OSError):
-                path.rmdir()
-    return None
-
-
-# What a fit writes into its run folders before its first checkpoint: TensorBoard events, the
-# saved config(s), Lightning's hparams file, the run record, and a checkpoint being written when
-# it stopped.
-LOG_FILES = ("events.out.tfevents.*", "config.yaml", "config-*.yaml", "hparams.yaml")
-ATTEMPT_FILES = LOG_FILES + RUN_RECORD_FILES
-
-
-def prepare_run_folder(config: Any) -> list[Path]:
-    """Check the run folders of a fresh fit (no ``ckpt_path``) before anything is written.
-
-    A folder that holds a checkpoint holds a run: RunFolderError names it and both ways out
-    (resume it, or another ``--run_name``). A folder without one is what a fit that stopped
-    before its first save left (an error, Ctrl-C, ``kill -9``): nothing there can be resumed, so
-    its files are removed and the fit starts afresh in it; any file such a fit does not write
-    is the user's, and RunFolderError names it and the folder to delete instead. Only global
-    rank 0 looks: DDP's other processes start after it and find the folder as rank 0 left it.
-
-    Returns:
-        The files removed (empty when the folders were new or empty).
-
-    Raises:
-        RunFolderError: a folder holds a checkpoint, or files a fit does not write.
-    """
-    if config.get("ckpt_path") or getattr(rank_zero_only, "rank", 0) > 0:
-        return []
-    folders = [f for f in run_folders(config) if f.is_dir() and any(f.iterdir())]
-    checkpoints = sorted(
-        (p for f in folders for p in f.rglob("*.ckpt") if not is_partial(p)),
-        key=lambda p: p.stat().st_mtime,
-    )
-    run = config.get("run_name")
-    if checkpoints:
-        last = next((p for p in reversed(checkpoints) if p.name == "last.ckpt"), checkpoints[-1])
-        raise RunFolderError(
-            f"run folder {str(last.parent)!r} already holds a run; resume it with --ckpt_path "
-            f"{last} --run_name {run}, or start a new one with another --run_name"
-        )
-    attempt = [p for f in folders for pattern in ATTEMPT_FILES for p in f.glob(pattern)]
-    attempt += [p for f in folders for p in f.iterdir() if is_partial(p)]
-    other = [p for f in folders for p in f.iterdir() if p not in attempt]
-    if other:
-        raise RunFolderError(
-            f"run folder {str(other[0].parent)!r} holds no checkpoint but files a fit does not "
-            f"write ({', '.join(sorted(p.name for p in other))}); delete it "
-            f"(rm -r {other[0].parent}) or start the run with another --run_name"
-        )
-    for path in attempt:
-        path.unlink()
-    if attempt:
-        log.info(
-            "run folder %s held no checkpoint (a fit stopped before its first save): starting it "
-            "afresh, removed %s",
-            ", ".join(str(f) for f in folders),
-            ", ".join(sorted(p.name for p in attempt)),
-        )
-    return attempt
 
 
 def purge_replayed_steps(logger: Any, step: int) -> None:

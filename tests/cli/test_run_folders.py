@@ -261,3 +261,47 @@ def test_an_unwritable_checkpoint_root_is_one_line_before_the_first_step(tmp_pat
     assert len(lines) == 1 and "Traceback" not in err, err
     assert f"--checkpoint.root '{root}' cannot hold checkpoints" in lines[0], lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no log folder left behind
+
+
+def test_ckpt_path_last_resumes_the_runs_own_last_checkpoint(tmp_path):
+    # Lightning found no "last" (its callback had saved nothing yet): a fit from step 0 inside
+    # the run, writing last-v1.ckpt beside last.ckpt.
+    _fit("--run_name=r", "--trainer.max_steps=4")
+    cli = _fit("--run_name=r", "--trainer.max_steps=8", "--ckpt_path=last")
+    assert cli.trainer.global_step == 8
+    folder = tmp_path / "checkpoints" / "exp" / "r"
+    assert sorted(p.name for p in folder.glob("last*.ckpt")) == ["last.ckpt"]
+    assert _steps(tmp_path / "logs" / "exp" / "r", "train/loss_step") == list(range(8))
+    cli = main(["validate", *REVERSAL, *TINY, "--run_name=r", "--ckpt_path=last"])
+    assert cli.trainer.log_dir == str(Path("logs") / "exp" / "r" / "validate")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "--ckpt_path last needs the run"),
+        (["--run_name=nope"], "last: there is no checkpoints"),
+    ],
+)
+def test_ckpt_path_last_without_a_run_to_resume_is_one_line(capsys, extra, message):
+    args = ["fit", *REVERSAL, *TINY, "--trainer.max_steps=2", "--ckpt_path=last", *extra]
+    with pytest.raises(SystemExit) as exit_info:
+        command_line(args)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and message in err, err
+
+
+def test_a_run_whose_folders_moved_resumes_in_place(tmp_path, caplog):
+    _fit("--run_name=r", "--trainer.max_steps=4")
+    for top in ("checkpoints", "logs"):
+        (tmp_path / top / "exp" / "r").rename(tmp_path / top / "exp" / "moved")
+    folder = tmp_path / "checkpoints" / "exp" / "moved"
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="attn_lightning"):
+        cli = _fit("--trainer.max_steps=6", "--ckpt_path", str(folder / "last.ckpt"))
+    assert sorted(p.name for p in folder.iterdir()) == ["best-step=4.ckpt", "last.ckpt"]
+    assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 6
+    assert cli.trainer.checkpoint_callback.best_model_path == str(
+        Path("checkpoints") / "exp" / "moved" / "best-step=4.ckpt"
+    )
+    assert "exp/r/" not in caplog.text

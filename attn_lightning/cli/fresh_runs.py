@@ -1,0 +1,137 @@
+"""A fresh ``fit``'s run folders: refused when they hold a run, cleared when they hold what a
+stopped attempt of this project wrote, and made with a mark that says so.
+
+A folder without a checkpoint is not a run: a fit that stopped before its first save (an error,
+Ctrl-C, ``kill -9``) leaves one, and retrying it starts afresh there. Deleting what such a fit
+writes by file name alone deleted a user's own ``config.yaml``, ``hparams.yaml`` and
+``record.json`` in any folder a fit was pointed at (a ``--checkpoint.dirpath`` of their own, a
+``..`` run folder), and raised ``FileNotFoundError`` after the files were gone when the log and
+checkpoint folders were one. So a fit marks the log folder it creates (``MARKER``), only files a
+fit writes are ever removed, only from a marked folder, and each one removed is named. (A
+checkpoint folder of its own needs no mark: a fit writes nothing there before its first
+checkpoint but that checkpoint's temporary file, whose name is this project's alone; and a
+marked one would set off Lightning's "Checkpoint directory exists and is not empty".)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+from attn_lightning.callbacks import is_partial
+from attn_lightning.cli.run_folders import RunFolderError, log_folder, run_folders
+from attn_lightning.results.run_files import RUN_RECORD_FILES
+
+log = logging.getLogger("attn_lightning")
+
+MARKER = ".attn_lightning_run"
+MARKER_TEXT = (
+    "This folder was made by attn-lightning's train.py fit for one run. While it holds no "
+    "checkpoint, a retry of that fit removes the files a fit writes here (TensorBoard events, "
+    "config*.yaml, hparams.yaml, the run record) and nothing else.\n"
+)
+# What a fit writes into its run folders before its first checkpoint: TensorBoard events, the
+# saved config(s), Lightning's hparams file, the run record, and a checkpoint being written when
+# it stopped (``is_partial``).
+LOG_FILES = ("events.out.tfevents.*", "config.yaml", "config-*.yaml", "hparams.yaml")
+ATTEMPT_FILES = LOG_FILES + RUN_RECORD_FILES
+
+
+def prepare_run_folder(config: Any) -> list[Path]:
+    """Check the run folders of a fresh fit (no ``ckpt_path``) before anything is written.
+
+    A folder that holds a checkpoint holds a run: RunFolderError names it and both ways out
+    (resume it, or another ``--run_name``). A folder this project made (``MARKER``) that holds
+    only what a stopped attempt writes is cleared, each file named in the log (a checkpoint's
+    temporary file is cleared from any folder). Any other file, or any file in a folder no fit
+    made, is the user's: RunFolderError names it, and nothing is removed. A log folder that does
+    not exist yet is made, with the marker. Only global rank 0 looks: DDP's other processes
+    start after it and find the folders as rank 0 left them.
+
+    Returns:
+        The folders made (parents included), for ``discard_unused``.
+
+    Raises:
+        RunFolderError: a folder holds a checkpoint, or files that are not a stopped fit's.
+    """
+    if config.get("ckpt_path") or getattr(rank_zero_only, "rank", 0) > 0:
+        return []
+    if not config.get("run_name"):
+        return []  # version_N: the logger picks a new folder
+    folders = run_folders(config)
+    held = [f for f in folders if f.is_dir() and any(f.iterdir())]
+    checkpoints = sorted(
+        (p for f in held for p in f.glob("*.ckpt") if not is_partial(p)),  # where they are saved
+        key=lambda p: p.stat().st_mtime,
+    )
+    run = config.get("run_name")
+    if checkpoints:
+        last = next((p for p in reversed(checkpoints) if p.name == "last.ckpt"), checkpoints[-1])
+        raise RunFolderError(
+            f"run folder {str(last.parent)!r} already holds a run; resume it with --ckpt_path "
+            f"{last} --run_name {run}, or start a new one with another --run_name"
+        )
+    attempts = {folder: _attempt(folder) for folder in held}  # all checked before any removal
+    for folder, attempt in attempts.items():
+        for path in attempt:
+            path.unlink(missing_ok=True)
+        if attempt:
+            log.info(
+                "run folder %s held no checkpoint (a fit stopped before its first save): "
+                "starting it afresh, removed %s",
+                folder,
+                _names(attempt),
+            )
+    made: list[Path] = []
+    logs = log_folder(config)
+    if logs is not None and not logs[1].exists():
+        for path in reversed([logs[1], *logs[1].parents]):
+            if not path.exists():
+                path.mkdir()
+                made.append(path)
+        (logs[1] / MARKER).write_text(MARKER_TEXT)
+    return made
+
+
+def _attempt(folder: Path) -> list[Path]:
+    """What a stopped fit wrote into ``folder``: its files if the folder is one a fit made
+    (``MARKER``), and a checkpoint's temporary files; RunFolderError for anything else."""
+    partial = [p for p in folder.iterdir() if is_partial(p)]
+    files = sorted(p for p in folder.iterdir() if p.name != MARKER and p not in partial)
+    attempt = [p for p in files if any(fnmatch(p.name, f) for f in ATTEMPT_FILES)]
+    other = [p for p in files if p not in attempt]
+    if files and not (folder / MARKER).is_file():
+        raise RunFolderError(
+            f"run folder {str(folder)!r} holds no checkpoint but files of a folder no fit made "
+            f"({_names(files)}; a fit marks its folders with {MARKER}): nothing was removed; "
+            f"point the run elsewhere (another --run_name or --checkpoint.dirpath), or delete "
+            f"these files yourself if a stopped run left them"
+        )
+    if other:
+        raise RunFolderError(
+            f"run folder {str(folder)!r} holds no checkpoint but files a fit does not write "
+            f"({_names(other)}): nothing was removed; delete them or start the run with "
+            f"another --run_name"
+        )
+    return attempt + partial
+
+
+def _names(paths: list[Path], most: int = 8) -> str:
+    names = [p.name for p in paths]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def discard_unused(made: list[Path]) -> None:
+    """Remove the folders ``prepare_run_folder`` made if nothing but its marker is in them: the
+    run stopped before it started (a configuration error while building the model or data)."""
+    for path in reversed(made):
+        with contextlib.suppress(OSError):
+            if {p.name for p in path.iterdir()} <= {MARKER}:
+                (path / MARKER).unlink(missing_ok=True)
+                path.rmdir()
