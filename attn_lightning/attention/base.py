@@ -254,11 +254,24 @@ class Attention(nn.Module, abc.ABC):
         times v, SDPA's masked weights times v, -inf added to a NaN score), so a NaN at j would
         reach the rows before j. Zeroed here, it cannot; the rows from j on are set to NaN.
 
-        All on the device, whatever the inputs: a Python branch on "is anything non-finite"
-        would read a flag back to the host (``aten._local_scalar_dense``), a sync that stalls
-        the launch queue once per layer per step. On finite inputs the masks are all False and
-        the fills copy k, v and out unchanged (three elementwise passes, no sync).
+        Where a tensor's values can be read on the host for free (``host_reads_are_free``: the
+        CPU, which has no launch queue to stall), one probe decides and finite inputs skip the
+        masks, whose three fills and their backward cost up to 1.7× a causal linear fwd + bwd
+        there (docs/benchmarks.md). On CUDA a Python branch on the probe would be a device-to-host
+        sync once per layer per step, so the masks always run on the device: on finite inputs
+        they are all False and the fills copy k, v and out unchanged.
         """
+        if host_reads_are_free(k.device):
+            acc = accumulation_dtype(k.dtype)
+            # One sum each, accumulated in float32 at least (fp16 cannot overflow it): any NaN or
+            # inf makes it non-finite; a false alarm (an overflowing finite sum) takes the masked
+            # path, which then finds no bad token.
+            with torch.no_grad():
+                finite = bool(torch.isfinite(k.sum(dtype=acc) + v.sum(dtype=acc)))
+            if finite:
+                return self._attend(
+                    q, k, v, causal=True, key_padding_mask=key_padding_mask, grid=grid
+                )
         with torch.no_grad():  # masks: nothing to record for backward
             bad = ~(torch.isfinite(k).all(dim=-1) & torch.isfinite(v).all(dim=-1))  # (B, H, S)
             sees_bad = bad.cummax(dim=-1).values[..., None]  # (B, H, L, 1): some j <= i is bad
@@ -336,6 +349,12 @@ class Attention(nn.Module, abc.ABC):
                     f"key_padding_mask must have shape (B, S) = {(b, s)}, "
                     f"got {tuple(key_padding_mask.shape)}"
                 )
+
+
+def host_reads_are_free(device: torch.device) -> bool:
+    """Whether reading a tensor's value back to Python costs nothing beyond the read: on the CPU
+    the op has already run; on an accelerator it waits for the launch queue to drain."""
+    return device.type == "cpu"
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
