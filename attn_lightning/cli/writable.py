@@ -51,27 +51,42 @@ def check_writable_folders(config: Any, subcommand: str | None) -> None:
             )
 
 
-def _unwritable(folder: Path) -> str | None:
-    """Why files cannot be written into ``folder``, or None when they can."""
+def _unwritable(folder: Path, attempts: int = 3) -> str | None:
+    """Why files cannot be written into ``folder``, or None when they can.
+
+    Two runs started together (a sweep, a resume test) probe the same folder at once: a folder
+    the other made between our look and our ``mkdir``, or one it removed again under our probe,
+    is not a reason to refuse, so those races are retried.
+    """
     created: list[Path] = []
     action = ""
     try:
-        for path in reversed([folder, *folder.parents]):
-            if path.is_dir():
-                continue
-            if path.exists():
-                return f"{path} is a file, not a folder"
-            action = f"creating {path}"
-            path.mkdir()
-            created.append(path)
-        action = f"writing a file into {folder}"
-        probe = folder / f".write-test.{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        for _ in range(attempts):
+            try:
+                for path in reversed([folder, *folder.parents]):
+                    if path.is_dir():
+                        continue
+                    if path.exists():
+                        return f"{path} is a file, not a folder"
+                    action = f"creating {path}"
+                    try:
+                        path.mkdir()
+                    except FileExistsError:
+                        if path.is_dir():  # another process made it just now
+                            continue
+                        raise
+                    created.append(path)
+                action = f"writing a file into {folder}"
+                probe = folder / f".write-test.{os.getpid()}"
+                probe.write_bytes(b"")
+                probe.unlink()
+                return None
+            except FileNotFoundError as e:  # another probe removed a folder it had made
+                last: OSError = e
+        return f"{action} failed ({last.strerror or last})"
     except OSError as e:
         return f"{action} failed ({e.strerror or e})"
     finally:
         for path in reversed(created):
             with contextlib.suppress(OSError):
                 path.rmdir()
-    return None

@@ -45,3 +45,39 @@ def test_an_unwritable_log_folder_is_one_line(tmp_path):
     assert "--trainer.logger.init_args.save_dir 'logs' cannot hold logs" in lines[0], lines[0]
     assert "Permission denied" in lines[0]
     assert list(logs.iterdir()) == [] and not (tmp_path / "checkpoints").exists()
+
+
+def test_a_folder_another_run_makes_or_removes_mid_probe_is_not_refused(tmp_path, monkeypatch):
+    """Two runs started together probe one folder: the other's ``mkdir`` between our look and
+    ours, and its clean-up under our probe file, are races, not an unwritable folder."""
+    from pathlib import Path
+
+    from attn_lightning.cli.writable import _unwritable
+
+    folder = tmp_path / "logs"
+    real_mkdir, real_write = Path.mkdir, Path.write_bytes
+    raced = {"mkdir": False, "write": False}
+
+    def mkdir_after_the_other(self, *args, **kwargs):
+        if self == folder and not raced["mkdir"]:
+            raced["mkdir"] = True
+            real_mkdir(self)  # the other process wins the race
+        return real_mkdir(self, *args, **kwargs)
+
+    def write_after_the_other_cleaned_up(self, data):
+        if self.parent == folder and not raced["write"]:
+            raced["write"] = True
+            folder.rmdir()  # the other process removes the folder it made
+        return real_write(self, data)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_after_the_other)
+    monkeypatch.setattr(Path, "write_bytes", write_after_the_other_cleaned_up)
+    assert _unwritable(folder) is None
+    assert raced == {"mkdir": True, "write": True}
+
+
+def test_a_file_where_the_folder_should_be_is_still_refused(tmp_path):
+    from attn_lightning.cli.writable import _unwritable
+
+    (tmp_path / "logs").write_text("")
+    assert _unwritable(tmp_path / "logs" / "exp") == f"{tmp_path / 'logs'} is a file, not a folder"
