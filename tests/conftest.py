@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from attn_lightning.benchmarks.gpu_report.plan import FAILURES_AT_ONCE
+from lab.benchmarks.gpu_report.plan import FAILURES_AT_ONCE
 from tests.elsewhere import pass_for_another_machine
 
 

@@ -28,13 +28,13 @@ PAGES = [
 ]
 # module -> (module with build_parser, arguments put first): the aliases run their new spelling.
 PARSERS = {
-    "attn_lightning.benchmark": ("attn_lightning.benchmarks.cli", []),
-    "attn_lightning.benchmarks.generation": ("attn_lightning.benchmarks.cli", ["generation"]),
-    "attn_lightning.studies.sweep": ("attn_lightning.studies.sweep", []),
-    "attn_lightning.studies.detection": ("attn_lightning.studies.detection.cli", []),
-    "attn_lightning.studies.image": ("attn_lightning.studies.image.cli", []),
-    "attn_lightning.studies.lora": ("attn_lightning.studies.lora.cli", []),
-    "attn_lightning.studies.warm_start": ("attn_lightning.studies.warm_start.cli", []),
+    "lab.benchmark": ("lab.benchmarks.cli", []),
+    "lab.benchmarks.generation": ("lab.benchmarks.cli", ["generation"]),
+    "lab.studies.sweep": ("lab.studies.sweep", []),
+    "lab.studies.detection": ("lab.studies.detection.cli", []),
+    "lab.studies.image": ("lab.studies.image.cli", []),
+    "lab.studies.lora": ("lab.studies.lora.cli", []),
+    "lab.studies.warm_start": ("lab.studies.warm_start.cli", []),
     "attn_lightning.data.scenes": ("attn_lightning.data.scenes", []),
 }
 PLACEHOLDER = re.compile(r"[<$]|\.\.\.|\[--|\|")

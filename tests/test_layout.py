@@ -12,36 +12,39 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "attn_lightning"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "attn_lightning"
+LAB = ROOT / "lab"
 # Lower layers never import higher ones; a layer may import its own level.
 # Tasks sit above callbacks (a task may use a callback's hook protocol; a callback never imports
-# a task, so the two never import each other).
+# a task, so the two never import each other). The lab sits above the whole package.
 LAYERS = {
-    "results": 0,
-    "attention": 0,
-    "models": 1,
-    "data": 2,
-    "callbacks": 3,
-    "tasks": 4,
-    "benchmarks": 5,
-    "cli": 5,
-    "studies": 6,
-    "benchmark": 6,
+    "attn_lightning": {
+        "records": 0,
+        "attention": 0,
+        "models": 1,
+        "data": 2,
+        "callbacks": 3,
+        "tasks": 4,
+        "cli": 5,
+    },
+    "lab": {"results": 0, "benchmarks": 1, "studies": 2, "benchmark": 3},
 }
 ENTRY_POINTS = {"__init__.py", "cli.py", "benchmark.py"}
-MODULES = sorted(PACKAGE.rglob("*.py"))
+MODULES = sorted([*PACKAGE.rglob("*.py"), *LAB.rglob("*.py")])
 
 
 def _name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _layer(module: str) -> int | None:
+def _layer(module: str) -> tuple[int, int] | None:
+    """(tree, layer): the package is tree 0, the lab tree 1, each above the one before."""
     parts = module.split(".")
-    if parts[0] != "attn_lightning" or len(parts) < 2:
+    if parts[0] not in LAYERS or len(parts) < 2:
         return None
-    return LAYERS[parts[1]]
+    return list(LAYERS).index(parts[0]), LAYERS[parts[0]][parts[1]]
 
 
 def _imports(path: Path) -> list[str]:
@@ -55,20 +58,28 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
-def test_only_entry_points_and_packages_at_the_root():
-    loose = {p.name for p in PACKAGE.glob("*.py")} - ENTRY_POINTS
-    assert not loose, f"modules loose at attn_lightning/: {sorted(loose)}"
-    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert packages <= set(LAYERS), f"a package with no layer: {sorted(packages - set(LAYERS))}"
+@pytest.mark.parametrize("tree", [PACKAGE, LAB], ids=lambda p: p.name)
+def test_only_entry_points_and_packages_at_the_root(tree):
+    loose = {p.name for p in tree.glob("*.py")} - ENTRY_POINTS
+    assert not loose, f"modules loose at {tree.name}/: {sorted(loose)}"
+    packages = {p.name for p in tree.iterdir() if (p / "__init__.py").is_file()}
+    layers = set(LAYERS[tree.name])
+    assert packages <= layers, f"a package with no layer: {sorted(packages - layers)}"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: _name(p) or "attn_lightning")
+def test_the_package_imports_nothing_from_the_lab():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for imported in _imports(path):
+            assert imported.split(".")[0] != "lab", f"{_name(path)} imports the lab: {imported}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_module_docstring_and_downward_imports(path):
     tree = ast.parse(path.read_text())
     docstring = ast.get_docstring(tree)
     assert docstring and docstring.strip(), f"{path} has no module docstring"
     own = _layer(_name(path))
-    if own is None:  # attn_lightning/__init__.py
+    if own is None:  # attn_lightning/__init__.py, lab/__init__.py
         return
     for imported in _imports(path):
         layer = _layer(imported)
@@ -93,7 +104,7 @@ def test_tasks_hold_lightning_modules_only():
 
 # ----------------------------------------------------------------------------- second pass rules
 MAX_LINES = 400
-# A CSV or markdown table written by hand: the results room (attn_lightning/results) owns these.
+# A CSV or markdown table written by hand: the results room (attn_lightning/records) owns these.
 HAND_WRITTEN = ("import csv", "csv.writer", "csv.DictWriter", '" | ".join', '"| " +', '"|---')
 # studies/: the runner, the generic sweep, the shared flags, one folder per study, and the
 # deprecated aliases its docstring lists (kept so old command lines still run).
@@ -110,22 +121,22 @@ ATTENTION_MODULES = {
 }
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: _name(p) or "attn_lightning")
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_no_module_over_the_limit(path):
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_LINES, f"{_name(path)} has {lines} lines (> {MAX_LINES}): split it"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: _name(p) or "attn_lightning")
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_only_the_results_room_writes_csv_and_tables(path):
-    if path.is_relative_to(PACKAGE / "results"):
+    if path.is_relative_to(PACKAGE / "records") or path.is_relative_to(LAB / "results"):
         return
     text = path.read_text()
     found = [pattern for pattern in HAND_WRITTEN if pattern in text]
-    assert not found, f"{_name(path)} writes CSV or tables by hand ({found}): use results/"
+    assert not found, f"{_name(path)} writes CSV or tables by hand ({found}): use records/"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: _name(p) or "attn_lightning")
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_no_issue_numbers_or_machine_paths_in_code(path):
     import re
 
@@ -135,20 +146,20 @@ def test_no_issue_numbers_or_machine_paths_in_code(path):
 
 
 def test_studies_are_folders_with_a_command_line():
-    from attn_lightning import studies
+    from lab import studies
 
     aliases = {line.split("studies.")[1].split("`")[0] for line in studies.__doc__.splitlines()
-               if line.startswith("- ``python -m attn_lightning.studies.")}  # fmt: skip
-    loose = {p.name for p in (PACKAGE / "studies").glob("*.py")}
+               if line.startswith("- ``python -m lab.studies.")}  # fmt: skip
+    loose = {p.name for p in (LAB / "studies").glob("*.py")}
     assert loose - STUDY_MODULES == {f"{a}.py" for a in aliases}
-    folders = [p for p in (PACKAGE / "studies").iterdir() if (p / "__init__.py").is_file()]
+    folders = [p for p in (LAB / "studies").iterdir() if (p / "__init__.py").is_file()]
     assert {p.name for p in folders} >= {"detection", "image", "lora", "reversal"}
     # reversal holds reports a plan's pages: section selects (studies.sweep.REPORTS), no CLI.
     for folder in folders:
         has_main = (folder / "__main__.py").is_file()
         assert has_main != (folder.name == "reversal"), f"studies/{folder.name}: __main__.py?"
     for alias in aliases:
-        text = (PACKAGE / "studies" / f"{alias}.py").read_text()
+        text = (LAB / "studies" / f"{alias}.py").read_text()
         assert "renamed(" in text, f"studies/{alias}.py is not a deprecated alias"
 
 
@@ -165,15 +176,15 @@ def test_attention_holds_the_contract_and_one_file_per_backend():
 
 
 def test_every_benchmark_command_is_one_row_of_the_table():
-    from attn_lightning.benchmarks.cli import COMMANDS
+    from lab.benchmarks.cli import COMMANDS
 
     for name, row in COMMANDS.items():
         module = inspect.getmodule(row.run).__name__  # type: ignore[union-attr]
         assert inspect.getmodule(row.add_arguments).__name__ == module, name  # type: ignore[union-attr]
-        assert module.startswith("attn_lightning.benchmarks."), name
+        assert module.startswith("lab.benchmarks."), name
 
 
-README = PACKAGE.parent / "README.md"
+README = ROOT / "README.md"
 
 
 def _layout_table() -> dict[str, set[str]]:
@@ -183,7 +194,7 @@ def _layout_table() -> dict[str, set[str]]:
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 2 and cells[0].startswith("`attn_lightning/"):
+        if len(cells) >= 2 and cells[0].startswith(("`attn_lightning/", "`lab/")):
             modules = {m.strip(" `") for m in cells[1].split(",") if m.strip(" `")}
             rows[cells[0].strip("`")] = modules
     return rows
@@ -192,11 +203,12 @@ def _layout_table() -> dict[str, set[str]]:
 def test_readme_layout_lists_every_package_and_module():
     table = _layout_table()
     folders = {
-        str(p.relative_to(PACKAGE.parent)) + "/"
-        for p in [PACKAGE, *PACKAGE.rglob("*")]
+        str(p.relative_to(ROOT)) + "/"
+        for tree in (PACKAGE, LAB)
+        for p in [tree, *tree.rglob("*")]
         if p.is_dir() and (p / "__init__.py").is_file()
     }
     assert set(table) == folders, f"README Layout rows differ: {sorted(set(table) ^ folders)}"
     for folder, listed in table.items():
-        present = {p.stem for p in (PACKAGE.parent / folder).glob("*.py")} - {"__init__"}
+        present = {p.stem for p in (ROOT / folder).glob("*.py")} - {"__init__"}
         assert listed == present, f"README Layout, {folder}: {sorted(listed ^ present)}"

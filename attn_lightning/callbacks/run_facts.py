@@ -17,8 +17,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from attn_lightning.results.environment import git_commit as short_commit
-from attn_lightning.results.run_files import SCHEMA
+from attn_lightning.records.environment import git_commit as short_commit
+from attn_lightning.records.run_files import SCHEMA
 
 
 def run_folder(trainer: pl.Trainer) -> Path | None:

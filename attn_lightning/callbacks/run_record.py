@@ -38,7 +38,7 @@ from attn_lightning.callbacks.diagnostics import collect_diagnostics
 from attn_lightning.callbacks.gradients import GradientTracker, SpikeRow
 from attn_lightning.callbacks.nonfinite import NonFiniteTraining
 from attn_lightning.callbacks.run_facts import best_checkpoint, identity, run_folder, scalars
-from attn_lightning.results import run_files as files
+from attn_lightning.records import run_files as files
 
 # Exceptions that end a run on purpose (SIGTERM or a first Ctrl-C, a second Ctrl-C, a diverged
 # loss): "stopped", resumable from last.ckpt; any other exception is "crashed".

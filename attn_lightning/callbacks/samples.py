@@ -20,7 +20,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from attn_lightning.results import markdown_records
+from attn_lightning.records import markdown_records
 
 
 @runtime_checkable

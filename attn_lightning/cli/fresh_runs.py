@@ -25,7 +25,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from attn_lightning.callbacks import is_partial
 from attn_lightning.cli.run_folders import RunFolderError, log_folder, run_folders
-from attn_lightning.results.run_files import RUN_RECORD_FILES
+from attn_lightning.records.run_files import RUN_RECORD_FILES
 
 log = logging.getLogger("attn_lightning")
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from attn_lightning.results import write_csv
+from attn_lightning.records import write_csv
 
 SPLITS = ("train", "val", "test")
 

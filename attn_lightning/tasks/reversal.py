@@ -34,7 +34,7 @@ from attn_lightning.attention import resolve_attention
 from attn_lightning.models.decoding import METHODS, generate
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.specs import SequenceSpec
-from attn_lightning.results import write_csv
+from attn_lightning.records import write_csv
 from attn_lightning.tasks.base import (
     AttentionTask,
     require_causal,

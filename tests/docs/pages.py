@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attn_lightning.results.files import read_csv
+from attn_lightning.records.files import read_csv
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 

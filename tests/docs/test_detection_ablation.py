@@ -4,7 +4,7 @@ budget, the drop-in form, the ladder's ranges)."""
 
 from __future__ import annotations
 
-from attn_lightning.results.tables import format_mean_std
+from lab.results.tables import format_mean_std
 from tests.docs.pages import RESULTS, page_table, runs
 
 PAGE = "detection.md"

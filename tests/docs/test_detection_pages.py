@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from attn_lightning.studies.detection.report import PAGES, write_page
+from lab.studies.detection.report import PAGES, write_page
 from tests.docs.pages import RESULTS
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import statistics
 
-from attn_lightning.results.files import read_csv
-from attn_lightning.results.paired import detectable_effect, holm, paired_delta, t_test
-from attn_lightning.results.tables import format_mean_std
-from attn_lightning.studies.detection.variants import CONTROLS
+from attn_lightning.records.files import read_csv
+from lab.results.paired import detectable_effect, holm, paired_delta, t_test
+from lab.results.tables import format_mean_std
+from lab.studies.detection.variants import CONTROLS
 from tests.docs.pages import RESULTS, runs
 
 PAGE = "detection.md"

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from attn_lightning.results.paired import paired_delta
-from attn_lightning.results.tables import format_mean_std
+from lab.results.paired import paired_delta
+from lab.results.tables import format_mean_std
 from tests.docs.pages import RESULTS, page_table, runs
 
 PAGE = "detection.md"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from attn_lightning.results.tables import format_mean_std
+from lab.results.tables import format_mean_std
 from tests.docs.pages import RESULTS, page_table, runs
 
 PAGE = "image_completion.md"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from attn_lightning.results.tables import format_mean_std
+from lab.results.tables import format_mean_std
 from tests.docs.pages import RESULTS, page_table, runs, values
 
 PAGE = "image_completion.md"

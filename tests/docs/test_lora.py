@@ -11,8 +11,8 @@ from collections import defaultdict
 
 import pytest
 
-from attn_lightning.studies.lora.lrsweep_report import sweep_section
-from attn_lightning.studies.lora.runs import load_part
+from lab.studies.lora.lrsweep_report import sweep_section
+from lab.studies.lora.runs import load_part
 from tests.docs.pages import RESULTS, page_table, runs
 
 HEADER = "| domain | method | r | head | trainable params | student (%) | ours: test (%)"
@@ -34,7 +34,7 @@ def test_the_student_table_is_rebuilt_from_the_committed_records(page):
     rebuilt = [line for line in lines if line.startswith("| ") and not line.startswith("| domain")]
     table = page_table(page, HEADER)
     assert [[c.strip() for c in line.strip("|").split("|")] for line in rebuilt] == table
-    # The whole pages and CSVs, regenerated into tmp_path: tests/studies/lora/test_report.py.
+    # The whole pages and CSVs, regenerated into tmp_path: tests/lab/studies/lora/test_report.py.
 
 
 def _by_row(summary: str) -> dict[tuple[str, str, str, str], list[dict[str, str]]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attn_lightning.studies.sweep import PLANS, main
+from lab.studies.sweep import PLANS, main
 from tests.docs.pages import RESULTS
 from tests.elsewhere import pass_for_another_machine
 
@@ -54,5 +54,5 @@ def test_page_is_rebuilt_from_its_committed_records(page, rebuilt):
     assert f"{page}.md" in files and files == _files(RESULTS, page)
     for name in files:
         assert (rebuilt / name).read_bytes() == (RESULTS / name).read_bytes(), name
-    command = f"python -m attn_lightning.studies.sweep --plan {PAGES[page]}\n"
+    command = f"python -m lab.studies.sweep --plan {PAGES[page]}\n"
     assert command in (RESULTS / f"{page}.md").read_text()

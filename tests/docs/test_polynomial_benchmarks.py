@@ -5,7 +5,7 @@ the memory and GEMM-rate readings under it, and the before/after multiples of SD
 
 from __future__ import annotations
 
-from attn_lightning.results.files import read_csv
+from attn_lightning.records.files import read_csv
 from tests.docs.pages import RESULTS, page_table
 
 PAGE = "polynomial.md"

@@ -3,7 +3,7 @@ length ladder and the one-seed 3,000-step follow-up at length 256."""
 
 from __future__ import annotations
 
-from attn_lightning.results.tables import format_mean_std, format_median_iqr, mean_std, median_iqr
+from lab.results.tables import format_mean_std, format_median_iqr, mean_std, median_iqr
 from tests.docs.pages import page_table, runs, values
 
 PAGE = "sequence_reversal.md"

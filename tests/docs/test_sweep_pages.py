@@ -1,4 +1,4 @@
-"""Pages written by plain ``python -m attn_lightning.studies.sweep``, rebuilt from their committed
+"""Pages written by plain ``python -m lab.studies.sweep``, rebuilt from their committed
 run records (``docs/results/<page>/runs/``) alone by the sweep's own command: each page's plan
 (``configs/studies/<page>.yaml``, the page's "regenerate with" line) run with ``--report-only``
 into a temporary folder must give back ``<page>.md``, ``<page>.csv``, ``<page>_runs.csv`` and
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from attn_lightning.results.files import read_csv
-from attn_lightning.results.records import load_runs, study_runs_dir
-from attn_lightning.studies.sweep import PLANS, main, parse
+from attn_lightning.records.files import read_csv
+from lab.results.records import load_runs, study_runs_dir
+from lab.studies.sweep import PLANS, main, parse
 from tests.docs.pages import RESULTS
 
 PAGES = (
@@ -126,7 +126,7 @@ def test_every_plan_loads_and_names_its_pages_records():
     assert {p.stem for p in plans} >= set(PAGES + OLDER_LAYOUT)
     for plan in plans:
         args, _, command = parse(["--plan", str(plan)])
-        assert command == f"python -m attn_lightning.studies.sweep --plan {plan}"
+        assert command == f"python -m lab.studies.sweep --plan {plan}"
         assert args.out == Path("docs/results") / plan.stem and all(
             Path(c).is_file() for c in args.config
         )
@@ -138,7 +138,7 @@ def test_every_plan_loads_and_names_its_pages_records():
         # A plan with pages may be a study still going (polynomial_len50_10k): some jobs to run.
         assert set(recorded) <= set(jobs) if args.pages else recorded == jobs, plan
         page = (RESULTS / f"{plan.stem}.md").read_text()
-        assert f"python -m attn_lightning.studies.sweep --plan {plan.as_posix()}\n" in page
+        assert f"python -m lab.studies.sweep --plan {plan.as_posix()}\n" in page
 
 
 def test_a_changed_record_changes_the_rebuilt_page(tmp_path):

@@ -1,5 +1,5 @@
 """warm_start.md's summary and paired tables, checked cell by cell against the tables that
-``python -m attn_lightning.studies.warm_start tables`` generates from the committed runs CSVs
+``python -m lab.studies.warm_start tables`` generates from the committed runs CSVs
 (``warm_start_{digits,reversal}.md``): the page rearranges those cells, and a cell that is not
 the generated one fails."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lightning.benchmarks.triton_static import compile_launch, record
+from lab.benchmarks.triton_static import compile_launch, record
 
 DOTS = {"states", "readout", "grad_qk", "grad_v"}  # the kernels with a tl.dot
 

@@ -10,7 +10,7 @@ echo "installed in $(( $(date +%s) - t0 )) s"
 nvidia-smi -L; python3 -c "import torch, triton, fla; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" 2>&1 | tail -1
 export TRITON_PRINT_AUTOTUNING=1
 mkdir -p /tmp/gr
-timeout -s KILL "${REPORT_KILL_S:-520}" python3 -m attn_lightning.benchmark gpu-report \
+timeout -s KILL "${REPORT_KILL_S:-520}" python3 -m lab.benchmark gpu-report \
   --budget-minutes "${BUDGET_MIN:-8.4}" --fla-autotune reduced \
   --stages parity latency-bfloat16-tokens anchor model-bfloat16 decode training \
   --out /tmp/gr/report 2>&1 | tee /tmp/gr/stdout.log | grep -v "^Triton autotuning\|best config" | tail -60

@@ -1,6 +1,0 @@
-"""The warm-start study: a softmax model's weights under efficient attention (Performer's
-backward compatibility), zero-shot, fine-tuned and against training from scratch."""
-
-from attn_lightning.studies.warm_start.cli import main
-
-__all__ = ["main"]

@@ -1,0 +1,168 @@
+"""``generation``: image generation throughput per backend, the histogram baseline, and the
+decode-latency plot.
+
+    python -m lab.benchmark generation --image-size 28 --batch 32 \\
+        --backends softmax linear performer:num_features=64 polynomial:form=sketch,sketch_size=32 \\
+        --recompute softmax --out docs/results/image_throughput
+    python -m lab.benchmark generation --checkpoints \\
+        checkpoints/image/<softmax-run>/last.ckpt checkpoints/image/<linear-run>/last.ckpt \\
+        --batches 1 32 max [--memory-budget-gb 8] --out docs/results/image_throughput_trained
+    python -m lab.benchmark generation --histogram --image-size 28 --levels 256
+    python -m lab.benchmark generation --decode-csv out/decode/decode_cpu.csv \\
+        --decode-png docs/results/figures/decode_latency.png     # plot only
+
+(``python -m lab.benchmarks.generation ...``, the old spelling, still runs the same
+with a ``FutureWarning``.)
+
+Throughput (``throughput``): a ``PixelTransformer`` samples ``batch`` whole images of
+``image_size²`` pixels, unconditionally (no observed pixels, temperature 1), through
+``models/decoding.py``: ``step`` (recurrent state for kernel backends, a preallocated KV cache
+for softmax) or prefix recompute (the uncached reference). ``--backends``: randomly initialised
+models of the given sizes (speed does not depend on the weights), ``--recompute`` names the specs
+also timed uncached. ``--checkpoints``: the trained ``ImageGenerationTask`` checkpoints, each
+labelled by its backend spec and run folder, timed at every ``--batches`` entry with ``step``
+and, for softmax and the backends or runs named in ``--recompute``, prefix recompute. ``max`` is
+the largest batch that fits: the peak memory of a batch of 4 is measured, and the batch doubles
+from 32 while the projected peak stays within ``--memory-budget-gb`` (and ``--max-batch-limit``);
+a run that still runs out of memory is retried at half the batch. Reports images/s and ms per
+pixel (wall time of the whole batch / pixels), and each row's ratio to softmax's step (KV-cached)
+and to softmax's prefix recompute (uncached) at the same requested batch (the first softmax model
+given), beside the paper's published numbers. Writes ``<out>.csv`` and ``<out>.md``
+(``throughput_report``).
+Histogram (``histogram``): bits/dim of an independent per-pixel histogram fitted on the training
+split, on all pixels and on the held-out completion pixels.
+Decode plot (``decode_plot``): ms per decoded token against context length from the CSV that
+``python -m lab.benchmark decode`` writes.
+Ratios from a committed CSV (``--ratios-from``, ``committed``): images/s and the ratio columns
+recomputed from its ``seconds``, for files whose ratios divided rounded rates; times nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from attn_lightning.cli.checkpoints import CheckpointError
+from lab.benchmarks.arguments import UsageError
+from lab.benchmarks.generation.checkpoints import load_pixel_model
+from lab.benchmarks.generation.committed import rewrite_ratios
+from lab.benchmarks.generation.decode_plot import plot_decode
+from lab.benchmarks.generation.histogram import histogram_report
+from lab.benchmarks.generation.throughput import measure, measure_checkpoint
+from lab.benchmarks.generation.throughput_report import write_throughput
+
+log = logging.getLogger("lab.benchmarks.generation")
+
+
+def _batch(text: str) -> str:
+    if text != "max" and not (text.isdigit() and int(text) > 0):
+        raise argparse.ArgumentTypeError(f"a batch is a positive int or 'max', got {text!r}")
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``generation`` (each also in its old underscore spelling)."""
+    parser.add_argument("--backends", nargs="*", default=[], help="name[:key=value,...]")
+    parser.add_argument(
+        "--checkpoints", nargs="*", default=[], type=Path, help="trained image checkpoints"
+    )
+    parser.add_argument(
+        "--recompute",
+        nargs="*",
+        default=[],
+        help="also timed uncached: backend specs (--backends); backend names, specs or run "
+        "folders (--checkpoints, where softmax always is)",
+    )
+    parser.add_argument(
+        "--recompute-max-batch",
+        "--recompute_max_batch",
+        type=int,
+        default=2**31,
+        help="time prefix recompute (--checkpoints) only at batches up to this: on a CPU it "
+        "costs O(N²) per image (~100 s per 28×28 image at batch 1), hours at batch 32",
+    )
+    parser.add_argument("--out", type=Path, default=Path("out/image_throughput"))
+    parser.add_argument("--image-size", "--image_size", type=int, default=28)
+    parser.add_argument("--batch", type=int, default=32, help="batch of --backends")
+    parser.add_argument(
+        "--batches", nargs="+", type=_batch, default=["1", "32"], help="of --checkpoints; or max"
+    )
+    parser.add_argument("--memory-budget-gb", "--memory_budget_gb", type=float, default=8.0)
+    parser.add_argument("--max-batch-limit", "--max_batch_limit", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--levels", type=int, default=256)
+    parser.add_argument("--d-model", "--d_model", type=int, default=64)
+    parser.add_argument("--num-heads", "--num_heads", type=int, default=4)
+    parser.add_argument("--num-layers", "--num_layers", type=int, default=2)
+    parser.add_argument("--d-ff", "--d_ff", type=int, default=256)
+    parser.add_argument(
+        "--histogram", action="store_true", help="print the per-pixel histogram bits/dim"
+    )
+    parser.add_argument("--source", default="digits", help="--histogram: image source")
+    parser.add_argument("--root", default="data", help="--histogram: folder of MNIST/raw/")
+    parser.add_argument("--split", default="test", choices=("train", "val", "test"))
+    parser.add_argument("--smoothing", type=float, default=0.5)
+    parser.add_argument(
+        "--observed-pixels",
+        "--observed_pixels",
+        type=int,
+        help="--histogram: k; default the top round(0.38·H) rows",
+    )
+    parser.add_argument(
+        "--decode-csv", "--decode_csv", type=Path, help="CSV of `benchmark decode` to plot"
+    )
+    parser.add_argument(
+        "--decode-png", "--decode_png", type=Path, default=Path("out/decode_latency.png")
+    )
+    parser.add_argument(
+        "--ratios-from",
+        nargs="+",
+        default=[],
+        type=Path,
+        metavar="CSV",
+        help="recompute a committed generation CSV's images/s and ratio columns from its "
+        "seconds (and the table of its .md); times nothing",
+    )
+
+
+def run(args: argparse.Namespace) -> str:
+    """Run the jobs the flags ask for; return what is printed (the histogram line, the
+    throughput markdown).
+
+    Raises:
+        UsageError: both ``--backends`` and ``--checkpoints``, or a checkpoint that cannot be
+            used (before anything is timed); a ``--ratios-from`` file that is not a generation
+            CSV with its ``.md``.
+    """
+    if args.backends and args.checkpoints:
+        raise UsageError("give --backends (random models) or --checkpoints (trained), not both")
+    for path in args.ratios_from:
+        try:
+            log.info("rewrote %s", rewrite_ratios(path, args.command_line))
+        except (FileNotFoundError, ValueError) as err:
+            raise UsageError(str(err)) from None
+    printed = []
+    if args.histogram:
+        printed.append(histogram_report(args)[1])
+    if args.decode_csv is not None:
+        log.info("wrote %s", plot_decode(args.decode_csv, args.decode_png))
+    if args.checkpoints:
+        try:  # every checkpoint is read before any is timed: a bad path fails at once
+            models = [load_pixel_model(path) for path in args.checkpoints]
+        except CheckpointError as err:
+            raise UsageError(str(err)) from None
+        rows = [
+            row
+            for path, model in zip(args.checkpoints, models, strict=True)
+            for row in measure_checkpoint(path, model, args=args)
+        ]
+    else:
+        jobs = [(spec, "step") for spec in args.backends]
+        jobs += [(spec, "recompute") for spec in args.recompute]
+        rows = [measure(spec, method, args=args) for spec, method in jobs]
+    if rows:
+        printed.append(write_throughput(rows, args.out, args.command_line, args))
+        log.info("wrote %s.md and %s.csv", args.out, args.out)
+    return "".join(f"{text.rstrip()}\n" for text in printed)

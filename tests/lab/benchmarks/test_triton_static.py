@@ -1,0 +1,45 @@
+"""``triton-static``: the Triton causal product's launches compiled for sm_90 on a CPU, with
+modelled bytes (no GPU; the compile needs the bundled ptxas)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.benchmark import main
+from lab.benchmarks.triton_static import record, roofline, traffic
+
+
+def test_roofline_is_eight_tensors_read_or_written_once():
+    # B 2, H 4, N 32k, D 64, bf16: the issue's 268 MB
+    assert roofline(b=2, h=4, n=32768, d=64, dtype=torch.bfloat16) == 8 * 2 * 4 * 32768 * 64 * 2
+
+
+def test_recorded_launches_and_their_bytes():
+    launches, ops = record(b=2, h=4, n=1024, d=64, dtype=torch.bfloat16)
+    assert [(x.phase, x.name) for x in launches][:3] == [
+        ("fwd", "states"),
+        ("fwd", "segments"),
+        ("fwd", "readout"),
+    ]
+    assert ops["bwd"] == []  # the backward runs no torch kernel between its launches
+    readout = next(x for x in launches if x.name == "readout")
+    read, written = traffic(readout)
+    qkv = 2 * 4 * 1024 * 64 * 2  # one bf16 (B, H, N, D) tensor
+    states = 2 * 4 * 16 * 64 * 64 * 4  # float32 (BH, NC, F, E)
+    means = 2 * 4 * 16 * 64 * 4  # float32 (BH, NC, E)
+    assert written == qkv + 2 * 4 * 1024 * 4 + 2 * qkv + means  # out, den, out32, the means
+    assert read >= 3 * qkv + states
+
+
+def test_command_prints_kernels_against_the_roofline(capsys):
+    try:
+        assert main(["triton-static", "--shapes", "1,2,128,32"]) == 0
+    except RuntimeError as err:  # the bundled ptxas missing or unusable here
+        if "ptxas" in str(err):
+            pytest.skip(f"no usable ptxas: {err}")
+        raise
+    out = capsys.readouterr().out
+    assert out.startswith("`python -m lab.benchmark triton-static --shapes 1,2,128,32`")
+    assert "| fwd | readout |" in out and "| bwd | grad_qk |" in out
+    assert "- fwd: 3 launches" in out and "roofline" in out

@@ -1,0 +1,204 @@
+"""Study tables: the one mean ± std helper, default columns, convergence, md + csv contents."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from attn_lightning.records.files import read_csv
+from attn_lightning.records.run_files import write_record
+from lab.results.records import RunResult
+from lab.results.tables import (
+    Convergence,
+    default_metrics,
+    format_mean_std,
+    format_median_iqr,
+    format_number,
+    mean_std,
+    median_iqr,
+    records_machine_line,
+    summary_cell,
+    write_tables,
+)
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_mean_std_is_sample_std_zero_for_one_none_for_none():
+    assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(2**0.5))
+    assert mean_std([5.0]) == (5.0, 0.0)
+    assert mean_std([]) == (None, None)
+
+
+def test_format_mean_std_scales_and_rounds():
+    assert format_mean_std(0.9876, 0.0123, scale=100, digits=1) == "98.8 ± 1.2"
+    assert format_mean_std(2.0, None, digits=0) == "2 ± 0"
+    assert format_mean_std(None, None) == "–"
+
+
+def test_default_metrics_are_the_reported_test_metrics_known_first():
+    results = [
+        RunResult("a", 0, 1.0, "ok", {"test/zeta": 1.0, "test/loss": 0.5, "val/mAP": 0.1}),
+        RunResult("a", 1, 1.0, "ok", {"test/token_acc": 0.9, "train/loss": 0.2}),
+    ]
+    assert default_metrics(results) == ["test/token_acc", "test/loss", "test/zeta"]
+
+
+def test_convergence_in_both_directions():
+    assert Convergence("test/acc", 0.9).converged(0.95)
+    assert not Convergence("test/acc", 0.9).converged(None)
+    low = Convergence("test/loss", 2.0, "min")
+    assert low.converged(1.5) and not low.converged(2.5)
+    assert low.describe() == "test/loss > 2.0"
+    with pytest.raises(ValueError, match="direction"):
+        Convergence("test/loss", 1.0, "down")
+
+
+RESULTS = [
+    RunResult("softmax", 0, 10.0, "ok", {"test/mAP": 0.2, "test/AP50": 0.5}, 100),
+    RunResult("softmax", 1, 20.0, "ok", {"test/mAP": 0.4, "test/AP50": 0.7}, 100),
+    RunResult("mean", 0, None, "crashed"),
+]
+
+
+def test_write_tables_columns_come_from_the_metrics_argument(tmp_path):
+    out = tmp_path / "res" / "study"
+    summary = write_tables(
+        out, RESULTS, command="cmd", metrics=["test/mAP", "test/AP50"], label="variant"
+    )
+    md = (tmp_path / "res" / "study.md").read_text()
+    assert "| variant | runs | crashed | test mAP | test AP50 | wall time / run (s) |" in md
+    assert "not converged" not in md and "token acc" not in md
+    assert "| `softmax` | 2 | 0 | 0.300 ± 0.141 | 0.600 ± 0.141 | 15 ± 7 |" in md
+    assert "| `mean` | 1 | 1 | – | – | – |" in md
+    assert "| `softmax` | 1 | ok | 100 | 0.400 | 0.700 | 20 |" in md
+    assert "```bash\ncmd\n```" in md
+    rows = {r["variant"]: r for r in _read_csv(out.with_name("study.csv"))}
+    assert "not_converged" not in rows["softmax"]
+    assert float(rows["softmax"]["test/mAP_mean"]) == pytest.approx(0.3)
+    assert rows["mean"]["crashed"] == "1" and rows["mean"]["test/mAP_mean"] == ""
+    runs = _read_csv(out.with_name("study_runs.csv"))
+    assert [(r["variant"], r["seed"], r["status"]) for r in runs] == [
+        ("softmax", "0", "ok"),
+        ("softmax", "1", "ok"),
+        ("mean", "0", "crashed"),
+    ]
+    assert summary[0]["test/AP50_mean"] == pytest.approx(0.6)
+
+
+def test_write_tables_convergence_column_extras_and_notes(tmp_path):
+    out = tmp_path / "study"
+    write_tables(
+        out,
+        RESULTS,
+        command="cmd",
+        metrics=["test/AP50"],
+        convergence=Convergence("test/mAP", 0.3),
+        label="variant",
+        jobs=2,
+        extra={"softmax": {"total params": 253624, "peak MiB": 0.9}, "mean": {"peak MiB": None}},
+        notes=["Cost columns: measured."],
+    )
+    md = out.with_name("study.md").read_text()
+    head = "| variant | runs | not converged | crashed | test AP50 | test mAP |"
+    assert head + " wall time / run (s) | total params | peak MiB |" in md
+    assert '"not converged" = test/mAP < 0.3' in md and "2 runs at a time" in md
+    assert (
+        "| `softmax` | 2 | 1 | 0 | 0.600 ± 0.141 | 0.300 ± 0.141 | 15 ± 7 | 253,624 | 0.9 |" in md
+    )
+    assert "| `mean` | 1 | 0 | 1 | – | – | – | – | – |" in md
+    assert "\nCost columns: measured.\n" in md
+    rows = {r["variant"]: r for r in _read_csv(out.with_name("study.csv"))}
+    assert rows["softmax"]["not_converged"] == "1"
+    assert rows["softmax"]["total params"] == "253624"
+
+
+def test_write_tables_default_columns_without_reversal_leftovers(tmp_path):
+    # An image-style run: only its own test metrics become columns.
+    results = [RunResult("softmax", 0, 60.0, "ok", {"test/loss": 2.25, "test/bits_per_dim": 2.25})]
+    write_tables(tmp_path / "img", results, command="cmd")
+    md = (tmp_path / "img.md").read_text()
+    assert "| backend | runs | crashed | test bits/dim | test loss | wall time / run (s) |" in md
+    assert "token acc" not in md and "not converged" not in md
+
+
+def test_median_iqr_interpolates_linearly_within_the_data():
+    # Inclusive quartiles of 1..5: positions 1, 2, 3 of 0..4 -> 2, 3, 4 (numpy's percentile).
+    assert median_iqr([5.0, 1.0, 3.0, 2.0, 4.0]) == (3.0, 2.0, 4.0)
+    # Four values: the 25th percentile sits 3/4 of the way from 0 to 10.
+    assert median_iqr([0.0, 10.0, 20.0, 100.0]) == (15.0, 7.5, 40.0)
+    # Bimodal: the median follows the majority, unlike the mean (0.59 here).
+    median, q25, q75 = median_iqr([1.0, 1.0, 1.0, 0.1, 0.1, 1.0, 1.0, 0.1, 0.1, 0.5])
+    assert (median, q25, q75) == (pytest.approx(0.75), pytest.approx(0.1), 1.0)
+    assert median_iqr([7.0]) == (7.0, 7.0, 7.0)
+    assert median_iqr([]) == (None, None, None)
+
+
+def test_format_median_iqr_scales_and_rounds():
+    assert format_median_iqr(0.99871, 0.991, 1.0, scale=100) == "99.87 [99.10, 100.00]"
+    assert format_median_iqr(*median_iqr([100, 200, 400]), digits=0) == "200 [150, 300]"
+    assert format_median_iqr(*median_iqr([])) == "–"
+
+
+def test_summary_cell_is_mean_std_or_median_iqr_in_the_metrics_column():
+    row = {"test/acc_mean": 0.9, "test/acc_std": 0.01, "test/acc_median": 0.95}
+    row |= {"test/acc_q25": 0.5, "test/acc_q75": 1.0, "steps_mean": 12.25, "steps_std": 0.5}
+    assert summary_cell(row, "test/acc") == "90.00 ± 1.00"  # KNOWN: percent, 2 decimals
+    assert summary_cell(row, "test/acc", iqr=True) == "95.00 [50.00, 100.00]"
+    assert summary_cell(row, "steps") == "12.2500 ± 0.5000"  # unknown: 4 decimals by default
+    assert summary_cell(row, "steps", digits=0) == "12 ± 0"
+
+
+def test_runs_csv_holds_one_row_per_run(tmp_path):
+    runs = [
+        RunResult("a", 0, 12.34, "ok", {"test/mAP": 0.5, "test/AP50": 0.75}, global_step=60),
+        RunResult("a", 1, None, "crashed"),
+    ]
+    write_tables(
+        tmp_path / "t", runs, command="x", metrics=["test/mAP", "test/AP50"], label="variant"
+    )
+    _, rows = read_csv(tmp_path / "t_runs.csv")
+    assert rows[0] == {
+        "variant": "a",
+        "seed": "0",
+        "status": "ok",
+        "seconds": "12.3",
+        "global_step": "60",
+        "test/mAP": "0.5",
+        "test/AP50": "0.75",
+    }
+    assert (rows[1]["status"], rows[1]["seconds"], rows[1]["test/mAP"]) == ("crashed", "", "")
+
+
+def test_a_value_its_decimals_would_show_as_zero_gets_significant_figures():
+    # A converged run's loss at 4 decimals was "0.0000": nonzero values keep 3 figures.
+    assert format_number(4.2e-6, digits=4) == "4.20e-06"
+    assert format_number(0.0, digits=4) == "0.0000" and format_number(None) == "–"
+    assert format_number(0.5, scale=100, digits=2) == "50.00"
+    assert format_median_iqr(1e-9, 8.6e-10, 4.8e-7, digits=4) == "1.00e-09 [8.60e-10, 4.80e-07]"
+    assert format_median_iqr(0.25, 1e-9, 0.5, digits=2) == "0.25 [0.00, 0.50]"  # by the median
+    assert format_mean_std(3e-8, 1e-8, digits=4) == "3.00e-08 ± 1.00e-08"
+
+
+def test_the_records_machine_line_names_where_the_runs_ran(tmp_path):
+    folder = tmp_path / "v-s1"
+    folder.mkdir()
+    env = {"platform": "Linux-x", "device": "cpu", "device_name": None, "python": "3.11.7"}
+    write_record(folder, {"seed": 1, "status": "ok", "environment": env})
+    converted = RunResult("v", 0, 1.0, "ok", info={"machine": "Box A, x86_64, Python 3.12.3"})
+    fresh = RunResult("v", 1, 1.0, "ok", log_dir=str(folder))
+    assert records_machine_line([converted, converted], jobs=2) == (
+        "Machine: Box A, x86_64, Python 3.12.3; 2 runs at a time."
+    )
+    assert records_machine_line([converted, fresh]) == (
+        "Machines: Box A, x86_64, Python 3.12.3; Linux-x, cpu, Python 3.11.7; "
+        "runs one after another."
+    )
+    # A crashed run or one without a record says nothing: this machine's line is used instead.
+    assert records_machine_line([RunResult("v", 2, None, "crashed", log_dir=str(folder))]) is None
+    assert records_machine_line([RunResult("v", 3, 1.0, "ok")]) is None

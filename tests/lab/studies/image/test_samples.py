@@ -1,0 +1,71 @@
+"""The image study's ``samples``: PNG grids of a checkpoint trained a few steps, the same grids
+the ImageGrids callback logs to TensorBoard; the old module path still works, with a warning."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from attn_lightning.cli import main as train
+from lab.studies.image import main
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+GRIDS = ["--num_samples", "4", "--num_images", "2", "--num_completions", "3"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A folder with a 4-step linear-attention run ``r``: ``logs/debug/r``, ``checkpoints/...``."""
+    folder = tmp_path_factory.mktemp("image")
+    configs = [CONFIGS / "image" / n for n in ("base.yaml", "linear.yaml")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setattr(sys, "argv", ["train.py"])
+        train(
+            [
+                "fit",
+                *(
+                    a
+                    for c in (*configs, CONFIGS / "presets" / "debug.yaml")
+                    for a in ("--config", str(c))
+                ),
+                "--data.init_args.batch_size=8",
+                "--trainer.enable_progress_bar=false",
+                f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
+                f"--checkpoint.root={folder / 'checkpoints'}",
+                "--run_name=r",
+            ]
+        )
+        yield folder
+
+
+def _completion_shape(path: Path) -> None:
+    width, height = Image.open(path).size  # 2 rows of occluded | 3 completions | original
+    assert width > height > 0 and abs(width / height - 5 / 2) < 0.1
+
+
+def test_short_run_logs_image_grids_and_sample_images_writes_pngs(trained, tmp_path):
+    tags = set()
+    for event in (trained / "logs" / "debug" / "r").glob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(event))
+        accumulator.Reload()
+        tags |= set(accumulator.Tags()["images"])
+    assert {"samples/unconditional", "samples/completion"} <= tags
+    ckpt = trained / "checkpoints" / "debug" / "r" / "last.ckpt"
+    argv = ["--ckpt_path", str(ckpt), "--out", str(tmp_path / "png"), "--prefix", "lin_", *GRIDS]
+    paths = main(["samples", *argv])
+    assert [p.name for p in paths] == ["lin_samples.png", "lin_completions.png"]
+    _completion_shape(paths[1])
+
+
+def test_a_path_that_is_no_checkpoint_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "junk.ckpt").write_bytes(b"hello")
+    for name, message in (("none.ckpt", "no such file"), ("junk.ckpt", "is corrupt")):
+        with pytest.raises(SystemExit) as exc:
+            main(["samples", "--ckpt_path", str(tmp_path / name), "--out", str(tmp_path / "png")])
+        assert exc.value.code == 2 and message in capsys.readouterr().err

@@ -1,0 +1,278 @@
+"""The LoRA study's ``lrsweep`` part: jobs, selection on validation, the student's table."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from attn_lightning.records.files import read_csv, write_csv
+from lab.results.records import RunResult
+from lab.results.references import ENV
+from lab.studies.lora import cli, lrsweep, runs
+from lab.studies.lora.lrsweep_report import (
+    HEAD_LABELS,
+    choose_lr,
+    missing_runs,
+    outcome_cell,
+    student_numbers,
+    sweep_section,
+)
+from lab.studies.lora.report import write_report
+from lab.studies.runner import Runner
+from tests.lab.studies.lora.rows import as_runs, write_rows
+
+PROTOCOL = {"source": "digits", "levels": 2, "angle": 90.0, "normalize": "none"}
+PROTOCOL |= {"max_epochs": 60, "patience": 10}
+FULL = ("inverted", "full", 0, "", "0.003")  # a row of the table: the learning rate is its choice
+
+
+def _args(tmp_path: Path, *extra: str):
+    base = ["lrsweep", "--out", str(tmp_path / "lora"), "--work", str(tmp_path / "w")]
+    return cli.build_parser().parse_args([*base, *extra])
+
+
+def _row(method: str, lr: str, seed: int, val: float | str, test: float | str, **extra) -> dict:
+    """A row of the per-run CSV (the adaptation in its ``method`` column)."""
+    row = {"part": "lrsweep", **PROTOCOL, "domain": "inverted", "method": method, "rank": 0}
+    row.update(head="", base_lr="0.003", lr=lr, seed=seed, status="ok", val_acc=val, acc=test)
+    row.update(trainable_params=55050, epochs=20, seconds=10)
+    return {**row, **extra}
+
+
+def test_choose_lr_follows_validation_where_test_disagrees(tmp_path):
+    # 0.001 is best on validation, 0.01 on test: the choice is 0.001 and its test mean.
+    rows = [
+        _row("full", "0.001", s, val, test)
+        for s, val, test in ((0, 0.90, 0.50), (1, 0.80, 0.60), (2, 0.85, 0.55))
+    ]
+    rows += [_row("full", "0.01", s, 0.70, 0.99) for s in (0, 1, 2)]
+    rows += [_row("full", "0.1", 0, 0.99, 0.99, status="crashed")]  # crashed: never chosen
+    read = as_runs(tmp_path / "lora", rows)
+    choice = choose_lr(read)[FULL]
+    assert choice.lr == "0.001"
+    assert choice.val_by_lr == {"0.001": pytest.approx(0.85), "0.01": pytest.approx(0.70)}
+    assert sorted(r.metrics["acc"] for r in choice.runs) == [0.5, 0.55, 0.6]
+    # Test accuracy plays no part: without it the choice is the same.
+    blind = [replace(r, metrics={k: v for k, v in r.metrics.items() if k != "acc"}) for r in read]
+    assert choose_lr(blind)[FULL].lr == "0.001"
+    # A tie on validation goes to the smaller learning rate.
+    tie = [_row("full", lr, 0, 0.5, 0.5) for lr in ("0.01", "0.001")]
+    assert choose_lr(as_runs(tmp_path / "tie", tie))[FULL].lr == "0.001"
+
+
+def test_student_table_holds_every_number_of_their_report():
+    student = student_numbers()
+    # Base, the base before adaptation and full fine-tunes per shift, then both LoRA tables:
+    # 3 shifts x 7 ranks x (base, scratch).
+    assert len(student) == 1 + 3 + 3 + 2 * 3 * 7
+    assert student[("original", "base", 0, "")] == 93.2
+    before = [student[(d, "before", 0, "")] for d in ("quantized", "rotated", "inverted")]
+    assert before == [85.58, 12.38, 5.52]  # "about 85.58 / 12.38 / 5.52 %" in their report
+    assert student[("inverted", "full", 0, "")] == 76.41
+    assert student[("inverted", "lora", 16, "lora")] == 62.26
+    assert student[("inverted", "lora", 64, "lora")] == 71.88
+    assert student[("rotated", "lora_scratch", 1, "lora")] == 25.91
+    assert student[("quantized", "lora", 64, "lora")] == 93.19
+    assert student[("inverted", "lora_scratch", 64, "lora")] == 86.01
+    ranks = {rank for (_, adaptation, rank, _) in student if adaptation == "lora_scratch"}
+    assert ranks == {1, 2, 4, 8, 16, 32, 64}
+    for _, adaptation, rank, head in student:  # keyed as the sweep's rows are
+        assert adaptation in runs.LABELS and (head in HEAD_LABELS) == (rank > 0)
+
+
+def test_student_numbers_are_data_read_from_the_references(tmp_path, monkeypatch):
+    rows = [{"domain": "rotated", "adaptation": "full", "rank": 0, "head": "", "test_acc": 50.5}]
+    write_csv(tmp_path / "lora_student.csv", rows, {"source": "a test"})
+    monkeypatch.setenv(ENV, str(tmp_path))
+    assert student_numbers() == {("rotated", "full", 0, ""): 50.5}
+    monkeypatch.setenv(ENV, str(tmp_path / "none"))
+    with pytest.raises(FileNotFoundError, match=r"lora_student\.csv"):
+        student_numbers()
+
+
+def test_outcome_cell_counts_seeds_above_chance_in_seed_order():
+    runs = [
+        RunResult("lora", seed, 1.0, "ok", metrics={"acc": acc})
+        for seed, acc in ((2, 0.948), (0, 0.096), (1, 0.948))
+    ]
+    assert outcome_cell(runs) == "94.8 [52.2, 94.8] · 2/3 > 20 % · 9.6 / 94.8 / 94.8"
+    assert outcome_cell([]) == "–"
+
+
+def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
+    base = [
+        _row("base", lr, 0, val, test, domain="original", base_lr="")
+        for lr, val, test in (("0.003", 0.95, 0.90), ("0.01", 0.90, 0.97))
+    ]
+    full = [
+        _row("full", lr, 0, val, test)
+        for lr, val, test in (("0.001", 0.7, 0.6), ("0.003", 0.8, 0.5))
+    ]
+    stale = [_row("full", "0.001", 0, 0.99, 0.99, base_lr="0.01")]  # adapted another base
+    lora_r2 = [_row("lora", "0.01", 0, 0.4, 0.3, rank=2, head="frozen", trainable_params=1952)]
+    write_rows(tmp_path / "lora", [*base, *full, *stale, *lora_r2])
+    write_report(tmp_path / "lora")
+    md = (tmp_path / "lora.md").read_text()
+    assert (
+        "| original | base, trained on the original task | – | every weight | 55,050 | 93.2 "
+        "| 90.0 [90.0, 90.0] · 1/1 > 20 % · 90.0 "
+        "| 95.0 | 0.003 | **0.003: 95.0** · 0.01: 90.0 | 20 |"
+    ) in md
+    assert (
+        "| inverted | full fine-tune | – | every weight | 55,050 | 76.41 "
+        "| 50.0 [50.0, 50.0] · 1/1 > 20 % · 50.0 | 80.0 "
+        "| 0.003 | 0.001: 70.0 · **0.003: 80.0** | 20 |"
+    ) in md
+    assert (
+        "| inverted | LoRA | 2 | frozen (LoRA on fc1, fc2) | 1,952 |  "
+        "| 30.0 [30.0, 30.0] · 1/1 > 20 % · 30.0 |"
+    ) in md
+    assert "| inverted | LoRA | 64 | LoRA (fc1-fc3) | – | 71.88 | – | – | – | – | – |" in md
+    assert "| quantized | full fine-tune | – | every weight | – | 93.57 | – |" in md
+    assert "99.0" not in md  # the run from the base not chosen is left out
+    summary = {
+        (r["method"], r["lr"], r["base_lr"]): r
+        for r in read_csv(tmp_path / "lora_lrsweep_summary.csv")[1]
+    }
+    assert summary[("full", "0.003", "0.003")]["chosen"] == "True"
+    assert summary[("full", "0.001", "0.003")]["chosen"] == "False"
+
+
+def test_plan_counts_every_run(tmp_path, caplog):
+    args = _args(tmp_path)
+    jobs = lrsweep.lrsweep_all_jobs(args)
+    # (4 base lrs + 3 domains × (before + 4 full lrs + 2 heads × 7 ranks × (6 LoRA lrs + 5
+    # from-scratch lrs))) × 3 seeds
+    assert len(jobs) == 3 * (4 + 3 * (1 + 4 + 2 * 7 * (6 + 5))) == 1443
+    small = _args(
+        tmp_path, "--seeds", "0", "--ranks", "4", "--domains", "rotated", "--heads", "lora"
+    )
+    assert len(lrsweep.lrsweep_all_jobs(small)) == 4 + 1 + 4 + 6 + 5
+    with caplog.at_level(logging.INFO, logger="lab.studies.lora"):
+        cli.main(["lrsweep", "--plan", "--out", str(tmp_path / "lora"), "--work", str(tmp_path)])
+    planned = "1443 runs planned (12 base, 9 before, 36 full, 756 lora, 630 lora_scratch)"
+    assert planned in caplog.text
+    assert "0 done, 1443 to run; ~20 s per run (--seconds-per-run): ~8.0 h" in caplog.text
+    assert not (tmp_path / "lora.md").exists()  # --plan runs and writes nothing
+
+
+def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
+    args = _args(
+        tmp_path, "--seeds", "1", "--ranks", "4", "--domains", "inverted", "--patience", "5"
+    )
+    jobs = {(v.name, seed): (v, info) for v, seed, info in lrsweep.lrsweep_jobs(args, "0.01")}
+    ckpt = tmp_path / "w" / "checkpoints" / "lora-study" / "lrs-base-lr0.01-s1" / "best.ckpt"
+    before, info = jobs[("lrs-inverted-before-b0.01", 1)]
+    assert before.subcommand == "test" and info["base_lr"] == "0.01" and info["lr"] == ""
+    assert f"--model.init_args.base_checkpoint={ckpt}" in Runner().train_args(before, 1)
+    assert "ckpt_path=initial" in before.overrides  # the base's weights, on purpose
+    frozen, info = jobs[("lrs-inverted-lora-r4-hfrozen-lr0.003-b0.01", 1)]
+    assert "model.init_args.target_modules=[fc1, fc2]" in frozen.overrides
+    assert f"--model.init_args.base_checkpoint={ckpt}" in Runner().train_args(frozen, 1)
+    facts = (info["rank"], info["head"], info["lr"], info["base_lr"])
+    assert facts == (4, "frozen", "0.003", "0.01")
+    scratch, info = jobs[("lrs-inverted-lora_scratch-r4-hlora-lr0.01", 1)]
+    assert not any("base_checkpoint" in o for o in scratch.overrides) and info["base_lr"] == ""
+    assert "model.init_args.target_modules=[fc1, fc2, fc3]" in scratch.overrides
+    (stop,) = [o for o in scratch.overrides if o.startswith("trainer.callbacks=")]
+    assert json.loads(stop.split("=", 1)[1])[0]["init_args"] == {
+        "monitor": "val/loss",
+        "mode": "min",
+        "patience": 5,
+    }
+    assert {"trainer.max_epochs=60", "checkpoint.filename=best"} <= set(scratch.overrides)
+    no_stop = lrsweep.lrsweep_jobs(_args(tmp_path, "--patience", "0"), "0.01")
+    assert not any("callbacks" in o for v, _, _ in no_stop for o in v.overrides)
+
+
+def test_lrsweep_refuses_records_of_another_protocol(tmp_path):
+    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
+    with pytest.raises(ValueError, match=r"'max_epochs': '20'.*another --out"):
+        lrsweep.check_protocol(_args(tmp_path))
+    lrsweep.check_protocol(_args(tmp_path, "--max-epochs", "20"))
+    # No early stopping (patience 0) is a protocol like any other.
+    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, patience=0)])
+    lrsweep.check_protocol(_args(tmp_path, "--patience", "0"))
+    with pytest.raises(ValueError, match=r"'patience': '0'"):
+        lrsweep.check_protocol(_args(tmp_path))
+
+
+def test_the_cli_refuses_another_protocol_with_a_usage_error(tmp_path, capsys):
+    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
+    argv = ["lrsweep", "--plan", "--out", str(tmp_path / "lora"), "--work", str(tmp_path)]
+    with pytest.raises(SystemExit) as exc:  # --plan too: it plans from the records' base
+        cli.main(argv)
+    assert exc.value.code == 2 and "resuming would mix them" in capsys.readouterr().err
+    cli.main([*argv, "--fresh"])  # --fresh starts over: no records to mix with
+
+
+def test_lrsweep_end_to_end_tiny(tmp_path):
+    out, work = tmp_path / "lora", tmp_path / "w"
+    argv = ["lrsweep", "--out", str(out), "--work", str(work), "--seeds", "0"]
+    argv += ["--ranks", "1", "--domains", "inverted", "--heads", "frozen", "--max-epochs", "1"]
+    argv += ["--lrs-base", "0.003", "0.01", "--lrs-full", "0.001", "--lrs-lora", "0.003"]
+    argv += ["--lrs-scratch", "0.003"]
+    cli.main(argv)
+    _, rows = read_csv(tmp_path / "lora_lrsweep_runs.csv")
+    assert [(r["method"], r["status"]) for r in rows] == [
+        ("base", "ok"),
+        ("base", "ok"),
+        ("before", "ok"),
+        ("full", "ok"),
+        ("lora", "ok"),
+        ("lora_scratch", "ok"),
+    ]
+    fits = [r for r in rows if r["method"] != "before"]
+    assert all(r["epochs"] == "1" and r["best_epoch"] == "1" and r["val_acc"] for r in fits)
+    assert rows[2]["epochs"] == rows[2]["val_acc"] == ""  # a test-only run: no fit
+    assert rows[4]["trainable_params"] == str(976 * 1)  # LoRA on fc1, fc2 at r = 1
+    chosen = max(rows[:2], key=lambda r: float(r["val_acc"]))["lr"]
+    assert {r["base_lr"] for r in rows[2:5]} == {chosen}
+    assert "## Against the student's table" in (tmp_path / "lora.md").read_text()
+    # Resume: nothing left; a base whose checkpoint is gone is run again (later runs load it).
+    args = cli.build_parser().parse_args(argv)
+    assert runs.pending(args, "lrsweep", lrsweep.lrsweep_all_jobs(args)) == []
+    best = work / "checkpoints" / "lora-study" / f"lrs-base-lr{chosen}-s0" / "best.ckpt"
+    best.unlink()
+    todo = runs.pending(args, "lrsweep", lrsweep.lrsweep_all_jobs(args))
+    assert [v.name for v, _, _ in todo] == [f"lrs-base-lr{chosen}"]
+    runs.run_part(args, "lrsweep", todo)  # trained again over its earlier run folders
+    assert best.is_file() and runs.pending(args, "lrsweep", todo) == []
+
+
+def test_adaptations_split_the_sweep_into_disjoint_shards(tmp_path):
+    # Shards run side by side (one --out each, one --work): together they are the whole sweep,
+    # and no run is in two of them (two processes would train into the same run folder).
+    every = {(v.name, s) for v, s, _ in lrsweep.lrsweep_jobs(_args(tmp_path), "0.003")}
+    shards = [
+        ("before", "full"),
+        ("lora", "--heads", "lora"),
+        ("lora", "--heads", "frozen"),
+        ("lora_scratch", "--heads", "lora", "frozen"),
+    ]
+    seen: list[tuple[str, int]] = []
+    for shard in shards:
+        args = _args(tmp_path, "--adaptations", *shard)
+        seen += [(v.name, s) for v, s, _ in lrsweep.lrsweep_jobs(args, "0.003")]
+    assert len(seen) == len(set(seen)) and set(seen) == every
+    before_only = lrsweep.lrsweep_jobs(_args(tmp_path, "--adaptations", "before"), "0.003")
+    assert {info["adaptation"] for _, _, info in before_only} == {"before"}
+    assert len(before_only) == 9
+    with pytest.raises(SystemExit):
+        _args(tmp_path, "--adaptations", "lora_scrach")
+
+
+def test_rows_of_a_partial_grid_are_marked_with_what_they_miss(tmp_path):
+    full = [_row("full", lr, s, 0.9, 0.9) for lr in ("0.001", "0.003") for s in (0, 1)]
+    partial = [_row("full", "0.001", s, 0.5, 0.5, domain="rotated") for s in (0, 1)]
+    partial.append(_row("full", "0.003", 0, 0.8, 0.8, domain="rotated"))
+    every, complete = as_runs(tmp_path / "lora", full + partial), as_runs(tmp_path / "full", full)
+    missing = missing_runs(every)  # the runs as their records read back
+    assert missing[("inverted", "full", 0, "")] == 0 and missing[("rotated", "full", 0, "")] == 1
+    text = "\n".join(sweep_section(every))
+    assert "| 0.003 (partial grid: 1 runs missing) |" in text and "partial grid" in text
+    assert "partial grid" not in "\n".join(sweep_section(complete))
