@@ -30,6 +30,7 @@ PAGES = [
 PARSERS = {
     "lab.benchmark": ("lab.benchmarks.cli", []),
     "lab.benchmarks.generation": ("lab.benchmarks.cli", ["generation"]),
+    "lab.benchmarks.gpu_report": ("lab.benchmarks.gpu_report", []),
     "lab.studies.sweep": ("lab.studies.sweep", []),
     "lab.studies.detection": ("lab.studies.detection.cli", []),
     "lab.studies.image": ("lab.studies.image.cli", []),
