@@ -123,7 +123,7 @@ def test_ranges_group_a_variants_seeds_per_layer(tmp_path):
 def test_the_polynomial_page_quotes_the_committed_per_seed_csv():
     """Every range polynomial.md gives for the learned kernels is the min – max of the
     committed per-seed, per-layer CSV that ``learned`` wrote."""
-    docs = Path(__file__).resolve().parents[2] / "docs" / "results"
+    docs = Path(__file__).resolve().parents[3] / "docs" / "results"
     _, rows = read_csv(docs / "polynomial_len50_learned.csv")
     page = " ".join((docs / "polynomial.md").read_text().split())
 
