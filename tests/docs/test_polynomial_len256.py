@@ -107,7 +107,7 @@ def test_gradient_norms_and_earlier_runs_are_the_runs_csvs():
     earlier = [
         r
         for r in runs("sequence_reversal_len256_a_runs")
-        if r["backend"] == "polynomial:form=exact"
+        if r["backend"] == "polynomial:norm=fixed"
     ]
     token, exact = (
         [100 * float(r[k]) for r in earlier] for k in ("test/token_acc", "test/exact_acc")

@@ -10,7 +10,7 @@ from tests.docs.pages import RESULTS, runs, values
 
 PAGE = "sequence_reversal.md"
 PERFORMER = "performer:num_features=64"
-SKETCH_16 = "polynomial:form=sketch,sketch_size=16"
+SKETCH_16 = "polysketch:sketch=random,norm=fixed,sketch_size=16"
 TOKEN, EXACT = "test/token_acc", "test/exact_acc"
 
 
@@ -57,7 +57,7 @@ def test_length_256_readings_are_the_runs_csvs():
         f"at {min(token):.0f}–{max(token):.0f} % token accuracy on every seed with the test loss "
         f"at {min(loss):.2f}–{max(loss):.2f} (log 10 = 2.30)"
     ) in page
-    exact_poly = _pct(rows, "polynomial:form=exact", TOKEN)
+    exact_poly = _pct(rows, "polynomial:norm=fixed", TOKEN)
     assert min(exact_poly) > 98 and sum(t > 99 for t in exact_poly) == 2
     assert "all three seeds pass 98 % token accuracy (two pass 99 %)" in page
 
