@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from lab.benchmarks.gpu_report.plan import FAILURES_AT_ONCE
+from lab.benchmarks.gpu_report import FAILURES_AT_ONCE
 from tests.elsewhere import pass_for_another_machine
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """With ``FAILURES_AT_ONCE=1`` in the environment (``gpu-report`` sets it), print each
-    failure's message when it happens: a test stage killed at its budget share never reaches
-    pytest's final summary, and a device lease may not come twice."""
+    """With ``FAILURES_AT_ONCE=1`` in the environment (``lab.benchmarks.gpu_report`` sets it),
+    print each failure's message when it happens: a test stage killed at its timeout never
+    reaches pytest's final summary, and a device lease may not come twice."""
     if report.failed and os.environ.get(FAILURES_AT_ONCE) == "1":
         tail = report.longreprtext.strip().splitlines()[-12:]
         sys.__stderr__.write(f"\nFAILED NOW {report.nodeid} ({report.when}):\n")

@@ -18,6 +18,7 @@ Examples::
         --backends softmax linear performer polysketch --lengths 256 1024 4096 16384 \\
         --widths 64 256 --out docs/figures
     python -m lab.benchmark triton-static --shapes 2,4,32768,64
+    python -m lab.benchmark race --shapes 2x4x32768x64 --contenders flash linear:torch
     python -m lab.benchmark generation --checkpoints \\
         checkpoints/image/<softmax-run>/last.ckpt checkpoints/image/<linear-run>/last.ckpt \\
         --batches 1 32 max --out docs/results/image_throughput_trained
@@ -34,16 +35,18 @@ from dataclasses import dataclass
 from attn_lightning.records.environment import command_line
 from lab.benchmarks import (
     approximation_report,
+    bandwidth,
     decode,
     generation,
     kernel_shapes,
     latency,
     learned_kernels,
     model_step,
+    race,
+    top_kernels,
     triton_static,
 )
 from lab.benchmarks.arguments import UsageError
-from lab.benchmarks.gpu_report import command as gpu_report
 from lab.benchmarks.report import PROG
 
 
@@ -113,12 +116,24 @@ COMMANDS: dict[str, Benchmark] = {
         triton_static.run,
         triton_static.__doc__,
     ),
-    "gpu-report": Benchmark(
-        "measure a GPU within a budget: fla's op beside flash and linear on each kernel, the "
-        "profiler's top kernels, training step, decode, CUDA tests; one page and one archive",
-        gpu_report.add_arguments,
-        gpu_report.run,
-        gpu_report.DESCRIPTION,
+    "race": Benchmark(
+        "ms per causal fwd+bwd of fla's op, flash and linear on each kernel at given shapes, each "
+        "checked against the float32 torch kernel",
+        race.add_arguments,
+        race.run,
+        race.__doc__,
+    ),
+    "profile": Benchmark(
+        "torch.profiler's top kernels of each race contender at one shape",
+        top_kernels.add_arguments,
+        top_kernels.run,
+        top_kernels.__doc__,
+    ),
+    "bandwidth": Benchmark(
+        "the device's copy bandwidth (the memory roofline of the GPU report)",
+        bandwidth.add_arguments,
+        bandwidth.run,
+        bandwidth.__doc__,
     ),
 }
 

@@ -6,7 +6,7 @@ and gradients; fla against the torch kernel; ``step`` against the fla forward wi
 handed from one kernel to the other; a future NaN; and one bf16-mixed training step of each
 experiment whose config uses a feature-map backend; dv in bf16 at every shipped config's
 (F, Dv) and at the widths measured around fla's bf16 dv bug (``ops/fla.py`` pads them). Run with
-``pytest -m gpu`` or ``python -m lab.benchmark gpu-report``. Tolerances are relative
+``pytest -m gpu`` or ``python -m lab.benchmarks.gpu_report``. Tolerances are relative
 norm errors: fla runs fp32 inputs as TF32 and bf16 inputs in bf16 (``attention/ops/fla.py``).
 """
 

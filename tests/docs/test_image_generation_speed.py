@@ -71,8 +71,8 @@ def test_trained_checkpoint_generation_table_is_its_csvs():
 
 def test_random_weight_throughput_table_is_its_csvs():
     small, paper = _column("image_throughput_small"), _column("image_throughput_paper")
-    # images/s = batch / seconds, as the CSVs' rate (recomputed from the seconds by
-    # --ratios-from) and ratios are
+    # images/s = batch / seconds, as the CSVs' rate (recomputed once from the seconds) and
+    # ratios are
     measured = {
         size: {key: key[2] / s for key, s in _column(f"image_throughput_{size}").items()}
         for size in ("small", "paper")

@@ -2,7 +2,7 @@
 decode-latency plot.
 
     python -m lab.benchmark generation --image-size 28 --batch 32 \\
-        --backends softmax linear performer:num_features=64 polynomial:form=sketch,sketch_size=32 \\
+        --backends softmax linear performer:num_features=64 polysketch:sketch_size=32 \\
         --recompute softmax --out docs/results/image_throughput
     python -m lab.benchmark generation --checkpoints \\
         checkpoints/image/<softmax-run>/last.ckpt checkpoints/image/<linear-run>/last.ckpt \\

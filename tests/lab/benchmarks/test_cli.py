@@ -299,7 +299,9 @@ def test_the_subcommands_are_the_rows_of_the_command_table():
         "model",
         "generation",
         "triton-static",
-        "gpu-report",
+        "race",
+        "profile",
+        "bandwidth",
     ]
     for name, command in COMMANDS.items():  # each row's own flags reach its subparser
         flags = {s for a in sub.choices[name]._actions for s in a.option_strings}

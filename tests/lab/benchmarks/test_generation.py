@@ -1,6 +1,6 @@
 """``benchmark generation``: throughput of random models and trained checkpoints, its ratio
 columns, checkpoint errors, the histogram baseline, the paper's numbers read from their reference
-file, and the old spelling ``python -m lab.benchmarks.generation``."""
+file."""
 
 from __future__ import annotations
 

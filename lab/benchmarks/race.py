@@ -1,12 +1,12 @@
-"""The ``kernels`` job: the contenders of ``calls`` raced shape by shape, files written per point.
+"""``race``: the contenders of ``contenders`` raced shape by shape, files written per point.
 
-    child job: ["kernels", "--shapes", "2x4x32768x64", "16x32x1024x128", "--contenders",
-                "fla-op", "linear:fla", "--out", DIR, "--tag", "kernels", "--device", "cuda"]
+    python -m lab.benchmark race --shapes 2x4x32768x64 16x32x1024x128 \\
+        --contenders fla-op linear:fla flash --device cuda --out out/race
 
-For each shape (in the order given: the plan puts the targets' shapes first), each contender:
+For each shape (in the order given: ``gpu_report`` puts the targets' shapes first), each contender:
 build its ``Call`` (inputs outside the timing), ``warmup`` untimed calls (the first one
 compiles and autotunes: its time is kept as ``first_ms``), then ``repeats`` timed calls (CUDA
-events on a GPU), their median; then one forward compared with ``calls.reference`` (relative
+events on a GPU), their median; then one forward compared with ``contenders.reference`` (relative
 Frobenius error; the reference computed once per shape). A contender that cannot run here gets
 a row with the reason; one that fails gets a row with its error and the next one runs; an
 out-of-memory is ``OOM``. The CSV and markdown are rewritten after every point, so a job killed
@@ -21,13 +21,12 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from attn_lightning.records import environment, markdown_meta, markdown_table, write_csv
-from lab.benchmarks.arguments import DTYPES, timing_method
-from lab.benchmarks.gpu_report import calls
+from lab.benchmarks import contenders
+from lab.benchmarks.arguments import DTYPES, add_output, timing_method
 from lab.benchmarks.measure import is_out_of_memory, synchronize, time_calls
 
 log = logging.getLogger(__name__)
@@ -48,26 +47,26 @@ class KernelRow:
     min_ms: float | None = None
     max_ms: float | None = None
     first_ms: float | None = None  # the first call: compilation and autotuning included
-    rel_err: float | None = None  # forward output vs ``calls.reference``
+    rel_err: float | None = None  # forward output vs ``contenders.reference``
     kernel: str = ""
     note: str = ""
 
     @property
-    def shape(self) -> calls.Shape:
-        return calls.Shape(self.batch, self.heads, self.n, self.head_dim)
+    def shape(self) -> contenders.Shape:
+        return contenders.Shape(self.batch, self.heads, self.n, self.head_dim)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernels", description=__doc__)
-    parser.add_argument("--shapes", nargs="+", type=calls.Shape.parse, required=True)
-    parser.add_argument("--contenders", nargs="+", choices=list(calls.CONTENDERS), required=True)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``race``."""
+    add_output(parser)
+    parser.add_argument("--shapes", nargs="+", type=contenders.Shape.parse, required=True)
+    parser.add_argument(
+        "--contenders", nargs="+", choices=list(contenders.CONTENDERS), required=True
+    )
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--tag", default="kernels")
-    return parser
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -78,7 +77,7 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def measure(
     label: str,
-    shape: calls.Shape,
+    shape: contenders.Shape,
     *,
     device: torch.device,
     dtype_name: str,
@@ -93,7 +92,7 @@ def measure(
     dtype = DTYPES[dtype_name]
     row = KernelRow(label, shape.batch, shape.heads, shape.n, shape.head_dim, dtype_name)
     try:
-        call = calls.CONTENDERS[label][1](shape, device, dtype)
+        call = contenders.CONTENDERS[label][1](shape, device, dtype)
         row.kernel = call.kernel
         synchronize(device)
         began = time.perf_counter()
@@ -106,17 +105,17 @@ def measure(
         times = [t * 1e3 for t in time_calls(call.run, repeats=repeats, device=device)]
         row.ms, row.repeats = statistics.median(times), len(times)
         row.min_ms, row.max_ms = min(times), max(times)
-        kind = calls.reference_kind(label)
+        kind = contenders.reference_kind(label)
         if kind is not None:
             references = {} if references is None else references
             if kind not in references:
-                references[kind] = calls.reference(kind, shape, device, dtype)
+                references[kind] = contenders.reference(kind, shape, device, dtype)
             row.rel_err = rel_err(call.output(), references[kind])
-    except calls.Unavailable as err:
+    except contenders.Unavailable as err:
         row.note = f"not run: {err}"
     except Exception as err:  # one contender's failure (a Triton error too) must not cost the rest
         row.note = "OOM" if is_out_of_memory(err) else f"{type(err).__name__}: {str(err)[:200]}"
-        log.exception("kernels: %s at %s failed", label, shape)
+        log.exception("race: %s at %s failed", label, shape)
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -137,13 +136,13 @@ def table(rows: Sequence[KernelRow]) -> str:
     return markdown_table(["contender", *(str(s) for s in shapes)], body)
 
 
-def main(argv: Sequence[str]) -> int:
-    """Race the contenders; write ``<out>/<tag>.csv`` and ``.md`` after every point."""
-    args = build_parser().parse_args(list(argv))
-    device = torch.device(args.device)
+def run(args: argparse.Namespace) -> str:
+    """Race the contenders; write ``<out>/<tag>.csv`` and ``.md`` after every point, return
+    the last table."""
+    device, tag = torch.device(args.device), args.tag or "race"
     meta = environment(
         device,
-        command=f"kernels {' '.join(argv)}",
+        command=args.command_line,
         dtype=args.dtype,
         call="causal forward + backward, inputs and features made outside the timing",
         repeats=args.repeats,
@@ -151,6 +150,7 @@ def main(argv: Sequence[str]) -> int:
         timing=timing_method(device),
     )
     rows: list[KernelRow] = []
+    text = ""
     for shape in args.shapes:
         references: dict[str, torch.Tensor] = {}  # this shape's, shared by its contenders
         for label in args.contenders:
@@ -164,11 +164,9 @@ def main(argv: Sequence[str]) -> int:
                 references=references,
             )
             rows.append(row)
-            log.info("kernels: %s %s: %s ms %s", shape, label, row.ms, row.note)
+            log.info("race: %s %s: %s ms %s", shape, label, row.ms, row.note)
             args.out.mkdir(parents=True, exist_ok=True)
-            write_csv(args.out / f"{args.tag}.csv", rows, meta)
-            text = (
-                f"# {args.tag}: ms per causal fwd+bwd\n\n{markdown_meta(meta)}\n\n{table(rows)}\n"
-            )
-            (args.out / f"{args.tag}.md").write_text(text)
-    return 0
+            write_csv(args.out / f"{tag}.csv", rows, meta)
+            text = f"# {tag}: ms per causal fwd+bwd\n\n{markdown_meta(meta)}\n\n{table(rows)}\n"
+            (args.out / f"{tag}.md").write_text(text)
+    return text

@@ -1,14 +1,14 @@
-"""The ``profile`` job: ``torch.profiler``'s top kernels of each contender at one shape.
+"""``profile``: ``torch.profiler``'s top kernels of each contender at one shape.
 
-    child job: ["profile", "--shape", "4x32x4096x128", "--contenders", "flash", "linear:fla",
-                "--out", DIR, "--device", "cuda"]
+    python -m lab.benchmark profile --shape 4x32x4096x128 --contenders flash linear:fla \\
+        --device cuda --out out/profile
 
-Per contender: its ``Call`` (``calls``), ``warmup`` untimed calls, then ``calls_profiled`` calls
-under ``torch.profiler`` (CPU and CUDA activity). Its kernels (device-side events) are ranked
+Per contender: its ``Call`` (``contenders``), ``warmup`` untimed calls, then ``calls_profiled``
+calls under ``torch.profiler`` (CPU and CUDA activity). Its kernels (device-side events) are ranked
 by their total CUDA time; the top ``top`` are kept with their count per call, ms per call and
-share of the contender's CUDA time. On a CPU (the dry run) the CPU operators stand in for
+share of the contender's CUDA time. On a CPU the CPU operators stand in for
 kernels. Written to ``<out>/<tag>.csv`` and ``.md`` after each contender: the reading of *why*
-a kernel is slow is then measured (2026-11-28: 87 % of the fla path's CUDA time in one scan).
+a kernel is slow is then measured, not guessed (what it found: docs/benchmarks.md, "Results: GPU").
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import argparse
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from attn_lightning.records import environment, markdown_meta, markdown_table, write_csv
-from lab.benchmarks.arguments import DTYPES
-from lab.benchmarks.gpu_report import calls
+from lab.benchmarks import contenders
+from lab.benchmarks.arguments import DTYPES, add_output
 from lab.benchmarks.measure import synchronize
 
 log = logging.getLogger(__name__)
@@ -73,25 +72,25 @@ def top_kernels(
     ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="profile", description=__doc__)
-    parser.add_argument("--shape", type=calls.Shape.parse, required=True)
-    parser.add_argument("--contenders", nargs="+", choices=list(calls.CONTENDERS), required=True)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``profile``."""
+    add_output(parser)
+    parser.add_argument("--shape", type=contenders.Shape.parse, required=True)
+    parser.add_argument(
+        "--contenders", nargs="+", choices=list(contenders.CONTENDERS), required=True
+    )
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--calls", type=int, default=3, dest="calls_profiled")
     parser.add_argument("--top", type=int, default=10)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--tag", default="top_kernels")
-    return parser
 
 
 def profile_one(label: str, args: argparse.Namespace, device: torch.device) -> list[KernelShare]:
     """The top kernels of ``label``, or one row saying why there are none."""
     cuda = device.type == "cuda"
     try:
-        call = calls.CONTENDERS[label][1](args.shape, device, DTYPES[args.dtype])
+        call = contenders.CONTENDERS[label][1](args.shape, device, DTYPES[args.dtype])
         for _ in range(args.warmup):
             call.run()
         synchronize(device)
@@ -104,35 +103,33 @@ def profile_one(label: str, args: argparse.Namespace, device: torch.device) -> l
             prof, label, calls_profiled=args.calls_profiled, top=args.top, cuda=cuda
         )
         return found or [KernelShare(label, 0, "", 0, 0, 0, "the profiler saw no kernel")]
-    except calls.Unavailable as err:
+    except contenders.Unavailable as err:
         return [KernelShare(label, 0, "", 0, 0, 0, f"not run: {err}")]
     except Exception as err:  # one contender's failure (a Triton error too) must not cost the rest
         log.exception("profile: %s failed", label)
         return [KernelShare(label, 0, "", 0, 0, 0, f"{type(err).__name__}: {str(err)[:200]}")]
 
 
-def main(argv: Sequence[str]) -> int:
-    """Profile each contender; write ``<out>/<tag>.csv`` and ``.md`` after each."""
-    args = build_parser().parse_args(list(argv))
-    device = torch.device(args.device)
+def run(args: argparse.Namespace) -> str:
+    """Profile each contender; write ``<out>/<tag>.csv`` and ``.md`` after each, return the
+    last table."""
+    device, tag = torch.device(args.device), args.tag or "top_kernels"
     meta = environment(
         device,
-        command=f"profile {' '.join(argv)}",
+        command=args.command_line,
         shape=f"{args.shape} (BxHxNxD), {args.dtype}, causal forward + backward",
         profiled=f"{args.calls_profiled} calls after {args.warmup} warm-ups",
-        ranked_by="CUDA time of each kernel"
-        if device.type == "cuda"
-        else "CPU self time (dry run)",
+        ranked_by="CUDA time of each kernel" if device.type == "cuda" else "CPU self time",
     )
     rows: list[KernelShare] = []
+    text = ""
     for label in args.contenders:
         rows += profile_one(label, args, device)
         args.out.mkdir(parents=True, exist_ok=True)
-        write_csv(args.out / f"{args.tag}.csv", rows, meta)
-        (args.out / f"{args.tag}.md").write_text(
-            f"# {args.tag}\n\n{markdown_meta(meta)}\n\n{table(rows)}\n"
-        )
-    return 0
+        write_csv(args.out / f"{tag}.csv", rows, meta)
+        text = f"# {tag}\n\n{markdown_meta(meta)}\n\n{table(rows)}\n"
+        (args.out / f"{tag}.md").write_text(text)
+    return text
 
 
 def table(rows: Sequence[KernelShare]) -> str:

@@ -1,4 +1,4 @@
-"""The calls the report races: one causal forward + backward per contender, inputs made outside.
+"""The contenders ``race`` and ``profile`` time: one causal fwd + bwd each, inputs made outside.
 
 Each contender builds, for one ``Shape`` (B, H, N, D) and dtype, a ``Call``: ``run`` is what is
 timed (forward, then backward with a fixed random output gradient), everything else (random

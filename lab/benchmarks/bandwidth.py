@@ -1,11 +1,10 @@
-"""Achieved bandwidth of each kernel row against the device's measured copy bandwidth.
+"""``bandwidth``: the device's copy bandwidth, and each timed call's achieved bandwidth against it.
 
-    child job: ["copy", "--device", "cuda", "--size-mb", "1024", "--out", DIR]
+    python -m lab.benchmark bandwidth --device cuda --size-mb 1024 --out out/bandwidth
 
-The ``copy`` job times a large device-to-device copy (``dst.copy_(src)``; CUDA events on a GPU,
+The command times a large device-to-device copy (``dst.copy_(src)``; CUDA events on a GPU,
 median of ``repeats`` after ``warmup``) and writes ``<out>/copy.csv``: the device's copy
-bandwidth, bytes read plus bytes written over time. It is measured once per report: the first
-stage that times kernels runs it, the later ones find the file and keep it.
+bandwidth, bytes read plus bytes written over time (1 GiB tensors: far past L2).
 
 A causal forward + backward of attention on ``(B, H, N, D)`` q, k, v moves at least
 ``8 · B·H·N·D · itemsize`` bytes (``bytes_moved``): q, k, v and out, then out's gradient and
@@ -27,10 +26,10 @@ import torch
 
 from attn_lightning.records import environment, markdown_table, read_csv, write_csv
 from lab.benchmarks.arguments import DTYPES, timing_method
-from lab.benchmarks.gpu_report.calls import LINEAR_OUTPUTS, Shape
+from lab.benchmarks.contenders import LINEAR_OUTPUTS, Shape
 from lab.benchmarks.measure import synchronize, time_calls
 
-COPY, FILE = "copy", "copy.csv"
+FILE = "copy.csv"
 TENSORS = 8  # q, k, v, out and their four gradients
 FORMULA = (
     "bytes moved = 8 · B·H·N·D · bytes per element (q, k, v, out and their gradients, each read "
@@ -69,39 +68,32 @@ def measure_copy(device: torch.device, *, size_mb: float, repeats: int, warmup: 
     return 2 * count * 4 / seconds / 1e9
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=COPY, description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``bandwidth``."""
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--size-mb", type=float, default=1024.0)
+    parser.add_argument("--size-mb", type=float, default=1024.0, help="of each of the 2 tensors")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--out", type=Path, required=True)
-    return parser
+    parser.add_argument("--out", type=Path, default=Path("out/bandwidth"), help="result folder")
 
 
-def main(argv: Sequence[str]) -> int:
-    """Measure the copy bandwidth into ``<out>/copy.csv`` unless a stage before did."""
-    args = build_parser().parse_args(list(argv))
-    path = args.out / FILE
-    if path.is_file():  # once per report: the first stage measured it
-        return 0
+def run(args: argparse.Namespace) -> str:
+    """Measure the copy bandwidth into ``<out>/copy.csv``; return one line saying it."""
     device = torch.device(args.device)
     gb_s = measure_copy(device, size_mb=args.size_mb, repeats=args.repeats, warmup=args.warmup)
-    if device.type == "cuda":  # the kernels timed after it in this process get the 2 GiB back
-        torch.cuda.empty_cache()
-    meta = environment(device, command=f"{COPY} {' '.join(argv)}", timing=timing_method(device))
+    meta = environment(device, command=args.command_line, timing=timing_method(device))
     args.out.mkdir(parents=True, exist_ok=True)
     row = {"gb_s": gb_s, "size_mb": args.size_mb, "repeats": args.repeats, "device": str(device)}
-    write_csv(path, [row], meta)
-    return 0
+    write_csv(args.out / FILE, [row], meta)
+    return f"copy bandwidth on {device}: {gb_s:,.0f} GB/s ({args.size_mb:g} MB tensors)\n"
 
 
-def read_copy(out: Path) -> float | None:
-    """The report's copy bandwidth in GB/s (``<out>/bandwidth/copy.csv``), or None if unmeasured."""
-    path = out / "bandwidth" / FILE
+def read_copy(folder: Path) -> float | None:
+    """The copy bandwidth in GB/s of ``<folder>/copy.csv``, or None if unmeasured."""
+    path = folder / FILE
     try:
         records = read_csv(path)[1] if path.is_file() else []
-    except (OSError, ValueError):  # half-written by a killed stage
+    except (OSError, ValueError):  # half-written by a killed run
         return None
     return float(records[0]["gb_s"]) if records and records[0].get("gb_s") else None
 

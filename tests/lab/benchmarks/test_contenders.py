@@ -1,4 +1,4 @@
-"""The report's contenders on the CPU: shapes, fla's op (through fla's own float reference) and
+"""The race's contenders on the CPU: shapes, fla's op (through fla's own float reference) and
 our backends computing the same attention, the normalisers agreeing, CUDA-only ones saying so."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attn_lightning.attention.ops import dispatch
-from lab.benchmarks.gpu_report import calls
-from lab.benchmarks.gpu_report.calls import Shape
+from lab.benchmarks import contenders as calls
+from lab.benchmarks.contenders import Shape
 from tests.attention.ops.test_fla import fla_naive
 
 CPU = torch.device("cpu")

@@ -1,8 +1,8 @@
-"""The GPU efficiency targets, each judged met, not met or not measured, with its numbers.
+"""The GPU report's checks: the efficiency targets met or not, and ``auto``'s choice per shape.
 
-The targets are those of docs/benchmarks.md ("Results: GPU"). The per-call ones are judged on
-bf16 causal forward + backward rows of the ``kernels`` job (``kernels.KernelRow``), the step and
-decode ones on the ``model`` and ``decode`` rows.
+The targets are those of docs/benchmarks.md ("Results: GPU"), each judged met, not met or not
+measured, with its numbers. The per-call ones are judged on bf16 causal forward + backward rows
+of ``race`` (``race.KernelRow``), the step and decode ones on the ``model`` and ``decode`` rows.
 
 * our fla path (``linear:fla``) within 1.15× of fla's own op (``fla-op``) at every shape
   measured by both;
@@ -15,6 +15,13 @@ decode ones on the ``model`` and ``decode`` rows.
   preallocated KV cache;
 * the fused Triton kernel (``linear:triton``) within 5× of the memory roofline at
   N = 32k (H 4, D 64; ``bandwidth``: the bytes a fwd+bwd moves at the copy bandwidth).
+
+``auto``'s rule (``choices``): at a measured shape it never picks a kernel more than
+``TOLERANCE`` (10 %) slower than another kernel measured there. Per shape where one of
+``KERNELS`` was timed: the fastest, what ``auto`` picks today (the ``linear:auto`` row's kernel;
+without that row, ``dispatch.choose`` asked for a CUDA call of the row's dtype), the pick's time
+over the fastest, and what ``auto`` should take there: its pick within the rule, else the
+fastest. So a report measured on a GPU says what ``auto`` should become.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lab.benchmarks import decode, model_step, report
-from lab.benchmarks.gpu_report import bandwidth
-from lab.benchmarks.gpu_report.calls import Shape
-from lab.benchmarks.gpu_report.kernels import KernelRow
+from attn_lightning.attention.ops import dispatch, fla
+from attn_lightning.records import markdown_table
+from lab.benchmarks import bandwidth, decode, model_step, report
+from lab.benchmarks.arguments import DTYPES
+from lab.benchmarks.contenders import Shape
+from lab.benchmarks.race import KernelRow
 
 FLA_PATH_LIMIT = 1.15
 AUTO_VS_FLASH = ((Shape(2, 4, 32768, 64), 2.5), (Shape(1, 32, 16384, 128), 1.5))
@@ -184,4 +193,92 @@ def evaluate(
         model(steps),
         decode_step(decoded),
         roofline(kernels, copy_gb_s),
+    ]
+
+
+# ---------------------------------------------------------------- auto's choice
+KERNELS = ("linear:torch", "linear:fla", "linear:triton")
+AUTO = "linear:auto"
+TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One shape: each kernel's ms, the fastest, auto's pick and whether the pick keeps the rule."""
+
+    shape: Shape
+    dtype: str
+    ms: dict[str, float]  # kernel name (torch, fla, triton) -> median ms
+    fastest: str
+    pick: str
+    pick_ms: float | None  # None: auto's pick was not timed at this shape
+    ratio: float | None  # pick_ms / the fastest's ms
+    within: bool | None  # None: cannot be judged (the pick not timed)
+
+    @property
+    def should_take(self) -> str:
+        """What ``auto`` should take here: its pick if it keeps the rule, else the fastest."""
+        return self.pick if self.within else self.fastest
+
+
+def _kernel(label: str) -> str:
+    return label.split(":", 1)[1]
+
+
+def _pick(rows: Sequence[KernelRow], shape: Shape, dtype: str) -> str:
+    """The kernel ``auto`` took at ``shape``: its row's ``auto: <kernel>``, else ``choose``."""
+    for r in rows:
+        if r.contender == AUTO and r.shape == shape and r.kernel.startswith("auto: "):
+            return r.kernel.removeprefix("auto: ")
+    installed = fla.missing_reason() is None
+    return dispatch.choose("auto", "cuda", DTYPES[dtype], installed=installed)
+
+
+def choices(rows: Sequence[KernelRow]) -> list[Choice]:
+    """A ``Choice`` per (shape, dtype) where a kernel of ``KERNELS`` was timed, in row order."""
+    timed = [r for r in rows if r.contender in KERNELS and r.ms is not None]
+    found = []
+    for shape, dtype in dict.fromkeys((r.shape, r.dtype) for r in timed):
+        ms: dict[str, float] = {
+            _kernel(r.contender): r.ms
+            for r in timed
+            if (r.shape, r.dtype) == (shape, dtype) and r.ms is not None
+        }
+        fastest = min(ms, key=ms.__getitem__)
+        pick = _pick(rows, shape, dtype)
+        pick_ms = ms.get(pick)
+        ratio = None if pick_ms is None else pick_ms / ms[fastest]
+        within = None if ratio is None else ratio <= 1 + TOLERANCE
+        found.append(Choice(shape, dtype, ms, fastest, pick, pick_ms, ratio, within))
+    return found
+
+
+def auto_section(rows: Sequence[KernelRow]) -> list[str]:
+    """The page's "auto's choice" section, or nothing when no linear kernel was timed."""
+    found = choices(rows)
+    if not found:
+        return []
+    names = [_kernel(k) for k in KERNELS]
+    body = []
+    for c in found:
+        judged = {None: "pick not timed", True: "yes", False: "no"}[c.within]
+        body.append(
+            [
+                str(c.shape),
+                c.dtype,
+                *(f"{c.ms[n]:.3g}" if n in c.ms else "" for n in names),
+                c.fastest,
+                c.pick,
+                "" if c.ratio is None else f"{c.ratio:.2f}×",
+                judged,
+                c.should_take,
+            ]
+        )
+    header = ["shape BxHxNxD", "dtype", *(f"{n} ms" for n in names), "fastest", "auto picks"]
+    header += ["pick / fastest", f"within {TOLERANCE:.0%}", "auto should take"]
+    return [
+        "## auto's choice: the fastest linear kernel per measured shape\n\n"
+        f"The rule: `auto` never picks a kernel more than {TOLERANCE:.0%} slower than another "
+        "measured at the same shape. 'auto picks' is the kernel the `linear:auto` row ran "
+        "(`attention/ops/dispatch.py` `choose`).\n\n" + markdown_table(header, body)
     ]

@@ -1,4 +1,4 @@
-"""The ``kernels`` and ``profile`` jobs on the CPU: a row per (shape, contender), written after
+"""The ``race`` and ``profile`` commands on the CPU: a row per (shape, contender), written after
 every point; a contender that fails or cannot run costs its own row only."""
 
 from __future__ import annotations
@@ -6,17 +6,20 @@ from __future__ import annotations
 import itertools
 
 from attn_lightning.records import read_csv
-from lab.benchmarks.gpu_report import calls, collect, kernels, profile
+from lab.benchmark import main
+from lab.benchmarks import contenders as calls
+from lab.benchmarks import race, top_kernels
+from lab.benchmarks.gpu_page import typed
 
 TINY = "--device cpu --dtype float32 --repeats 3 --warmup 1"
 
 
-def test_kernels_job_writes_a_row_per_shape_and_contender(tmp_path):
+def test_race_writes_a_row_per_shape_and_contender(tmp_path):
     argv = f"--shapes 1x2x16x8 2x2x8x8 --contenders linear:torch fla-op flash {TINY}"
-    assert kernels.main([*argv.split(), "--out", str(tmp_path), "--tag", "k"]) == 0
+    assert main(["race", *argv.split(), "--out", str(tmp_path), "--tag", "k"]) == 0
     meta, records = read_csv(tmp_path / "k.csv")
     assert meta["timing"] == "time.perf_counter" and meta["dtype"] == "float32"
-    got = [collect.typed(kernels.KernelRow, r) for r in records]
+    got = [typed(race.KernelRow, r) for r in records]
     assert [(str(r.shape), r.contender) for r in got] == [
         (s, c) for s in ("1x2x16x8", "2x2x8x8") for c in ("linear:torch", "fla-op", "flash")
     ]
@@ -37,35 +40,35 @@ def test_a_failing_contender_costs_its_row_only(tmp_path, monkeypatch):
 
     monkeypatch.setitem(calls.CONTENDERS, "flash", ("broken", broken))
     argv = f"--shapes 1x2x16x8 --contenders flash linear:torch {TINY} --out {tmp_path}"
-    assert kernels.main(argv.split()) == 0
-    _, records = read_csv(tmp_path / "kernels.csv")
+    assert main(["race", *argv.split()]) == 0
+    _, records = read_csv(tmp_path / "race.csv")
     assert records[0]["note"] == "RuntimeError: Triton compilation failed"
     assert records[1]["ms"] != ""
 
 
 def test_the_files_are_rewritten_after_every_point(tmp_path, monkeypatch):
     seen = []
-    real = kernels.measure
+    real = race.measure
 
     def spy(label, shape, **kwargs):
-        if (tmp_path / "kernels.csv").is_file():
-            seen.append(len(read_csv(tmp_path / "kernels.csv")[1]))
+        if (tmp_path / "race.csv").is_file():
+            seen.append(len(read_csv(tmp_path / "race.csv")[1]))
         return real(label, shape, **kwargs)
 
-    monkeypatch.setattr(kernels, "measure", spy)
+    monkeypatch.setattr(race, "measure", spy)
     argv = f"--shapes 1x2x16x8 --contenders flash linear:torch normaliser:old {TINY}"
-    kernels.main([*argv.split(), "--out", str(tmp_path)])
-    assert seen == [1, 2]  # a job killed before its third point keeps the first two
+    main(["race", *argv.split(), "--out", str(tmp_path)])
+    assert seen == [1, 2]  # a run killed before its third point keeps the first two
 
 
-def test_profile_job_ranks_each_contender_s_top_operators(tmp_path):
+def test_profile_ranks_each_contender_s_top_operators(tmp_path):
     argv = (
         f"--shape 1x2x16x8 --contenders linear:torch linear:fla {TINY.replace(' --repeats 3', '')}"
     )
-    assert profile.main([*argv.split(), "--top", "4", "--out", str(tmp_path)]) == 0
+    assert main(["profile", *argv.split(), "--top", "4", "--out", str(tmp_path)]) == 0
     meta, records = read_csv(tmp_path / "top_kernels.csv")
-    assert meta["ranked_by"] == "CPU self time (dry run)"
-    rows = [collect.typed(profile.KernelShare, r) for r in records]
+    assert meta["ranked_by"] == "CPU self time"
+    rows = [typed(top_kernels.KernelShare, r) for r in records]
     ranked = [r for r in rows if r.contender == "linear:torch"]
     assert [r.rank for r in ranked] == [1, 2, 3, 4]
     assert all(a.ms_per_call >= b.ms_per_call for a, b in itertools.pairwise(ranked))
@@ -85,7 +88,7 @@ def test_each_shape_s_reference_is_computed_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(calls, "reference", counting)
     argv = f"--shapes 1x2x16x8 2x2x8x8 --contenders linear:torch linear:auto flash {TINY}"
-    kernels.main([*argv.split(), "--out", str(tmp_path)])
+    main(["race", *argv.split(), "--out", str(tmp_path)])
     assert asked == [("linear", "1x2x16x8"), ("linear", "2x2x8x8")]
-    _, records = read_csv(tmp_path / "kernels.csv")
+    _, records = read_csv(tmp_path / "race.csv")
     assert [r["rel_err"] != "" for r in records] == [True, True, False] * 2
