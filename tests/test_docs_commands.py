@@ -26,10 +26,9 @@ PAGES = [
     *sorted((ROOT / "docs").glob("*.md")),
     *sorted((ROOT / "docs" / "results").glob("*.md")),
 ]
-# module -> (module with build_parser, arguments put first): the aliases run their new spelling.
+# module -> (module with build_parser, arguments put first).
 PARSERS = {
     "lab.benchmark": ("lab.benchmarks.cli", []),
-    "lab.benchmarks.generation": ("lab.benchmarks.cli", ["generation"]),
     "lab.benchmarks.gpu_report": ("lab.benchmarks.gpu_report", []),
     "lab.studies.sweep": ("lab.studies.sweep", []),
     "lab.studies.detection": ("lab.studies.detection.cli", []),

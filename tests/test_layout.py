@@ -146,21 +146,14 @@ def test_no_issue_numbers_or_machine_paths_in_code(path):
 
 
 def test_studies_are_folders_with_a_command_line():
-    from lab import studies
-
-    aliases = {line.split("studies.")[1].split("`")[0] for line in studies.__doc__.splitlines()
-               if line.startswith("- ``python -m lab.studies.")}  # fmt: skip
     loose = {p.name for p in (LAB / "studies").glob("*.py")}
-    assert loose - STUDY_MODULES == {f"{a}.py" for a in aliases}
+    assert loose == STUDY_MODULES, "a study module outside a study's folder"
     folders = [p for p in (LAB / "studies").iterdir() if (p / "__init__.py").is_file()]
     assert {p.name for p in folders} >= {"detection", "image", "lora", "reversal"}
     # reversal holds reports a plan's pages: section selects (studies.sweep.REPORTS), no CLI.
     for folder in folders:
         has_main = (folder / "__main__.py").is_file()
         assert has_main != (folder.name == "reversal"), f"studies/{folder.name}: __main__.py?"
-    for alias in aliases:
-        text = (LAB / "studies" / f"{alias}.py").read_text()
-        assert "renamed(" in text, f"studies/{alias}.py is not a deprecated alias"
 
 
 def test_attention_holds_the_contract_and_one_file_per_backend():

@@ -18,7 +18,6 @@ from attn_lightning.attention.registry import (
     parse_attention_spec,
     register_attention,
     resolve_attention,
-    upgrade_attention_spec,
 )
 
 __all__ = [
@@ -37,5 +36,4 @@ __all__ = [
     "register_attention",
     "resolve_attention",
     "set_check_finite",
-    "upgrade_attention_spec",
 ]

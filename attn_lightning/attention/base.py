@@ -39,12 +39,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import functools
-import inspect
 import os
-import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -105,37 +101,6 @@ class Attention(nn.Module, abc.ABC):
     supports_any_value_dim: bool = True
     # False for self-attention-only mixers (local pooling on the token grid): no L != S form.
     supports_cross_attention: bool = True
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # A backend written before ``grid`` joined the contract has ``_attend(q, k, v, *,
-        # causal, key_padding_mask)``: wrapped, it keeps working (it never used positions).
-        old = cls.__dict__.get("_attend")
-        if old is None or "grid" in inspect.signature(old).parameters:
-            return
-        warnings.warn(
-            f"{cls.__qualname__}._attend has no 'grid' argument; write _attend(self, q, k, v, *, "
-            f"causal, key_padding_mask, grid) (grid: the (rows, cols) token map or None)",
-            FutureWarning,
-            stacklevel=2,
-        )
-
-        @functools.wraps(old)
-        def _attend(
-            self: Attention,
-            q: Tensor,
-            k: Tensor,
-            v: Tensor,
-            *,
-            causal: bool,
-            key_padding_mask: Tensor | None,
-            grid: Grid | None = None,
-        ) -> Tensor:
-            return cast(
-                Tensor, old(self, q, k, v, causal=causal, key_padding_mask=key_padding_mask)
-            )
-
-        cls._attend = _attend  # type: ignore[method-assign]
 
     def __init__(self, *, head_dim: int) -> None:
         super().__init__()

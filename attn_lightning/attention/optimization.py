@@ -19,12 +19,11 @@ method saves is 2·E² parameters per layer, not FLOPs.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from attn_lightning.attention.base import Attention, Layout, Mask, accumulation_dtype
 from attn_lightning.attention.ops.lasso import (
@@ -178,7 +177,6 @@ class OptimizationAttention(Attention):
         salt = torch.randint(0, 2**62, (), dtype=torch.int64, device="cpu")
         self.register_buffer("salt", salt)
         self.register_buffer("draws", torch.zeros((), dtype=torch.int64))
-        self.register_load_state_dict_pre_hook(_fill_rng_state_of_old_checkpoints)
         self._sparsity: Tensor | None = None  # (keys90, keys90_fraction) of the last train step
         # (salt, draws) on the host and the buffers' identity when they held them: no device read
         self._host_draws: tuple[tuple[int, ...], int, int] | None = None
@@ -349,24 +347,3 @@ class OptimizationAttention(Attention):
             f"power={self.power:g}, signed={self.signed}, random_tokens={self.random_tokens}, "
             f"exclude_self={self.exclude_self}, solver={self.solver!r}, normalize={self.normalize}"
         )
-
-
-def _fill_rng_state_of_old_checkpoints(
-    module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any
-) -> None:
-    """Load-state-dict pre-hook: a state dict without ``salt``/``draws`` predates them."""
-    missing = [name for name in ("salt", "draws") if prefix + name not in state_dict]
-    if not missing:
-        return
-    # Keep this instance's own values, so strict loading of an old checkpoint still works.
-    for name in missing:
-        state_dict[prefix + name] = getattr(module, name).detach().clone()
-    warnings.warn(
-        f"attention 'optimization' at {prefix or '<root>'!r}: the state dict has no {missing} "
-        f"buffer(s), so it predates the paper's defaults dictionary='values', normalize=False, "
-        f"random_tokens={DEFAULT_RANDOM_TOKENS} (it was trained with dictionary='keys', "
-        f"normalize=True, random_tokens=0 unless its config said otherwise); set those options "
-        f"explicitly to use it as it was trained",
-        UserWarning,
-        stacklevel=2,
-    )

@@ -1,15 +1,12 @@
 """Name -> backend class: the one visible table from which YAML selects attention.
 
 ``build_attention("performer", head_dim=64, num_features=128)`` builds a backend; unknown names
-and unknown options fail here, at build time, with the list of what is allowed. Old spellings
-still found in YAML files and in the hyper-parameters of old checkpoints are rewritten here too
-(``DEPRECATED_SPELLINGS``), with a ``FutureWarning`` naming the new one.
+and unknown options fail here, at build time, with the list of what is allowed.
 """
 
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -35,21 +32,6 @@ ATTENTIONS: dict[str, type[Attention]] = {
     "polysketch": PolySketchAttention,
     "pool": PoolAttention,
     "softmax": SoftmaxAttention,
-}
-
-# Old spellings still accepted: (name, option) -> {old value: (new name, options that replace
-# the old option)}. ``polynomial`` had a ``form`` option until the sketches became ``polysketch``.
-DEPRECATED_SPELLINGS: dict[tuple[str, str], dict[Any, tuple[str, dict[str, Any]]]] = {
-    # These spellings predate the paper's learnable q/k norm and learned-sketch structure: they
-    # map to the earlier forms, so their configs and checkpoints keep meaning what they meant.
-    ("polynomial", "form"): {
-        "exact": ("polynomial", {"norm": "fixed"}),
-        "sketch": ("polysketch", {"sketch": "random", "norm": "fixed"}),
-        "learned": (
-            "polysketch",
-            {"sketch": "learned", "norm": "fixed", "sketch_levels": 1, "sketch_bias": True},
-        ),
-    },
 }
 
 A = TypeVar("A", bound=type[Attention])
@@ -140,44 +122,6 @@ def _parse_value(text: str) -> Any:
     return value
 
 
-def upgrade_attention_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A spec dict in today's spelling: deprecated spellings rewritten, the rest as given.
-
-    ``{"name": "polynomial", "form": "sketch", "sketch_size": 16}`` -> ``{"name":
-    "polysketch", "sketch": "random", "sketch_size": 16}`` with a ``FutureWarning`` naming the
-    new spelling. Returns a new dict; ``spec`` is not modified. Names and options are checked by
-    ``build_attention``, not here.
-
-    Raises:
-        ValueError: a deprecated option with a value it never had, naming the values it had.
-    """
-    upgraded = dict(spec)
-    for (name, option), replacements in DEPRECATED_SPELLINGS.items():
-        if upgraded.get("name") != name or option not in upgraded:
-            continue
-        old = upgraded.pop(option)
-        match = [new for value, new in replacements.items() if value == old]
-        if not match:
-            raise ValueError(
-                f"unknown {option} {old!r} for attention {name!r}; allowed: "
-                f"{', '.join(replacements)} (deprecated: {option!r} is no longer an option)"
-            )
-        new_name, new_options = match[0]
-        # Options the spec sets itself win over the old form's implied ones.
-        upgraded = {**new_options, **upgraded, "name": new_name}
-        spelling = ", ".join(
-            f"{k}: {str(v).lower() if isinstance(v, bool) else v}"
-            for k, v in {"name": new_name, **new_options}.items()
-        )
-        warnings.warn(
-            f"attention {{name: {name}, {option}: {old}, ...}} is deprecated and will stop "
-            f"working; write {{{spelling}, ...}} instead",
-            FutureWarning,
-            stacklevel=3,  # the caller of build_attention / parse_backend
-        )
-    return upgraded
-
-
 DEFAULT_ATTENTION: dict[str, Any] = {"name": "softmax"}
 
 
@@ -201,7 +145,6 @@ def build_attention(name: str | Mapping[str, Any], *, head_dim: int, **options: 
 
     ``build_attention("performer", head_dim=64, num_features=128)`` and
     ``build_attention({"name": "performer", "num_features": 128}, head_dim=64)`` are the same.
-    Deprecated spellings are rewritten first (``upgrade_attention_spec``).
 
     Args:
         name: a registry name (see ``available_attentions()``) or a mapping with a ``name`` key
@@ -222,7 +165,7 @@ def build_attention(name: str | Mapping[str, Any], *, head_dim: int, **options: 
         spec = {**name, **options}
     else:
         spec = {**options, "name": name}
-    options = upgrade_attention_spec(spec)
+    options = dict(spec)
     key = options.pop("name")
     cls = attention_class(key)
     allowed = attention_options(key)

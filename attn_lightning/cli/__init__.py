@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from attn_lightning.cli.app import AttnLightningCLI, cli_options, main
-    from attn_lightning.cli.config_checks import MOVED_CLASS_PATHS, check_command_line
+    from attn_lightning.cli.config_checks import check_command_line
     from attn_lightning.cli.entry import command_line
     from attn_lightning.cli.run_folders import RunConfigSaver
 
 # Each exported name -> the module of this package that defines it.
 _HOMES = {
-    "MOVED_CLASS_PATHS": "config_checks",
     "AttnLightningCLI": "app",
     "RunConfigSaver": "run_folders",
     "check_command_line": "config_checks",
@@ -31,7 +30,6 @@ _HOMES = {
     "main": "app",
 }
 __all__ = [
-    "MOVED_CLASS_PATHS",
     "AttnLightningCLI",
     "RunConfigSaver",
     "check_command_line",

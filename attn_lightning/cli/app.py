@@ -31,10 +31,8 @@ model size given with a checkpoint is replaced by the checkpoint's value (one wa
 names what it replaced: ``checkpoint_options``). Use ``--model.init_args.attention_override``
 (not saved as a hyper-parameter, so it survives) to evaluate a checkpoint with other backend
 options. DataModule and trainer arguments are not
-affected. A checkpoint that saved a class under a path that has since moved
-(``config_checks.MOVED_CLASS_PATHS``) loads from the new path with a warning; a config file that
-names one fails before parsing with the new path (as does a backend overlay given without its
-``base.yaml``).
+affected. A backend overlay given without its ``base.yaml`` fails before parsing
+(``config_checks``).
 """
 
 from __future__ import annotations
@@ -62,9 +60,8 @@ from attn_lightning.cli.checkpoints import (
     check_classes,
     check_evaluated_weights,
     load_checkpoint,
-    resolve_class,
 )
-from attn_lightning.cli.config_checks import check_command_line, expand_help_names, rename_moved
+from attn_lightning.cli.config_checks import check_command_line, expand_help_names
 from attn_lightning.cli.debug import debug_checks, enable_debug_checks
 from attn_lightning.cli.errors import AppArgumentParser, constructor_error, trainer_refusals
 from attn_lightning.cli.first_mistakes import debug_requested
@@ -77,7 +74,7 @@ from attn_lightning.cli.help import (
     print_help,
 )
 from attn_lightning.cli.noise import quiet, quiet_own_resume
-from attn_lightning.cli.options import add_app_arguments
+from attn_lightning.cli.options import AcceptedLinks, add_app_arguments, linked_size_given
 from attn_lightning.cli.progress import progress_callbacks, terminal
 from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
@@ -88,11 +85,6 @@ from attn_lightning.cli.run_folders import (
 )
 from attn_lightning.cli.run_names import check_names
 from attn_lightning.cli.threads import set_threads
-from attn_lightning.cli.upgrades import (
-    AcceptedLinks,
-    upgrade_args,
-    upgraded_hparams,
-)
 from attn_lightning.cli.warm_start import warm_start_from_config
 from attn_lightning.cli.writable import check_writable_folders
 
@@ -149,15 +141,15 @@ class AttnLightningCLI(AfterRun, LightningCLI):
             if asked:
                 print_help(subcommands[asked[0]], *asked)
             message = check_command_line([str(a) for a in raw])
+            message = message or linked_size_given([str(a) for a in raw])
             if message:
                 parser.error(message)
             given = [str(a) for a in raw]
-            # configs and flags of older layouts; --model.help by class name
-            upgraded = expand_help_names(upgrade_args(given))
-            if upgraded != given and args is None:
-                sys.argv[1:] = upgraded  # LightningCLI warns when given args and sys.argv both
-            elif upgraded != given:
-                args = upgraded
+            expanded = expand_help_names(given)  # --model.help by class name
+            if expanded != given and args is None:
+                sys.argv[1:] = expanded  # LightningCLI warns when given args and sys.argv both
+            elif expanded != given:
+                args = expanded
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         message = check_names(self.config[subcommand] if subcommand else self.config)
@@ -167,9 +159,9 @@ class AttnLightningCLI(AfterRun, LightningCLI):
     def _parse_ckpt_path(self) -> None:
         # LightningCLI's own (2.6) with a guard: a missing, corrupt or foreign file, or a
         # checkpoint of another task/DataModule than the config's, is one clear error here
-        # (Lightning would parse the checkpoint's task over the config's and fail late); a class
-        # saved under a path that has moved loads from its new path. Lightning reads
-        # ``_class_path`` from the hyper-parameters with no hook in between, hence the override.
+        # (Lightning would parse the checkpoint's task over the config's and fail late), and the
+        # step it was saved at is kept for the summary. Lightning reads ``_class_path`` from the
+        # hyper-parameters with no hook in between, hence the override.
         self._ckpt_step = 0
         if not self.config.get("subcommand"):
             return
@@ -187,11 +179,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         if not hparams:
             return
         if "_class_path" in hparams:
-            class_path = rename_moved(hparams.pop("_class_path"))
-            task = resolve_class(class_path)
-            if isinstance(task, type):
-                hparams = upgraded_hparams(task, hparams)
-            hparams = {"class_path": class_path, "dict_kwargs": hparams}
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
         given = model_options(config.get("model"))
         try:
             self.config = self.parser.parse_object(

@@ -15,8 +15,6 @@ from typing import Any
 
 import torch
 
-from attn_lightning.cli.config_checks import rename_moved
-
 
 class CheckpointError(ValueError):
     """A ``--ckpt_path`` that cannot be used, with the reason in one line."""
@@ -126,9 +124,9 @@ def newest_intact(folder: Path, *, besides: Path | None = None) -> tuple[Path, i
 
 def saved_class(checkpoint: dict[str, Any], key: str) -> str | None:
     """The class path the CLI saved for the model (``hyper_parameters``) or the DataModule
-    (``datamodule_hyper_parameters``), moved paths renamed (with a warning); None if absent."""
+    (``datamodule_hyper_parameters``); None if absent."""
     class_path = checkpoint.get(key, {}).get("_class_path")
-    return rename_moved(class_path) if isinstance(class_path, str) else None
+    return class_path if isinstance(class_path, str) else None
 
 
 def check_classes(checkpoint: dict[str, Any], path: str | Path, config: Any) -> None:
@@ -183,17 +181,14 @@ def load_task(
     """The task a checkpoint holds, rebuilt from its saved hyper-parameters and weights.
 
     For tools that read a trained model outside ``train.py`` (sample grids, generation
-    benchmarks). Unlike ``LightningModule.load_from_checkpoint`` it reads checkpoints of every
-    layout this project has written: a class path that has moved, model sizes saved before they
-    moved under ``net`` (``cli.upgrades``). The task is in eval mode on ``map_location``.
+    benchmarks). Unlike ``LightningModule.load_from_checkpoint`` it finds the task class in the
+    hyper-parameters the CLI saved (``_class_path``). The task is in eval mode on ``map_location``.
     ``default`` is the class of a checkpoint that names none (saved by a plain ``Trainer``);
     ``flag`` is the option that gave ``path`` (named in errors).
 
     Raises:
         CheckpointError: not a checkpoint, or one that names no task class of this package.
     """
-    from attn_lightning.cli.upgrades import upgraded_hparams
-
     checkpoint = load_checkpoint(path, flag=flag)
     class_path = saved_class(checkpoint, "hyper_parameters")
     task_class = resolve_class(class_path) if class_path else default
@@ -203,6 +198,6 @@ def load_task(
             f"hyper-parameters ({class_path!r}); expected a checkpoint written by train.py"
         )
     saved = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
-    task = task_class(**upgraded_hparams(task_class, saved))
+    task = task_class(**saved)
     task.load_state_dict(checkpoint["state_dict"])
     return task.to(map_location).eval()

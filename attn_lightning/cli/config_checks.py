@@ -1,5 +1,5 @@
 """Checks of the command line before LightningCLI parses it: config files that are missing or
-not YAML mappings, moved class paths, lone overlays.
+not YAML mappings, lone overlays.
 
 jsonargparse reports both mistakes as a long "does not validate against any of the Union
 subtypes" block that names neither the file nor the fix; these checks name both.
@@ -7,30 +7,11 @@ subtypes" block that names neither the file nor the fix; these checks name both.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-# Where classes lived before the package layout of 2026-11 -> where YAML names them now.
-# Checkpoints that saved an old path still load (with a warning); YAML that names one fails
-# with the replacement, so the config is fixed once rather than warned about forever.
-MOVED_CLASS_PATHS: dict[str, str] = {
-    "attn_lightning.tasks.lora.LoRAClassifierTask": "attn_lightning.tasks.LoRAClassifierTask",
-    "attn_lightning.tasks.lora_transformer.LoRAReversalTask": (
-        "attn_lightning.tasks.LoRAReversalTask"
-    ),
-    "attn_lightning.data.domains.ShiftedReversalDataModule": (
-        "attn_lightning.data.ShiftedReversalDataModule"
-    ),
-    "attn_lightning.tasks.lora_adapt.AdapterExport": "attn_lightning.callbacks.AdapterExport",
-    "attn_lightning.image_callbacks.ImageGrids": "attn_lightning.callbacks.ImageGrids",
-    "attn_lightning.detection_callbacks.DetectionImages": (
-        "attn_lightning.callbacks.DetectionImages"
-    ),
-}
 
 
 def config_files(args: Sequence[str]) -> list[Path]:
@@ -77,20 +58,6 @@ def _key_lines(node: Any, parts: list[str]) -> list[int] | None:
     return None
 
 
-def _class_paths(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """Every ``(dotted key, value)`` of a ``class_path`` key in a parsed YAML tree."""
-    if isinstance(node, Mapping):
-        for key, value in node.items():
-            here = f"{where}.{key}" if where else str(key)
-            if key == "class_path" and isinstance(value, str):
-                yield where, value
-            else:
-                yield from _class_paths(value, here)
-    elif isinstance(node, list):
-        for index, item in enumerate(node):
-            yield from _class_paths(item, f"{where}[{index}]")
-
-
 def read_configs(args: Sequence[str]) -> tuple[list[tuple[Path, Any]], str | None]:
     """The ``--config`` files of ``args`` read as YAML, and the first one's mistake (None: none).
 
@@ -131,9 +98,8 @@ def _inline(value: str) -> bool:
 def check_command_line(args: Sequence[str]) -> str | None:
     """The first mistake in ``args`` and its configs as one message, or None.
 
-    Finds a config file's mistake (``read_configs``), class paths that moved (naming the new
-    one) and a backend/variant overlay given without the experiment's ``base.yaml`` that names
-    the task.
+    Finds a config file's mistake (``read_configs``) and a backend/variant overlay given without
+    the experiment's ``base.yaml`` that names the task.
     """
     loaded, message = read_configs(args)
     if message:
@@ -141,17 +107,6 @@ def check_command_line(args: Sequence[str]) -> str | None:
     message = _short_help_name(args)
     if message:
         return message
-    for path, tree in loaded:
-        for key, value in _class_paths(tree):
-            if value in MOVED_CLASS_PATHS:
-                return (
-                    f"{path}: {key}.class_path {value!r} has moved; "
-                    f"use {MOVED_CLASS_PATHS[value]!r}"
-                )
-    for arg in args:
-        for old, new in MOVED_CLASS_PATHS.items():
-            if old in arg:
-                return f"{arg!r}: class path {old!r} has moved; use {new!r}"
     return _lone_overlay(loaded, args)
 
 
@@ -234,16 +189,3 @@ def _lone_overlay(loaded: list[tuple[Path, Any]], args: Sequence[str]) -> str | 
                     f"it is an overlay; stack it on its experiment's base config: {fix}"
                 )
     return None
-
-
-def rename_moved(class_path: str) -> str:
-    """The current path of a class a checkpoint saved under an old path (warns when moved)."""
-    new = MOVED_CLASS_PATHS.get(class_path)
-    if new is None:
-        return class_path
-    warnings.warn(
-        f"the checkpoint names {class_path!r}, which has moved to {new!r}; loading it from there",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return new

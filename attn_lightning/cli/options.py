@@ -9,6 +9,7 @@ Kept apart from ``app`` so the CLI class holds the run's flow and this file what
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -28,7 +29,20 @@ from attn_lightning.callbacks import (
     RunRecord,
     SamplePredictions,
 )
-from attn_lightning.cli.upgrades import LINKED_FROM_DATA
+from attn_lightning.cli.config_checks import read_configs
+from attn_lightning.cli.errors import accepted_options
+
+# Facts of the data the CLI links into the task's arguments of the same name (below).
+LINKED_FROM_DATA = (
+    "num_symbols",
+    "seq_len",
+    "image_size",
+    "levels",
+    "num_classes",
+    "category_ids",
+    "input_size",
+    "vocab_size",
+)
 
 
 def add_app_arguments(parser: LightningArgumentParser) -> None:
@@ -120,7 +134,55 @@ def add_app_arguments(parser: LightningArgumentParser) -> None:
         )
 
 
+def linked_size_given(args: Sequence[str]) -> str | None:
+    """One line when a config or flag sets a size of ``LINKED_FROM_DATA`` on the model, or None.
+
+    The link from the DataModule would replace such a value without a word, so it is refused,
+    naming the DataModule option that sets it.
+    """
+    loaded, _ = read_configs(args)  # a config's own mistake is check_command_line's to report
+    for path, tree in loaded:
+        model = tree.get("model")
+        init = model.get("init_args") if isinstance(model, Mapping) else None
+        for key in LINKED_FROM_DATA:
+            if isinstance(init, Mapping) and key in init:
+                return f"{path}: model.init_args.{key} {_LINKED}: set data.init_args.{key}"
+    for arg in args:
+        flag = arg.partition("=")[0]
+        for prefix in ("--model.init_args.", "--model."):
+            key = flag[len(prefix) :] if flag.startswith(prefix) else ""
+            if key in LINKED_FROM_DATA:
+                return f"{flag} {_LINKED}: give --data.init_args.{key}"
+    return None
+
+
+_LINKED = "is linked from the DataModule, which decides it"
+
+
 def data_fact(name: str, data: Any) -> Any:
     """The DataModule's ``name`` (e.g. ``num_symbols``), or None when it has none: a task that
     needs it then says so (``tasks.base.require_from_data``)."""
     return getattr(data, name, None)
+
+
+class AcceptedLinks:
+    """Wraps LightningCLI's model instantiator so a task's hyper-parameters record only the
+    links it takes: every link of ``LINKED_FROM_DATA`` is applied (a task without the argument
+    ignores it), but Lightning would write all of them, ``levels: None`` included, into the
+    hyper-parameters, and a checkpoint of those could not be loaded back."""
+
+    def __init__(self, instantiator: Any, key: str = "model") -> None:
+        self.instantiator = instantiator
+        self.key = key
+
+    def __call__(
+        self, class_type: type, *args: Any, applied_instantiation_links: dict, **kwargs: Any
+    ) -> Any:
+        accepted = accepted_options(class_type)
+        prefix = f"{self.key}.init_args."
+        links = {
+            k: v
+            for k, v in applied_instantiation_links.items()
+            if not k.startswith(prefix) or k[len(prefix) :] in accepted
+        }
+        return self.instantiator(class_type, *args, applied_instantiation_links=links, **kwargs)

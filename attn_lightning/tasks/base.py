@@ -36,29 +36,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from attn_lightning.attention import Attention
-from attn_lightning.models.specs import as_spec, spec_dict, spec_fields
-
-
-def upgrade_hparams(
-    task_class: type, hparams: Mapping[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
-    """Hyper-parameters saved before model sizes moved under ``net``, in today's layout.
-
-    A checkpoint or config of that time has the sizes (``d_model``, ``num_heads``, ...) beside the
-    task's own options; they now live in the task's ``net`` spec (``task_class.net_spec``).
-    Returns the upgraded copy and the keys moved (empty when nothing was old); keys already in
-    ``net`` win over flat ones.
-    """
-    spec_type = getattr(task_class, "net_spec", None)
-    upgraded = dict(hparams)
-    if spec_type is None:
-        return upgraded, []
-    moved = [key for key in spec_fields(spec_type) if key in upgraded]
-    if moved:
-        net = upgraded.get("net")
-        flat = {key: upgraded.pop(key) for key in moved}
-        upgraded["net"] = {**flat, **(dict(net) if isinstance(net, Mapping) else {})}
-    return upgraded, moved
+from attn_lightning.models.specs import as_spec, spec_dict
 
 
 def require_from_data(task: object, **facts: object) -> None:

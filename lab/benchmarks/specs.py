@@ -4,9 +4,8 @@
     performer:num_features=128,kernel=hyperbolic
     polysketch:sketch=learned,sketch_size=32
 
-Values are parsed by ``attention.parse_attention_spec`` (YAML scalars) and deprecated spellings
-rewritten by ``attention.upgrade_attention_spec`` (with a warning). Unknown names and options fail
-here, before anything is timed, with the allowed ones listed.
+Values are parsed by ``attention.parse_attention_spec`` (YAML scalars). Unknown names and options
+fail here, before anything is timed, with the allowed ones listed.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from attn_lightning.attention import (
     available_attentions,
     build_attention,
     parse_attention_spec,
-    upgrade_attention_spec,
 )
 
 
@@ -39,13 +37,13 @@ class BackendSpec:
 def parse_backend(spec: str) -> BackendSpec:
     """Parse ``name[:key=value,...]`` and check the name and option keys against the registry.
 
-    The label stays the spec as written; ``name`` and ``options`` are in today's spelling.
+    The label stays the spec as written.
 
     Raises:
         ValueError: unknown backend, malformed ``key=value`` item or unknown option, naming the
             allowed values.
     """
-    options = upgrade_attention_spec(parse_attention_spec(spec))
+    options = parse_attention_spec(spec)
     name = options.pop("name")
     if name not in available_attentions():
         raise ValueError(

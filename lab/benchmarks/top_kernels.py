@@ -8,7 +8,7 @@ calls under ``torch.profiler`` (CPU and CUDA activity). Its kernels (device-side
 by their total CUDA time; the top ``top`` are kept with their count per call, ms per call and
 share of the contender's CUDA time. On a CPU the CPU operators stand in for
 kernels. Written to ``<out>/<tag>.csv`` and ``.md`` after each contender: the reading of *why*
-a kernel is slow is then measured (2026-11-28: 87 % of the fla path's CUDA time in one scan).
+a kernel is slow is then measured, not guessed (what it found: docs/benchmarks.md, "Results: GPU").
 """
 
 from __future__ import annotations

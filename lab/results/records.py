@@ -57,7 +57,7 @@ class RunResult:
 
 
 def run_label(name: str) -> str:
-    """A file-name-safe label: ``polynomial:form=sketch`` -> ``polynomial_form-sketch``."""
+    """A file-name-safe label: ``polysketch:sketch=learned`` -> ``polysketch_sketch-learned``."""
     return name.replace(":", "_").replace("=", "-").replace(",", "_").replace("/", "-")
 
 

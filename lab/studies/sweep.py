@@ -1,7 +1,7 @@
 """Sweep CLI: repeat a config over variants (backends, overlays) and seeds; mean ± std tables.
 
     python -m lab.studies.sweep --config configs/reversal/base.yaml \\
-        --backends softmax linear performer:num_features=64 polynomial:form=sketch \\
+        --backends softmax linear performer:num_features=64 polysketch \\
         --seeds 0 1 2 --set trainer.max_steps=3000 --out docs/results/reversal_len50 \\
         --metric test/token_acc --threshold 0.99
     python -m lab.studies.sweep --plan configs/studies/sequence_reversal_len50.yaml

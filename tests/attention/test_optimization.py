@@ -261,14 +261,6 @@ def test_random_draws_continue_identically_after_resume():
     assert sum(p.numel() for p in run.parameters()) == 0
 
 
-def test_state_dicts_from_before_the_buffers_load_with_a_warning():
-    attn = built(0)
-    salt = attn.salt.clone()
-    with pytest.warns(UserWarning, match=r"predates the paper's defaults dictionary='values'"):
-        attn.load_state_dict({})  # strict: the hook fills in this instance's own buffers
-    assert torch.equal(attn.salt, salt) and int(attn.draws) == 0
-
-
 def test_unnormalized_random_atoms_match_the_dictionary_scale():
     attn = OptimizationAttention(head_dim=8, random_tokens=4000)
     atoms = torch.randn(2, 1, 5, 8, dtype=F64) * torch.tensor([1.0, 30.0], dtype=F64).view(

@@ -7,7 +7,6 @@ import ast
 import inspect
 import re
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from attn_lightning.attention import (
     register_attention,
     registry,
     resolve_attention,
-    upgrade_attention_spec,
 )
 
 
@@ -142,109 +140,10 @@ def test_register_attention_adds_a_user_backend(monkeypatch):
     register_attention("scaled_mean")(ScaledMean)  # the same class again: allowed
 
 
-def test_a_backend_written_before_grid_still_works_and_is_told_once(monkeypatch):
-    monkeypatch.setattr(registry, "ATTENTIONS", dict(registry.ATTENTIONS))
-    with pytest.warns(
-        FutureWarning, match=r"OldMean._attend has no 'grid' argument; write"
-    ) as seen:
-
-        @register_attention("old_mean")
-        class OldMean(Attention):
-            def _attend(self, q, k, v, *, causal, key_padding_mask):  # the old signature
-                return v.mean(dim=2, keepdim=True).expand(*q.shape[:3], v.shape[-1])
-
-    assert len(seen) == 1
-    attn = build_attention("old_mean", head_dim=4)
-    q, k, v = torch.zeros(1, 1, 6, 4), torch.zeros(1, 1, 6, 4), torch.arange(6.0).view(1, 1, 6, 1)
-    for grid in (None, (2, 3)):
-        torch.testing.assert_close(attn(q, k, v, grid=grid), torch.full((1, 1, 6, 1), 2.5))
-    with pytest.raises(ValueError, match="grid"):
-        attn(q, k, v, grid=(2, 2))  # checked by the base class all the same
-
-
-# ---------------------------------------------------------------------------- old spellings
-OLD_SPELLINGS = {  # id -> (old spec, today's spec, the spelling the warning names)
-    "sketch": (
-        {"name": "polynomial", "form": "sketch", "degree": 4, "sketch_size": 8},
-        {"name": "polysketch", "sketch": "random", "norm": "fixed", "degree": 4, "sketch_size": 8},
-        "{name: polysketch, sketch: random, norm: fixed, ...}",
-    ),
-    "learned": (
-        {"name": "polynomial", "form": "learned", "sketch_size": 8},
-        {
-            "name": "polysketch",
-            "sketch": "learned",
-            "norm": "fixed",
-            "sketch_levels": 1,
-            "sketch_bias": True,
-            "sketch_size": 8,
-        },
-        "{name: polysketch, sketch: learned, norm: fixed, sketch_levels: 1, sketch_bias: true, "
-        "...}",
-    ),
-    "exact": (
-        {"name": "polynomial", "form": "exact", "degree": 6},
-        {"name": "polynomial", "norm": "fixed", "degree": 6},
-        "{name: polynomial, norm: fixed, ...}",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", OLD_SPELLINGS)
-def test_deprecated_polynomial_forms_warn_and_build_the_new_spelling(case):
-    old, new, spelling = OLD_SPELLINGS[case]
-    frozen = dict(old)
-    torch.manual_seed(0)
-    with pytest.warns(FutureWarning, match=re.escape(spelling)) as record:
-        attn = build_attention(old, head_dim=8)
-    assert len(record) == 1 and f"form: {old['form']}" in str(record[0].message)
-    assert record[0].filename == __file__  # points at the caller, not at the registry
-    assert old == frozen  # the saved hyper-parameters are not rewritten in place
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new spelling is silent
-        want = build_attention(new, head_dim=8)
-    assert type(attn) is attention_class(new["name"]) and repr(attn) == repr(want)
-    for key, value in want.state_dict().items():  # same keys, same first draw
-        torch.testing.assert_close(attn.state_dict()[key], value, rtol=0, atol=0)
-    options = {key: value for key, value in old.items() if key != "name"}
-    with pytest.warns(FutureWarning, match=re.escape(spelling)):  # as keyword options
-        assert type(build_attention("polynomial", head_dim=8, **options)) is type(attn)
-    with pytest.warns(FutureWarning, match=re.escape(spelling)):
-        assert upgrade_attention_spec(old) == new
-
-
-def test_deprecated_sketch_state_dict_keys_load_into_polysketch():
-    # An old checkpoint of {name: polynomial, form: sketch} stored its sketch as sketch.s1/s2.
-    torch.manual_seed(1)
-    new = build_attention("polysketch", head_dim=8, sketch_size=4, norm="fixed")
-    with pytest.warns(FutureWarning):
-        old = build_attention(
-            {"name": "polynomial", "form": "sketch", "sketch_size": 4}, head_dim=8
-        )
-    assert set(old.state_dict()) == {"sketch.s1", "sketch.s2"}
-    old.load_state_dict(new.state_dict())
-    q = torch.randn(1, 2, 5, 8)
-    torch.testing.assert_close(old(q, q, q[..., :3]), new(q, q, q[..., :3]), rtol=0, atol=0)
-
-
-@pytest.mark.parametrize(
-    ("spec", "message"),
-    [
-        ({"form": "fast"}, "unknown form 'fast'.*allowed: exact, sketch, learned"),
-        ({"form": "exact", "sketch_size": 32}, r"'sketch_size'.*option of polysketch"),
-        ({"form": "exact", "chunk_size": 16}, r"unknown option\(s\) 'chunk_size'"),
-        ({"form": "sketch", "degree": 6}, "sketch='random' supports degree 2, 4, got degree=6"),
-        ({"form": "learned", "degree": 2}, "sketch='learned' supports degree 4, got degree=2"),
-        ({"form": "learned", "learned_coefficients": True}, "learned_coefficients=True needs"),
-    ],
-    ids=str,
-)
-def test_deprecated_spellings_still_fail_clearly(spec, message):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        with pytest.raises(ValueError, match=message):
-            build_attention({"name": "polynomial", **spec}, head_dim=8)
+def test_the_retired_form_option_is_an_unknown_option_in_one_line():
+    # {name: polynomial, form: sketch} is spelt {name: polysketch, sketch: random, norm: fixed}.
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'form' for attention 'polynomial'"):
+        build_attention({"name": "polynomial", "form": "sketch"}, head_dim=8)
 
 
 def test_resolve_attention():

@@ -58,3 +58,17 @@ def test_our_own_classes_still_resolve_by_module_or_package_path():
         SequenceReversalTask
     )
     assert resolve_class("attn_lightning.tasks.NoSuchTask") == "attn_lightning.tasks.NoSuchTask"
+
+
+def test_load_task_rebuilds_a_checkpoint_and_refuses_a_moved_class_path(tmp_path):
+    task = SequenceReversalTask(net={"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 16})
+    hparams = {**task.hparams, "_class_path": "attn_lightning.tasks.SequenceReversalTask"}
+    torch.save({"state_dict": task.state_dict(), "hyper_parameters": hparams}, tmp_path / "new")
+    loaded = load_task(tmp_path / "new")
+    for key, value in task.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value)
+    # A path this package no longer has (classes moved before 2026-11-26) is refused by name.
+    hparams["_class_path"] = "attn_lightning.tasks.lora_transformer.LoRAReversalTask"
+    torch.save({"state_dict": {}, "hyper_parameters": hparams}, tmp_path / "old")
+    with pytest.raises(CheckpointError, match=r"lora_transformer\.LoRAReversalTask"):
+        load_task(tmp_path / "old")

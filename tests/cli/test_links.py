@@ -8,6 +8,7 @@ import pytest
 
 from attn_lightning.cli import main
 from attn_lightning.tasks import SequenceReversalTask
+from tests.cli.one_line import BASE, TINY, fails_in_one_line
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -64,3 +65,15 @@ def test_native_pixel_images_give_the_model_their_own_size():
         "--config", str(CONFIGS / "image" / "base.yaml"), "--data.init_args.image_size=null"
     )
     assert cli.datamodule.image_size == 8 and cli.model.image_size == 8  # the digits' 8×8
+
+
+def test_a_linked_size_set_on_the_model_is_refused_naming_the_data_option(tmp_path, capsys):
+    # The link would replace it without a word, so it is one error line instead.
+    line = fails_in_one_line(["fit", *BASE, *TINY, "--model.init_args.seq_len=7"], capsys)
+    assert "--model.init_args.seq_len is linked from the DataModule" in line
+    assert "give --data.init_args.seq_len" in line
+    config = tmp_path / "sizes.yaml"
+    config.write_text("model:\n  init_args:\n    num_symbols: 5\n")
+    line = fails_in_one_line(["fit", *BASE, "--config", str(config), *TINY], capsys)
+    assert f"{config}: model.init_args.num_symbols is linked" in line
+    assert "set data.init_args.num_symbols" in line

@@ -18,7 +18,9 @@ BACKENDS = {
     "performer (m = 64, positive, orthogonal)": (
         "performer:num_features=64,kernel=positive,projection=orthogonal"
     ),
-    "polynomial sketch (p = 4, r = 32)": "polynomial:form=sketch,degree=4,sketch_size=32",
+    "polynomial sketch (p = 4, r = 32)": (
+        "polysketch:sketch=random,norm=fixed,degree=4,sketch_size=32"
+    ),
 }
 SEEDS_400 = "Per seed (test bits/dim; seeds 0, 1, 2):"
 

@@ -6,6 +6,8 @@ columns of the §3 CSVs were divided from rounded rates)."""
 
 from __future__ import annotations
 
+import csv
+
 from tests.docs.pages import RESULTS, page_table, runs
 
 PAGE = "image_completion.md"
@@ -69,8 +71,8 @@ def test_trained_checkpoint_generation_table_is_its_csvs():
 
 def test_random_weight_throughput_table_is_its_csvs():
     small, paper = _column("image_throughput_small"), _column("image_throughput_paper")
-    # images/s = batch / seconds, as the CSVs' rate (recomputed from the seconds by
-    # --ratios-from) and ratios are
+    # images/s = batch / seconds, as the CSVs' rate (recomputed once from the seconds) and
+    # ratios are
     measured = {
         size: {key: key[2] / s for key, s in _column(f"image_throughput_{size}").items()}
         for size in ("small", "paper")
@@ -90,7 +92,7 @@ def test_random_weight_throughput_table_is_its_csvs():
         ("softmax, KV cache (baseline)", SOFTMAX),
         ("linear, recurrent", "linear"),
         ("performer (m = 64), recurrent", "performer"),
-        ("polynomial sketch (r = 32), recurrent", "polynomial"),
+        ("polynomial sketch (r = 32), recurrent", "polysketch"),
     ):
         cells = table[label]
         s, p = small[(backend, "step", 32)], paper[(backend, "step", 32)]
@@ -108,11 +110,10 @@ def test_random_weight_throughput_table_is_its_csvs():
 
 
 def test_decode_latency_table_is_decode_cpu_csv():
-    rows = [
-        line.split(",")
-        for line in (RESULTS / "image_decode" / "decode_cpu.csv").read_text().splitlines()
-        if line and not line.startswith(("#", "backend,"))
-    ]
+    lines = (RESULTS / "image_decode" / "decode_cpu.csv").read_text().splitlines()
+    rows = list(
+        csv.reader(line for line in lines if line and not line.startswith(("#", "backend,")))
+    )
     ms: dict[str, list[float]] = {}
     for backend, _context, *_, value, _note in rows:
         ms.setdefault(backend, []).append(float(value))
@@ -121,7 +122,7 @@ def test_decode_latency_table_is_decode_cpu_csv():
         ("softmax (KV cache)", SOFTMAX),
         ("linear", "linear"),
         ("performer", "performer"),
-        ("polynomial sketch", "polynomial:form=sketch"),
+        ("polynomial sketch", "polysketch:sketch=random,norm=fixed"),
     ):
         cells, values = table[label], ms[backend]
         assert len(values) == 7 and len(cells) == 8, label

@@ -66,19 +66,17 @@ def test_size28_overlay_trains_at_784_tokens_with_the_mixture(tmp_path):
 
 
 def test_the_model_takes_image_size_and_levels_from_the_data(tmp_path):
-    # Stated once, by the DataModule: a model value of a linked size is dropped with a warning.
-    with pytest.warns(FutureWarning, match=r"model\.init_args\.image_size is ignored"):
-        cli = run(
-            "fit",
-            tmp_path,
-            DEBUG,
-            extra=(
-                "--trainer.fast_dev_run=true",
-                "--model.init_args.image_size=7",
-                "--data.init_args.image_size=6",
-                "--data.init_args.levels=16",
-            ),
-        )
+    # Stated once, by the DataModule: the model takes them from its link.
+    cli = run(
+        "fit",
+        tmp_path,
+        DEBUG,
+        extra=(
+            "--trainer.fast_dev_run=true",
+            "--data.init_args.image_size=6",
+            "--data.init_args.levels=16",
+        ),
+    )
     assert (cli.model.image_size, cli.model.levels, cli.model.net.seq_len) == (6, 16, 36)
     assert cli.model.hparams["image_size"] == 6
 

@@ -17,12 +17,10 @@ what the adapter does with each:
   features fla multiplies (rounded to bf16 for a bf16 call), so numerator and normaliser weigh
   the same scores: an output stays a weighted average of values, where the unrounded features'
   normaliser would scale it by their ratio. It is computed by chunks (``causal_normaliser``):
-  the single cumsum along N it replaced was a strided scan, 87 % of this path's CUDA time on an
-  H100. Not as a ones-column appended to v (fla would compute
-  ``Σφ(k)`` with the numerator): in bf16 that sum would pass through fla's bf16 per-chunk state
-  copies, bf16 intra-chunk scores and bf16 output (relative error ~2⁻⁸, no longer the float32
-  normaliser of the contract), and Dv + 1 is odd (fla's bf16 dv kernel asserts even V) and
-  doubles the value tile at Dv = 64 or 128, the widths that matter for speed.
+  a single cumsum along N is a strided scan that dominated this path's CUDA time on an H100.
+  Not as a ones-column appended to v: in bf16 that sum would pass through fla's bf16 state
+  copies and output (no longer the float32 normaliser of the contract), and Dv + 1 is odd (fla's
+  bf16 dv kernel asserts even V).
 
 Precision: bf16 inputs run in bf16 (fla accumulates its state in float32, and keeps a bf16 copy
 of it per chunk for the read-out); fp16 and fp32 inputs run in float32, which Triton computes as
@@ -30,22 +28,14 @@ TF32 on Ampere and later (fp16 features would overflow: Performer's key features
 ``e^{‖ω‖²/2}``). Which kernel a call runs is ``ops/dispatch.py``'s rule; this module only adapts
 fla.
 
-Widths (bf16 only, ``fla_widths``): fla-core 0.6.0's bf16 backward gives a wrong dv when the
-value channels are few for the key width (H100, Triton 3.6, 2026-11-26 and 2026-11-28;
-docs/benchmarks.md "Results: GPU"). Measured, dv's relative error against float64: at K = 64,
-V = 16 NaN (and a NaN loss in a reversal Performer step, F = 64, Dv = 16), V = 32 2.0 (17–84
-under reduced autotuning), V = 48, 64 and 128 right (3.5e-3, as the outputs); K = V = 32 right;
-fp32 right everywhere; v zero-padded to 64 channels (output and its gradient sliced back) right
-for V = 32 and 48 (3.5e-3). fla's dv kernel (``chunk_bwd_dv``) tiles K and V with
-``min(max(next_pow2(·), 16), 128)``: every wrong case has a value tile narrower than the key
-tile, every right one not. So in bf16 v is zero-padded to the key tile when its own is narrower
-(Performer F = 64, Dv = 16 -> 64; PolySketch F = 528, Dv = 16 -> 128; F = Dv unchanged), and K
-and V to even widths (fla asserts it in bf16; the mean backend has F = 1, learned PolySketch
-F = 273). Zero channels are exact: a zero feature adds nothing to any score, a zero value
-channel is sliced off; the cost is fla's value-side work at the padded width. Pairs beyond the
-measured ones (K > 64) are checked by the CUDA test over every shipped config's (F, Dv)
-(``tests/attention/test_fla_cuda.py``); its strict-xfail sentinel on fla's raw op fails the day
-fla's dv is right, and this padding can go.
+Widths (bf16 only, ``fla_widths``): fla-core 0.6.0's bf16 backward gives a wrong dv (NaN or
+O(1) error) when the value tile of its dv kernel (``chunk_bwd_dv``: ``min(max(next_pow2(V), 16),
+128)``) is narrower than the key tile; fp32 is right everywhere. So in bf16 v is zero-padded to
+the key tile when its own is narrower (Performer F = 64, Dv = 16 -> 64), and K and V to even
+widths (fla asserts it in bf16). Zero channels are exact: a zero feature adds nothing to any
+score, a zero value channel is sliced off. The measurements behind the rule: docs/benchmarks.md,
+"Results: GPU". ``tests/attention/test_fla_cuda.py`` checks every shipped config's (F, Dv); its
+strict-xfail sentinel on fla's raw op fails the day fla's dv is right, and this padding can go.
 
 Only the causal product runs here. The non-causal product is two GEMMs (``linear_attention``) and
 a decode ``step`` one rank-1 update: nothing for a fused kernel to save, so both kernels share

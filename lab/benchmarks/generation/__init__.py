@@ -2,7 +2,7 @@
 decode-latency plot.
 
     python -m lab.benchmark generation --image-size 28 --batch 32 \\
-        --backends softmax linear performer:num_features=64 polynomial:form=sketch,sketch_size=32 \\
+        --backends softmax linear performer:num_features=64 polysketch:sketch_size=32 \\
         --recompute softmax --out docs/results/image_throughput
     python -m lab.benchmark generation --checkpoints \\
         checkpoints/image/<softmax-run>/last.ckpt checkpoints/image/<linear-run>/last.ckpt \\
@@ -10,9 +10,6 @@ decode-latency plot.
     python -m lab.benchmark generation --histogram --image-size 28 --levels 256
     python -m lab.benchmark generation --decode-csv out/decode/decode_cpu.csv \\
         --decode-png docs/results/figures/decode_latency.png     # plot only
-
-(``python -m lab.benchmarks.generation ...``, the old spelling, still runs the same
-with a ``FutureWarning``.)
 
 Throughput (``throughput``): a ``PixelTransformer`` samples ``batch`` whole images of
 ``image_size²`` pixels, unconditionally (no observed pixels, temperature 1), through
@@ -33,8 +30,6 @@ Histogram (``histogram``): bits/dim of an independent per-pixel histogram fitted
 split, on all pixels and on the held-out completion pixels.
 Decode plot (``decode_plot``): ms per decoded token against context length from the CSV that
 ``python -m lab.benchmark decode`` writes.
-Ratios from a committed CSV (``--ratios-from``, ``committed``): images/s and the ratio columns
-recomputed from its ``seconds``, for files whose ratios divided rounded rates; times nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +41,6 @@ from pathlib import Path
 from attn_lightning.cli.checkpoints import CheckpointError
 from lab.benchmarks.arguments import UsageError
 from lab.benchmarks.generation.checkpoints import load_pixel_model
-from lab.benchmarks.generation.committed import rewrite_ratios
 from lab.benchmarks.generation.decode_plot import plot_decode
 from lab.benchmarks.generation.histogram import histogram_report
 from lab.benchmarks.generation.throughput import measure, measure_checkpoint
@@ -116,15 +110,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--decode-png", "--decode_png", type=Path, default=Path("out/decode_latency.png")
     )
-    parser.add_argument(
-        "--ratios-from",
-        nargs="+",
-        default=[],
-        type=Path,
-        metavar="CSV",
-        help="recompute a committed generation CSV's images/s and ratio columns from its "
-        "seconds (and the table of its .md); times nothing",
-    )
 
 
 def run(args: argparse.Namespace) -> str:
@@ -133,16 +118,10 @@ def run(args: argparse.Namespace) -> str:
 
     Raises:
         UsageError: both ``--backends`` and ``--checkpoints``, or a checkpoint that cannot be
-            used (before anything is timed); a ``--ratios-from`` file that is not a generation
-            CSV with its ``.md``.
+            used (before anything is timed).
     """
     if args.backends and args.checkpoints:
         raise UsageError("give --backends (random models) or --checkpoints (trained), not both")
-    for path in args.ratios_from:
-        try:
-            log.info("rewrote %s", rewrite_ratios(path, args.command_line))
-        except (FileNotFoundError, ValueError) as err:
-            raise UsageError(str(err)) from None
     printed = []
     if args.histogram:
         printed.append(histogram_report(args)[1])

@@ -1,11 +1,9 @@
 """``benchmark generation``: throughput of random models and trained checkpoints, its ratio
 columns, checkpoint errors, the histogram baseline, the paper's numbers read from their reference
-file, and the old spelling ``python -m lab.benchmarks.generation``."""
+file."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -20,7 +18,6 @@ from lab.benchmark import build_parser
 from lab.benchmark import main as benchmark_main
 from lab.benchmarks.generation import checkpoints as generation
 from lab.benchmarks.generation import throughput_report
-from lab.benchmarks.generation.__main__ import main as old_main
 from lab.benchmarks.generation.throughput import largest_batch
 from lab.results.references import ENV
 
@@ -215,31 +212,6 @@ def test_new_spelling_parses_the_old_underscore_flags_too():
     )
 
 
-def test_old_spelling_warns_naming_the_new_one_and_runs_the_same(tmp_path):
-    old, new = tmp_path / "old", tmp_path / "new"
-    with pytest.warns(FutureWarning, match="use python -m lab.benchmark generation"):
-        assert old_main(["--backends", "linear", *RANDOM, "--out", str(old)]) == 0
-    assert main(["--backends", "linear", *RANDOM, "--out", str(new)]) == 0
-    keys = [(r["backend"], r["method"], r["batch"], r["tokens"]) for r in _rows(old)]
-    assert keys == [(r["backend"], r["method"], r["batch"], r["tokens"]) for r in _rows(new)]
-    assert keys == [("linear", "step", "1", "4")]
-    md = old.with_suffix(".md").read_text()
-    assert "python -m lab.benchmark generation --backends linear" in md
-
-
-def test_old_module_path_still_runs_as_a_script(tmp_path):
-    out = tmp_path / "script"
-    old = [sys.executable, "-m", "lab.benchmarks.generation", "--backends", "linear"]
-    result = subprocess.run(
-        [*old, *RANDOM, "--out", str(out)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    notice = "is deprecated; use python -m lab.benchmark generation"
-    assert [notice in line for line in result.stderr.splitlines()].count(True) == 1
-    assert [r["backend"] for r in _rows(out)] == ["linear"]
-    assert "| `linear` | step (recurrent / KV cache) | 1 | 4 |" in result.stdout
-
-
 def test_the_papers_numbers_are_read_from_their_reference_file(tmp_path, monkeypatch):
     text = throughput_report.paper_context()
     assert "arXiv 2006.16236" in text and "8 layers, 8 heads × 32" in text
@@ -300,32 +272,3 @@ def test_ratios_divide_the_measured_rates_not_the_rounded_ones(tmp_path):
     assert written[2]["vs_softmax_recompute"] == "21.53"  # 24.785 / 1.151
     assert written[2]["vs_softmax_kv_cache"] == "0.73"
     assert (written[2]["seconds"], written[2]["seconds_median"]) == ("1.151", "1.176")
-
-
-def test_ratios_from_a_committed_csv_are_recomputed_from_its_seconds(tmp_path, capsys):
-    # A file of the old writer: rates rounded to 3 decimals, ratios of those (21.7, not 21.53).
-    fields = ["backend", "method", "batch", "tokens", "seconds", "images_per_s", "ms_per_pixel"]
-    fields += ["run", "train_step", "requested_batch", "checkpoint"]
-    fields += ["vs_softmax_kv_cache", "vs_softmax_recompute"]
-    rows = [
-        ["softmax", "recompute", 1, 784, 24.785, 0.04, 31.6135, "s", 1, 1, "s.ckpt", 0.03, 1.0],
-        ["softmax", "step", 1, 784, 0.841, 1.189, 1.0726, "s", 1, 1, "s.ckpt", 1.0, 29.73],
-        ["linear", "step", 1, 784, 1.151, 0.868, 1.4687, "l", 1, 1, "l.ckpt", 0.73, 21.7],
-    ]
-    path = tmp_path / "gen.csv"
-    write_csv(path, [dict(zip(fields, r, strict=True)) for r in rows], {"command": "old"})
-    (tmp_path / "gen.md").write_text("Regenerate with: old\n\n| a |\n|---|\n| 1 |\n\nafter\n")
-    assert benchmark_main(["generation", "--ratios-from", str(path)]) == 0
-    meta, written = read_csv(path)
-    assert meta == {"command": "old"} and list(written[0]) == fields  # columns as they were
-    assert written[2]["vs_softmax_recompute"] == "21.53" and written[1]["vs_softmax_recompute"]
-    assert written[0]["images_per_s"] == "0.04035"
-    page = (tmp_path / "gen.md").read_text()
-    assert page.startswith("Regenerate with: old\n") and page.rstrip().endswith("after")
-    assert "| 21.53 |" in page and "| a |" not in page and "--ratios-from" in page
-    assert "median" not in page.split("| backend")[1].splitlines()[0]  # no medians: no column
-    assert benchmark_main(["generation", "--ratios-from", str(path)]) == 0
-    assert (tmp_path / "gen.md").read_text() == page  # a second rewrite keeps one note
-    with pytest.raises(SystemExit) as exit_info:
-        benchmark_main(["generation", "--ratios-from", str(tmp_path / "none.csv")])
-    assert exit_info.value.code == 2 and "no CSV file" in capsys.readouterr().err

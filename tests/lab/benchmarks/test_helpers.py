@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 
 import pytest
 import torch
@@ -28,17 +27,9 @@ def test_parse_backend_types_and_label():
     assert (attn.name, attn.sketch_kind, attn.sketch_size) == ("polysketch", "learned", 8)
 
 
-def test_parse_backend_accepts_the_deprecated_polynomial_forms_with_a_warning():
-    with pytest.warns(
-        FutureWarning, match=r"\{name: polysketch, sketch: random, norm: fixed, \.\.\.\}"
-    ):
-        spec = parse_backend("polynomial:form=sketch,sketch_size=8")
-    assert spec.label == "polynomial:form=sketch,sketch_size=8"  # as written on the command line
-    want = {"sketch": "random", "norm": "fixed", "sketch_size": 8}
-    assert (spec.name, spec.options) == ("polysketch", want)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # rewritten once, at parse time
-        assert spec.build(head_dim=16).sketch_size == 8
+def test_parse_backend_refuses_the_retired_polynomial_form_option():
+    with pytest.raises(ValueError, match=r"unknown option 'form' for backend 'polynomial'"):
+        parse_backend("polynomial:form=exact")
 
 
 def test_parse_backend_unknown_name_lists_available():
