@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from attn_lightning.cli import main as train
 from lab.studies.image import main
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+CONFIGS = Path(__file__).resolve().parents[4] / "configs"
 GRIDS = ["--num_samples", "4", "--num_images", "2", "--num_completions", "3"]
 
 

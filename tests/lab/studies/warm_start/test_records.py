@@ -13,7 +13,7 @@ from lab.studies.runner import Runner, Variant
 from lab.studies.warm_start.cli import main
 from lab.studies.warm_start.plan import in_run_order
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 RESULTS = ROOT / "docs" / "results"
 
 
