@@ -34,9 +34,9 @@ PARSERS = {
     "lab.studies.detection": ("lab.studies.detection.cli", []),
     "lab.studies.image": ("lab.studies.image.cli", []),
     "lab.studies.lora": ("lab.studies.lora.cli", []),
-    "lab.studies.warm_start": ("lab.studies.warm_start.cli", []),
     "attn_lightning.data.scenes": ("attn_lightning.data.scenes", []),
 }
+COMMAND = re.compile(r"python3?\s+(-m\s+(?:attn_lightning|lab)[\w.]*|train\.py)\s+(.*)")
 PLACEHOLDER = re.compile(r"[<$]|\.\.\.|\[--|\|")
 
 
@@ -61,7 +61,7 @@ def _commands() -> list[tuple[str, str, list[str]]]:
         for block in _blocks(page.read_text()):
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.split(" #")[0].strip()
-                match = re.search(r"python3?\s+(-m\s+attn_lightning[\w.]*|train\.py)\s+(.*)", line)
+                match = COMMAND.search(line)
                 if not match or PLACEHOLDER.search(match.group(2)):
                     continue
                 target = match.group(1).removeprefix("-m").strip()

@@ -16,12 +16,14 @@ from typing import Any
 from lab.studies.image.tables import write_paired
 from lab.studies.reversal.report import report as reversal_report
 from lab.studies.reversal.trajectories import write_trajectories
+from lab.studies.warm_start.tables import write as write_warm_start
 
 Report = Callable[..., object]
 REPORTS: dict[str, Report] = {
     "paired": write_paired,  # unimodal: mean ± std, Δ
     "reversal": reversal_report,
     "trajectories": write_trajectories,
+    "warm_start": write_warm_start,  # its conditions per backend, warm start vs scratch
 }
 
 
