@@ -32,7 +32,6 @@ PARSERS = {
     "lab.benchmarks.generation": ("lab.benchmarks.cli", ["generation"]),
     "lab.studies.sweep": ("lab.studies.sweep", []),
     "lab.studies.detection": ("lab.studies.detection.cli", []),
-    "lab.studies.image": ("lab.studies.image.cli", []),
     "lab.studies.lora": ("lab.studies.lora.cli", []),
     "attn_lightning.data.scenes": ("attn_lightning.data.scenes", []),
 }
