@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.attention import parse_attention_spec
-from lab.results.records import run_folder
+from lab.results.records import folder_name, run_folder
 from lab.studies.runner import CHECKPOINT_ROOT, SEED, Variant
 
 # A stage's keys; ``from`` is a word of YAML, not of Python, hence the dict below.
@@ -121,7 +121,7 @@ def _order(specs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     order: list[str] = []
     for name in specs:
         chain = [name]
-        while (source := _source(specs[chain[-1]])[0]) is not None:
+        while (source := _source(chain[-1], specs[chain[-1]])[0]) is not None:
             if source not in specs:
                 raise ValueError(
                     f"stages: {chain[-1]}: from {source!r} is not a stage; the stages are "
@@ -134,14 +134,16 @@ def _order(specs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return order
 
 
-def _source(spec: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """A stage's ``from``: (stage, variant or None)."""
+def _source(name: str, spec: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Stage ``name``'s ``from``: (stage, variant or None)."""
     source = spec.get("from")
     if isinstance(source, dict):
-        unknown = [k for k in source if k not in ("stage", "variant")]
-        if unknown or "stage" not in source:
-            raise ValueError(f"from: {source!r}; give a stage name or {{stage: S, variant: V}}")
-        return str(source["stage"]), source.get("variant")
+        if set(source) - {"stage", "variant"} or "stage" not in source:
+            raise ValueError(
+                f"stages: {name}: from {source!r}; give a stage name or {{stage: S, variant: V}}"
+            )
+        variant = source.get("variant")
+        return str(source["stage"]), None if variant is None else str(variant)
     return (None if source is None else str(source)), None
 
 
@@ -154,8 +156,10 @@ def _pick(stage: str, variant: Variant, chosen: str | None, candidates: Sequence
         return chosen
     if variant.name in names:
         return variant.name
-    # A grid's cell starts from the source's run of the same cell (width=64 from width=64).
-    same = [c.name for c in candidates if c.info and dict(c.info) == dict(variant.info)]
+    # A grid's cell starts from the source's run of the same cell (width=64 from width=64, also
+    # when this stage's grid adds keys: width=64,lr=0.1 from width=64).
+    info = dict(variant.info)
+    same = [c.name for c in candidates if c.info and dict(c.info).items() <= info.items()]
     if len(same) == 1:
         return same[0]
     if len(names) == 1:
@@ -190,8 +194,9 @@ def plan_stages(
             raise ValueError(f"stages: give a mapping of stage names to {{{keys}}}")
         for name, spec in stages.items():
             spec = {} if spec is None else spec
-            if not isinstance(spec, dict) or not isinstance(name, str) or not name:
+            if not isinstance(spec, dict) or not isinstance(name, str):
                 raise ValueError(f"stages: {name!r}: give a mapping of {', '.join(STAGE_KEYS)}")
+            folder_name(name, "stages: the stage")  # its records' and logs' folder
             unknown = [k for k in spec if k not in STAGE_KEYS]
             if unknown:
                 raise ValueError(
@@ -208,7 +213,7 @@ def plan_stages(
                 f"stages: {name}: subcommand {subcommand!r}; the subcommands are "
                 f"{', '.join(SUBCOMMANDS)}"
             )
-        source, chosen = _source(spec)
+        source, chosen = _source(name, spec)
         if subcommand == "test" and source is None:
             raise ValueError(f"stages: {name}: a test stage tests a checkpoint: give from: STAGE")
         own = "backends" in spec or "variants" in spec
@@ -229,6 +234,10 @@ def plan_stages(
             (*overrides, *map(str, spec.get("set", []))),
         )
         if source is not None:
+            if built[source].variants[0].subcommand == "test":
+                raise ValueError(
+                    f"stages: {name}: from {source!r}, a test stage: it saves no checkpoint"
+                )
             stage = _started_from(stage, built[source], chosen, experiment)
         built[name] = stage
     return list(built.values())

@@ -6,18 +6,20 @@
         --seeds 0 1 2 --set trainer.max_steps=3000 --out docs/results/reversal_len50 \\
         --metric test/token_acc --threshold 0.99
 
-The plan grammar (``configs/studies/<page>.yaml``; every key but the last three is an option of
-this command by its long name, and options given with ``--plan`` override the plan's)::
+The plan grammar (``configs/studies/<page>.yaml``; every key but ``grid``, ``stages`` and
+``pages`` is an option of this command by its long name; options given beside ``--plan``
+override the plan's)::
 
     config: [configs/reversal/base.yaml]     # train.py's config stack
     backends: [softmax, performer:num_features=64]   # attention variants
-    variants: [configs/image/large.yaml]     # config-overlay variants (named by file stem)
+    variants: [configs/image/linear.yaml]    # config-overlay variants (named by file stem)
     seeds: [0, 1, 2]                          # every stage runs every seed
     set: [trainer.max_steps=600]              # train.py KEY=VALUE arguments of every run
     grid:                                     # each combination crossed with every variant;
       model.init_args.width: [64, 128]        # its values join the label and the runs' tags:
       data.init_args.num_kv_pairs: [4, 8]     # "softmax,width=64,num_kv_pairs=4"
     stages:                                   # ordered; absent: one stage, the plan's variants
+                                              # (a stage's name: a folder name)
       base: {backends: [softmax]}
       zero_shot: {from: base, subcommand: test, backends: [linear]}
       finetune: {from: base, backends: [linear], set: [trainer.max_steps=200]}
@@ -26,13 +28,14 @@ this command by its long name, and options given with ``--plan`` override the pl
 
 A stage may give ``backends``/``variants`` (both replace the plan's when either is given),
 ``grid`` and ``config`` (replace), ``set`` (added after the plan's, so its keys win) and
-``subcommand`` (``fit``, default, or ``test``). ``from: STAGE`` starts each run from the
-``last.ckpt`` of STAGE's run with the same seed: of its variant with the same label, else the
-one with the same grid values, else its only one; ``from: {stage: S, variant: V}`` names it. A
-``fit`` stage starts with ``--init_from`` (weights only: new optimizer, step 0,
-``cli.warm_start``); a ``test`` stage scores ``--ckpt_path`` with its backend as the model's
-``attention_override``. Stages run in order, each after its source; a run whose source has no
-``ok`` run (or whose checkpoint is not on this machine) is ``NOT_RUN``, its reason logged.
+``subcommand`` (``fit``, default, or ``test``). ``from: STAGE`` (a ``fit`` stage) starts each
+run from the ``last.ckpt`` of STAGE's run with the same seed: of its variant with the same
+label, else the one with the same grid values (those of STAGE's grid), else its only one;
+``from: {stage: S, variant: V}`` names it. A ``fit`` stage starts with ``--init_from`` (weights
+only: new optimizer, step 0, ``cli.warm_start``); a ``test`` stage scores ``--ckpt_path`` with
+its backend as the model's ``attention_override``. Stages run in order, each after its source;
+a run whose source has no ``ok`` run (or whose checkpoint is not on this machine) is
+``NOT_RUN``, its reason logged.
 
 Each (stage, variant, seed) is a ``train.py fit --test_after_fit`` (or ``test``) run of
 ``studies.runner.Runner``; ``--seeds`` sets ``seed_everything``, the data seed stays the config's.

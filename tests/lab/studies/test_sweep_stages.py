@@ -109,9 +109,13 @@ stages:
   base: {backends: [softmax]}
   tune: {from: base, backends: [linear, performer:num_features=8]}
   one: {from: {stage: base, variant: "softmax,width=64,flag=true"}, backends: [linear], grid: {}}
+  lr:
+    from: base
+    backends: [linear]
+    grid: {model.init_args.width: [128], data.init_args.flag: [true], model.init_args.lr: [0.1, 1]}
 """
     _, stages, _ = parse(_plan(tmp_path, text))
-    base, tune, one = stages
+    base, tune, one, lr = stages
     assert [v.name for v in base.variants] == [
         "softmax,width=64,flag=true",
         "softmax,width=128,flag=true",
@@ -131,6 +135,8 @@ stages:
         "init_from=checkpoints/sweep-page-base/softmax_width-128_flag-true-s{seed}/last.ckpt"
     )
     assert dict(one.sources) == {"linear": "softmax,width=64,flag=true"}
+    # a stage whose grid adds a key starts each cell from the source's cell it extends
+    assert set(lr.sources.values()) == {"softmax,width=128,flag=true"} and len(lr.sources) == 2
 
 
 def test_a_plan_without_stages_keeps_its_records_layout_and_a_grid_labels_its_runs(
@@ -195,6 +201,13 @@ def test_dry_run_lists_every_run_with_its_stage_seed_source_and_command(tmp_path
             "stages: b: from variant 'y'; it has ['x']",
         ),
         ("[a, b]", "stages: give a mapping of stage names to {from, subcommand, "),
+        ("a: {from: {name: b}, backends: [x]}", "stages: a: from {'name': 'b'}; give a stage name"),
+        ("../a: {backends: [x]}", "stages: the stage '../a' is not a folder name"),
+        (
+            "a: {backends: [x]}\n  b: {from: a, subcommand: test, backends: [y]}\n"
+            "  c: {from: b, backends: [z]}",
+            "stages: c: from 'b', a test stage: it saves no checkpoint",
+        ),
     ],
 )
 def test_a_bad_stage_or_grid_is_one_clear_error(tmp_path, capsys, stages, message):
