@@ -32,9 +32,7 @@ PARSERS = {
     "lab.benchmarks.gpu_report": ("lab.benchmarks.gpu_report", []),
     "lab.studies.sweep": ("lab.studies.sweep", []),
     "lab.studies.detection": ("lab.studies.detection.cli", []),
-    "lab.studies.image": ("lab.studies.image.cli", []),
     "lab.studies.lora": ("lab.studies.lora.cli", []),
-    "lab.studies.warm_start": ("lab.studies.warm_start.cli", []),
     "attn_lightning.data.scenes": ("attn_lightning.data.scenes", []),
 }
 COMMAND = re.compile(r"python3?\s+(-m\s+(?:attn_lightning|lab)[\w.]*|train\.py)\s+(.*)")

@@ -1,7 +1,7 @@
 """The ``ImageGrids`` callback: image grids of an ``ImageGenerationTask`` in TensorBoard.
 
 Unconditional samples and occluded completions drawn by ``attn_lightning.data.image_grids``
-(which ``train.py predict`` and ``python -m lab.studies.image samples`` use too), on
+(which ``train.py predict`` and ``lab.studies.image.samples.write_grids`` use too), on
 the first validation batch, with a generator seeded so that epochs are comparable.
 """
 

@@ -3,7 +3,7 @@
 ``sample_grid`` and ``completion_grid`` build ``(3, H', W')`` float images in [0, 1] from any
 ``ImageSampler`` (``draw_samples`` and ``draw_completions`` from tokens already sampled). The
 ``ImageGrids`` callback logs them to TensorBoard, ``ImageGenerationTask.save_predictions`` writes
-them beside its predicted tokens and ``python -m lab.studies.image samples`` writes
+them beside its predicted tokens and ``lab.studies.image.samples.write_grids`` writes
 them from a checkpoint: here, below both tasks and callbacks, because both draw them.
 Completion rows read ``occluded | completion 1 … C | original``; the held-out part of the
 occluded image is drawn mid-grey with a red line under the last observed pixel row.

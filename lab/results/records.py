@@ -61,8 +61,9 @@ def run_label(name: str) -> str:
     return name.replace(":", "_").replace("=", "-").replace(",", "_").replace("/", "-")
 
 
-def run_folder(variant: str, seed: int) -> str:
-    """A study run's folder name (``--run_name``): ``<run_label(variant)>-s<seed>``."""
+def run_folder(variant: str, seed: int | str) -> str:
+    """A study run's folder name (``--run_name``): ``<run_label(variant)>-s<seed>`` (``seed``
+    may be a placeholder, ``runner.SEED``)."""
     return f"{run_label(variant)}-s{seed}"
 
 

@@ -2,10 +2,13 @@
 
 ``runner`` is the one runner (a (variant, seed) -> a ``python -m attn_lightning.cli`` run -> its
 ``RunResult``, read from the run's record), ``sweep`` the generic sweep CLI on top of it (plans:
-``configs/studies/``, whose ``pages:`` select reports over records, e.g. ``reversal``'s) and
-``arguments`` the command-line flags every study shares. A study with stages of its own is a
-folder runnable as ``python -m lab.studies.<study> <subcommand>``: ``detection``
-(``run | sensitivity | ablation | sites | probe | report``), ``image`` (``samples | tables``),
-``lora`` (``mlp | variants | transformer | lrsweep | report``) and ``warm_start`` (``run |
-tables``). Their tables and CSVs are written by ``attn_lightning.records`` from run records.
+``configs/studies/``; a plan's ``grid:`` and ``stages:`` are read by ``stages``, its ``pages:``
+select report kinds over records, ``reports.REPORTS``, e.g. ``reversal``'s) and ``arguments``
+the command-line flags every study shares. A study is a plan run by the sweep (one
+command); a study's folder holds what its pages need beyond the common tables: ``reversal``'s and
+``warm_start``'s report kinds, ``image``'s paired tables and checkpoint grids. ``detection``
+(``run | sensitivity | ablation | sites | probe | report``) and ``lora`` (``mlp | variants |
+transformer | lrsweep | report``) still have command lines of their own, runnable as ``python -m
+lab.studies.<study> <subcommand>``. Their tables and CSVs are written by
+``attn_lightning.records`` from run records.
 """

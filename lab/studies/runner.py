@@ -134,6 +134,8 @@ class Runner:
             it equals the uninterrupted run). The folder is trusted to hold the same run: its
             name is the experiment, variant and seed.
         skip_runs: never train; read whatever records exist (tables from earlier runs).
+        blocked: the reason a run cannot start yet (its source run of an earlier stage did not
+            finish, its checkpoint is not here), or None; such a run is ``NOT_RUN``.
     """
 
     configs: tuple[str, ...] = ()
@@ -147,6 +149,7 @@ class Runner:
     in_process: bool = False
     resume: bool = False
     skip_runs: bool = False
+    blocked: Callable[[Variant, int], str | None] | None = None
 
     def run_tags(self, variant: Variant, seed: int) -> dict[str, Any]:
         """The ``run_record.tags`` of one run: study, variant, seed, ``tags``, ``variant.info``."""
@@ -214,6 +217,9 @@ class Runner:
         elif self.skip_runs:
             log.info("run %s: not run (--skip-runs; no record)", label)
             return RunResult(variant.name, seed, None, NOT_RUN, info=info)
+        elif reason := self.blocked and self.blocked(variant, seed):
+            log.warning("run %s: not run: %s", label, reason)
+            return RunResult(variant.name, seed, None, NOT_RUN, info={**info, "reason": reason})
         else:
             result = self._train(variant, seed, info)
         if result.status == OK and self.publish is not None and result.log_dir is not None:

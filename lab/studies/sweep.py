@@ -1,18 +1,51 @@
-"""Sweep CLI: repeat a config over variants (backends, overlays) and seeds; mean ± std tables.
+"""Sweep CLI: one command runs any study from its plan; mean ± std tables and the plan's pages.
 
+    python -m lab.studies.sweep --plan configs/studies/sequence_reversal_len50.yaml
     python -m lab.studies.sweep --config configs/reversal/base.yaml \\
         --backends softmax linear performer:num_features=64 polysketch \\
         --seeds 0 1 2 --set trainer.max_steps=3000 --out docs/results/reversal_len50 \\
         --metric test/token_acc --threshold 0.99
-    python -m lab.studies.sweep --plan configs/studies/sequence_reversal_len50.yaml
 
-Each (variant, seed) is a ``train.py fit --test_after_fit`` run of ``studies.runner.Runner``;
-``--seeds`` sets ``seed_everything``, the data seed stays the config's. A (variant, seed) with an
-``ok`` record in the study's ``<out>/runs/`` is taken, not trained, and each run that finishes
-``ok`` is published there, so a sweep continued on another machine trains only the rest;
-``--report-only`` trains nothing. ``--plan configs/studies/<page>.yaml`` gives the options by
-their long names (``--out`` by default ``docs/results/<plan name>``); options given with it
-override it. Writes ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv`` after every run.
+The plan grammar (``configs/studies/<page>.yaml``; every key but ``grid``, ``stages`` and
+``pages`` is an option of this command by its long name; options given beside ``--plan``
+override the plan's)::
+
+    config: [configs/reversal/base.yaml]     # train.py's config stack
+    backends: [softmax, performer:num_features=64]   # attention variants
+    variants: [configs/image/linear.yaml]    # config-overlay variants (named by file stem)
+    seeds: [0, 1, 2]                          # every stage runs every seed
+    set: [trainer.max_steps=600]              # train.py KEY=VALUE arguments of every run
+    grid:                                     # each combination crossed with every variant;
+      model.init_args.width: [64, 128]        # its values join the label and the runs' tags:
+      data.init_args.num_kv_pairs: [4, 8]     # "softmax,width=64,num_kv_pairs=4"
+    stages:                                   # ordered; absent: one stage, the plan's variants
+                                              # (a stage's name: a folder name)
+      base: {backends: [softmax]}
+      zero_shot: {from: base, subcommand: test, backends: [linear]}
+      finetune: {from: base, backends: [linear], set: [trainer.max_steps=200]}
+      pick: {from: {stage: base, variant: softmax}, backends: [linear]}
+    pages: {...}                              # the study's own pages (below)
+
+A stage may give ``backends``/``variants`` (both replace the plan's when either is given),
+``grid`` and ``config`` (replace), ``set`` (added after the plan's, so its keys win) and
+``subcommand`` (``fit``, default, or ``test``). ``from: STAGE`` (a ``fit`` stage) starts each
+run from the ``last.ckpt`` of STAGE's run with the same seed: of its variant with the same
+label, else the one with the same grid values (those of STAGE's grid), else its only one;
+``from: {stage: S, variant: V}`` names it. A ``fit`` stage starts with ``--init_from`` (weights
+only: new optimizer, step 0, ``cli.warm_start``); a ``test`` stage scores ``--ckpt_path`` with
+its backend as the model's ``attention_override``. Stages run in order, each after its source;
+a run whose source has no ``ok`` run (or whose checkpoint is not on this machine) is
+``NOT_RUN``, its reason logged.
+
+Each (stage, variant, seed) is a ``train.py fit --test_after_fit`` (or ``test``) run of
+``studies.runner.Runner``; ``--seeds`` sets ``seed_everything``, the data seed stays the config's.
+Records: a run with an ``ok`` record in ``<out>/runs/<variant>-s<seed>/`` (a staged plan:
+``<out>/runs/<stage>/<variant>-s<seed>/``, logs and checkpoints under ``<experiment>-<stage>``)
+is taken, not trained, and each run that finishes ``ok`` is published there, so a sweep continued
+on another machine trains only the rest; ``--report-only`` trains nothing. ``--out`` is by default
+``docs/results/<plan name>``. Writes ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv``
+after every run (a staged plan's rows are ``<stage>/<variant>``); ``--dry-run`` lists every run:
+its stage, variant, seed, source checkpoint and command.
 
 A plan's ``pages:`` section adds the pages that a study's own question needs, each a report over
 run records (``REPORTS``), written once the runs are done (or with ``--report-only``)::
@@ -30,13 +63,12 @@ A page named as the plan's own (``<out>``) replaces its sweep table.
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import logging
 import shlex
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +77,11 @@ from lab.results.curves import append_curves
 from lab.results.paired import comparisons
 from lab.results.records import (
     NOT_RUN,
+    OK,
     RunResult,
     load_runs,
     publish_run,
+    run_folder,
     study_runs_dir,
 )
 from lab.results.tables import Convergence, write_tables
@@ -58,7 +92,9 @@ from lab.studies.arguments import (
     plan_argv,
     study_parser,
 )
+from lab.studies.reports import REPORTS, plan_pages
 from lab.studies.runner import Runner, Variant
+from lab.studies.stages import Stage, last_checkpoint, plan_stages
 
 log = logging.getLogger("lab.studies.sweep")
 PROG = "python -m lab.studies.sweep"
@@ -66,57 +102,13 @@ PLANS = Path("configs/studies")
 # Options of one call, not of the study: a plan cannot set them, and the page's command omits
 # the two that change only where and how its files are made.
 CALL_ONLY = ("plan", "report-only", "into", "dry-run")
+SECTIONS = ("grid", "stages", "pages")  # a plan's keys that are no option
 PAIRED_NOTE = (
     "Δ vs control: per seed, the variant's value minus its control's (same seed: same "
     "initialisation stream, batch order and data), mean [95 % Student-t interval] over the n "
     "seeds both finished; one seed has no interval."
 )
-# A plan page's report kinds: writer(record folders, out, *, command, **the page's options).
-REPORTS = {
-    "paired": "lab.studies.image.tables:write_paired",  # unimodal: mean ± std, Δ
-    "reversal": "lab.studies.reversal.report:report",
-    "trajectories": "lab.studies.reversal.trajectories:write_trajectories",
-}
-
-
-@dataclass(frozen=True)
-class Page:
-    """A page of a plan's ``pages:`` section: its name, writer, record folders and options."""
-
-    name: str
-    write: Callable[..., object]
-    runs: list[Path]
-    options: dict[str, Any]
-
-
-def plan_pages(pages: object, out: Path) -> list[Page]:
-    """A plan's ``pages:`` section, checked (module docstring); ``out``: the sweep's ``--out``.
-
-    Raises:
-        ValueError: naming the page and key when a report kind or option is not one there is.
-    """
-    if not isinstance(pages, dict) or not all(isinstance(s, dict) for s in pages.values()):
-        raise ValueError("pages: give a mapping of page names to {report: KIND, option: value}")
-    checked = []
-    for name, spec in pages.items():
-        options = dict(spec)
-        kind = options.pop("report", None)
-        if kind not in REPORTS:
-            raise ValueError(f"pages: {name}: report {kind!r}; the reports are {list(REPORTS)}")
-        module, function = REPORTS[kind].split(":")
-        write = getattr(importlib.import_module(module), function)
-        runs = options.pop("runs", [out / "runs"])
-        runs = [runs] if isinstance(runs, str) else runs  # one folder, not its characters
-        keys = inspect.signature(write).parameters.values()
-        allowed = [k.name for k in keys if k.kind == k.KEYWORD_ONLY and k.name != "command"]
-        unknown = [key for key in options if key not in allowed]
-        if unknown:
-            raise ValueError(
-                f"pages: {name}: unknown key {unknown[0]!r}; the keys of a {kind} page are "
-                f"report, runs, {', '.join(allowed)}"
-            )
-        checked.append(Page(str(name), write, [Path(r) for r in runs], options))
-    return checked
+__all__ = ["PLANS", "REPORTS", "build_parser", "main", "parse", "report"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,16 +152,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
-    """The sweep's options (a plan's, then ``argv``'s; its pages in ``args.pages``), its variants
-    and the page's command."""
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
+    """The sweep's options (a plan's, then ``argv``'s; its pages in ``args.pages``), its stages
+    in run order and the page's command."""
     parser = build_parser()
     path = parser.parse_args(argv).plan
     planned: list[str] = []
     sections: dict[str, Any] = {}
     if path is not None:
         try:
-            planned, sections = plan_argv(parser, path, exclude=CALL_ONLY, sections=["pages"])
+            planned, sections = plan_argv(parser, path, exclude=CALL_ONLY, sections=SECTIONS)
         except ValueError as error:
             parser.error(str(error))
         if "--out" not in planned:
@@ -177,20 +169,29 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
     args = parser.parse_args([*planned, *argv])
     if args.out is None:
         parser.error("give --out (or a --plan)")
-    if not args.config:
-        parser.error("give --config (or a --plan that names it)")
-    if not args.backends and not args.variants:
+    if not args.backends and not args.variants and "stages" not in sections:
         parser.error("give --backends and/or --variants")
     if (args.metric is None) != (args.threshold is None):
         parser.error("--metric and --threshold go together")
     check_overrides(parser, args.set)
-    try:  # fail before the first run on a malformed spec or page
-        variants = [Variant.from_attention(s) for s in args.backends]
+    args.experiment = args.experiment or f"sweep-{args.out.name}"
+    try:  # fail before the first run on a malformed spec, stage or page
+        stages = plan_stages(
+            sections.get("stages"),
+            configs=args.config or [],
+            overrides=args.set,
+            backends=args.backends,
+            variants=args.variants,
+            grid=sections.get("grid"),
+            experiment=args.experiment,
+        )
         args.pages = plan_pages(sections.get("pages", {}), args.out)
     except ValueError as error:
-        parser.error(f"plan {path}: {error}" if "pages:" in str(error) else str(error))
-    variants += [Variant.from_config(p) for p in args.variants]
-    names = [v.name for v in variants]
+        section = str(error).startswith(SECTIONS)
+        parser.error(f"plan {path}: {error}" if path and section else str(error))
+    if not all(stage.configs for stage in stages):
+        parser.error("give --config (or a --plan that names it)")
+    names = [_label(stage, v) for stage in stages for v in stage.variants]
     unknown = [n for pair in args.pair for n in pair if n not in names]
     if unknown:
         parser.error(f"--pair names {unknown}, not variants of this sweep; they are {names}")
@@ -200,35 +201,91 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Variant], str]:
     # --report-only and --into change no number: the page's command leaves them out.
     after = ["", *argv]
     own = [a for a, b in zip(argv, after) if a != "--report-only" and "--into" not in (a[:6], b)]
-    return args, variants, command_line(PROG, own)
+    return args, stages, command_line(PROG, own)
+
+
+def _label(stage: Stage, variant: Variant | str) -> str:
+    """A run's row label: its variant's, ``<stage>/`` before it in a staged plan."""
+    name = variant if isinstance(variant, str) else variant.name
+    return f"{stage.name}/{name}" if stage.name else name
+
+
+def _blocked(
+    stages: dict[str, Stage],
+    done: dict[str, dict[tuple[str, int], RunResult]],
+    experiment: str,
+    stage: Stage,
+    variant: Variant,
+    seed: int,
+) -> str | None:
+    """Why a run of ``stage`` cannot start (``Runner.blocked``): its source run of the same seed
+    is not ``ok``, or its checkpoint is not here; None when it can."""
+    assert stage.source is not None  # only started stages are asked
+    name = stage.sources[variant.name]
+    run = f"{stage.source}/{run_folder(name, seed)}"
+    source = done.get(stage.source, {}).get((name, seed))
+    if source is None or source.status != OK:
+        return f"its source run {run} is {source.status if source else NOT_RUN}"
+    ckpt = last_checkpoint(stages[stage.source], experiment, name, seed)
+    if not ckpt.is_file():
+        # A committed record keeps no checkpoint: the source must be trained on this machine.
+        return f"its source run {run} is ok but its checkpoint {ckpt} is not on this machine"
+    return None
+
+
+def _list_runs(
+    stage: Stage, runner: Runner, stages: dict[str, Stage], seeds: Sequence[int], experiment: str
+) -> None:
+    """``--dry-run``: one line per run of ``stage``: stage, variant, seed, source, command."""
+    for variant in stage.variants:
+        for seed in seeds:
+            ckpt = "-"
+            if stage.source is not None:
+                source = stages[stage.source]
+                ckpt = str(last_checkpoint(source, experiment, stage.sources[variant.name], seed))
+            command = shlex.join(runner.command(variant, seed))
+            log.info("stage %s | %s | seed %d | from %s | %s", stage.name or "-", variant.name,
+                     seed, ckpt, command)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> list[RunResult]:
     """Run the sweep CLI; returns the runs (in the order of the tables)."""
     log_to_stderr()
-    args, variants, command = parse(sys.argv[1:] if argv is None else argv)
+    args, stages, command = parse(sys.argv[1:] if argv is None else argv)
     study, results_dir = args.out.name, args.out.parent
     records = study_runs_dir(study, results_dir)
-    runner = Runner(
-        configs=tuple(args.config),
-        overrides=tuple(args.set),
-        experiment=args.experiment or f"sweep-{study}",
-        study=study,
-        record_roots=(records, *args.records_also),
-        publish=lambda folder: publish_run(folder, study, results_dir),
-        train_script=args.train_script,
-        resume=args.resume,
-        skip_runs=args.skip_runs,
-    )
-    jobs = [(v, s) for v in variants for s in args.seeds]
+    by_name = {stage.name: stage for stage in stages}
+    done: dict[str, dict[tuple[str, int], RunResult]] = {}
+
+    def runner(stage: Stage) -> Runner:
+        return Runner(
+            configs=stage.configs,
+            overrides=stage.overrides,
+            experiment=stage.experiment(args.experiment),
+            study=study,
+            tags={"stage": stage.name} if stage.name else {},
+            # Path("runs") / "" is "runs": a plan without stages keeps its records' layout.
+            record_roots=tuple(root / stage.name for root in (records, *args.records_also)),
+            publish=partial(
+                publish_run, study=study, results=results_dir, group=stage.name or None
+            ),
+            train_script=args.train_script,
+            resume=args.resume,
+            skip_runs=args.skip_runs,
+            blocked=None
+            if stage.source is None
+            else partial(_blocked, by_name, done, args.experiment, stage),
+        )
+
     if args.dry_run:
-        for variant, seed in jobs:
-            log.info("%s", shlex.join(runner.command(variant, seed)))
+        for stage in stages:
+            _list_runs(stage, runner(stage), by_name, args.seeds, args.experiment)
         return []
     convergence = (
         None if args.metric is None else Convergence(args.metric, args.threshold, args.direction)
     )
     out = args.out if args.into is None else args.into / study
+    labels = [_label(stage, v) for stage in stages for v in stage.variants]
 
     def tables(_: RunResult | None, finished: list[RunResult]) -> None:
         extra = comparisons(finished, dict(args.pair), args.compared) if args.compared else {}
@@ -239,20 +296,34 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             command=command,
             metrics=args.metrics,
             convergence=convergence,
-            label="variant" if args.variants else "backend",
+            label="variant" if args.variants or stages[0].name else "backend",
             jobs=args.jobs,
             # Every variant gets every column ("–" where it has no control): one CSV header.
-            extra={v.name: {t: extra.get(v.name, {}).get(t) for t in titles} for v in variants},
+            extra={n: {t: extra.get(n, {}).get(t) for t in titles} for n in labels},
             notes=[PAIRED_NOTE] if extra else [],
         )
 
     sweep_page = all(page.name != study for page in args.pages)  # else a page replaces it
-    if args.report_only:
-        results = report([records, *args.records_also], [(v.name, s) for v, s in jobs])
-        if sweep_page:
-            tables(None, results)
-    else:
-        results = runner.run_all(jobs, parallel=args.jobs, on_result=tables if sweep_page else None)
+    results: list[RunResult] = []
+    for stage in stages:
+        jobs = [(v, s) for v in stage.variants for s in args.seeds]
+        earlier = list(results)
+
+        def rows(
+            finished: Sequence[RunResult], stage: Stage = stage, earlier: list[RunResult] = earlier
+        ) -> list[RunResult]:
+            return [*earlier, *(replace(r, variant=_label(stage, r.variant)) for r in finished)]
+
+        if args.report_only:
+            roots = [root / stage.name for root in (records, *args.records_also)]
+            runs = report(roots, [(v.name, s) for v, s in jobs])
+        else:
+            on_result = (lambda _, finished: tables(None, rows(finished))) if sweep_page else None
+            runs = runner(stage).run_all(jobs, parallel=args.jobs, on_result=on_result)
+        done[stage.name] = {(r.variant, r.seed): r for r in runs}
+        results = rows(runs)
+    if args.report_only and sweep_page:
+        tables(None, results)
     if args.curve and sweep_page:  # once, at the end: it reads every run's curves
         append_curves(out, results, args.curve)
     if sweep_page:

@@ -1,5 +1,6 @@
 """warm_start.md's summary and paired tables, checked cell by cell against the tables that
-``python -m lab.studies.warm_start tables`` generates from the committed runs CSVs
+the study's plans (``python -m lab.studies.sweep --plan configs/studies/warm_start_*.yaml``)
+generate from the committed run records
 (``warm_start_{digits,reversal}.md``): the page rearranges those cells, and a cell that is not
 the generated one fails."""
 

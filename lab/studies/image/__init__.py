@@ -1,6 +1,2 @@
-"""The image-generation study: PNG grids of checkpoints (``samples``) and tables of its runs'
-records (``tables``); ``python -m lab.studies.image`` (``cli``)."""
-
-from lab.studies.image.cli import main
-
-__all__ = ["main"]
+"""The image-generation study: its runs are plans (``configs/studies/image*.yaml``); ``tables`` is
+their pages' ``paired`` report kind and ``samples`` draws PNG grids of a trained checkpoint."""

@@ -1,24 +1,27 @@
-"""The warm-start study's tables: every condition per backend, and the paired Δs that answer
-the review's claim — fine-tuned from softmax against the same backend trained from scratch.
+"""The warm-start study's tables, a plan page's ``warm_start`` report
+(``configs/studies/warm_start_{reversal,digits}.yaml``): every condition per backend, and the
+paired Δs that answer the review's claim — fine-tuned from softmax against the same backend
+trained from scratch.
 
-Cells are mean ± std over seeds; where the task has a convergence threshold (reversal: test
-token accuracy ≥ 99 %, as on every reversal page) its outcomes are bimodal (a run learns
-reversal or stalls), so the table shows k/n converged and median [25th, 75th percentile] instead
-(the CSV keeps both). A paired Δ is ``results.paired.seed_deltas`` (a Student-t interval and the
-sign test).
+A row's condition is its run's stage (``CONDITIONS``), its backend the stage's attention spec
+(``BACKENDS``). Cells are mean ± std over seeds; where the task has a convergence threshold
+(reversal: test token accuracy ≥ 99 %, as on every reversal page) its outcomes are bimodal (a
+run learns reversal or stalls), so the table shows k/n converged and median [25th, 75th
+percentile] instead (the CSV keeps both). A paired Δ is ``results.paired.seed_deltas`` (a
+Student-t interval and the sign test).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from attn_lightning.records.environment import machine_line
 from attn_lightning.records.files import markdown_table, write_csv
 from lab.results.paired import SEED_INTERVAL_NOTE, seed_deltas
-from lab.results.records import OK, RunResult
+from lab.results.records import OK, RunResult, load_runs
 from lab.results.tables import (
     column,
     mean_std,
@@ -27,17 +30,32 @@ from lab.results.tables import (
     run_rows,
     summary_cell,
 )
-from lab.studies.warm_start.plan import (
-    BACKENDS,
-    CONDITIONS,
-    CONVERGED,
-    TASKS,
-    in_run_order,
-)
 
-log = logging.getLogger("lab.studies.warm_start")
-
-SHOWN = ("softmax", *BACKENDS)  # the tables' backends, the base's first
+# The backends swapped in, by the plan's attention spec: the tables' short names.
+BACKENDS = {
+    "performer:num_features=64": "performer_m64",
+    "performer:num_features=256": "performer_m256",
+    "linear": "linear",
+    "polysketch": "polysketch",
+}
+# The plan's stages: each one's condition, in the tables' order (the base first).
+CONDITIONS = {
+    "base": "base",
+    "zero_shot": "zero-shot",
+    "fine_tune": "fine-tune",
+    "fine_tune_redraw": "fine-tune + redraw",
+    "scratch": "scratch",
+    "scratch_total": "scratch, base + fine-tune steps",
+}
+# What each task's page shows: its headline metrics.
+TASKS = {
+    "reversal": ("test/token_acc", "test/exact_acc", "test/loss"),
+    "digits": ("test/acc", "test/loss"),
+}
+# Tasks whose runs converge or stall (bimodal): the metric and threshold of "converged", the
+# reversal pages' rule.
+CONVERGED: dict[str, tuple[str, float]] = {"reversal": ("test/token_acc", 0.99)}
+SHOWN = ("softmax", *BACKENDS.values())  # the tables' backends, the base's first
 # The comparisons of the paired table: (condition, against, what it asks).
 PAIRS = (
     ("fine-tune", "scratch", "warm start vs scratch, same steps"),
@@ -65,7 +83,7 @@ def condition_rows(
     quartiles, and with ``converged = (metric, threshold)`` how many runs reach it."""
     rows = []
     for backend in SHOWN:
-        for condition in ("base", *CONDITIONS):
+        for condition in CONDITIONS.values():
             n = len(_values(runs, backend, condition, metrics[0]))
             if not n:
                 continue
@@ -107,13 +125,56 @@ def paired_rows(runs: Sequence[RunResult], metrics: Sequence[str]) -> list[dict[
     return rows
 
 
-def write(
-    out: Path, runs: Sequence[RunResult], *, task: str, command: str, notes: Sequence[str] = ()
-) -> None:
+def in_run_order(runs: Iterable[RunResult]) -> list[RunResult]:
+    """``runs`` as the per-run table lists them: every seed's base, then per seed each backend's
+    conditions, as ``BACKENDS`` and ``CONDITIONS`` list them."""
+    backends, conditions = list(SHOWN), list(CONDITIONS.values())
+
+    def key(run: RunResult) -> tuple[int, int, int, int]:
+        backend, condition = run.info["backend"], run.info["condition"]
+        if condition == "base":
+            return (0, run.seed, 0, 0)
+        return (1, run.seed, backends.index(backend), conditions.index(condition))
+
+    return sorted(runs, key=key)
+
+
+def study_runs(roots: Sequence[Path]) -> list[RunResult]:
+    """The runs recorded under ``roots``, each labelled ``<stage>/<variant>`` with its backend
+    and condition in ``info``.
+
+    Raises:
+        FileNotFoundError: no run record under ``roots``.
+        ValueError: a run whose stage or backend is not one of the study's, naming it.
+    """
+    runs = [run for root in roots for run in load_runs(root)]
+    if not runs:
+        raise FileNotFoundError(f"no run records under {', '.join(map(str, roots))}")
+    labelled = []
+    for run in runs:
+        stage, backend = run.info.get("stage"), BACKENDS.get(run.variant, run.variant)
+        if stage not in CONDITIONS or backend not in SHOWN:
+            raise ValueError(
+                f"{run.log_dir}: stage {stage!r}, backend {run.variant!r}; the stages are "
+                f"{list(CONDITIONS)}, the backends softmax and {list(BACKENDS)}"
+            )
+        info = {**run.info, "backend": backend, "condition": CONDITIONS[stage]}
+        labelled.append(replace(run, variant=f"{stage}/{run.variant}", info=info))
+    return labelled
+
+
+def write(roots: Sequence[Path], out: Path, *, command: str, task: str) -> None:
     """``<out>.md``, ``<out>.csv`` (conditions), ``<out>_paired.csv`` and ``<out>_runs.csv`` of
-    one task's runs (in run order, ``plan.in_run_order``); its outcomes are bimodal where it has
-    a convergence threshold (``plan.CONVERGED``, module doc)."""
-    runs, metrics, converged = in_run_order(runs), TASKS[task][1], CONVERGED.get(task)
+    one task's runs recorded under ``roots`` (in run order); its outcomes are bimodal where it has
+    a convergence threshold (``CONVERGED``, module doc).
+
+    Raises:
+        ValueError: ``task`` is not one of ``TASKS``, or a run is not one of the study's.
+        FileNotFoundError: no run record under ``roots``.
+    """
+    if task not in TASKS:
+        raise ValueError(f"task {task!r}; the tasks are {list(TASKS)}")
+    runs, metrics, converged = in_run_order(study_runs(roots)), TASKS[task], CONVERGED.get(task)
     rows = condition_rows(runs, metrics, converged)
     paired = paired_rows(runs, metrics)
     write_csv(out.with_name(out.name + ".csv"), rows)
@@ -145,7 +206,6 @@ def write(
         f"# Warm start from softmax: {task}\n",
         f"Regenerate with:\n\n```bash\n{command}\n```\n",
         (records_machine_line(runs) or machine_line()) + "\n",  # where the runs ran
-        *notes,
         "Test split, best-by-validation checkpoint (zero-shot: the base's `last.ckpt`); "
         f"{spread}.\n",
         markdown_table(["backend", "condition", "converged" if bimodal else "n", *titles], body),
@@ -154,4 +214,3 @@ def write(
         markdown_table(["backend", "comparison", *titles], pairs),
     ]
     out.with_name(out.name + ".md").write_text("\n".join(text) + "\n")
-    log.info("wrote %s.md, %s.csv, %s_paired.csv, %s_runs.csv", *(out,) * 4)

@@ -15,7 +15,7 @@ from lab.results.tables import Convergence, summarize
 from lab.studies.runner import Runner, Variant
 from lab.studies.sweep import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the checkout
 
 
 def test_run_label_is_file_name_safe():

@@ -1,5 +1,5 @@
 """The image study's ``samples``: PNG grids of a checkpoint trained a few steps, the same grids
-the ImageGrids callback logs to TensorBoard; the old module path still works, with a warning."""
+the ImageGrids callback logs to TensorBoard."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attn_lightning.cli import main as train
-from lab.studies.image import main
+from lab.studies.image.samples import write_grids
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-GRIDS = ["--num_samples", "4", "--num_images", "2", "--num_completions", "3"]
+CONFIGS = Path(__file__).resolve().parents[4] / "configs"
+GRIDS = {"num_samples": 4, "num_images": 2, "num_completions": 3}
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +57,17 @@ def test_short_run_logs_image_grids_and_sample_images_writes_pngs(trained, tmp_p
         tags |= set(accumulator.Tags()["images"])
     assert {"samples/unconditional", "samples/completion"} <= tags
     ckpt = trained / "checkpoints" / "debug" / "r" / "last.ckpt"
-    argv = ["--ckpt_path", str(ckpt), "--out", str(tmp_path / "png"), "--prefix", "lin_", *GRIDS]
-    paths = main(["samples", *argv])
+    paths = write_grids(ckpt, tmp_path / "png", prefix="lin_", **GRIDS)
     assert [p.name for p in paths] == ["lin_samples.png", "lin_completions.png"]
     _completion_shape(paths[1])
 
 
-def test_a_path_that_is_no_checkpoint_is_a_usage_error(tmp_path, capsys):
+def test_a_path_that_is_no_checkpoint_or_a_bad_option_is_an_error_naming_it(trained, tmp_path):
     (tmp_path / "junk.ckpt").write_bytes(b"hello")
     for name, message in (("none.ckpt", "no such file"), ("junk.ckpt", "is corrupt")):
-        with pytest.raises(SystemExit) as exc:
-            main(["samples", "--ckpt_path", str(tmp_path / name), "--out", str(tmp_path / "png")])
-        assert exc.value.code == 2 and message in capsys.readouterr().err
+        with pytest.raises(ValueError, match=message):
+            write_grids(tmp_path / name, tmp_path / "png")
+    ckpt = trained / "checkpoints" / "debug" / "r" / "last.ckpt"
+    with pytest.raises(ValueError, match="split 'dev', method 'auto'; splits "):
+        write_grids(ckpt, tmp_path / "png", split="dev")
+    assert not (tmp_path / "png").exists()

@@ -13,7 +13,7 @@ import pytest
 from lab.studies.image.tables import write_paired
 from lab.studies.sweep import main
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
+DOCS = Path(__file__).resolve().parents[4] / "docs" / "results"
 RUNS = DOCS / "image28_mnist5k" / "runs"
 ORDER = ["softmax", "linear", "performer", "polysketch"]
 

@@ -68,7 +68,7 @@ def test_control_adds_paired_differences_over_shared_seeds(study, tmp_path):
         ({"x": {"report": "outcomes"}}, "pages: x: report 'outcomes'; the reports are"),
         (
             {"x": {"runs": ["a"]}},
-            "pages: x: report None; the reports are ['paired', 'reversal', 'trajectories']",
+            "pages: x: report None; the reports are ['paired', 'reversal', 'trajectories', ",
         ),
         (
             {"x": {"report": "reversal", "control_": "softmax"}},

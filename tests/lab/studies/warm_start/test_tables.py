@@ -1,0 +1,162 @@
+"""The warm-start study: its plans' stages (configs/studies/warm_start_*.yaml) and its page's
+``warm_start`` report (the committed pages rebuilt from the records: tests/docs/test_plan_pages)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attn_lightning.records.files import read_csv
+from attn_lightning.records.run_files import write_record
+from lab.results.records import RunResult
+from lab.studies.runner import Runner
+from lab.studies.sweep import main, parse
+from lab.studies.warm_start import tables
+
+ROOT = Path(__file__).resolve().parents[4]
+PLAN = "configs/studies/warm_start_reversal.yaml"
+
+
+def test_the_plan_has_one_control_per_question_and_the_base_first(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    _, stages, _ = parse(["--plan", PLAN])
+    by_name = {stage.name: stage for stage in stages}
+    assert stages[0].name == "base" and [v.name for v in stages[0].variants] == ["softmax"]
+    backends = list(tables.BACKENDS)
+    assert {s.name: [v.name for v in s.variants] for s in stages[1:]} == {
+        "zero_shot": backends,
+        "fine_tune": backends,
+        "fine_tune_redraw": backends[:2],  # the Performers
+        "scratch": backends,
+        "scratch_total": backends,
+    }
+    assert list(by_name) == list(tables.CONDITIONS)  # every stage is a condition of the tables
+    tune, redraw = by_name["fine_tune"], by_name["fine_tune_redraw"]
+    # fine-tune and its redraw control differ in the redraw only
+    assert set(tune.overrides) ^ set(redraw.overrides) == {
+        "feature_redraw.every_n_steps=0",
+        "feature_redraw.every_n_steps=100",
+    }
+    assert tune.variants[0].overrides == redraw.variants[0].overrides
+    # each seed starts from its own base: {seed} is filled per run
+    runner = Runner(overrides=tune.overrides, experiment="w")
+    args = runner.train_args(tune.variants[2], seed=3)
+    assert "--init_from=checkpoints/warm-start-reversal-base/softmax-s3/last.ckpt" in args
+    assert args[-1] == "--feature_redraw.every_n_steps=0" and "--trainer.max_steps=200" in args
+    total = by_name["scratch_total"]
+    assert "--trainer.max_steps=800" in Runner(overrides=total.overrides).train_args(
+        total.variants[0], 0
+    )
+    zero = by_name["zero_shot"].variants[0]
+    assert zero.subcommand == "test"
+    swap = json.dumps({"name": "performer", "num_features": 64})
+    assert f"model.init_args.attention_override={swap}" in zero.overrides
+
+
+def test_in_the_checkout_every_run_is_a_committed_record(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    script = tmp_path / "must_not_train.py"
+    script.write_text("raise SystemExit('must not train')")
+    runs = main(["--plan", PLAN, "--train-script", str(script), "--into", str(tmp_path)])
+    assert len(runs) == 57 and {r.status for r in runs} == {"ok"}
+    assert runs[0].log_dir == "docs/results/warm_start_reversal/runs/base/softmax-s0"
+    assert (tmp_path / "warm_start_reversal.md").is_file()
+
+
+def _records(root: Path, runs: list[tuple[str, str, int, dict]]) -> Path:
+    for stage, variant, seed, metrics in runs:
+        folder = root / stage / f"{variant}-s{seed}"
+        folder.mkdir(parents=True)
+        tags = {"study": "w", "stage": stage, "variant": variant, "seed": seed}
+        record = {"seed": seed, "status": "ok", "tags": tags, "fit_seconds": 1.0}
+        write_record(folder, {**record, "metrics": {"test": metrics}})
+    return root
+
+
+def test_tables_pair_the_fine_tune_with_scratch_per_seed(tmp_path):
+    accs = {"fine_tune": [0.9, 0.92, 0.95], "scratch": [0.5, 0.6, 0.96]}
+    runs = [
+        (stage, "linear", s, {"test/acc": a, "test/loss": 1 - a})
+        for stage, values in accs.items()
+        for s, a in enumerate(values)
+    ]
+    tables.write([_records(tmp_path / "runs", runs)], tmp_path / "w", task="digits", command="c")
+    text = (tmp_path / "w.md").read_text()
+    assert "| `linear` | fine-tune | 3 | 92.33 ± 2.52 |" in text
+    assert "| `linear` | fine-tune − scratch | +23.67 [" in text
+    assert "(n=3: 2+ 1− 0=, sign p 1.00)" in text
+    assert "s0 +40.00, s1 +32.00, s2 -1.00" in (tmp_path / "w_paired.csv").read_text()
+    first = read_csv(tmp_path / "w_runs.csv")[1][0]
+    assert (first["variant"], first["backend"], first["condition"]) == (
+        "fine_tune/linear",
+        "linear",
+        "fine-tune",
+    )
+
+
+def test_a_task_with_a_threshold_shows_k_of_n_converged_and_median_iqr(tmp_path):
+    runs = [
+        ("fine_tune", "linear", s, {"test/token_acc": a}) for s, a in enumerate([0.2, 0.995, 1.0])
+    ]
+    tables.write([_records(tmp_path / "r", runs)], tmp_path / "w", task="reversal", command="c")
+    text = (tmp_path / "w.md").read_text()
+    assert "# Warm start from softmax: reversal\n" in text
+    assert "| backend | condition | converged |" in text
+    assert "| `linear` | fine-tune | 2/3 | 99.50 [59.75, 99.75] | – | – |" in text
+    assert "converged = " in text and "≥ 99" in text
+    row = read_csv(tmp_path / "w.csv")[1][0]
+    assert row["converged"] == "2"
+    assert float(row["test/token_acc_mean"]) == pytest.approx(0.7317, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("runs", "task", "error", "message"),
+    [
+        (
+            [("tune", "linear", 0, {})],
+            "digits",
+            ValueError,
+            "stage 'tune', backend 'linear'; the stages are ['base', ",
+        ),
+        ([("base", "gru", 0, {})], "digits", ValueError, "backend 'gru'; the stages are"),
+        (
+            [("base", "softmax", 0, {})],
+            "vision",
+            ValueError,
+            "task 'vision'; the tasks are ['reversal', 'digits']",
+        ),
+        ([], "digits", FileNotFoundError, "no run records under "),
+    ],
+)
+def test_a_run_or_task_the_study_does_not_have_is_an_error_naming_it(
+    tmp_path, runs, task, error, message
+):
+    root = _records(tmp_path / "r", runs)
+    with pytest.raises(error) as raised:
+        tables.write([root], tmp_path / "w", task=task, command="c")
+    assert message in str(raised.value)
+
+
+def test_in_run_order_puts_every_base_first_then_seed_backend_condition():
+    def run(backend: str, condition: str, seed: int) -> RunResult:
+        info = {"backend": backend, "condition": condition}
+        return RunResult(f"{backend}@{condition}", seed, None, "ok", info=info)
+
+    runs = [
+        run("linear", "zero-shot", 0),
+        run("performer_m64", "scratch", 1),
+        run("softmax", "base", 1),
+        run("performer_m64", "fine-tune", 0),
+        run("performer_m64", "zero-shot", 0),
+        run("softmax", "base", 0),
+    ]
+    assert [(r.variant, r.seed) for r in tables.in_run_order(runs)] == [
+        ("softmax@base", 0),
+        ("softmax@base", 1),
+        ("performer_m64@zero-shot", 0),
+        ("performer_m64@fine-tune", 0),
+        ("linear@zero-shot", 0),
+        ("performer_m64@scratch", 1),
+    ]
