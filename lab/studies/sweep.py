@@ -73,6 +73,9 @@ PAIRED_NOTE = (
 )
 # A plan page's report kinds: writer(record folders, out, *, command, **the page's options).
 REPORTS = {
+    "detection": "lab.studies.detection.report:write_page",  # table, controls, costs, grids
+    "detection_probe": "lab.studies.detection.report:write_probe",
+    "detection_sites": "lab.studies.detection.report:write_sites",
     "paired": "lab.studies.image.tables:write_paired",  # unimodal: mean ± std, Δ
     "reversal": "lab.studies.reversal.report:report",
     "trajectories": "lab.studies.reversal.trajectories:write_trajectories",
