@@ -31,7 +31,6 @@ PARSERS = {
     "lab.benchmark": ("lab.benchmarks.cli", []),
     "lab.benchmarks.generation": ("lab.benchmarks.cli", ["generation"]),
     "lab.studies.sweep": ("lab.studies.sweep", []),
-    "lab.studies.detection": ("lab.studies.detection.cli", []),
     "lab.studies.image": ("lab.studies.image.cli", []),
     "lab.studies.lora": ("lab.studies.lora.cli", []),
     "lab.studies.warm_start": ("lab.studies.warm_start.cli", []),

@@ -2,10 +2,10 @@
 
 ``runner`` is the one runner (a (variant, seed) -> a ``python -m attn_lightning.cli`` run -> its
 ``RunResult``, read from the run's record), ``sweep`` the generic sweep CLI on top of it (plans:
-``configs/studies/``, whose ``pages:`` select reports over records, e.g. ``reversal``'s) and
-``arguments`` the command-line flags every study shares. A study with stages of its own is a
-folder runnable as ``python -m lab.studies.<study> <subcommand>``: ``detection``
-(``run | sensitivity | ablation | sites | probe | report``), ``image`` (``samples | tables``),
+``configs/studies/``, whose ``pages:`` select reports over records, e.g. ``reversal``'s and
+``detection``'s) and ``arguments`` the command-line flags every study shares. A study with
+stages of its own is a folder runnable as ``python -m lab.studies.<study> <subcommand>``:
+``image`` (``samples | tables``),
 ``lora`` (``mlp | variants | transformer | lrsweep | report``) and ``warm_start`` (``run |
 tables``). Their tables and CSVs are written by ``attn_lightning.records`` from run records.
 """

@@ -80,8 +80,10 @@ def write_sites(out: Path, rows: list[sites.SiteRow], *, command: str) -> None:
         "tokens": "L, S recorded from one forward of a blank image of the config's size",
     }
     write_csv(out.with_name(out.name + ".csv"), rows, meta, float_digits=6)
+    notes = {k: v for k, v in meta.items() if k != "command"}  # the command: a code block
     text = (
-        f"# Attention sites: parameters and FLOPs\n\n{markdown_meta(meta)}\n\n"
+        "# Attention sites: parameters and FLOPs\n\nRegenerate with:\n\n"
+        f"```bash\n{command}\n```\n\n{markdown_meta(notes)}\n\n"
         f"## Per site\n\n{sites.site_table(rows)}\n\n"
         f"## Per variant (all sites and layers, one image)\n\n{sites.variant_table(rows)}\n\n"
         "Attention params: the Q/K/V/out projections and any trainable backend tensors of the "

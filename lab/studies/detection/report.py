@@ -68,7 +68,8 @@ def write_page(
     costs: str | None = None,
 ) -> list[RunResult]:
     """The ``detection`` page kind (module docstring); returns its runs in table order."""
-    names, points, heading = list(variants), [], ""
+    names, heading = list(variants), ""
+    points: list[GridPoint] = []
     if grid is not None:
         if centre is None:
             raise ValueError(f"a {grid} page needs centre: an optimization variant")
