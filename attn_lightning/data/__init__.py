@@ -10,7 +10,7 @@ from attn_lightning.data.reversal import (
     SequenceReversalDataModule,
     ShiftedReversalDataModule,
 )
-from attn_lightning.data.scenes import SyntheticScenes
+from attn_lightning.data.scenes import SceneSpec, SyntheticScenes
 
 __all__ = [
     "AssociativeRecallDataModule",
@@ -18,6 +18,7 @@ __all__ = [
     "DomainImageDataModule",
     "PixelDataModule",
     "ReversalDataset",
+    "SceneSpec",
     "SequenceReversalDataModule",
     "ShiftedReversalDataModule",
     "SyntheticScenes",

@@ -2,11 +2,12 @@
 
 Batches are ``(images (B, 3, H, W), [target, ...])`` with the targets of ``data/scenes.py``.
 
-* ``source="synthetic"``: ``SyntheticScenes`` (``data/scenes.py``); splits use independent seeds.
+* ``source="synthetic"``: ``SyntheticScenes`` of the ``scenes`` spec (``data/scenes.py``'s
+  ``SceneSpec``); splits use independent seeds.
 * ``source="coco"``: ``<root>/<split>/`` images and ``<root>/annotations/instances_<split>.json``
   (split folder names configurable, e.g. ``{train: train2017, val: val2017, test: val2017}``),
-  read by torchvision's ``CocoDetection``; images are resized to ``image_size²`` (boxes are
-  normalised, so they follow). Category ids map to labels 0..C−1 in id order.
+  read by torchvision's ``CocoDetection``; images are resized to the spec's ``image_size²``
+  (boxes are normalised, so they follow). Category ids map to labels 0..C−1 in id order.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
-from attn_lightning.data.scenes import Example, SyntheticScenes, synthetic_category_id
+from attn_lightning.data.scenes import Example, SceneSpec, SyntheticScenes, synthetic_category_id
 from attn_lightning.models.box_ops import pixel_scale, xywh_to_cxcywh
 
 SOURCES = ("synthetic", "coco")
@@ -101,10 +102,9 @@ class DetectionDataModule(SplitDataModule[Dataset]):
         source: ``synthetic`` or ``coco``.
         root: the COCO folder (``source="coco"``).
         coco_splits: folder/annotation name of each split, e.g. ``{val: val2017}``.
-        image_size: square input size (synthetic canvas, or the resize of COCO images).
-        num_classes, min_objects, max_objects, min_size, max_size: synthetic scenes (sizes in
-            pixels); for COCO the classes are the annotations' categories and ``num_classes``
-            is not used.
+        scenes: the synthetic scenes (``data.scenes.SceneSpec``: image_size, num_classes,
+            min_objects, max_objects, min_size, max_size); for COCO only its ``image_size`` is
+            used (the resize), the classes are the annotations' categories.
         train_size, val_size, test_size: synthetic examples per split.
         batch_size, num_workers: DataLoader settings.
         seed: synthetic data seed (split i uses ``seed·3 + i``).
@@ -118,12 +118,7 @@ class DetectionDataModule(SplitDataModule[Dataset]):
         source: str = "synthetic",
         root: str = "data/coco",
         coco_splits: dict[str, str] | None = None,
-        image_size: int = 64,
-        num_classes: int = 3,
-        min_objects: int = 1,
-        max_objects: int = 3,
-        min_size: int = 12,
-        max_size: int = 28,
+        scenes: SceneSpec = SceneSpec(),
         train_size: int = 4000,
         val_size: int = 500,
         test_size: int = 500,
@@ -139,17 +134,10 @@ class DetectionDataModule(SplitDataModule[Dataset]):
             raise ValueError(f"coco_splits keys must be among {SPLITS}, got {sorted(splits)}")
         self.save_hyperparameters()
         self.source, self.root, self.splits = source, root, splits
-        self.image_size = image_size
-        self._num_classes = num_classes
+        self.scenes = scenes
+        # The facts the CLI links into the task (cli/options.py) are read as attributes.
+        self.image_size = scenes.image_size
         self._category_ids: list[int] | None = None
-        self.scene_options = {
-            "image_size": image_size,
-            "num_classes": num_classes,
-            "min_objects": min_objects,
-            "max_objects": max_objects,
-            "min_size": min_size,
-            "max_size": max_size,
-        }
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.datasets = {}
@@ -162,7 +150,7 @@ class DetectionDataModule(SplitDataModule[Dataset]):
                 self.datasets[split] = SyntheticScenes(
                     size=self.sizes[split],
                     seed=self.seed * len(SPLITS) + index,
-                    **self.scene_options,
+                    spec=self.scenes,
                 )
             else:
                 self.datasets[split] = CocoScenes(
@@ -175,7 +163,7 @@ class DetectionDataModule(SplitDataModule[Dataset]):
         label + 1 for synthetic scenes (as ``write_coco`` writes them), the annotations' sorted
         ids for a COCO folder (read from the train split's annotations on first use)."""
         if self.source == "synthetic":
-            return [synthetic_category_id(label) for label in range(self._num_classes)]
+            return [synthetic_category_id(label) for label in range(self.scenes.num_classes)]
         if self._category_ids is None:
             self._category_ids = coco_category_ids(self.root, self.splits["train"])
         return self._category_ids
@@ -183,4 +171,4 @@ class DetectionDataModule(SplitDataModule[Dataset]):
     @property
     def num_classes(self) -> int:
         """C: the configured count for synthetic scenes, the annotations' for a COCO folder."""
-        return self._num_classes if self.source == "synthetic" else len(self.category_ids)
+        return self.scenes.num_classes if self.source == "synthetic" else len(self.category_ids)

@@ -1,10 +1,12 @@
 """Synthetic detection scenes (the embedded, offline default) and their COCO-format writer.
 
-``SyntheticScenes`` draws 0..k filled shapes (square, disc, triangle, ring, plus: the first
-``num_classes``) of random colour and size on a noisy dark canvas, from ``torch.Generator(seed)``;
-boxes are the tight boxes of the drawn pixels. Every example is ``(image, target)``: ``image:
-(3, H, W)`` float in [0, 1] and ``target`` a dict with ``boxes: (M, 4)`` (cx, cy, w, h) normalised
-to [0, 1], ``labels: (M,)`` int64 in [0, C) and ``image_id`` (int); ``M`` may be 0.
+``SceneSpec`` states what a scene is (canvas size, classes, object counts and sizes) once: both
+``SyntheticScenes`` and ``DetectionDataModule`` take it. ``SyntheticScenes`` draws 0..k filled
+shapes (square, disc, triangle, ring, plus: the first ``num_classes``) of random colour and size
+on a noisy dark canvas, from ``torch.Generator(seed)``; boxes are the tight boxes of the drawn
+pixels. Every example is ``(image, target)``: ``image: (3, H, W)`` float in [0, 1] and
+``target`` a dict with ``boxes: (M, 4)`` (cx, cy, w, h) normalised to [0, 1], ``labels: (M,)``
+int64 in [0, C) and ``image_id`` (int); ``M`` may be 0.
 
 ``write_coco`` (or ``python -m attn_lightning.data.scenes --out DIR``) writes the splits as a
 COCO folder that ``DetectionDataModule(source="coco")`` reads back.
@@ -16,6 +18,7 @@ import argparse
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,40 @@ from attn_lightning.models.box_ops import cxcywh_to_xywh, pixel_scale, xyxy_to_c
 SHAPES = ("square", "disc", "triangle", "ring", "plus")
 Example = tuple[Tensor, dict[str, Any]]
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SceneSpec:
+    """What a synthetic scene is; sizes in pixels.
+
+    Attributes:
+        image_size: the square canvas side (for a COCO folder: the size images are resized to).
+        num_classes: C shapes, the first C of ``SHAPES``.
+        min_objects, max_objects: objects per scene, inclusive (0 allowed).
+        min_size, max_size: an object's side, inclusive.
+    """
+
+    image_size: int = 64
+    num_classes: int = 3
+    min_objects: int = 1
+    max_objects: int = 3
+    min_size: int = 12
+    max_size: int = 28
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_classes <= len(SHAPES):
+            raise ValueError(
+                f"num_classes must be in 1..{len(SHAPES)} ({SHAPES}), got {self.num_classes}"
+            )
+        if not 0 <= self.min_objects <= self.max_objects:
+            raise ValueError(
+                f"need 0 <= min_objects <= max_objects, got {self.min_objects}, {self.max_objects}"
+            )
+        if not 2 <= self.min_size <= self.max_size <= self.image_size:
+            raise ValueError(
+                f"need 2 <= min_size <= max_size <= image_size, got {self.min_size}, "
+                f"{self.max_size}, {self.image_size}"
+            )
 
 
 def _shape_mask(shape: str, dx: Tensor, dy: Tensor, r: float) -> Tensor:
@@ -47,33 +84,24 @@ def _shape_mask(shape: str, dx: Tensor, dy: Tensor, r: float) -> Tensor:
     return ((ax <= r) & (ay <= bar)) | ((ay <= r) & (ax <= bar))
 
 
-def render_scene(
-    generator: torch.Generator,
-    *,
-    image_size: int,
-    num_classes: int,
-    min_objects: int,
-    max_objects: int,
-    min_size: int,
-    max_size: int,
-) -> tuple[Tensor, Tensor, Tensor]:
+def render_scene(generator: torch.Generator, spec: SceneSpec) -> tuple[Tensor, Tensor, Tensor]:
     """One scene: image ``(3, S, S)``, boxes ``(M, 4)`` cxcywh in [0, 1], labels ``(M,)``.
 
     Objects whose box would overlap an earlier one by IoU > 0.1 are redrawn (up to 20 tries,
     then dropped), so every object stays mostly visible.
     """
-    s = image_size
+    s = spec.image_size
     image = 0.1 + 0.05 * torch.rand(3, s, s, generator=generator)  # dark noisy canvas
     centres = torch.arange(s, dtype=torch.float32) + 0.5
     yy, xx = torch.meshgrid(centres, centres, indexing="ij")  # (S, S) pixel centres
-    count = int(torch.randint(min_objects, max_objects + 1, (1,), generator=generator))
+    count = int(torch.randint(spec.min_objects, spec.max_objects + 1, (1,), generator=generator))
     boxes: list[Tensor] = []
     labels: list[int] = []
     for _ in range(count):
         for _ in range(20):
-            size = float(torch.randint(min_size, max_size + 1, (1,), generator=generator))
+            size = float(torch.randint(spec.min_size, spec.max_size + 1, (1,), generator=generator))
             cx, cy = (size / 2 + torch.rand(2, generator=generator) * (s - size)).tolist()
-            label = int(torch.randint(num_classes, (1,), generator=generator))
+            label = int(torch.randint(spec.num_classes, (1,), generator=generator))
             mask = _shape_mask(SHAPES[label], xx - cx, yy - cy, size / 2)
             rows, cols = mask.any(1).nonzero(), mask.any(0).nonzero()
             if not len(rows):
@@ -102,50 +130,15 @@ def _max_iou(box: Tensor, others: Tensor) -> float:
 
 
 class SyntheticScenes(Dataset):
-    """``size`` shape scenes rendered once from ``torch.Generator(seed)`` (see module doc)."""
+    """``size`` scenes of ``spec`` rendered once from ``torch.Generator(seed)`` (module doc)."""
 
-    def __init__(
-        self,
-        *,
-        size: int,
-        seed: int,
-        image_size: int = 64,
-        num_classes: int = 3,
-        min_objects: int = 1,
-        max_objects: int = 3,
-        min_size: int = 12,
-        max_size: int = 28,
-    ) -> None:
-        if not 1 <= num_classes <= len(SHAPES):
-            raise ValueError(
-                f"num_classes must be in 1..{len(SHAPES)} ({SHAPES}), got {num_classes}"
-            )
-        if not 0 <= min_objects <= max_objects:
-            raise ValueError(
-                f"need 0 <= min_objects <= max_objects, got {min_objects}, {max_objects}"
-            )
-        if not 2 <= min_size <= max_size <= image_size:
-            raise ValueError(
-                f"need 2 <= min_size <= max_size <= image_size, got {min_size}, {max_size}, "
-                f"{image_size}"
-            )
+    def __init__(self, *, size: int, seed: int, spec: SceneSpec = SceneSpec()) -> None:
         generator = torch.Generator().manual_seed(seed)
-        scenes = [
-            render_scene(
-                generator,
-                image_size=image_size,
-                num_classes=num_classes,
-                min_objects=min_objects,
-                max_objects=max_objects,
-                min_size=min_size,
-                max_size=max_size,
-            )
-            for _ in range(size)
-        ]
+        scenes = [render_scene(generator, spec) for _ in range(size)]
         self.images = torch.stack([s[0] for s in scenes]) if scenes else torch.zeros(0, 3, 1, 1)
         self.boxes = [s[1] for s in scenes]
         self.labels = [s[2] for s in scenes]
-        self.categories = list(SHAPES[:num_classes])
+        self.categories = list(SHAPES[: spec.num_classes])
 
     def __len__(self) -> int:
         return len(self.boxes)
@@ -215,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--options",
         type=json.loads,
         default={},
-        help="scene options as JSON, e.g. '{\"max_objects\": 5}'",
+        help="the SceneSpec's fields as JSON, e.g. '{\"max_objects\": 5}'",
     )
     return parser
 
@@ -225,8 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     options: Mapping[str, Any] = args.options
+    spec = SceneSpec(**options)
     for index, (split, size) in enumerate(zip(SPLITS, args.sizes, strict=True)):
-        data = SyntheticScenes(size=size, seed=args.seed * len(SPLITS) + index, **options)
+        data = SyntheticScenes(size=size, seed=args.seed * len(SPLITS) + index, spec=spec)
         log.info("wrote %s", write_coco(data, args.out, split))
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.studies.detection.report import write_page as write_detection
+from lab.studies.detection.report import write_probe, write_sites
 from lab.studies.image.tables import write_paired
 from lab.studies.reversal.report import report as reversal_report
 from lab.studies.reversal.trajectories import write_trajectories
@@ -20,6 +22,9 @@ from lab.studies.warm_start.tables import write as write_warm_start
 
 Report = Callable[..., object]
 REPORTS: dict[str, Report] = {
+    "detection": write_detection,  # table, controls, costs, grids
+    "detection_probe": write_probe,
+    "detection_sites": write_sites,
     "paired": write_paired,  # unimodal: mean ± std, Δ
     "reversal": reversal_report,
     "trajectories": write_trajectories,

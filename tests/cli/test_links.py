@@ -44,7 +44,9 @@ def test_classification_and_detection_sizes_follow_the_data():
     )
     assert digits.model.net.image_size == 12 and digits.model.num_classes == 10
     detection = build(
-        "--config", str(CONFIGS / "detection" / "base.yaml"), "--data.init_args.num_classes=2"
+        "--config",
+        str(CONFIGS / "detection" / "base.yaml"),
+        "--data.init_args.scenes.num_classes=2",
     )
     assert detection.model.num_classes == 2 and detection.model.category_ids == [1, 2]
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
 from attn_lightning.data.detection import CocoScenes, DetectionDataModule
-from attn_lightning.data.scenes import SyntheticScenes, main, write_coco
+from attn_lightning.data.scenes import SceneSpec, SyntheticScenes, main, write_coco
 
-SCENES = {"image_size": 32, "num_classes": 5, "min_size": 6, "max_size": 14}
+SCENES = SceneSpec(image_size=32, num_classes=5, min_size=6, max_size=14)
 
 
 def test_coco_round_trip_through_torchvision_loader(tmp_path):
-    data = SyntheticScenes(size=5, seed=2, min_objects=0, max_objects=3, **SCENES)
+    data = SyntheticScenes(size=5, seed=2, spec=replace(SCENES, min_objects=0))
     write_coco(data, tmp_path, "val")
     coco = CocoScenes(root=tmp_path, split="val", image_size=32)
     assert len(coco) == len(data) and coco.categories == data.categories
@@ -38,7 +39,8 @@ def test_datamodule_reads_the_written_coco_folder(tmp_path):
             '{"image_size": 32, "min_size": 6, "max_size": 14}',
         ]
     )
-    dm = DetectionDataModule(source="coco", root=str(tmp_path), image_size=32, batch_size=2)
+    small = SceneSpec(image_size=32, min_size=6, max_size=14)
+    dm = DetectionDataModule(source="coco", root=str(tmp_path), scenes=small, batch_size=2)
     dm.setup("fit")
     images, targets = next(iter(dm.val_dataloader()))
     assert images.shape == (2, 3, 32, 32) and len(targets) == 2
@@ -46,7 +48,7 @@ def test_datamodule_reads_the_written_coco_folder(tmp_path):
     assert dm.category_ids == [1, 2, 3]  # write_coco's ids: label + 1
     assert targets[0]["orig_size"].tolist() == [32, 32]  # the file's size, for prediction files
     synthetic = DetectionDataModule(
-        image_size=32, min_size=6, max_size=14, train_size=4, val_size=3, test_size=2, batch_size=2
+        scenes=small, train_size=4, val_size=3, test_size=2, batch_size=2
     )
     synthetic.setup("fit")
     ref_images, _ = next(iter(synthetic.val_dataloader()))
@@ -64,16 +66,16 @@ def test_bad_source_fails_clearly():
 
 
 def test_category_ids_come_from_the_annotations_before_setup(tmp_path):
-    data = SyntheticScenes(size=2, seed=0, **SCENES)
+    data = SyntheticScenes(size=2, seed=0, spec=SCENES)
     write_coco(data, tmp_path, "train")
     path = tmp_path / "annotations" / "instances_train.json"
     tree = json.loads(path.read_text())
     for category in tree["categories"]:
         category["id"] *= 10
     path.write_text(json.dumps(tree))
-    dm = DetectionDataModule(source="coco", root=str(tmp_path), num_classes=99)
+    dm = DetectionDataModule(source="coco", root=str(tmp_path), scenes=SceneSpec(num_classes=4))
     assert dm.category_ids == [10, 20, 30, 40, 50] and dm.num_classes == 5
-    assert DetectionDataModule(num_classes=2).category_ids == [1, 2]
+    assert DetectionDataModule(scenes=SceneSpec(num_classes=2)).category_ids == [1, 2]
     absent = DetectionDataModule(source="coco", root=str(tmp_path / "nope"))
     with pytest.raises(FileNotFoundError, match=r"instances_train\.json not found"):
         _ = absent.num_classes

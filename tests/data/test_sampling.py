@@ -15,6 +15,7 @@ from attn_lightning.data import (
     DetectionDataModule,
     DomainImageDataModule,
     PixelDataModule,
+    SceneSpec,
     SequenceReversalDataModule,
     ShiftedReversalDataModule,
 )
@@ -22,7 +23,7 @@ from attn_lightning.data.base import SplitDataModule
 from attn_lightning.data.sampling import ResumableDataLoader, ShardedSampler
 
 REVERSAL = {"train_size": 42, "val_size": 9, "test_size": 9, "seq_len": 6, "batch_size": 4}
-SCENES = {"image_size": 32, "min_size": 6, "max_size": 12}
+SCENES = SceneSpec(image_size=32, min_size=6, max_size=12)
 # Every experiment's DataModule, tiny: a few batches per epoch, the last one partial.
 DATAMODULES: dict[str, Callable[[], SplitDataModule]] = {
     "reversal": lambda: SequenceReversalDataModule(**REVERSAL),
@@ -30,7 +31,7 @@ DATAMODULES: dict[str, Callable[[], SplitDataModule]] = {
     "pixels": lambda: PixelDataModule(batch_size=100),
     "domains": lambda: DomainImageDataModule(image_size=8, domain="inverted", batch_size=100),
     "detection": lambda: DetectionDataModule(
-        train_size=22, val_size=5, test_size=5, batch_size=4, **SCENES
+        train_size=22, val_size=5, test_size=5, batch_size=4, scenes=SCENES
     ),
 }
 

@@ -5,21 +5,24 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lightning.data.scenes import SyntheticScenes
+from attn_lightning.data.scenes import SceneSpec, SyntheticScenes
 
 SCENES = {"image_size": 32, "num_classes": 5, "min_size": 6, "max_size": 14}
 
 
 def test_scenes_are_deterministic_from_the_seed():
-    a, b = SyntheticScenes(size=6, seed=3, **SCENES), SyntheticScenes(size=6, seed=3, **SCENES)
-    c = SyntheticScenes(size=6, seed=4, **SCENES)
+    a, b = (
+        SyntheticScenes(size=6, seed=3, spec=SceneSpec(**SCENES)),
+        SyntheticScenes(size=6, seed=3, spec=SceneSpec(**SCENES)),
+    )
+    c = SyntheticScenes(size=6, seed=4, spec=SceneSpec(**SCENES))
     assert torch.equal(a.images, b.images)
     assert all(torch.equal(x, y) for x, y in zip(a.boxes, b.boxes, strict=True))
     assert not torch.equal(a.images, c.images)
 
 
 def test_targets_are_valid_and_object_counts_in_range():
-    data = SyntheticScenes(size=40, seed=0, min_objects=0, max_objects=3, **SCENES)
+    data = SyntheticScenes(size=40, seed=0, spec=SceneSpec(min_objects=0, max_objects=3, **SCENES))
     counts = [len(lab) for lab in data.labels]
     assert min(counts) == 0 and max(counts) <= 3  # images without objects occur
     for i in range(len(data)):
@@ -34,7 +37,7 @@ def test_targets_are_valid_and_object_counts_in_range():
 
 
 def test_box_is_the_tight_box_of_the_drawn_object():
-    data = SyntheticScenes(size=10, seed=1, min_objects=1, max_objects=1, **SCENES)
+    data = SyntheticScenes(size=10, seed=1, spec=SceneSpec(min_objects=1, max_objects=1, **SCENES))
     for i in range(len(data)):
         image, target = data[i]
         # Objects are drawn at >= 0.4 in every channel, the canvas stays below 0.15.
@@ -54,4 +57,4 @@ def test_box_is_the_tight_box_of_the_drawn_object():
 )
 def test_bad_scene_options_fail_clearly(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        SyntheticScenes(size=1, seed=0, **{**SCENES, **kwargs})
+        SceneSpec(**{**SCENES, **kwargs})

@@ -107,7 +107,9 @@ def test_site_specs_defaults_sites_and_override():
 
 
 def test_the_model_takes_its_classes_from_the_data(tmp_path):
-    cli = run(tmp_path, extra=("--data.init_args.num_classes=4", "--trainer.fast_dev_run=true"))
+    cli = run(
+        tmp_path, extra=("--data.init_args.scenes.num_classes=4", "--trainer.fast_dev_run=true")
+    )
     assert cli.model.num_classes == 4 and cli.model.category_ids == [1, 2, 3, 4]
     assert cli.model.net.class_head.out_features == 5  # + no object
 

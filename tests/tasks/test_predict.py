@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from attn_lightning.cli import main
-from attn_lightning.data.scenes import SyntheticScenes, write_coco
+from attn_lightning.data.scenes import SceneSpec, SyntheticScenes, write_coco
 from attn_lightning.tasks.detection import DetectionTask
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,7 +194,9 @@ def test_detection_on_a_coco_folder_maps_back_ids_and_sizes(tmp_path):
     # A COCO folder whose category ids are not labels + 1: predictions must use its own ids.
     root = tmp_path / "coco"
     for index, split in enumerate(("train", "val", "test")):
-        scenes = SyntheticScenes(size=6, seed=index, image_size=48, min_size=9, max_size=21)
+        scenes = SyntheticScenes(
+            size=6, seed=index, spec=SceneSpec(image_size=48, min_size=9, max_size=21)
+        )
         path = write_coco(scenes, root, split)
         data = json.loads(path.read_text())
         for item in data["annotations"] + data["categories"]:
@@ -206,7 +208,7 @@ def test_detection_on_a_coco_folder_maps_back_ids_and_sizes(tmp_path):
         "detection",
         "--data.init_args.source=coco",
         f"--data.init_args.root={root}",
-        "--data.init_args.image_size=32",  # model input 32², boxes written in the files' 48²
+        "--data.init_args.scenes.image_size=32",  # model input 32², boxes written in the files' 48²
         "--data.init_args.batch_size=4",
     )
     results = json.loads((folder / "detections.json").read_text())

@@ -1,13 +1,9 @@
 """The DETR attention-site study: which attention at which site, what it costs, why it fails.
 
-``python -m lab.studies.detection run | sensitivity | ablation | sites | probe``
-(``cli``). The variants and their controls are in ``variants``, the sensitivity grid and the
-ablation ladder in ``sensitivity``, the runs in ``study``, the model costs and the per-site table
-in ``costs``, the tables in ``tables``, the cross-attention probe in ``probe``.
+The study is its plans, ``configs/studies/detection*.yaml``, run and rebuilt by the sweep
+(``python -m lab.studies.sweep --plan ...``). What it analyses beyond the common tables are the
+report kinds of ``report`` (its table with the controls and costs, the sensitivity and ablation
+grids, the cross-attention probe, the per-site counts); the variants and their controls are in
+``variants``, the grids in ``sensitivity``, the model costs and per-site rows in ``costs``, the
+tables in ``tables``, the probe's statistics in ``probe``.
 """
-
-from lab.studies.detection.cli import main
-from lab.studies.detection.costs import build_model, measure
-from lab.studies.detection.variants import variants
-
-__all__ = ["build_model", "main", "measure", "variants"]

@@ -3,8 +3,9 @@
 A variant's model is built from its config stack by ``train.py``'s own parser, untrained (cost
 does not depend on the weights), and timed in this process on the CPU (``benchmarks.measure``);
 ``sites`` counts each site's parameters and forward FLOPs (``benchmarks.sites``) without timing.
-Measured costs are kept in ``docs/results/detection/costs.json`` beside the study's run records:
-a timing belongs to the machine that made it, so a page rebuilt from records reads it there.
+Measured costs are kept in ``docs/results/detection_runs/costs.json`` beside the study's run
+records: a timing belongs to the machine that made it, so a page rebuilt from records reads it
+there (the ``detection`` page kind's ``costs:``, ``detection.report``).
 """
 
 from __future__ import annotations
@@ -17,16 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from attn_lightning.records import environment, markdown_meta, write_csv
+from attn_lightning.records import markdown_meta, write_csv
 from lab.benchmarks import sites
 from lab.studies.detection.variants import CONFIGS
 from lab.studies.runner import Variant, build_cli
-
-
-def costs_file(results: Path) -> Path:
-    """Where the measured costs of pages written under ``results`` are kept:
-    ``<results>/detection/costs.json`` (``docs/results/detection/costs.json``)."""
-    return results / "detection" / "costs.json"
 
 
 def build_model(variant: Variant, *, overrides: Sequence[str] = ()) -> tuple[nn.Module, int]:
@@ -76,17 +71,19 @@ def site_costs(chosen: Sequence[Variant], *, overrides: Sequence[str] = ()) -> l
 
 
 def write_sites(out: Path, rows: list[sites.SiteRow], *, command: str) -> None:
-    """``<out>_sites.md`` (per site, then per variant) and ``<out>_sites.csv`` (per site)."""
-    meta = environment(
-        torch.device("cpu"),
-        command=command,
-        flops="forward, one image, eval mode (no random tokens); counted as in "
+    """``<out>.md`` (per site, then per variant) and ``<out>.csv`` (per site). Counts of the
+    configs, not measurements: no date or machine, so the page rebuilds byte for byte."""
+    meta = {
+        "command": command,
+        "flops": "forward, one image, eval mode (no random tokens); counted as in "
         "lab.benchmarks.flops (matmuls 2·m·n·k + factorisations)",
-        tokens="L, S recorded from one forward of a blank image of the config's size",
-    )
-    write_csv(out.with_name(out.name + "_sites.csv"), rows, meta, float_digits=6)
+        "tokens": "L, S recorded from one forward of a blank image of the config's size",
+    }
+    write_csv(out.with_name(out.name + ".csv"), rows, meta, float_digits=6)
+    notes = {k: v for k, v in meta.items() if k != "command"}  # the command: a code block
     text = (
-        f"# Attention sites: parameters and FLOPs\n\n{markdown_meta(meta)}\n\n"
+        "# Attention sites: parameters and FLOPs\n\nRegenerate with:\n\n"
+        f"```bash\n{command}\n```\n\n{markdown_meta(notes)}\n\n"
         f"## Per site\n\n{sites.site_table(rows)}\n\n"
         f"## Per variant (all sites and layers, one image)\n\n{sites.variant_table(rows)}\n\n"
         "Attention params: the Q/K/V/out projections and any trainable backend tensors of the "
@@ -95,7 +92,7 @@ def write_sites(out: Path, rows: list[sites.SiteRow], *, command: str) -> None:
         "K and V over the S keys). Eval mode: in training, optimization's R random tokens "
         "join its dictionary (S' = S + R columns), which the other backends do not have.\n"
     )
-    out.with_name(out.name + "_sites.md").write_text(text)
+    out.with_name(out.name + ".md").write_text(text)
 
 
 def read_costs(path: Path) -> dict[str, dict[str, Any]]:

@@ -15,22 +15,18 @@ on validation images:
   (1: the same weights, 0: disjoint cells), averaged over the pairs — whether the object
   queries look at different places, which a set prediction needs.
 
-A run is found by its record, ``logs/<experiment>/<run name>/record.json`` (the study runner's
-run name: ``<variant>-s<seed>``, made file-safe), which names its best checkpoint; the model is
-rebuilt from the run's own resolved ``config.yaml`` beside it by ``train.py``'s parser, so any
-overlay or override is honoured. (A committed record has no checkpoint: probe a local run.)
+A run's rows are kept beside its record as ``probe.csv`` (the ``detection_probe`` page kind,
+``detection.report``, reads them there); a run without one is measured once: its record names
+its experiment, and ``logs/<experiment>/<run>/`` its best checkpoint and the resolved
+``config.yaml`` the model is rebuilt from by ``train.py``'s parser (any overlay or override is
+honoured). A committed record has no checkpoint: its rows were measured where the run was.
 
 Weights: ``OptimizationAttention.attention_weights``; any other backend attends over identity
-values (``out = w @ I`` is ``w``; needs ``supports_any_value_dim``)::
-
-    python -m lab.studies.detection probe --experiment detection_report \\
-        --variants softmax_no_qk_decoder_cross optimization_decoder_cross --seeds 0 \\
-        --out docs/results/detection_probe
+values (``out = w @ I`` is ``w``; needs ``supports_any_value_dim``).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import tempfile
@@ -46,10 +42,9 @@ from attn_lightning.attention.base import Attention
 from attn_lightning.attention.optimization import OptimizationAttention
 from attn_lightning.cli.checkpoints import load_checkpoint
 from attn_lightning.models.transformer import MultiHeadAttention
-from attn_lightning.records import markdown_records, write_csv
+from attn_lightning.records import read_csv, write_csv
 from attn_lightning.records.run_files import load_record
 from lab.results.records import run_folder
-from lab.studies.arguments import add_experiment, add_out, add_seeds
 from lab.studies.runner import build_cli
 
 STATS: tuple[str, ...] = ("mass on objects", "cells in objects", "argmax spread")
@@ -112,16 +107,14 @@ def layer_stats(weights: Tensor, targets: Sequence[dict[str, Any]]) -> dict[str,
 
 
 def probed_run(experiment: str, variant: str, seed: int) -> tuple[Path, Path]:
-    """A study run's log folder and its best checkpoint; FileNotFoundError naming what is
-    missing and what to run."""
+    """A run's log folder and its best checkpoint; FileNotFoundError naming what is missing."""
     folder = Path("logs") / experiment / run_folder(variant, seed)
     try:
         record = load_record(folder)
     except (FileNotFoundError, ValueError) as error:
         raise FileNotFoundError(
-            f"{error}: run the study first (python -m lab.studies.detection run "
-            f"--variants {variant} --seeds {seed} --experiment {experiment}), or pick "
-            "--experiment/--variants/--seeds of a run that exists"
+            f"{error}: no probe.csv beside the committed record and no local run to measure; "
+            "run the plan first, or name variants/seeds that ran"
         ) from None
     best = (record.get("best_checkpoint") or {}).get("path")
     if not best or not Path(best).is_file():
@@ -178,35 +171,35 @@ def probe(experiment: str, variant: str, seed: int, *, batches: int) -> list[dic
     ]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``probe`` subcommand's flags."""
-    add_experiment(parser, "detection_report", "the runs' experiment (logs/ folder)")
-    parser.add_argument(
-        "--variants", nargs="+", required=True, help="variant names of finished runs"
-    )
-    add_seeds(parser, (0,))
-    parser.add_argument("--batches", type=int, default=4, help="validation batches per run")
-    add_out(parser)
+# The columns of a probe.csv that are not floats.
+WHOLE = ("seed", "layer")
+TEXT = ("variant", "backend")
 
 
-def probe_runs(args: argparse.Namespace, *, command: str) -> list[dict[str, Any]]:
-    """Probe ``args.variants`` × ``args.seeds``; writes ``<out>.md`` and ``<out>.csv`` and
-    returns the rows. FileNotFoundError naming a run that does not exist."""
+def run_rows(
+    roots: Sequence[Path], variant: str, seed: int, *, batches: int
+) -> list[dict[str, Any]]:
+    """A run's rows: its ``probe.csv`` in the first of ``roots`` whose record folder has one,
+    else measured (``probe``) and written there, beside the first record found.
+
+    Raises:
+        FileNotFoundError: no record of the run under ``roots``, or none measurable.
+    """
+    folders = [root / run_folder(variant, seed) for root in roots]
+    for folder in folders:
+        if (folder / "probe.csv").is_file():
+            _, rows = read_csv(folder / "probe.csv")
+            return [
+                {k: int(v) if k in WHOLE else v if k in TEXT else float(v) for k, v in row.items()}
+                for row in rows
+            ]
+    recorded = [folder for folder in folders if (folder / "record.json").is_file()]
+    if not recorded:
+        raise FileNotFoundError(
+            f"no record of {variant} seed {seed} under {', '.join(map(str, roots))}"
+        )
+    experiment = str(load_record(recorded[0])["experiment"])
     torch.set_num_threads(1)
-    rows = [
-        row
-        for variant in args.variants
-        for seed in args.seeds
-        for row in probe(args.experiment, variant, seed, batches=args.batches)
-    ]
-    write_csv(
-        args.out.with_name(args.out.name + ".csv"), rows, {"command": command}, float_digits=6
-    )
-    text = (
-        "# Decoder cross-attention weights of trained DETR runs\n\n"
-        f"```bash\n{command}\n```\n\n{markdown_records(rows)}\n\n"
-        f"Validation split, {args.batches} batches, best checkpoint of each run. "
-        "Definitions: `lab/studies/detection/probe.py`.\n"
-    )
-    args.out.with_name(args.out.name + ".md").write_text(text)
+    rows = probe(experiment, variant, seed, batches=batches)
+    write_csv(recorded[0] / "probe.csv", rows, {"batches": str(batches)}, float_digits=6)
     return rows

@@ -1,89 +1,136 @@
-"""The detection study's pages, rebuilt from its committed run records alone.
+"""The detection study's report kinds: what a plan's ``pages:`` section names (``sweep.REPORTS``).
 
-``report [PAGE ...]`` rewrites ``docs/results/<PAGE>.{md,csv}``, ``_runs.csv`` and
-``_curves.csv`` from the records under ``docs/results/detection/runs/<experiment>/`` and, for
-the cost columns, the timings kept in ``docs/results/detection/costs.json`` (``detection.costs``).
-``PAGES`` is the report spec: per page, the runs it shows (experiment, variants, seeds, in table
-order; one without a record is "not run") and its layout (the study's table, or a grid's).
+The study is the plans ``configs/studies/detection*.yaml``, run by the sweep; these write their
+pages from the runs' records, each ``(record folders, out, *, command, **the page's options)``:
+
+* ``detection`` (``write_page``): the study's table (``detection.tables``) over ``variants`` ×
+  ``seeds``, or with ``grid: sensitivity | ablation`` the grid around ``centre``
+  (``detection.sensitivity``) and its control; ``costs:`` a ``costs.json`` adds the cost
+  columns (``detection.costs``; a variant it lacks is measured once and added to it);
+* ``detection_probe`` (``write_probe``): the decoder cross-attention statistics of trained runs
+  (``detection.probe``), kept per run as ``probe.csv`` beside its record;
+* ``detection_sites`` (``write_sites``): parameters and counted FLOPs per site of each variant's
+  untrained model (``detection.costs``): counts of the configs, no timing, so no machine line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from lab.results.records import RESULTS, RunResult, study_runs_dir
-from lab.studies.detection.costs import costs_file, read_costs
-from lab.studies.detection.sensitivity import GridPoint
-from lab.studies.detection.study import HEADINGS, STUDY, grid_runs
+import torch
+
+from attn_lightning.records import markdown_records, write_csv
+from lab.results.records import NOT_RUN, RunResult, load_runs
+from lab.studies.detection import costs, probe
+from lab.studies.detection.sensitivity import ABLATIONS, GRID, GridPoint, sensitivity_grid
 from lab.studies.detection.tables import write
-from lab.studies.detection.variants import STUDY_VARIANTS
-from lab.studies.sweep import report
+from lab.studies.detection.variants import CONTROLS, overlays
 
-
-@dataclass(frozen=True)
-class Page:
-    """One page of the study: the runs it shows and how.
-
-    Attributes:
-        experiment: the runs' ``train.py --experiment`` (their record's ``experiment``).
-        seeds: the seeds shown, per variant.
-        variants: the variants in table order (a grid page makes its own from ``grid``).
-        grid: ``sensitivity`` or ``ablation``: a grid around ``centre`` (``detection.study``).
-        centre: the optimization variant a grid varies.
-        label: the title of the variant column (the sweep CLI's pages say ``backend``).
-        costs: whether the cost columns (``costs.json``) are shown.
-    """
-
-    experiment: str
-    seeds: tuple[int, ...]
-    variants: tuple[str, ...] = ()
-    grid: str | None = None
-    centre: str | None = None
-    label: str = "variant"
-    costs: bool = False
-
-
-PAGES: dict[str, Page] = {
-    "detection_runs": Page("detection_report", (0, 1, 2, 3, 4), STUDY_VARIANTS, costs=True),
-    "detection_sensitivity": Page(
-        "detection_report", (0, 1, 2), grid="sensitivity", centre="optimization_decoder_self"
-    ),
-    "detection_ablation": Page(
-        "detection_ablation", (0, 1), grid="ablation", centre="optimization_decoder_cross"
-    ),
-    "detection_ablation_softmax": Page("detection_ablation", (0, 1), ("softmax",)),
-    "detection_long": Page(
-        "detection_long", (0, 1, 2), ("optimization_encoder_self", "softmax_no_qk_encoder_self")
-    ),
-    "detection_budget_4000": Page("detection-budget-4000", (0,), ("softmax",), label="backend"),
-    "detection_budget_8000": Page("detection-budget-8000", (0,), ("softmax",), label="backend"),
-    "detection_cross_keys": Page("detection-cross-keys", (0,), ("optimization_decoder_cross",)),
-    "detection_cross_keys_qk": Page(
-        "detection-cross-keys-qk", (0, 1), ("optimization_decoder_cross",)
+# A grid page's options and heading: ``grid: sensitivity`` or ``grid: ablation``.
+GRIDS = {
+    "sensitivity": (GRID, "Sensitivity of optimization attention"),
+    "ablation": (
+        ABLATIONS,
+        "Ablation of optimization attention: one ingredient of the paper's form swapped at a time",
     ),
 }
 
 
+def grid_points(grid: str, centre: str) -> tuple[list[GridPoint], list[str]]:
+    """The points of ``grid`` (``GRIDS``) around ``centre`` and the variants its table shows
+    after them: an ablation's control at the same budget. ValueError naming what is allowed."""
+    if grid not in GRIDS:
+        raise ValueError(f"grid {grid!r}; allowed: {', '.join(GRIDS)}")
+    points = sensitivity_grid(centre, grid=GRIDS[grid][0])
+    return points, [CONTROLS[centre]] if grid == "ablation" and centre in CONTROLS else []
+
+
+def runs_of(roots: Sequence[Path], names: Sequence[str], seeds: Sequence[int]) -> list[RunResult]:
+    """The runs of ``names`` × ``seeds`` from the records under ``roots`` (the first folder's
+    where two hold one), in that order; one without a record is ``NOT_RUN``."""
+    found = {(r.variant, r.seed): r for root in reversed(roots) for r in load_runs(root)}
+    jobs = [(name, seed) for name in names for seed in seeds]
+    return [found.get(job) or RunResult(job[0], job[1], None, NOT_RUN) for job in jobs]
+
+
 def write_page(
-    name: str, *, runs_dir: Path | None = None, out_dir: Path = RESULTS
+    runs: Sequence[Path],
+    out: Path,
+    *,
+    command: str,
+    seeds: Sequence[int],
+    variants: Sequence[str] = (),
+    grid: str | None = None,
+    centre: str | None = None,
+    label: str = "variant",
+    costs: str | None = None,
 ) -> list[RunResult]:
-    """Rebuild page ``name`` of ``PAGES`` from the records under ``runs_dir`` (default the
-    study's committed ones) into ``out_dir``, with the committed costs
-    (``docs/results/detection/costs.json``); returns its runs. ValueError naming the pages."""
-    if name not in PAGES:
-        raise ValueError(f"no detection page {name!r}; allowed: {', '.join(PAGES)}")
-    page = PAGES[name]
-    names, heading = list(page.variants), ""
-    grid: list[GridPoint] = []
-    if page.grid is not None and page.centre is not None:  # a grid's points, then its control
-        grid, control = grid_runs(page.grid, page.centre)
-        names, heading = [point.variant.name for point in grid] + control, HEADINGS[page.grid]
-    jobs = [(variant, seed) for variant in names for seed in page.seeds]
-    runs = report([(runs_dir or study_runs_dir(STUDY)) / page.experiment], jobs)
-    out = out_dir / name
-    command = f"python -m lab.studies.detection report {name}"
-    measured = read_costs(costs_file(RESULTS)) if page.costs else {}
-    shown = {v: measured[v] for v in dict.fromkeys(r.variant for r in runs) if v in measured}
-    write(out, runs, shown, command=command, label=page.label, grid=grid, heading=heading)
-    return runs
+    """The ``detection`` page kind (module docstring); returns its runs in table order."""
+    names, heading = list(variants), ""
+    points: list[GridPoint] = []
+    if grid is not None:
+        if centre is None:
+            raise ValueError(f"a {grid} page needs centre: an optimization variant")
+        points, control = grid_points(grid, centre)
+        names, heading = [p.variant.name for p in points] + control, GRIDS[grid][1]
+    if not names:
+        raise ValueError("give variants: [...] or grid: sensitivity | ablation with a centre")
+    results = runs_of(runs, names, seeds)
+    measured = {} if costs is None else _costs(Path(costs), names, command=command)
+    write(out, results, measured, command=command, label=label, grid=points, heading=heading)
+    return results
+
+
+def _costs(path: Path, names: Sequence[str], *, command: str) -> dict[str, dict[str, Any]]:
+    # A timing belongs to the machine that made it: kept in the file, measured only when absent.
+    kept = costs.read_costs(path)
+    missing = [name for name in names if name not in kept]
+    if missing:
+        torch.set_num_threads(1)
+        new = {
+            v.name: costs.measure(v, overrides=(), batch=8, repeats=20) for v in overlays(missing)
+        }
+        costs.write_costs(path, new, command=command)
+        kept = costs.read_costs(path)
+    return {name: kept[name] for name in names}
+
+
+def write_probe(
+    runs: Sequence[Path],
+    out: Path,
+    *,
+    command: str,
+    variants: Sequence[str],
+    seeds: Sequence[int],
+    batches: int = 4,
+) -> list[dict[str, Any]]:
+    """The ``detection_probe`` page kind: ``<out>.md`` and ``<out>.csv`` of ``probe.STATS`` per
+    decoder layer of each run; returns the rows. A run's rows are its ``probe.csv``, measured from
+    its best checkpoint the first time (``probe.probe_run``). FileNotFoundError naming a run
+    with neither."""
+    if batches < 1:
+        raise ValueError(f"batches must be >= 1, got {batches}")
+    rows = [
+        row
+        for variant in variants
+        for seed in seeds
+        for row in probe.run_rows(runs, variant, seed, batches=batches)
+    ]
+    write_csv(out.with_name(out.name + ".csv"), rows, {"command": command}, float_digits=6)
+    text = (
+        "# Decoder cross-attention weights of trained DETR runs\n\n"
+        f"```bash\n{command}\n```\n\n{markdown_records(rows)}\n\n"
+        f"Validation split, {batches} batches, best checkpoint of each run. "
+        "Definitions: `lab/studies/detection/probe.py`.\n"
+    )
+    out.with_name(out.name + ".md").write_text(text)
+    return rows
+
+
+def write_sites(runs: Sequence[Path], out: Path, *, command: str, variants: Sequence[str]) -> None:
+    """The ``detection_sites`` page kind: ``<out>.md`` and ``<out>.csv`` (``costs.write_sites``)
+    of ``variants`` (names of ``configs/detection/``); ``runs`` is not read."""
+    del runs  # counted from the configs: no run is needed
+    costs.write_sites(out, costs.site_costs(overlays(variants)), command=command)

@@ -62,7 +62,7 @@ WHAT_DIFFERS = "what differs from the control"
 PROJECTIONS = {True: "all", "no_qk": "no_qk", False: "none"}  # as detection_sites.md names them
 
 
-def variants(names: Sequence[str]) -> list[Variant]:
+def overlays(names: Sequence[str]) -> list[Variant]:
     """The variants ``configs/detection/<name>.yaml`` (``all``: ``STUDY_VARIANTS``), each once,
     in the order given; ValueError naming any without a file, and the names there are."""
     names = [n for name in names for n in (STUDY_VARIANTS if name == "all" else (name,))]

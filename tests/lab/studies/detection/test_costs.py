@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from lab.studies.detection.costs import measure
-from lab.studies.detection.variants import variants
+from lab.studies.detection.variants import overlays
 
 
 def test_measure_builds_each_variant_through_the_train_cli(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    plain, no_proj = variants(["softmax", "softmax_no_projections"])
+    plain, no_proj = overlays(["softmax", "softmax_no_projections"])
     small = ["model.init_args.net.d_model=32", "model.init_args.net.d_ff=32"]
     cost = measure(plain, overrides=small, batch=1, repeats=1)
     bare = measure(no_proj, overrides=small, batch=1, repeats=1)

@@ -8,12 +8,12 @@ import torch
 
 from attn_lightning.attention import build_attention
 from attn_lightning.attention.naive import naive_softmax
-from lab.studies.detection import main
 from lab.studies.detection.probe import (
     STATS,
     attention_weights,
     layer_stats,
     object_cells,
+    run_rows,
 )
 from lab.studies.detection.variants import CONFIGS
 from lab.studies.runner import Variant
@@ -64,28 +64,18 @@ def test_object_cells_and_statistics_on_hand_made_weights():
         layer_stats(torch.zeros(1, 1, 1, 5), targets[:1])
 
 
-def test_a_run_that_does_not_exist_is_named(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit):
-        main(["probe", "--variants", "softmax", "--seeds", "7", "--out", str(tmp_path / "p")])
-    err = capsys.readouterr().err
-    assert "no run record logs/detection_report/softmax-s7/record.json" in err
-    with pytest.raises(SystemExit):
-        main(["probe", "--variants", "softmax", "--batches", "0", "--out", str(tmp_path / "p")])
-    assert "--batches must be >= 1, got 0" in capsys.readouterr().err
-
-
 def test_probe_reads_a_trained_run_back(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runner = tiny_runner("probe")
     variant = Variant.from_config(CONFIGS / "optimization_decoder_cross.yaml")
     assert runner.run(variant, 0).status == "ok"
-    out = tmp_path / "probe"
-    argv = ["probe", "--experiment", "probe", "--variants", variant.name, "--batches", "1"]
-    rows = main([*argv, "--out", str(out)])
+    # a run with a record and a local checkpoint but no probe.csv yet is measured, and kept
+    rows = run_rows([tmp_path / "logs" / "probe"], variant.name, 0, batches=1)
     assert [(r["layer"], r["backend"]) for r in rows] == [(0, "optimization"), (1, "optimization")]
     assert all(0.0 <= r["mass on objects"] <= 1.0 and 0 < r["argmax spread"] <= 1 for r in rows)
-    md = (tmp_path / "probe.md").read_text()
-    assert "python -m lab.studies.detection probe --experiment probe" in md
-    lines = (tmp_path / "probe.csv").read_text().splitlines()
+    kept = tmp_path / "logs" / "probe" / "optimization_decoder_cross-s0" / "probe.csv"
+    lines = kept.read_text().splitlines()
     assert sum(line.startswith("optimization_decoder_cross,0,") for line in lines) == 2
+    assert run_rows([kept.parents[1]], variant.name, 0, batches=1) == [
+        {k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()} for row in rows
+    ]

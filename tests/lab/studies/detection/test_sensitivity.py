@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from attn_lightning.attention.optimization import OptimizationAttention
-from lab.studies.detection import build_model, main, sensitivity
+from lab.studies.detection import sensitivity
+from lab.studies.detection.costs import build_model
+from lab.studies.detection.report import write_page
 from lab.studies.detection.sensitivity import (
     ABLATIONS,
     DELTA_VS_REFERENCE,
@@ -155,7 +157,8 @@ def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(tmp_pa
     _fake_metrics(runs, exp, "optimization_decoder_cross@power=1.0", 0, 0.41, keys90=None)
     _fake_metrics(runs, exp, "softmax_no_qk_decoder_cross", 0, 0.58, keys90=None)
     out = tmp_path / "abl"
-    results = main(["ablation", "--seeds", "0", "--out", str(out), "--skip-runs", "--no-costs"])
+    centre = "optimization_decoder_cross"
+    results = write_page([runs], out, command="c", grid="ablation", centre=centre, seeds=[0])
     assert [r.variant for r in results][-1] == "softmax_no_qk_decoder_cross"
     assert len(results) == 8 + 1
     md = out.with_name("abl.md").read_text()
@@ -169,13 +172,16 @@ def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(tmp_pa
     assert "| -0.570 (n=1) |" in md
 
 
-def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch, capsys):
+def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"'softmax'; allowed: optimization_all, optimization_dec"):
         sensitivity_grid("softmax")
-    with pytest.raises(SystemExit) as exc:
-        main(["sensitivity", "no_such_site", "--out", str(tmp_path / "t")])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and "'no_such_site'; allowed: optimization_all" in err
+    page = {"command": "c", "seeds": [0]}
+    with pytest.raises(ValueError, match=r"'no_such_site'; allowed: optimization_all"):
+        write_page([tmp_path], tmp_path / "t", grid="sensitivity", centre="no_such_site", **page)
+    with pytest.raises(ValueError, match=r"grid 'lattice'; allowed: sensitivity, ablation"):
+        write_page([tmp_path], tmp_path / "t", grid="lattice", centre="x", **page)
+    with pytest.raises(ValueError, match=r"a sensitivity page needs centre"):
+        write_page([tmp_path], tmp_path / "t", grid="sensitivity", **page)
     # Sites that disagree on an option of the grid have no one point to vary around.
     monkeypatch.setattr(sensitivity, "CONFIGS", tmp_path)
     sites = {"decoder_self": {**SPEC, "lam": 0.1}, "decoder_cross": {**SPEC, "lam": 0.3}}
@@ -192,9 +198,9 @@ def test_sensitivity_tables_from_records(tmp_path, monkeypatch):
     for seed, m_ap in enumerate((0.45, 0.49, 0.50)):  # per-seed Δ -0.05, -0.03, -0.04
         _fake_metrics(runs, exp, "optimization_decoder_cross@lam=0.3", seed, m_ap, keys90=None)
     _fake_metrics(runs, exp, "optimization_decoder_cross@iterations=5", 1, 0.42, keys90=None)
-    out = tmp_path / "sens"
-    argv = ["sensitivity", "--seeds", "0", "1", "2", "--out", str(out)]
-    results = main([*argv, "--skip-runs", "--no-costs"])
+    out, centre = tmp_path / "sens", ONE_AT_A_TIME[0]
+    page = {"command": "python -m lab.studies.sweep --plan p", "seeds": [0, 1, 2]}
+    results = write_page([runs / exp], out, grid="sensitivity", centre=centre, **page)
     assert len(results) == 6 * 3
     md = (tmp_path / "sens.md").read_text()
     assert md.startswith("# Sensitivity of optimization attention: `optimization_decoder_cross`")
@@ -214,7 +220,7 @@ def test_sensitivity_tables_from_records(tmp_path, monkeypatch):
         in md
     )
     assert "No keys90 column" in md and "## All columns and runs" in md
-    assert "python -m lab.studies.detection sensitivity --seeds 0 1 2" in md
+    assert "python -m lab.studies.sweep --plan p\n" in md
     with (tmp_path / "sens.csv").open() as f:
         rows = {r["variant"]: r for r in csv.DictReader(f)}
     lam = rows["optimization_decoder_cross@lam=0.3"]
@@ -229,8 +235,8 @@ def test_keys90_is_a_column_when_the_records_hold_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for seed, keys90 in enumerate((3.0, 5.0)):
         _fake_metrics(tmp_path / "logs", "grid", ONE_AT_A_TIME[0], seed, 0.5, keys90=keys90)
-    argv = ["sensitivity", "--seeds", "0", "1", "--experiment", "grid"]
-    main([*argv, "--out", str(tmp_path / "s"), "--skip-runs", "--no-costs"])
+    page = {"command": "c", "seeds": [0, 1], "grid": "sensitivity", "centre": ONE_AT_A_TIME[0]}
+    write_page([tmp_path / "logs"], tmp_path / "s", **page)
     md = (tmp_path / "s.md").read_text()
     assert f"| {DELTA_VS_REFERENCE} | keys90 | variant |" in md
     assert (
@@ -266,3 +272,15 @@ def test_one_grid_point_trains_through_train_py(tmp_path, monkeypatch):
     keys90 = [k for k in result.metrics if k.endswith("/keys90")]
     assert sorted(keys90) == [f"attention/net.decoder.{i}.cross_attn/keys90" for i in (0, 1)]
     assert all(result.metrics[k] >= 1.0 for k in keys90)
+
+
+@pytest.mark.parametrize("grid", [GRID, ABLATIONS], ids=["sensitivity", "ablation"])
+def test_each_grid_point_has_the_overlay_its_plan_runs(grid):
+    # The plans run a point as configs/detection/grid/<point>.yaml: the same site spec as the
+    # point's override of its centre, so the page's options are what the run trained.
+    centre = {id(GRID): "optimization_decoder_self", id(ABLATIONS): SENSITIVITY_DEFAULT}[id(grid)]
+    for point in sensitivity_grid(centre, grid=grid)[1:]:
+        overlay = CONFIGS / "grid" / f"{point.variant.name}.yaml"
+        assert Variant.from_config(overlay).name == point.variant.name
+        sites = yaml.safe_load(overlay.read_text())["model"]["init_args"]
+        assert sites == _site_specs(point.variant), point.variant.name

@@ -11,24 +11,24 @@ from lab.studies.detection.variants import (
     CONTROLS,
     STUDY_VARIANTS,
     difference,
+    overlays,
     site_specs_of,
-    variants,
 )
 
 
 def test_variants_are_the_detection_overlays():
-    (softmax,) = variants(["softmax"])
+    (softmax,) = overlays(["softmax"])
     assert softmax.name == "softmax" and softmax.configs[0].endswith(
         "configs/detection/softmax.yaml"
     )
     with pytest.raises(
         ValueError, match=r"no config for \['no_such_variant'\].*allowed: all, mean"
     ):
-        variants(["softmax", "no_such_variant"])
+        overlays(["softmax", "no_such_variant"])
 
 
 def test_the_study_pairs_each_optimization_variant_with_its_no_qk_control():
-    assert [v.name for v in variants(["all"])] == list(STUDY_VARIANTS)
+    assert [v.name for v in overlays(["all"])] == list(STUDY_VARIANTS)
     for name, control in CONTROLS.items():
         assert (CONFIGS / f"{name}.yaml").is_file() and (CONFIGS / f"{control}.yaml").is_file()
     # Every optimization variant and the pooling baseline are in the study, right after (or
@@ -44,7 +44,7 @@ def test_the_study_pairs_each_optimization_variant_with_its_no_qk_control():
     configs = {p.stem for p in CONFIGS.glob("*.yaml")} - {"base"}
     assert configs == set(STUDY_VARIANTS)
     # "all" expands in place; a name given twice is run once.
-    assert [v.name for v in variants(["softmax", "all"])] == list(STUDY_VARIANTS)
+    assert [v.name for v in overlays(["softmax", "all"])] == list(STUDY_VARIANTS)
 
 
 @pytest.mark.parametrize("variant", sorted(CONTROLS))
