@@ -33,7 +33,6 @@ PARSERS = {
     "lab.studies.sweep": ("lab.studies.sweep", []),
     "lab.studies.detection": ("lab.studies.detection.cli", []),
     "lab.studies.image": ("lab.studies.image.cli", []),
-    "lab.studies.lora": ("lab.studies.lora.cli", []),
     "lab.studies.warm_start": ("lab.studies.warm_start.cli", []),
     "attn_lightning.data.scenes": ("attn_lightning.data.scenes", []),
 }

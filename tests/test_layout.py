@@ -154,10 +154,11 @@ def test_studies_are_folders_with_a_command_line():
     assert loose - STUDY_MODULES == {f"{a}.py" for a in aliases}
     folders = [p for p in (LAB / "studies").iterdir() if (p / "__init__.py").is_file()]
     assert {p.name for p in folders} >= {"detection", "image", "lora", "reversal"}
-    # reversal holds reports a plan's pages: section selects (studies.sweep.REPORTS), no CLI.
+    # reversal and lora hold reports a plan's pages: section selects (sweep.REPORTS), no CLI.
     for folder in folders:
         has_main = (folder / "__main__.py").is_file()
-        assert has_main != (folder.name == "reversal"), f"studies/{folder.name}: __main__.py?"
+        cli = folder.name not in ("reversal", "lora")
+        assert has_main == cli, f"studies/{folder.name}: __main__.py?"
     for alias in aliases:
         text = (LAB / "studies" / f"{alias}.py").read_text()
         assert "renamed(" in text, f"studies/{alias}.py is not a deprecated alias"

@@ -5,7 +5,7 @@
 ``configs/studies/``, whose ``pages:`` select reports over records, e.g. ``reversal``'s) and
 ``arguments`` the command-line flags every study shares. A study with stages of its own is a
 folder runnable as ``python -m lab.studies.<study> <subcommand>``: ``detection``
-(``run | sensitivity | ablation | sites | probe | report``), ``image`` (``samples | tables``),
-``lora`` (``mlp | variants | transformer | lrsweep | report``) and ``warm_start`` (``run |
-tables``). Their tables and CSVs are written by ``attn_lightning.records`` from run records.
+(``run | sensitivity | ablation | sites | probe | report``), ``image`` (``samples | tables``)
+and ``warm_start`` (``run | tables``); ``lora`` is plans (``configs/studies/lora*.yaml``) and
+its report kind. Their tables and CSVs are written by ``attn_lightning.records`` from run records.
 """

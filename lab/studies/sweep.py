@@ -73,6 +73,7 @@ PAIRED_NOTE = (
 )
 # A plan page's report kinds: writer(record folders, out, *, command, **the page's options).
 REPORTS = {
+    "lora": "lab.studies.lora.report:report",
     "paired": "lab.studies.image.tables:write_paired",  # unimodal: mean ± std, Δ
     "reversal": "lab.studies.reversal.report:report",
     "trajectories": "lab.studies.reversal.trajectories:write_trajectories",

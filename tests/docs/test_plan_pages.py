@@ -1,8 +1,8 @@
 """The pages of the plans' ``pages:`` sections (the reversal study's outcome and trajectories
-pages, the image study's paired page) are rebuilt from their committed run records alone by their
-plan's own command: every plan run with ``--report-only`` into a temporary folder gives back each
-page and every CSV beside it byte for byte, its "Regenerate with" line included (the plan
-command, which ``--report-only`` and ``--into`` leave out)."""
+pages, the image study's paired page, the LoRA study's pages) are rebuilt from their committed
+run records alone by their plan's own command: every plan run with ``--report-only`` into a
+temporary folder gives back each page and every CSV beside it byte for byte, its "Regenerate
+with" line included (the plan command, which ``--report-only`` and ``--into`` leave out)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ PAGES = {
     for page in (yaml.safe_load(plan.read_text()).get("pages") or {})
 }
 # The files of a page: <page>.md, <page>.csv and <page>_<what>.csv.
-WHAT = ("runs", "curves", "paired", "deltas", "spikes", "bursts", "coefficients")
+WHAT = ("runs", "curves", "paired", "deltas", "spikes", "bursts", "coefficients", "summary")
+WHAT += tuple(f"{part}_runs" for part in ("mlp", "variants", "transformer", "lrsweep"))
+WHAT += ("lrsweep_summary",)  # the LoRA pages
 
 
 @pytest.fixture(scope="module")
