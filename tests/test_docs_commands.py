@@ -31,7 +31,6 @@ PARSERS = {
     "lab.benchmark": ("lab.benchmarks.cli", []),
     "lab.benchmarks.gpu_report": ("lab.benchmarks.gpu_report", []),
     "lab.studies.sweep": ("lab.studies.sweep", []),
-    "lab.studies.lora": ("lab.studies.lora.cli", []),
     "attn_lightning.data.scenes": ("attn_lightning.data.scenes", []),
 }
 COMMAND = re.compile(r"python3?\s+(-m\s+(?:attn_lightning|lab)[\w.]*|train\.py)\s+(.*)")

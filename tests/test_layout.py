@@ -158,11 +158,10 @@ def test_no_study_folder_has_a_command_line():
     folders = [p for p in (LAB / "studies").iterdir() if (p / "__init__.py").is_file()]
     assert {p.name for p in folders} >= {"detection", "image", "lora", "reversal", "warm_start"}
     # The sweep is the one command: a study is a plan (configs/studies/), and its folder holds
-    # the report kinds its pages select (studies.reports.REPORTS). LoRA is being converted
-    # to plans; this set empties when it is.
+    # the report kinds its pages select (studies.reports.REPORTS).
     cli = ("__main__.py", "cli.py")
     with_cli = {f.name for f in folders if any((f / name).is_file() for name in cli)}
-    assert with_cli <= {"lora"}, f"studies/{sorted(with_cli)}: a CLI of its own"
+    assert not with_cli, f"studies/{sorted(with_cli)}: a CLI of its own"
 
 
 def test_attention_holds_the_contract_and_one_file_per_backend():

@@ -6,8 +6,7 @@
 select report kinds over records, ``reports.REPORTS``, e.g. ``reversal``'s) and ``arguments``
 the command-line flags every study shares. A study is a plan run by the sweep (one
 command); a study's folder holds what its pages need beyond the common tables: ``reversal``'s and
-``warm_start``'s and ``detection``'s report kinds, ``image``'s paired tables and checkpoint
-grids. ``lora`` (``mlp | variants | transformer | lrsweep | report``) still has a command line of
-its own, runnable as ``python -m lab.studies.lora <subcommand>``. Their tables and CSVs are written by
-``attn_lightning.records`` from run records.
+``warm_start``'s, ``detection``'s and ``lora``'s report kinds, ``image``'s paired tables and
+checkpoint grids. Their tables and CSVs are written by ``attn_lightning.records`` from run
+records.
 """

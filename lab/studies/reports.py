@@ -16,6 +16,7 @@ from typing import Any
 from lab.studies.detection.report import write_page as write_detection
 from lab.studies.detection.report import write_probe, write_sites
 from lab.studies.image.tables import write_paired
+from lab.studies.lora.report import report as lora_report
 from lab.studies.reversal.report import report as reversal_report
 from lab.studies.reversal.trajectories import write_trajectories
 from lab.studies.warm_start.tables import write as write_warm_start
@@ -25,6 +26,7 @@ REPORTS: dict[str, Report] = {
     "detection": write_detection,  # table, controls, costs, grids
     "detection_probe": write_probe,
     "detection_sites": write_sites,
+    "lora": lora_report,  # the student's table, learning rates chosen on validation
     "paired": write_paired,  # unimodal: mean ± std, Δ
     "reversal": reversal_report,
     "trajectories": write_trajectories,

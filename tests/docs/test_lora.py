@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from lab.studies.lora.lrsweep_report import sweep_section
-from lab.studies.lora.runs import load_part
+from lab.studies.lora.records import load_parts
 from tests.docs.pages import RESULTS, page_table, runs
 
 HEADER = "| domain | method | r | head | trainable params | student (%) | ours: test (%)"
@@ -30,11 +30,11 @@ PAGES = {"lora.md": "lora_lrsweep_summary", "lora_mnist5k.md": "lora_mnist5k_lrs
 @pytest.mark.parametrize("page", PAGES)
 def test_the_student_table_is_rebuilt_from_the_committed_records(page):
     out = RESULTS / page.removesuffix(".md")
-    lines = sweep_section(load_part(out, "lrsweep"))
+    lines = sweep_section(load_parts([out / "runs"])["lrsweep"])
     rebuilt = [line for line in lines if line.startswith("| ") and not line.startswith("| domain")]
     table = page_table(page, HEADER)
     assert [[c.strip() for c in line.strip("|").split("|")] for line in rebuilt] == table
-    # The whole pages and CSVs, regenerated into tmp_path: tests/lab/studies/lora/test_report.py.
+    # The whole pages and CSVs, rebuilt from their plans: tests/docs/test_plan_pages.py.
 
 
 def _by_row(summary: str) -> dict[tuple[str, str, str, str], list[dict[str, str]]]:

@@ -19,7 +19,7 @@ from lab.results.paired import sign_count
 from lab.results.records import RunResult
 from lab.results.tables import format_number
 from lab.studies.lora.lrsweep_report import current_sweep, student_numbers
-from lab.studies.lora.runs import DOMAINS, position
+from lab.studies.lora.records import DOMAINS, position
 
 HEAD = "lora"  # the student's rows: every layer, the head included, adapted by LoRA
 METHODS = ("lora", "lora_scratch")

@@ -15,7 +15,7 @@ from attn_lightning.records.files import markdown_table
 from lab.results.records import RunResult
 from lab.results.references import reference
 from lab.results.tables import format_median_iqr, mean_std, median_iqr, summarize
-from lab.studies.lora.runs import (
+from lab.studies.lora.records import (
     ADAPTATION_COLUMN,
     LABELS,
     SWEEP_GROUP,

@@ -1,7 +1,9 @@
-"""The LoRA study's page and CSVs from its run records (``runs.load_part``): ``<out>.md``,
-``<out>_summary.csv`` (mean ± std by ``results.tables``) and each part's ``<out>_<part>_runs.csv``
-(outputs: nothing reads them back). The hand-written discussion between ``NOTES`` in an existing
-``<out>.md`` is kept. The ``lrsweep`` tables come from ``lrsweep_report``.
+"""The LoRA study's report kind ``lora``: its page and CSVs from its run records (the parts of
+``records.PARTS``, by their ``part`` tag): ``<out>.md``, ``<out>_summary.csv`` (mean ± std by
+``results.tables``), ``<out>_lrsweep_summary.csv`` and each part's ``<out>_<part>_runs.csv``
+(outputs: nothing reads them back). The hand-written discussion between ``NOTES`` in the page
+named by ``notes`` (a committed page: kept when the page is rebuilt elsewhere) is kept. The
+``lrsweep`` tables come from ``lrsweep_report`` and ``lrsweep_pattern``.
 """
 
 from __future__ import annotations
@@ -15,32 +17,12 @@ from attn_lightning.records.files import markdown_table, write_csv
 from lab.results import tables
 from lab.results.records import OK, RunResult
 from lab.results.tables import format_mean_std
-from lab.studies.lora.lrsweep import LRS_FLAGS, SWEEP_LRS
 from lab.studies.lora.lrsweep_pattern import pattern_section
 from lab.studies.lora.lrsweep_report import sweep_section, sweep_summary
-from lab.studies.lora.runs import (
-    ADAPTATION_COLUMN,
-    LABELS,
-    load_part,
-    tag_values,
-    write_runs,
-)
+from lab.studies.lora.records import ADAPTATION_COLUMN, LABELS, load_parts, write_runs
 
-PARTS = ("mlp", "variants", "transformer")
+TABLE_PARTS = ("mlp", "variants", "transformer")  # the parts of the summary and its tables
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
-COMMANDS = """```bash
-nice -n 19 python -m lab.studies.lora mlp          # ~130 runs
-nice -n 19 python -m lab.studies.lora variants     # ~18 runs, after mlp
-nice -n 19 python -m lab.studies.lora transformer  # ~25 runs
-nice -n 19 python -m lab.studies.lora lrsweep      # 1443 runs (--plan: count)
-python -m lab.studies.lora report                  # tables from the records
-```
-
-`mlp` and `transformer` can run at the same time (separate record folders); `variants` reuses the
-base checkpoints of `mlp`. A part re-run (on any machine) trains only the runs without an ok
-record under `<out>/runs/<part>/` (`--fresh` starts over).
-Options: `--seeds`, `--ranks`, `--domains`, `--levels`, `--angle`, `--epochs`, `--lr`,
-`--transformer-ranks`, `--reversal-adapt-steps`, ... (`<part> --help`)."""
 
 
 def summarize(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
@@ -132,49 +114,32 @@ TABLES = {  # a part's section of the page: its title and its tables, from its s
 }
 
 
-def _sweep_command(sweep: Sequence[RunResult], out: Path) -> list[str]:
-    """The ``lrsweep`` command of these runs, rebuilt from their records' tags."""
-    if not sweep:
-        return []
-    seeds = " ".join(sorted({str(r.seed) for r in sweep}, key=int))
-    options = [f"--out {out}", f"--seeds {seeds}"]
-    for key in ("source", "max_epochs", "patience"):  # one value per sweep
-        options += [f"--{key.replace('_', '-')} {v}" for v in tag_values(sweep, key)[:1]]
-    heads = tag_values(sweep, "head")
-    if heads:
-        options.append("--heads " + " ".join(heads))
-    for adaptation, flag in LRS_FLAGS.items():  # a grid other than today's default is named
-        ran = {r.info["lr"] for r in sweep if r.info["adaptation"] == adaptation} - {""}
-        if ran and ran != {f"{lr:g}" for lr in SWEEP_LRS[adaptation]}:
-            options.append(f"--lrs-{flag} " + " ".join(sorted(ran, key=float)))
-    return [
-        "These runs (`lrsweep`; add `--work DIR` for where its logs and checkpoints go):",
-        "",
-        "```bash",
-        "python -m lab.studies.lora lrsweep " + " ".join(options),
-        f"python -m lab.studies.lora report --out {out}",
-        "```",
-        "",
-    ]
-
-
-def _notes(md: Path) -> str:
-    """The hand-written discussion of an existing ``md`` (a placeholder for a new one)."""
-    if md.exists() and NOTES[0] in (text := md.read_text()) and NOTES[1] in text:
+def _notes(page: Path) -> str:
+    """The hand-written discussion of ``page`` (a placeholder where it has none)."""
+    if page.exists() and NOTES[0] in (text := page.read_text()) and NOTES[1] in text:
         return text[text.index(NOTES[0]) : text.index(NOTES[1]) + len(NOTES[1])]
     return f"{NOTES[0]}\n(discussion goes here)\n{NOTES[1]}"
 
 
-def write_report(out: Path) -> None:
-    """Write ``<out>.md``, ``<out>_summary.csv`` and the parts' ``<out>_<part>_runs.csv`` from
-    the parts' run records (none: nothing)."""
-    by_part = {part: load_part(out, part) for part in (*PARTS, "lrsweep")}
-    runs = [run for part in PARTS for run in by_part[part]]
-    sweep = by_part["lrsweep"]
-    ran = [part for part, part_runs in by_part.items() if part_runs]
-    not_run = ", ".join(part for part in by_part if part not in ran)
-    if not ran:
-        return
+def report(
+    roots: Sequence[Path], out: Path, *, command: str, notes: str | Path | None = None
+) -> None:
+    """Write the files of the module docstring from the runs under ``roots``.
+
+    Args:
+        roots: folders of the study's run records (``records.load_parts``).
+        out: output path without extension.
+        command: the command line that rebuilds the page (its "Regenerate" section).
+        notes: the page whose hand-written discussion is kept (default: ``<out>.md``).
+
+    Raises:
+        FileNotFoundError: naming a folder of ``roots`` without run records.
+    """
+    by_part = load_parts(roots)
+    runs = [run for part in TABLE_PARTS for run in by_part.get(part, [])]
+    sweep = by_part.get("lrsweep", [])
+    ran = list(by_part)
+    not_run = ", ".join(part for part in (*TABLE_PARTS, "lrsweep") if part not in ran)
     for part in ran:
         write_runs(out, part, by_part[part])
     summary = summarize(runs)
@@ -184,26 +149,27 @@ def write_report(out: Path) -> None:
             write_csv(Path(f"{out}_{name}summary.csv"), table)
     walls = {part: sum(run.seconds or 0.0 for run in by_part[part]) for part in ran}
     crashed = sum(r.status != OK for r in (*runs, *sweep))
-    md = out.with_suffix(".md")
     lines = [
         "# LoRA adaptation study (peft)",
         "",
-        "Generated by `lab.studies.lora` (tables) — the discussion between the",
+        "Generated from the run records by its plan (below) — the discussion between the",
         "notes markers is hand-written and kept on regeneration.",
         "",
-        _notes(md),
+        _notes(Path(notes) if notes else out.with_suffix(".md")),
         "",
         "## Regenerate",
         "",
-        COMMANDS,
+        "```bash",
+        command,
+        "```",
         "",
-        *_sweep_command(sweep, out),
         # Where the runs ran (their records'; this machine's when none says), one after another.
         (tables.records_machine_line([*runs, *sweep]) or machine_line())
         + " Sum of run wall times: "
         + ", ".join(f"{part} {seconds / 60:.1f} min" for part, seconds in walls.items())
         + f". Runs: {len(runs) + len(sweep)}, crashed: {crashed}. Run records: "
-        + f"`{out.name}/runs/<part>/`; per-run rows: "
+        + ", ".join(f"`{root}/`" for root in roots)
+        + "; per-run rows: "
         + ", ".join(f"`{out.name}_{part}_runs.csv`" for part in ran)
         + "; summaries: "
         + ", ".join(f"`{out.name}_{name}summary.csv`" for name, rows in written if rows)
@@ -226,4 +192,4 @@ def write_report(out: Path) -> None:
     for part, (title, tables_of) in TABLES.items():
         if entries := [e for e in summary if e["part"] == part]:
             lines += [title, "", *tables_of(entries)]
-    md.write_text("\n".join(lines) + "\n")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")

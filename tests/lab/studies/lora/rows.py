@@ -1,5 +1,5 @@
 """Per-run rows (the columns of the LoRA study's ``*_runs.csv``) written as the committed run
-records the study reads: the tests' way to give the report and the resume logic runs."""
+records the study reads: the tests' way to give the report runs."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 
 from attn_lightning.records.run_files import SCHEMA, write_record
 from lab.results.records import RunResult, run_folder
-from lab.studies.lora.runs import METRICS, load_part, part_dir
+from lab.studies.lora.records import METRICS, load_parts
 
 RUN_COLUMNS = ("seed", "status", "seconds")
 
 
 def write_rows(out: Path, rows: list[dict[str, Any]]) -> None:
-    """One record per row under ``part_dir(out, row["part"])``: ``method`` as the
+    """One record per row under ``<out>/runs/<part>/``: ``method`` as the
     ``adaptation`` tag, the study's metrics as fit metrics, the other columns as tags (empty
     metric cells left out)."""
     for row in rows:
@@ -24,7 +24,7 @@ def write_rows(out: Path, rows: list[dict[str, Any]]) -> None:
         variant += "".join(f"-{tags[k]}" for k in ("head", "lr", "base_lr") if tags.get(k))
         metrics = {k: row[k] for k in METRICS if row.get(k) not in (None, "")}
         seed = int(row["seed"])
-        folder = part_dir(out, row["part"]) / run_folder(variant, seed)
+        folder = out / "runs" / row["part"] / run_folder(variant, seed)
         folder.mkdir(parents=True, exist_ok=True)
         record = {
             "schema": SCHEMA,
@@ -41,5 +41,4 @@ def write_rows(out: Path, rows: list[dict[str, Any]]) -> None:
 def as_runs(out: Path, rows: list[dict[str, Any]]) -> list[RunResult]:
     """``rows`` as the report reads them: written as records and read back."""
     write_rows(out, rows)
-    parts = dict.fromkeys(row["part"] for row in rows)
-    return [run for part in parts for run in load_part(out, part)]
+    return [run for runs in load_parts([out / "runs"]).values() for run in runs]

@@ -1,18 +1,14 @@
-"""The LoRA study's ``lrsweep`` part: jobs, selection on validation, the student's table."""
+"""The LoRA study's ``lrsweep`` report: selection on validation, the student's table."""
 
 from __future__ import annotations
 
-import json
-import logging
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from attn_lightning.records.files import read_csv, write_csv
 from lab.results.records import RunResult
 from lab.results.references import ENV
-from lab.studies.lora import cli, lrsweep, runs
 from lab.studies.lora.lrsweep_report import (
     HEAD_LABELS,
     choose_lr,
@@ -21,18 +17,13 @@ from lab.studies.lora.lrsweep_report import (
     student_numbers,
     sweep_section,
 )
-from lab.studies.lora.report import write_report
-from lab.studies.runner import Runner
+from lab.studies.lora.records import LABELS
+from lab.studies.lora.report import report
 from tests.lab.studies.lora.rows import as_runs, write_rows
 
 PROTOCOL = {"source": "digits", "levels": 2, "angle": 90.0, "normalize": "none"}
 PROTOCOL |= {"max_epochs": 60, "patience": 10}
 FULL = ("inverted", "full", 0, "", "0.003")  # a row of the table: the learning rate is its choice
-
-
-def _args(tmp_path: Path, *extra: str):
-    base = ["lrsweep", "--out", str(tmp_path / "lora"), "--work", str(tmp_path / "w")]
-    return cli.build_parser().parse_args([*base, *extra])
 
 
 def _row(method: str, lr: str, seed: int, val: float | str, test: float | str, **extra) -> dict:
@@ -81,7 +72,7 @@ def test_student_table_holds_every_number_of_their_report():
     ranks = {rank for (_, adaptation, rank, _) in student if adaptation == "lora_scratch"}
     assert ranks == {1, 2, 4, 8, 16, 32, 64}
     for _, adaptation, rank, head in student:  # keyed as the sweep's rows are
-        assert adaptation in runs.LABELS and (head in HEAD_LABELS) == (rank > 0)
+        assert adaptation in LABELS and (head in HEAD_LABELS) == (rank > 0)
 
 
 def test_student_numbers_are_data_read_from_the_references(tmp_path, monkeypatch):
@@ -115,7 +106,7 @@ def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
     stale = [_row("full", "0.001", 0, 0.99, 0.99, base_lr="0.01")]  # adapted another base
     lora_r2 = [_row("lora", "0.01", 0, 0.4, 0.3, rank=2, head="frozen", trainable_params=1952)]
     write_rows(tmp_path / "lora", [*base, *full, *stale, *lora_r2])
-    write_report(tmp_path / "lora")
+    report([tmp_path / "lora" / "runs"], tmp_path / "lora", command="the plan")
     md = (tmp_path / "lora.md").read_text()
     assert (
         "| original | base, trained on the original task | – | every weight | 55,050 | 93.2 "
@@ -140,130 +131,6 @@ def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
     }
     assert summary[("full", "0.003", "0.003")]["chosen"] == "True"
     assert summary[("full", "0.001", "0.003")]["chosen"] == "False"
-
-
-def test_plan_counts_every_run(tmp_path, caplog):
-    args = _args(tmp_path)
-    jobs = lrsweep.lrsweep_all_jobs(args)
-    # (4 base lrs + 3 domains × (before + 4 full lrs + 2 heads × 7 ranks × (6 LoRA lrs + 5
-    # from-scratch lrs))) × 3 seeds
-    assert len(jobs) == 3 * (4 + 3 * (1 + 4 + 2 * 7 * (6 + 5))) == 1443
-    small = _args(
-        tmp_path, "--seeds", "0", "--ranks", "4", "--domains", "rotated", "--heads", "lora"
-    )
-    assert len(lrsweep.lrsweep_all_jobs(small)) == 4 + 1 + 4 + 6 + 5
-    with caplog.at_level(logging.INFO, logger="lab.studies.lora"):
-        cli.main(["lrsweep", "--plan", "--out", str(tmp_path / "lora"), "--work", str(tmp_path)])
-    planned = "1443 runs planned (12 base, 9 before, 36 full, 756 lora, 630 lora_scratch)"
-    assert planned in caplog.text
-    assert "0 done, 1443 to run; ~20 s per run (--seconds-per-run): ~8.0 h" in caplog.text
-    assert not (tmp_path / "lora.md").exists()  # --plan runs and writes nothing
-
-
-def test_lrsweep_jobs_adapt_the_chosen_base(tmp_path):
-    args = _args(
-        tmp_path, "--seeds", "1", "--ranks", "4", "--domains", "inverted", "--patience", "5"
-    )
-    jobs = {(v.name, seed): (v, info) for v, seed, info in lrsweep.lrsweep_jobs(args, "0.01")}
-    ckpt = tmp_path / "w" / "checkpoints" / "lora-study" / "lrs-base-lr0.01-s1" / "best.ckpt"
-    before, info = jobs[("lrs-inverted-before-b0.01", 1)]
-    assert before.subcommand == "test" and info["base_lr"] == "0.01" and info["lr"] == ""
-    assert f"--model.init_args.base_checkpoint={ckpt}" in Runner().train_args(before, 1)
-    assert "ckpt_path=initial" in before.overrides  # the base's weights, on purpose
-    frozen, info = jobs[("lrs-inverted-lora-r4-hfrozen-lr0.003-b0.01", 1)]
-    assert "model.init_args.target_modules=[fc1, fc2]" in frozen.overrides
-    assert f"--model.init_args.base_checkpoint={ckpt}" in Runner().train_args(frozen, 1)
-    facts = (info["rank"], info["head"], info["lr"], info["base_lr"])
-    assert facts == (4, "frozen", "0.003", "0.01")
-    scratch, info = jobs[("lrs-inverted-lora_scratch-r4-hlora-lr0.01", 1)]
-    assert not any("base_checkpoint" in o for o in scratch.overrides) and info["base_lr"] == ""
-    assert "model.init_args.target_modules=[fc1, fc2, fc3]" in scratch.overrides
-    (stop,) = [o for o in scratch.overrides if o.startswith("trainer.callbacks=")]
-    assert json.loads(stop.split("=", 1)[1])[0]["init_args"] == {
-        "monitor": "val/loss",
-        "mode": "min",
-        "patience": 5,
-    }
-    assert {"trainer.max_epochs=60", "checkpoint.filename=best"} <= set(scratch.overrides)
-    no_stop = lrsweep.lrsweep_jobs(_args(tmp_path, "--patience", "0"), "0.01")
-    assert not any("callbacks" in o for v, _, _ in no_stop for o in v.overrides)
-
-
-def test_lrsweep_refuses_records_of_another_protocol(tmp_path):
-    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
-    with pytest.raises(ValueError, match=r"'max_epochs': '20'.*another --out"):
-        lrsweep.check_protocol(_args(tmp_path))
-    lrsweep.check_protocol(_args(tmp_path, "--max-epochs", "20"))
-    # No early stopping (patience 0) is a protocol like any other.
-    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, patience=0)])
-    lrsweep.check_protocol(_args(tmp_path, "--patience", "0"))
-    with pytest.raises(ValueError, match=r"'patience': '0'"):
-        lrsweep.check_protocol(_args(tmp_path))
-
-
-def test_the_cli_refuses_another_protocol_with_a_usage_error(tmp_path, capsys):
-    write_rows(tmp_path / "lora", [_row("full", "0.001", 0, 0.5, 0.5, max_epochs=20)])
-    argv = ["lrsweep", "--plan", "--out", str(tmp_path / "lora"), "--work", str(tmp_path)]
-    with pytest.raises(SystemExit) as exc:  # --plan too: it plans from the records' base
-        cli.main(argv)
-    assert exc.value.code == 2 and "resuming would mix them" in capsys.readouterr().err
-    cli.main([*argv, "--fresh"])  # --fresh starts over: no records to mix with
-
-
-def test_lrsweep_end_to_end_tiny(tmp_path):
-    out, work = tmp_path / "lora", tmp_path / "w"
-    argv = ["lrsweep", "--out", str(out), "--work", str(work), "--seeds", "0"]
-    argv += ["--ranks", "1", "--domains", "inverted", "--heads", "frozen", "--max-epochs", "1"]
-    argv += ["--lrs-base", "0.003", "0.01", "--lrs-full", "0.001", "--lrs-lora", "0.003"]
-    argv += ["--lrs-scratch", "0.003"]
-    cli.main(argv)
-    _, rows = read_csv(tmp_path / "lora_lrsweep_runs.csv")
-    assert [(r["method"], r["status"]) for r in rows] == [
-        ("base", "ok"),
-        ("base", "ok"),
-        ("before", "ok"),
-        ("full", "ok"),
-        ("lora", "ok"),
-        ("lora_scratch", "ok"),
-    ]
-    fits = [r for r in rows if r["method"] != "before"]
-    assert all(r["epochs"] == "1" and r["best_epoch"] == "1" and r["val_acc"] for r in fits)
-    assert rows[2]["epochs"] == rows[2]["val_acc"] == ""  # a test-only run: no fit
-    assert rows[4]["trainable_params"] == str(976 * 1)  # LoRA on fc1, fc2 at r = 1
-    chosen = max(rows[:2], key=lambda r: float(r["val_acc"]))["lr"]
-    assert {r["base_lr"] for r in rows[2:5]} == {chosen}
-    assert "## Against the student's table" in (tmp_path / "lora.md").read_text()
-    # Resume: nothing left; a base whose checkpoint is gone is run again (later runs load it).
-    args = cli.build_parser().parse_args(argv)
-    assert runs.pending(args, "lrsweep", lrsweep.lrsweep_all_jobs(args)) == []
-    best = work / "checkpoints" / "lora-study" / f"lrs-base-lr{chosen}-s0" / "best.ckpt"
-    best.unlink()
-    todo = runs.pending(args, "lrsweep", lrsweep.lrsweep_all_jobs(args))
-    assert [v.name for v, _, _ in todo] == [f"lrs-base-lr{chosen}"]
-    runs.run_part(args, "lrsweep", todo)  # trained again over its earlier run folders
-    assert best.is_file() and runs.pending(args, "lrsweep", todo) == []
-
-
-def test_adaptations_split_the_sweep_into_disjoint_shards(tmp_path):
-    # Shards run side by side (one --out each, one --work): together they are the whole sweep,
-    # and no run is in two of them (two processes would train into the same run folder).
-    every = {(v.name, s) for v, s, _ in lrsweep.lrsweep_jobs(_args(tmp_path), "0.003")}
-    shards = [
-        ("before", "full"),
-        ("lora", "--heads", "lora"),
-        ("lora", "--heads", "frozen"),
-        ("lora_scratch", "--heads", "lora", "frozen"),
-    ]
-    seen: list[tuple[str, int]] = []
-    for shard in shards:
-        args = _args(tmp_path, "--adaptations", *shard)
-        seen += [(v.name, s) for v, s, _ in lrsweep.lrsweep_jobs(args, "0.003")]
-    assert len(seen) == len(set(seen)) and set(seen) == every
-    before_only = lrsweep.lrsweep_jobs(_args(tmp_path, "--adaptations", "before"), "0.003")
-    assert {info["adaptation"] for _, _, info in before_only} == {"before"}
-    assert len(before_only) == 9
-    with pytest.raises(SystemExit):
-        _args(tmp_path, "--adaptations", "lora_scrach")
 
 
 def test_rows_of_a_partial_grid_are_marked_with_what_they_miss(tmp_path):

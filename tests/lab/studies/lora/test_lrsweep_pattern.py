@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.studies.lora.lrsweep_pattern import pattern_section
-from lab.studies.lora.runs import load_part
+from lab.studies.lora.records import load_parts
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
+DOCS = Path(__file__).resolve().parents[4] / "docs" / "results"
 OUT = DOCS / "lora_mnist5k"  # its records: docs/results/lora_mnist5k/runs/lrsweep/
 
 
@@ -18,7 +18,7 @@ def _row(lines: list[str], shift: str, rank: int) -> list[str]:
 
 
 def test_rows_pair_the_chosen_runs_by_seed_beside_the_students_difference():
-    lines = pattern_section(load_part(OUT, "lrsweep"))
+    lines = pattern_section(load_parts([OUT / "runs"])["lrsweep"])
     cells = _row(lines, "inverted", 4)
     assert cells[2] == "16.32" and cells[4] == "69.67"  # the student's two numbers
     assert cells[6] == "-2.6 / -2.4 / -2.6" and cells[7] == "0+ 3− of 3"
@@ -27,7 +27,7 @@ def test_rows_pair_the_chosen_runs_by_seed_beside_the_students_difference():
 
 
 def test_one_changed_test_accuracy_changes_its_row_and_no_other():
-    runs = load_part(OUT, "lrsweep")
+    runs = load_parts([OUT / "runs"])["lrsweep"]
     before = pattern_section(runs)
     chosen = [
         r
@@ -46,7 +46,9 @@ def test_one_changed_test_accuracy_changes_its_row_and_no_other():
 
 
 def test_no_lora_rows_no_section():
-    runs = [r for r in load_part(OUT, "lrsweep") if r.info["adaptation"] in ("base", "full")]
+    runs = [
+        r for r in load_parts([OUT / "runs"])["lrsweep"] if r.info["adaptation"] in ("base", "full")
+    ]
     assert pattern_section(runs) == []
 
 
