@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from attn_lightning.records.files import read_csv
+from lab.studies.reports import REPORTS
 from lab.studies.sweep import main
 from tests.lab.studies.reversal.fake_runs import EXPERIMENT, POLY
 
@@ -68,7 +69,7 @@ def test_control_adds_paired_differences_over_shared_seeds(study, tmp_path):
         ({"x": {"report": "outcomes"}}, "pages: x: report 'outcomes'; the reports are"),
         (
             {"x": {"runs": ["a"]}},
-            "pages: x: report None; the reports are ['paired', 'reversal', 'trajectories', ",
+            f"pages: x: report None; the reports are {list(REPORTS)}",
         ),
         (
             {"x": {"report": "reversal", "control_": "softmax"}},
