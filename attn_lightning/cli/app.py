@@ -81,7 +81,7 @@ from attn_lightning.cli.run_folders import (
     RunConfigSaver,
     continue_run,
     purge_replayed_steps,
-    resolve_last,
+    resolve_named_checkpoint,
 )
 from attn_lightning.cli.run_names import check_names
 from attn_lightning.cli.threads import set_threads
@@ -167,7 +167,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
             return
         config = self.config[self.config.subcommand]
         check_evaluated_weights(self.config.subcommand, config)  # "initial" becomes None
-        resolve_last(config, self.config.subcommand)  # "last": the run's last.ckpt
+        resolve_named_checkpoint(config, self.config.subcommand)  # "last"/"best": the run's
         ckpt_path = config.get("ckpt_path")
         if not ckpt_path or ckpt_path in ("best", "last", "hpc", "registry"):
             return

@@ -94,32 +94,48 @@ def run_of_checkpoint(config: Any) -> tuple[str, str] | None:
     return (experiment_dir.name, run_dir.name) if in_root or logged else None
 
 
-def resolve_last(config: Any, subcommand: str | None) -> None:
-    """``--ckpt_path last`` as the run's own ``last.ckpt`` (a path, checked as any other).
+def resolve_named_checkpoint(config: Any, subcommand: str | None) -> None:
+    """``--ckpt_path last`` and ``best`` as the run's own file (a path, checked as any other).
 
     Lightning looks for "last" in the folder of a checkpoint callback that has not been set up
-    yet, finds none, and a fit starts from step 0 inside the run it was to resume. ``fit`` and
-    the evaluations take ``<checkpoint folder>/last.ckpt`` of ``--run_name`` (or of
-    ``checkpoint.dirpath``); an evaluation then logs beside that run, as with the file's path.
+    yet, finds none, and a fit starts from step 0 inside the run it was to resume; "best" it
+    knows only after a fit in the same process. ``last`` (any subcommand) takes ``<checkpoint
+    folder>/last.ckpt`` of ``--run_name`` (or of ``checkpoint.dirpath``); ``best`` (an
+    evaluation: a fit resumes where it stopped, not from an earlier step) the run's one
+    ``best*.ckpt``. An evaluation then logs beside that run, as with the file's path.
 
     Raises:
-        CheckpointError: no run named, or the run has no ``last.ckpt``.
+        CheckpointError: no run named, the run has no such file, or (best) several.
     """
-    if config.get("ckpt_path") != "last":
+    name = config.get("ckpt_path")
+    if name not in ("last", "best"):
         return
+    if name == "best" and subcommand == "fit":
+        raise CheckpointError(
+            "--ckpt_path best: fit resumes a run from its last.ckpt (--ckpt_path last), not from "
+            "an earlier step; best is for validate, test and predict"
+        )
     dirpath = (config.get("checkpoint") or {}).get("dirpath")
+    pattern = "last.ckpt" if name == "last" else "best*.ckpt"
     if not config.get("run_name") and not dirpath:
         raise CheckpointError(
-            "--ckpt_path last needs the run whose last.ckpt to use: add --run_name <run>, or "
-            "give the file (--ckpt_path checkpoints/<experiment>/<run>/last.ckpt)"
+            f"--ckpt_path {name} needs the run whose {pattern} to use: add --run_name <run>, or "
+            f"give the file (--ckpt_path checkpoints/<experiment>/<run>/{pattern})"
         )
-    last = checkpoint_folder(config) / "last.ckpt"
-    if not last.is_file():
+    folder = checkpoint_folder(config)
+    found = sorted(folder.glob(pattern))
+    if not found:
         raise CheckpointError(
-            f"--ckpt_path last: there is no {last} to resume or evaluate; check --run_name and "
-            f"--experiment, or give the checkpoint's path"
+            f"--ckpt_path {name}: there is no {folder / pattern} to resume or evaluate; check "
+            f"--run_name and --experiment, or give the checkpoint's path"
         )
-    config["ckpt_path"] = str(last)
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise CheckpointError(
+            f"--ckpt_path best: {folder} holds {len(found)} best checkpoints ({names}); give "
+            f"the one to use as --ckpt_path {folder}/<file>"
+        )
+    config["ckpt_path"] = str(found[0])
     if subcommand != "fit" and not dirpath:
         config["run_name"] = None  # evaluated beside its run (continue_run), as its path is
 

@@ -291,6 +291,43 @@ def test_ckpt_path_last_without_a_run_to_resume_is_one_line(capsys, extra, messa
     assert exit_info.value.code == 2 and err.startswith("error: ") and message in err, err
 
 
+def test_ckpt_path_best_evaluates_the_runs_best_checkpoint(tmp_path):
+    # Lightning knows "best" only after a fit in the same process: a fresh validate refused it
+    # ("ModelCheckpoint is not configured to save the best model").
+    _fit("--run_name=r", "--trainer.max_steps=4")
+    folder = tmp_path / "checkpoints" / "exp" / "r"
+    (best,) = folder.glob("best*.ckpt")
+    cli = main(["validate", *REVERSAL, *TINY, "--run_name=r", "--ckpt_path=best"])
+    assert cli.trainer.ckpt_path == str(Path("checkpoints") / "exp" / "r" / best.name)
+    assert cli.trainer.log_dir == str(Path("logs") / "exp" / "r" / "validate")
+
+
+@pytest.mark.parametrize(
+    ("subcommand", "extra", "message"),
+    [
+        ("validate", [], "--ckpt_path best needs the run whose best*.ckpt to use"),
+        ("test", ["--run_name=nope"], "best: there is no checkpoints"),
+        ("fit", ["--run_name=r"], "fit resumes a run from its last.ckpt (--ckpt_path last)"),
+    ],
+)
+def test_ckpt_path_best_without_one_best_is_one_line(capsys, subcommand, extra, message):
+    with pytest.raises(SystemExit) as exit_info:
+        command_line([subcommand, *REVERSAL, *TINY, "--ckpt_path=best", *extra])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and message in err, err
+
+
+def test_ckpt_path_best_with_two_best_files_names_them(tmp_path, capsys):
+    _fit("--run_name=r", "--trainer.max_steps=4")
+    folder = tmp_path / "checkpoints" / "exp" / "r"
+    (best,) = folder.glob("best*.ckpt")
+    (folder / "best-step=2.ckpt").write_bytes(best.read_bytes())
+    with pytest.raises(SystemExit):
+        command_line(["test", *REVERSAL, *TINY, "--run_name=r", "--ckpt_path=best"])
+    err = capsys.readouterr().err
+    assert f"holds 2 best checkpoints (best-step=2.ckpt, {best.name})" in err, err
+
+
 def test_a_run_whose_folders_moved_resumes_in_place(tmp_path, caplog):
     _fit("--run_name=r", "--trainer.max_steps=4")
     for top in ("checkpoints", "logs"):
