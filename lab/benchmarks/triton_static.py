@@ -217,7 +217,7 @@ _TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
 _WRITES = {
     "states": ("s", "z", "t", "tz", "vs", "tv"),
     "segments": ("t", "tz", "tv", "s_end", "z_end"),
-    "readout": ("out", "den", "out32", "mean"),
+    "readout": ("out", "den", "resid", "mean"),
     "delta": ("gden", "gden_c"),
     "grad_qk": ("dq", "dk"),
     "grad_v": ("dv",),
@@ -238,7 +238,7 @@ def traffic(launch: Launch) -> tuple[int, int]:
     read = sum(rule(nft, net, args) * size(x) for x, rule in _TRAFFIC[launch.name].items())
     writes = set(_WRITES[launch.name])
     if launch.name == "readout" and not args["KEEP"]:
-        writes.discard("out32")
+        writes.discard("resid")
     if launch.name == "segments" and args["REVERSE"]:
         writes -= {"s_end", "z_end"}
     if not args.get("MEANS", True):

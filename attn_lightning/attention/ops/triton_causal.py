@@ -192,8 +192,8 @@ class _TritonProduct(torch.autograd.Function):
         s_end, z_end = q.new_empty(b, h, f, e, dtype=f32), q.new_empty(b, h, f, dtype=f32)
         out, den = v.new_empty(b, h, n, e), q.new_empty(bh, n, dtype=f32)
         mean = q.new_empty(bh, nc, e, dtype=f32)  # the centring means, written by readout
-        keep = v.dtype != torch.float32  # backward's float32 copy of out (``_readout``)
-        out32 = q.new_empty(bh, n, e, dtype=f32) if keep else out
+        keep = v.dtype != torch.float32  # backward's out − m_c in the inputs' dtype (``_readout``)
+        resid = v.new_empty(bh, n, e) if keep else out
         qs, ks, vs = _strided(q), _strided(k), _strided(v)
         with _device_guard(q.device):
             kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, z, vsum, t, tz, tv, n, f, e, nc,
@@ -201,11 +201,11 @@ class _TritonProduct(torch.autograd.Function):
                                            **split, **dots, **sizes)  # fmt: skip
             kn.segments[(bh, nft * net)](t, tz, tv, s_end, z_end, f, e, ns, net, BF=bf, BE=be,
                                          REVERSE=False, MEANS=True)  # fmt: skip
-            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, out, out32,
+            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, out, resid,
                                       den, shift, n, f, e, nc, ns, nft, seg, KEEP=keep, **dots,
                                       **sizes, num_warps=8)  # fmt: skip
-        ctx.save_for_backward(q, k, v, mean, s, z, t, tz, out32, den)
-        ctx.meta = (nc, ns, seg, nft, net, sizes, dots | split)
+        ctx.save_for_backward(q, k, v, mean, s, z, t, tz, resid, den)
+        ctx.meta = (nc, ns, seg, nft, net, sizes, dots | split, keep)
         ctx.mark_non_differentiable(s_end, z_end)
         ctx.set_materialize_grads(False)  # no zero gradients made for the states
         return out[..., :e0], s_end[..., :f0, :e0], z_end[..., :f0]
@@ -220,7 +220,7 @@ class _TritonProduct(torch.autograd.Function):
             empty = [grad_out.new_empty(b, h, 0, w) for w in (f0, f0, e0)]
             return *empty, None, None, None
         q, k, v, mean, s, z, t, tz, out, den = ctx.saved_tensors
-        nc, ns, seg, nft, net, sizes, dots = ctx.meta
+        nc, ns, seg, nft, net, sizes, dots, keep = ctx.meta
         b, h, n, f = q.shape
         bh, e = b * h, v.shape[-1]
         kn = kernels(q.device.type != "cuda")
@@ -234,7 +234,7 @@ class _TritonProduct(torch.autograd.Function):
         unsplit = {key: val for key, val in dots.items() if key != "SPLIT"}
         with _device_guard(q.device):
             kn.delta[(nc, bh)](*gs, h, out, den, mean, gden, gden_c, n, e, nc, net,
-                               C=sizes["C"], BE=sizes["BE"])  # fmt: skip
+                               C=sizes["C"], BE=sizes["BE"], CENTRED=keep)  # fmt: skip
             kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, gden, r, rz, rz, tr, trz, trz, n, f,
                                            e, nc, ns, net, seg, SCALED=True, REVERSE=True,
                                            MEANS=False, **dots, **sizes)  # fmt: skip

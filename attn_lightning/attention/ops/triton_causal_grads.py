@@ -19,9 +19,10 @@ from attn_lightning.attention.ops.triton_causal_kernels import (
 
 
 def _delta(grad, sgb, sgh, sgn, H, out, den, mean, gden, gden_c, N, E, NC, NE_T,
-           C: tl.constexpr, BE: tl.constexpr):  # fmt: skip
+           C: tl.constexpr, BE: tl.constexpr, CENTRED: tl.constexpr):  # fmt: skip
     """``dDen = −Σ_e dO·out / den`` and its centred ``dDen' = Σ_e dO·(m_c − out) / den`` (float32)
-    for one chunk; grid (NC, BH). Centring: see ``_grad_qk``."""
+    for one chunk; grid (NC, BH). ``out`` is the output (float32 inputs) or, CENTRED (half
+    inputs), ``out − m_c`` as ``_readout`` keeps it. Centring: see ``_grad_qk``."""
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     rows = c * C + tl.arange(0, C)
     rm = rows < N
@@ -34,8 +35,12 @@ def _delta(grad, sgb, sgh, sgn, H, out, den, mean, gden, gden_c, N, E, NC, NE_T,
         g = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
         o = tl.load(op + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
         mb = tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)
-        acc += tl.reduce(g * o, 1, _sum)
-        acc_c += tl.reduce(g * (mb[None, :] - o), 1, _sum)
+        if CENTRED:  # o = out − m_c
+            acc += tl.reduce(g * (o + mb[None, :]), 1, _sum)
+            acc_c -= tl.reduce(g * o, 1, _sum)
+        else:
+            acc += tl.reduce(g * o, 1, _sum)
+            acc_c += tl.reduce(g * (mb[None, :] - o), 1, _sum)
     d = tl.load(den + bh * N + rows, rm, 1.0)
     tl.store(gden + bh * N + rows, -acc / d, rm)
     tl.store(gden_c + bh * N + rows, acc_c / d, rm)

@@ -180,14 +180,16 @@ def _segments(t, tz, tv, s_end, z_end, F, E, NS, NE_T, BF: tl.constexpr, BE: tl.
 
 
 def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z, t, tz, vs,
-             tv, out, out32, den, shift, N, F, E, NC, NS, NF_T, SEG, KEEP: tl.constexpr,
+             tv, out, resid, den, shift, N, F, E, NC, NS, NF_T, SEG, KEEP: tl.constexpr,
              C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
              PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``out = (tril(QKᵀ)V + Q S_prev) / den``, ``den = shift + rowsum tril(QKᵀ) + Q z_prev``, for
     one chunk and E-tile; grid (NC, BH, E tiles), with ``S_prev = s[c] + t[g]`` (``_states``).
     Saved: the float32 normaliser (1 where it is exactly 0), the chunk's centring mean m_c and
-    (KEEP, half inputs) a float32 copy of out, whose bf16 rounding (2⁻⁹·|out|) would swamp
-    backward's ``dO·(m_c − out)``.
+    (KEEP, half inputs) the centred output ``out − m_c`` in the inputs' dtype, from which backward
+    forms ``dO·out`` and ``dO·(m_c − out)``: rounded at 2⁻⁹ of the spread, not of |out| (bf16 out
+    itself would swamp ``dO·(m_c − out)`` for values with a mean), and half the bytes of the float32
+    copy of out it replaces.
 
     Centred on m_c (``_grad_qk``; v's first value for chunk 0, else the sums of ``_states``' MEANS
     over the c·C earlier values), exactly: ``out = m_c + (tril(QKᵀ)V' + Q S' − m_c·shift) / den``
@@ -234,8 +236,8 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
     o = tl.where(seen[:, None], mb[None, :] + num / d[:, None], 0.0)
     oo = rows[:, None] * E + eo[None, :]
     tl.store(out + bh * N * E + oo, o.to(vb.dtype), vm)
-    if KEEP:
-        tl.store(out32 + bh * N * E + oo, o, vm)
+    if KEEP:  # a query that sees no key: out 0, so out − m_c = −m_c
+        tl.store(resid + bh * N * E + oo, (o - mb[None, :]).to(vb.dtype), vm)
     if et == 0:
         tl.store(den + bh * N + rows, d, rm)
 

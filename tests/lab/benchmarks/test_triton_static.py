@@ -28,7 +28,7 @@ def test_recorded_launches_and_their_bytes():
     qkv = 2 * 4 * 1024 * 64 * 2  # one bf16 (B, H, N, D) tensor
     states = 2 * 4 * 16 * 64 * 64 * 4  # float32 (BH, NC, F, E)
     means = 2 * 4 * 16 * 64 * 4  # float32 (BH, NC, E)
-    assert written == qkv + 2 * 4 * 1024 * 4 + 2 * qkv + means  # out, den, out32, the means
+    assert written == qkv + 2 * 4 * 1024 * 4 + qkv + means  # out, den, out − m_c (bf16), the means
     assert read >= 3 * qkv + states
 
 
