@@ -1,22 +1,25 @@
 """Our chunk-parallel causal product as fused Triton kernels: ``implementation: triton``.
 
 The same algorithm as ``causal_product`` (chunk states at once, a prefix sum over chunks, every
-chunk read out in parallel), in three kernels forward and five launches backward, so no
+chunk read out in parallel), in two kernels forward and four launches backward, so no
 (B, H, N, C) score tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``,
 ``triton_causal_grads``)::
 
     1 states   S_c = Σ_{c'<c in its segment} φ(K_c')ᵀV_c', z too, and the segment's total,
                grid (segments, B·H, F·E tiles), float32, each state written once
-    2 segments the NS segment totals → their exclusive prefix (S_prev = s[c] + t[c // SEG]);
-               the totals are the final state
-    3 readout  out = (tril(Q_cK_cᵀ)V_c + Q_c S_c) / (offset + eps + rowsum tril(Q_cK_cᵀ) + Q_c z_c)
-    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states + segments, reverse);
-               dQ, dK (grid over F tiles) and dV (grid over E tiles), as in ``causal_product``
+    2 readout  out = (tril(Q_cK_cᵀ)V_c + Q_c S_c) / (offset + eps + rowsum tril(Q_cK_cᵀ) + Q_c z_c),
+               S_c = s[c] + the totals of the segments before c's (summed in the program); the
+               last chunk's program writes the final state (every segment's total)
+    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states, reverse);
+               dQ, dK (grid over F tiles) and dV (grid over E tiles), as in ``causal_product``,
+               each adding the totals of the segments after its own to R
 
 Segments: ``states`` walks SEG chunks per program, NS segments in parallel, NS chosen so the
 programs fill about ``TARGET_PROGRAMS`` (``_segments``): the serial depth is SEG, not the chunk
 count, and each state is written once, in float32 (the readout's rounding to the dot's dtype
-happens after the segment offset is added). No torch kernel runs between the launches: the
+happens after the segment offset is added). The NS totals' prefix is summed by each consumer
+program from L2 (NS tiles at most) rather than by a kernel of its own: one launch and one pass
+over the totals fewer per direction. No torch kernel runs between the launches: the
 centring means come from ``states``' float32 sums of v (forward, MEANS), and ``readout`` writes
 them for the backward.
 
@@ -188,6 +191,7 @@ class _TritonProduct(torch.autograd.Function):
         ns, seg = _segments(nc, bh * nft * net)
         s, z = q.new_empty(bh, nc, f, e, dtype=f32), q.new_empty(bh, nc, f, dtype=f32)
         t, tz = q.new_empty(bh, ns, f, e, dtype=f32), q.new_empty(bh, ns, f, dtype=f32)
+        tp, tzp = torch.empty_like(t), torch.empty_like(tz)  # their prefix, for the backward
         vsum, tv = q.new_empty(bh, nc, e, dtype=f32), q.new_empty(bh, ns, e, dtype=f32)
         s_end, z_end = q.new_empty(b, h, f, e, dtype=f32), q.new_empty(b, h, f, dtype=f32)
         out, den = v.new_empty(b, h, n, e), q.new_empty(bh, n, dtype=f32)
@@ -199,12 +203,11 @@ class _TritonProduct(torch.autograd.Function):
             kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, z, vsum, t, tz, tv, n, f, e, nc,
                                            ns, net, seg, SCALED=False, REVERSE=False, MEANS=True,
                                            **split, **dots, **sizes)  # fmt: skip
-            kn.segments[(bh, nft * net)](t, tz, tv, s_end, z_end, f, e, ns, net, BF=bf, BE=be,
-                                         REVERSE=False, MEANS=True)  # fmt: skip
-            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, out, resid,
+            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, tp, tzp,
+                                      s_end, z_end, out, resid,
                                       den, shift, n, f, e, nc, ns, nft, seg, KEEP=keep, **dots,
                                       **sizes, num_warps=8)  # fmt: skip
-        ctx.save_for_backward(q, k, v, mean, s, z, t, tz, resid, den)
+        ctx.save_for_backward(q, k, v, mean, s, z, tp, tzp, resid, den)
         ctx.meta = (nc, ns, seg, nft, net, sizes, dots | split, keep)
         ctx.mark_non_differentiable(s_end, z_end)
         ctx.set_materialize_grads(False)  # no zero gradients made for the states
@@ -238,8 +241,6 @@ class _TritonProduct(torch.autograd.Function):
             kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, gden, r, rz, rz, tr, trz, trz, n, f,
                                            e, nc, ns, net, seg, SCALED=True, REVERSE=True,
                                            MEANS=False, **dots, **sizes)  # fmt: skip
-            kn.segments[(bh, nft * net)](tr, trz, trz, tr, trz, f, e, ns, net, BF=sizes["BF"],
-                                         BE=sizes["BE"], REVERSE=True, MEANS=False)  # fmt: skip
             # 8 warps and E tiles of 32: with more per thread its three (C, BF) / (C, C) float32
             # accumulators and the loop's tiles spill
             be_qk = min(32, sizes["BE"])

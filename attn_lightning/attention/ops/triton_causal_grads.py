@@ -61,8 +61,9 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
     + G S'ᵀ + dDen' z_prevᵀ`` with ``S' = S_prev − z_prev m_cᵀ`` formed in float32, and ``dK =
     dAᵀQ + V' Rᵀ + (r + R m_c)``, R and r uncentred float32 sums; ``V' Rᵀ`` takes R as hi + lo
     (SPLIT), so dK keeps R's float32 accuracy (one bf16 R made dk 3.7× worse than the torch
-    kernel for values of mean 5). Chunk c's states are ``s[c] + t[g]``, its sums ``r[c] + tr[g]``
-    (``_states``, g = c // SEG)."""
+    kernel for values of mean 5). Chunk c's states are ``s[c] + t[g]`` (t: the forward's
+    prefix, kept by ``_readout``), its sums ``r[c]`` plus the totals ``tr`` of the segments after
+    g = c // SEG (``_states``), summed here."""
     c, bh, ft = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     g = c // SEG
     rows = c * C + tl.arange(0, C)
@@ -76,14 +77,16 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
     qb, kb = _phi(qx, qm, ELU1), _phi(kx, qm, ELU1)
     gp, vp = _at(grad, bh, H, sgb, sgh), _at(v, bh, H, svb, svh)
     sp, rp = s + (bh * NC + c) * F * E, r + (bh * NC + c) * F * E
-    tp, trp = t + (bh * NS + g) * F * E, tr + (bh * NS + g) * F * E
+    tp = t + (bh * NS + g) * F * E  # the forward's prefix at g (``_readout`` kept it)
     da = tl.full((C, C), 0.0, tl.float32)
     gq = tl.full((C, BF), 0.0, tl.float32)
     gk = tl.full((C, BF), 0.0, tl.float32)
     zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0)
     zb += tl.load(tz + (bh * NS + g) * F + fo, fm, 0.0)
-    rzb = tl.load(rz + (bh * NC + c) * F + fo, fm, 0.0)  # r, then r + R m_c
-    rzb += tl.load(trz + (bh * NS + g) * F + fo, fm, 0.0)
+    rzb = tl.full((BF,), 0.0, tl.float32)  # r, then r + R m_c
+    for i in range(0, NS - 1 - g):  # the totals of the segments after g, from the last
+        rzb += tl.load(trz + (bh * NS + NS - 1 - i) * F + fo, fm, 0.0)
+    rzb += tl.load(rz + (bh * NC + c) * F + fo, fm, 0.0)
     for et in range(0, NE_T):
         eo = et * BE + tl.arange(0, BE)
         em = eo < E
@@ -98,7 +101,10 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
         sm = fm[:, None] & em[None, :]
         sb = tl.load(sp + tile, sm, 0.0) + tl.load(tp + tile, sm, 0.0)
         sb = (sb - zb[:, None] * mb[None, :]).to(qb.dtype)
-        rf = tl.load(rp + tile, sm, 0.0) + tl.load(trp + tile, sm, 0.0)
+        rf = tl.full((BF, BE), 0.0, tl.float32)
+        for i in range(0, NS - 1 - g):  # R's suffix over the segments after g
+            rf += tl.load(tr + (bh * NS + NS - 1 - i) * F * E + tile, sm, 0.0)
+        rf += tl.load(rp + tile, sm, 0.0)
         rzb += tl.reduce(rf * mb[None, :], 1, _sum)
         gq = tl.dot(go.to(DOT), tl.trans(sb).to(DOT), gq, input_precision=PREC)
         gk = _split_dot(vb, tl.trans(rf), gk, SPLIT, PREC, DOT)
@@ -118,21 +124,25 @@ def _grad_v(q, sqb, sqh, sqn, k, skb, skh, skn, grad, sgb, sgh, sgn, H, den, r, 
             NC, NS, NF_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
             ELU1: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``dV = tril(QKᵀ)ᵀ G + K R`` of one chunk and E-tile (``G = dO/den``, R as in
-    ``_grad_qk``, ``r[c] + tr[g]``); grid (NC, BH, E tiles)."""
+    ``_grad_qk``: ``r[c]`` plus the totals ``tr`` of the segments after g); grid (NC, BH, E
+    tiles)."""
     c, bh, et = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     g = c // SEG
     rows = c * C + tl.arange(0, C)
     eo = et * BE + tl.arange(0, BE)
     rm, em = rows < N, eo < E
     qp, kp = _at(q, bh, H, sqb, sqh), _at(k, bh, H, skb, skh)
-    rp, trp = r + (bh * NC + c) * F * E, tr + (bh * NS + g) * F * E
+    rp = r + (bh * NC + c) * F * E
     scores = tl.full((C, C), 0.0, tl.float32)
     gv = tl.full((C, BE), 0.0, tl.float32)
     for ft in range(0, NF_T):
         fo, fm, qb, kb, sc = _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF, ELU1, PREC, DOT)
         scores += sc
         tile, sm = fo[:, None] * E + eo[None, :], fm[:, None] & em[None, :]
-        rb = tl.load(rp + tile, sm, 0.0) + tl.load(trp + tile, sm, 0.0)
+        rb = tl.full((BF, BE), 0.0, tl.float32)
+        for i in range(0, NS - 1 - g):  # R's suffix over the segments after g
+            rb += tl.load(tr + (bh * NS + NS - 1 - i) * F * E + tile, sm, 0.0)
+        rb += tl.load(rp + tile, sm, 0.0)
         gv = tl.dot(kb.to(DOT), rb.to(qb.dtype).to(DOT), gv, input_precision=PREC)
     m = rm[:, None] & em[None, :]
     d = tl.load(den + bh * N + rows, rm, 1.0)
