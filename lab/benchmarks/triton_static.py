@@ -43,7 +43,7 @@ from attn_lightning.attention.ops.triton_causal_kernels import kernels
 from attn_lightning.records.files import markdown_table
 
 _OPTIONS = ("num_warps", "num_stages")  # launch options, not kernel arguments
-NAMES = ("states", "readout", "delta", "grad_qk", "grad_v")
+NAMES = ("states", "readout", "grad_qk", "grad_v")
 # Aten ops that allocate or view: no kernel on a GPU.
 _FREE = re.compile(r"^(empty|empty_like|new_empty|empty_strided|view|_unsafe_view|as_strided|"
                    r"t|transpose|slice|select|unsqueeze|squeeze|detach|alias|expand|lift_fresh|"
@@ -194,16 +194,16 @@ _TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
         "a": _E_TILES,
         "b": _F_TILES,
         "den": lambda nft, net, kw: nft * net if kw["SCALED"] else 0,
-        "gden": lambda nft, net, kw: nft if kw["SCALED"] else 0,
+        # dDen: the E-tile-0 programs read out (or out − m_c) and the means over every E tile
+        **{x: (lambda nft, net, kw: nft if kw["SCALED"] else 0) for x in ("o", "mean")},
     },
     "readout": {
         **{x: _E_TILES for x in ("q", "k", "z")},
         **{x: _ONCE for x in ("v", "s", "t", "tz", "vs", "tv")},  # t, tz, tv: from L2
     },
-    "delta": {x: _ONCE for x in ("grad", "out", "mean", "den")},
     "grad_qk": {
         **{x: _ONCE for x in ("q", "k", "s", "r", "z", "rz", "t", "tz", "tr", "trz")},  # L2
-        **{x: _F_TILES for x in ("v", "grad", "mean", "den", "gden_c")},
+        **{x: _F_TILES for x in ("v", "grad", "mean", "den", "o")},
     },
     "grad_v": {
         **{x: _E_TILES for x in ("q", "k", "den")},
@@ -213,7 +213,6 @@ _TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
 _WRITES = {
     "states": ("s", "z", "t", "tz", "vs", "tv"),
     "readout": ("out", "den", "resid", "mean", "tp", "tzp", "s_end", "z_end"),
-    "delta": ("gden", "gden_c"),
     "grad_qk": ("dq", "dk"),
     "grad_v": ("dv",),
 }

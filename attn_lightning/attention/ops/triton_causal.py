@@ -1,7 +1,7 @@
 """Our chunk-parallel causal product as fused Triton kernels: ``implementation: triton``.
 
 The same algorithm as ``causal_product`` (chunk states at once, a prefix sum over chunks, every
-chunk read out in parallel), in two kernels forward and four launches backward, so no
+chunk read out in parallel), in two kernels forward and three backward, so no
 (B, H, N, C) score tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``,
 ``triton_causal_grads``)::
 
@@ -10,7 +10,8 @@ chunk read out in parallel), in two kernels forward and four launches backward, 
     2 readout  out = (tril(Q_cK_cᵀ)V_c + Q_c S_c) / (offset + eps + rowsum tril(Q_cK_cᵀ) + Q_c z_c),
                S_c = s[c] + the totals of the segments before c's (summed in the program); the
                last chunk's program writes the final state (every segment's total)
-    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states, reverse);
+    backward   R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states, reverse, with dDen = −Σ_e dO·out/den
+               formed in the program from dO and out − m_c, as grad_qk does);
                dQ, dK (grid over F tiles) and dV (grid over E tiles), as in ``causal_product``,
                each adding the totals of the segments after its own to R
 
@@ -200,9 +201,10 @@ class _TritonProduct(torch.autograd.Function):
         resid = v.new_empty(bh, n, e) if keep else out
         qs, ks, vs = _strided(q), _strided(k), _strided(v)
         with _device_guard(q.device):
-            kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, z, vsum, t, tz, tv, n, f, e, nc,
-                                           ns, net, seg, SCALED=False, REVERSE=False, MEANS=True,
-                                           **split, **dots, **sizes)  # fmt: skip
+            kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, s, z, vsum, t, tz, tv, n, f, e,
+                                           nc, ns, net, seg, SCALED=False, REVERSE=False,
+                                           MEANS=True, CENTRED=False, **split, **dots,
+                                           **sizes)  # fmt: skip
             kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, tp, tzp,
                                       s_end, z_end, out, resid,
                                       den, shift, n, f, e, nc, ns, nft, seg, KEEP=keep, **dots,
@@ -228,7 +230,6 @@ class _TritonProduct(torch.autograd.Function):
         bh, e = b * h, v.shape[-1]
         kn = kernels(q.device.type != "cuda")
         grad = _aligned(grad_out.to(v.dtype), e, 0.0)
-        gden, gden_c = torch.empty_like(den), torch.empty_like(den)
         r, rz = torch.empty_like(s), torch.empty_like(z)  # R_c, r_c: sums over later chunks
         tr, trz = torch.empty_like(t), torch.empty_like(tz)
         dq, dk = q.new_empty(bh, n, f), k.new_empty(bh, n, f)
@@ -236,18 +237,18 @@ class _TritonProduct(torch.autograd.Function):
         qs, ks, vs, gs = _strided(q), _strided(k), _strided(v), _strided(grad)
         unsplit = {key: val for key, val in dots.items() if key != "SPLIT"}
         with _device_guard(q.device):
-            kn.delta[(nc, bh)](*gs, h, out, den, mean, gden, gden_c, n, e, nc, net,
-                               C=sizes["C"], BE=sizes["BE"], CENTRED=keep)  # fmt: skip
-            kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, gden, r, rz, rz, tr, trz, trz, n, f,
-                                           e, nc, ns, net, seg, SCALED=True, REVERSE=True,
-                                           MEANS=False, **dots, **sizes)  # fmt: skip
+            # dDen comes from dO, out (or out − m_c: CENTRED) and the means in the two consumers
+            kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, out, mean, r, rz, rz, tr, trz, trz, n,
+                                           f, e, nc, ns, net, seg, SCALED=True, REVERSE=True,
+                                           MEANS=False, CENTRED=keep, **dots,
+                                           **sizes)  # fmt: skip
             # 8 warps and E tiles of 32: with more per thread its three (C, BF) / (C, C) float32
             # accumulators and the loop's tiles spill
             be_qk = min(32, sizes["BE"])
-            kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, gden_c, s, z, t, tz, r,
-                                      rz, tr, trz, dq, dk, n, f, e, nc, ns, triton.cdiv(e, be_qk),
-                                      seg, **dots, **(sizes | {"BE": be_qk}), num_warps=8,
-                                      num_stages=1)  # fmt: skip
+            kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, out, s, z, t, tz, r, rz,
+                                      tr, trz, dq, dk, n, f, e, nc, ns, triton.cdiv(e, be_qk),
+                                      seg, CENTRED=keep, **dots, **(sizes | {"BE": be_qk}),
+                                      num_warps=8, num_stages=1)  # fmt: skip
             kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, nft, seg,
                                      **unsplit, **sizes)  # fmt: skip
         grads = (x.view(b, h, n, -1)[..., :w] for x, w in ((dq, f0), (dk, f0), (dv, e0)))

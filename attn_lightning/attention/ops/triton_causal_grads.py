@@ -18,38 +18,11 @@ from attn_lightning.attention.ops.triton_causal_kernels import (
 )
 
 
-def _delta(grad, sgb, sgh, sgn, H, out, den, mean, gden, gden_c, N, E, NC, NE_T,
-           C: tl.constexpr, BE: tl.constexpr, CENTRED: tl.constexpr):  # fmt: skip
-    """``dDen = −Σ_e dO·out / den`` and its centred ``dDen' = Σ_e dO·(m_c − out) / den`` (float32)
-    for one chunk; grid (NC, BH). ``out`` is the output (float32 inputs) or, CENTRED (half
-    inputs), ``out − m_c`` as ``_readout`` keeps it. Centring: see ``_grad_qk``."""
-    c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    rows = c * C + tl.arange(0, C)
-    rm = rows < N
-    gp, op = _at(grad, bh, H, sgb, sgh), out + bh * N * E
-    acc = tl.full((C,), 0.0, tl.float32)
-    acc_c = tl.full((C,), 0.0, tl.float32)
-    for et in range(0, NE_T):
-        eo = et * BE + tl.arange(0, BE)
-        m = rm[:, None] & (eo < E)[None, :]
-        g = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
-        o = tl.load(op + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
-        mb = tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)
-        if CENTRED:  # o = out − m_c
-            acc += tl.reduce(g * (o + mb[None, :]), 1, _sum)
-            acc_c -= tl.reduce(g * o, 1, _sum)
-        else:
-            acc += tl.reduce(g * o, 1, _sum)
-            acc_c += tl.reduce(g * (mb[None, :] - o), 1, _sum)
-    d = tl.load(den + bh * N + rows, rm, 1.0)
-    tl.store(gden + bh * N + rows, -acc / d, rm)
-    tl.store(gden_c + bh * N + rows, acc_c / d, rm)
-
-
 def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sgh, sgn, H, mean,
-             den, gden_c, s, z, t, tz, r, rz, tr, trz, dq, dk, N, F, E, NC, NS, NE_T, SEG,
+             den, o, s, z, t, tz, r, rz, tr, trz, dq, dk, N, F, E, NC, NS, NE_T, SEG,
              C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
-             SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
+             SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
+             CENTRED: tl.constexpr):  # fmt: skip
     """dQ, dK of one chunk and F-tile; grid (NC, BH, F tiles).
 
     Uncentred, with ``G = dO/den`` and ``dA = tril(G Vᵀ + dDen)``: ``dQ = dA K + G S_prevᵀ +
@@ -70,12 +43,12 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
     fo = ft * BF + tl.arange(0, BF)
     rm, fm = rows < N, fo < F
     d = tl.load(den + bh * N + rows, rm, 1.0)
-    gd = tl.load(gden_c + bh * N + rows, rm, 0.0)
+    gp, vp = _at(grad, bh, H, sgb, sgh), _at(v, bh, H, svb, svh)
+    gd = d * 0.0  # Σ_e dO·(m_c − out), in the loop below; then dDen' (as ``_dden``)
     qm = rm[:, None] & fm[None, :]
     qx = tl.load(_at(q, bh, H, sqb, sqh) + rows[:, None] * sqn + fo[None, :], qm, 0.0)
     kx = tl.load(_at(k, bh, H, skb, skh) + rows[:, None] * skn + fo[None, :], qm, 0.0)
     qb, kb = _phi(qx, qm, ELU1), _phi(kx, qm, ELU1)
-    gp, vp = _at(grad, bh, H, sgb, sgh), _at(v, bh, H, svb, svh)
     sp, rp = s + (bh * NC + c) * F * E, r + (bh * NC + c) * F * E
     tp = t + (bh * NS + g) * F * E  # the forward's prefix at g (``_readout`` kept it)
     da = tl.full((C, C), 0.0, tl.float32)
@@ -92,8 +65,13 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
         em = eo < E
         m = rm[:, None] & em[None, :]
         go = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
-        go = (go / d[:, None]).to(qb.dtype)
         mb = tl.load(mean + (bh * NC + c) * E + eo, em, 0.0)
+        x = tl.load(o + bh * N * E + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
+        if CENTRED:  # x = out − m_c
+            gd -= tl.reduce(go * x, 1, _sum)
+        else:
+            gd += tl.reduce(go * (mb[None, :] - x), 1, _sum)
+        go = (go / d[:, None]).to(qb.dtype)
         vb = tl.load(vp + rows[:, None] * svn + eo[None, :], m, 0.0)
         vb = tl.where(m, vb.to(tl.float32) - mb[None, :], 0.0).to(qb.dtype)
         da = tl.dot(go.to(DOT), tl.trans(vb).to(DOT), da, input_precision=PREC)
@@ -108,6 +86,7 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
         rzb += tl.reduce(rf * mb[None, :], 1, _sum)
         gq = tl.dot(go.to(DOT), tl.trans(sb).to(DOT), gq, input_precision=PREC)
         gk = _split_dot(vb, tl.trans(rf), gk, SPLIT, PREC, DOT)
+    gd = gd / d
     i = tl.arange(0, C)
     da = tl.where(i[None, :] <= i[:, None], da + gd[:, None], 0.0).to(qb.dtype)
     gq = tl.dot(da.to(DOT), kb.to(DOT), gq, input_precision=PREC) + gd[:, None] * zb[None, :]

@@ -69,6 +69,24 @@ def _split_dot(a, b32, acc, SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.con
     return acc
 
 
+def _dden(gp, sgn, o, mean, bh, c, rows, rm, d, N, E, NC, NE_T, BE: tl.constexpr,
+          CENTRED: tl.constexpr):  # fmt: skip
+    """``dDen = −Σ_e dO·out / den`` of chunk c's rows, float32, over every E tile. ``gp``: dO at
+    the head's first row; ``o``: out (float32 inputs) or, CENTRED, ``out − m_c`` as ``_readout``
+    keeps it (half inputs), to which the chunk's mean is added back in float32."""
+    op = o + bh * N * E
+    acc = d * 0.0
+    for et in range(0, NE_T):
+        eo = et * BE + tl.arange(0, BE)
+        m = rm[:, None] & (eo < E)[None, :]
+        g = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
+        x = tl.load(op + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
+        if CENTRED:  # x = out − m_c
+            x += tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)[None, :]
+        acc += tl.reduce(g * x, 1, _sum)
+    return -acc / d
+
+
 def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.constexpr,
              PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """F-tile ``ft`` of one chunk (``qp``, ``kp`` at the head's first row): its columns and their
@@ -81,11 +99,11 @@ def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.const
     return fo, fm, qb, kb, tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
 
 
-def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, tv, N, F, E,
-            NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
+def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, o, mean, s, z, vs, t, tz, tv, N, F,
+            E, NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
             SCALED: tl.constexpr, REVERSE: tl.constexpr, MEANS: tl.constexpr,
-            ELU1: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr,
-            DOT: tl.constexpr):  # fmt: skip
+            ELU1: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
+            CENTRED: tl.constexpr):  # fmt: skip
     """Segment g's chunk states, formed and summed in one pass: grid (NS, BH, F·E tiles).
 
     The program walks the SEG chunks of its segment (REVERSE: from the last), writes each chunk's
@@ -96,7 +114,8 @@ def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, t
     and the segments run in parallel. ``A_cᵀB_c`` is ``φ(K_c)ᵀV_c``
     with ``z`` the key sums (forward); SCALED ``Q_cᵀ(dO_c/den)`` with dO/den a hi + lo pair under
     SPLIT (R's centring adds ``R m_c`` to ``r``, which cancels it to the size of the spread, so R
-    must be good to more than the 8 bits of one bf16 operand) and ``z`` the sums of ``Q_cᵀdDen``.
+    must be good to more than the 8 bits of one bf16 operand) and ``z`` the sums of ``Q_cᵀdDen``,
+    dDen formed here from dO, ``o`` and the means (``_dden``) by the E-tile-0 programs.
     MEANS (forward): also the float32 sums of v per chunk, for the centring means, in ``vs``/``tv``.
     """
     g, bh, tile = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
@@ -127,7 +146,7 @@ def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, t
         if et == 0:
             tl.store(z + (bh * NC + c) * F + fo, zrun, fm)
             if SCALED:
-                w = tl.load(gden + bh * N + rows, rm, 0.0)
+                w = _dden(bp, sbn, o, mean, bh, c, rows, rm, d, N, E, NC, NE_T, BE, CENTRED)
                 zrun += tl.reduce(ab.to(tl.float32) * w[:, None], 0, _sum)
             else:
                 zrun += tl.reduce(ab.to(tl.float32), 0, _sum)
@@ -155,9 +174,9 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
     writes the final state (every segment's total) to ``s_end``, ``z_end``.
     Saved: the float32 normaliser (1 where it is exactly 0), the chunk's centring mean m_c and
     (KEEP, half inputs) the centred output ``out − m_c`` in the inputs' dtype, from which backward
-    forms ``dO·out`` and ``dO·(m_c − out)``: rounded at 2⁻⁹ of the spread, not of |out| (bf16 out
-    itself would swamp ``dO·(m_c − out)`` for values with a mean), and half the bytes of the float32
-    copy of out it replaces.
+    forms ``dO·out`` and ``dO·(m_c − out)`` (``_dden``, ``_grad_qk``): rounded at 2⁻⁹ of the
+    spread, not of |out| (bf16 out itself would swamp ``dO·(m_c − out)`` for values with a mean),
+    and half the bytes of the float32 copy of out it replaces.
 
     Centred on m_c (``_grad_qk``; v's first value for chunk 0, else the sums of ``_states``' MEANS
     over the c·C earlier values), exactly: ``out = m_c + (tril(QKᵀ)V' + Q S' − m_c·shift) / den``
@@ -227,13 +246,13 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
         tl.store(den + bh * N + rows, d, rm)
 
 
-_HELPERS = (_at, _phi, _split_dot, _qk_tile)  # device functions the kernels call (inlined)
+_HELPERS = (_at, _phi, _split_dot, _dden, _qk_tile)  # device functions the kernels call (inlined)
 
 
 @functools.cache
 def kernels(interpreted: bool) -> SimpleNamespace:
     """The kernels by name (``states``, ``readout`` and ``triton_causal_grads``'s
-    ``delta``, ``grad_qk``, ``grad_v``), compiled or run by Triton's interpreter.
+    ``grad_qk``, ``grad_v``), compiled or run by Triton's interpreter.
 
     Both can live in one process: a CPU test's interpreted launch leaves the CUDA tests' compiled
     kernels compiled. The interpreter class is imported only when asked for.
@@ -262,5 +281,5 @@ def kernels(interpreted: bool) -> SimpleNamespace:
     scope |= {fn.__name__: bind(fn) for fn in _HELPERS}
     if not interpreted and not isinstance(_sum, triton.runtime.jit.JITFunction):
         scope["_sum"] = triton.runtime.jit.JITFunction(_sum.fn)
-    every = (_states, _readout, grads._delta, grads._grad_qk, grads._grad_v)
+    every = (_states, _readout, grads._grad_qk, grads._grad_v)
     return SimpleNamespace(**{fn.__name__.lstrip("_"): bind(fn) for fn in every})
