@@ -213,7 +213,7 @@ _TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
 _WRITES = {
     "states": ("s", "z", "t", "tz", "vs", "tv"),
     "readout": ("out", "den", "resid", "mean", "tp", "tzp", "s_end", "z_end"),
-    "grad_qk": ("dq", "dk"),
+    "grad_qk": ("dq", "dk", "dv"),
     "grad_v": ("dv",),
 }
 
@@ -233,6 +233,8 @@ def traffic(launch: Launch) -> tuple[int, int]:
     writes = set(_WRITES[launch.name])
     if launch.name == "readout" and not args["KEEP"]:
         writes.discard("resid")
+    if launch.name == "grad_qk" and not args["MERGE_V"]:
+        writes.discard("dv")
     if not args.get("MEANS", True):
         writes -= {"vs", "tv"}
     return read, sum(size(x) for x in writes)

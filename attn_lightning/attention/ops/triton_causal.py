@@ -1,7 +1,8 @@
 """Our chunk-parallel causal product as fused Triton kernels: ``implementation: triton``.
 
 The same algorithm as ``causal_product`` (chunk states at once, a prefix sum over chunks, every
-chunk read out in parallel), in two kernels forward and three backward, so no
+chunk read out in parallel), in two kernels forward and two backward (three when φ is wider
+than one 64-column tile, or for float32 inputs), so no
 (B, H, N, C) score tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``,
 ``triton_causal_grads``)::
 
@@ -12,7 +13,8 @@ chunk read out in parallel), in two kernels forward and three backward, so no
                last chunk's program writes the final state (every segment's total)
     backward   R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states, reverse, with dDen = −Σ_e dO·out/den
                formed in the program from dO and out − m_c, as grad_qk does);
-               dQ, dK (grid over F tiles) and dV (grid over E tiles), as in ``causal_product``,
+               dQ, dK (grid over F tiles) and dV (in grad_qk for one F tile, else its own kernel
+               with a grid over E tiles), as in ``causal_product``,
                each adding the totals of the segments after its own to R
 
 Segments: ``states`` walks SEG chunks per program, NS segments in parallel, NS chosen so the
@@ -245,12 +247,18 @@ class _TritonProduct(torch.autograd.Function):
             # 8 warps and E tiles of 32: with more per thread its three (C, BF) / (C, C) float32
             # accumulators and the loop's tiles spill
             be_qk = min(32, sizes["BE"])
+            # One F tile (F ≤ 64): grad_qk forms dV too, from the tiles it holds; wider φ needs
+            # every F tile's scores for dV, so grad_v does it. float32 (3xTF32) keeps grad_v:
+            # merged, grad_qk spills 1288 B per thread at D 64 (448 B apart)
+            merge = nft == 1 and q.dtype != torch.float32
             kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, out, s, z, t, tz, r, rz,
-                                      tr, trz, dq, dk, n, f, e, nc, ns, triton.cdiv(e, be_qk),
-                                      seg, CENTRED=keep, **dots, **(sizes | {"BE": be_qk}),
-                                      num_warps=8, num_stages=1)  # fmt: skip
-            kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, nft, seg,
-                                     **unsplit, **sizes)  # fmt: skip
+                                      tr, trz, dq, dk, dv, n, f, e, nc, ns, triton.cdiv(e, be_qk),
+                                      seg, CENTRED=keep, MERGE_V=merge, **dots,
+                                      **(sizes | {"BE": be_qk}), num_warps=8,
+                                      num_stages=1)  # fmt: skip
+            if not merge:
+                kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, nft,
+                                         seg, **unsplit, **sizes)  # fmt: skip
         grads = (x.view(b, h, n, -1)[..., :w] for x, w in ((dq, f0), (dk, f0), (dv, e0)))
         return *grads, None, None, None
 

@@ -19,11 +19,13 @@ from attn_lightning.attention.ops.triton_causal_kernels import (
 
 
 def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sgh, sgn, H, mean,
-             den, o, s, z, t, tz, r, rz, tr, trz, dq, dk, N, F, E, NC, NS, NE_T, SEG,
+             den, o, s, z, t, tz, r, rz, tr, trz, dq, dk, dv, N, F, E, NC, NS, NE_T, SEG,
              C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
              SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
-             CENTRED: tl.constexpr):  # fmt: skip
-    """dQ, dK of one chunk and F-tile; grid (NC, BH, F tiles).
+             CENTRED: tl.constexpr, MERGE_V: tl.constexpr):  # fmt: skip
+    """dQ, dK of one chunk and F-tile; grid (NC, BH, F tiles). MERGE_V (one F tile: F ≤ BF): dV
+    too, E tile by E tile as ``_grad_v`` forms it, from the φ(Q), φ(K), dO and R tiles this
+    program holds anyway, so no kernel reads them again.
 
     Uncentred, with ``G = dO/den`` and ``dA = tril(G Vᵀ + dDen)``: ``dQ = dA K + G S_prevᵀ +
     dDen z_prevᵀ`` and ``dK = dAᵀQ + V Rᵀ + r``, R and r the sums over later chunks of ``QᵀG``
@@ -60,6 +62,10 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
     for i in range(0, NS - 1 - g):  # the totals of the segments after g, from the last
         rzb += tl.load(trz + (bh * NS + NS - 1 - i) * F + fo, fm, 0.0)
     rzb += tl.load(rz + (bh * NC + c) * F + fo, fm, 0.0)
+    if MERGE_V:  # every feature in this tile: the scores are whole, as ``_grad_v``'s
+        j = tl.arange(0, C)
+        sc = tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
+        pt = tl.trans(tl.where(j[None, :] <= j[:, None], sc, 0.0).to(qb.dtype))
     for et in range(0, NE_T):
         eo = et * BE + tl.arange(0, BE)
         em = eo < E
@@ -86,6 +92,10 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
         rzb += tl.reduce(rf * mb[None, :], 1, _sum)
         gq = tl.dot(go.to(DOT), tl.trans(sb).to(DOT), gq, input_precision=PREC)
         gk = _split_dot(vb, tl.trans(rf), gk, SPLIT, PREC, DOT)
+        if MERGE_V:  # dV = tril(QKᵀ)ᵀ G + K R for this E tile
+            gv = tl.dot(kb.to(DOT), rf.to(qb.dtype).to(DOT), input_precision=PREC)
+            gv = tl.dot(pt.to(DOT), go.to(DOT), gv, input_precision=PREC)
+            tl.store(dv + bh * N * E + rows[:, None] * E + eo[None, :], gv.to(qb.dtype), m)
     gd = gd / d
     i = tl.arange(0, C)
     da = tl.where(i[None, :] <= i[:, None], da + gd[:, None], 0.0).to(qb.dtype)
@@ -104,7 +114,7 @@ def _grad_v(q, sqb, sqh, sqn, k, skb, skh, skn, grad, sgb, sgh, sgn, H, den, r, 
             ELU1: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``dV = tril(QKᵀ)ᵀ G + K R`` of one chunk and E-tile (``G = dO/den``, R as in
     ``_grad_qk``: ``r[c]`` plus the totals ``tr`` of the segments after g); grid (NC, BH, E
-    tiles)."""
+    tiles). Launched only when φ spans more than one F tile (else ``_grad_qk`` forms dV)."""
     c, bh, et = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     g = c // SEG
     rows = c * C + tl.arange(0, C)
