@@ -189,10 +189,11 @@ def compile_launch(launch: Launch) -> Compiled:
 _ONCE, _F_TILES, _E_TILES = (lambda nft, net, kw: 1), (lambda nft, net, kw: nft), (
     lambda nft, net, kw: net
 )  # fmt: skip
-_TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
+_TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], float]]] = {
     "states": {
         "a": _E_TILES,
-        "b": _F_TILES,
+        # SCALED: the E-tile-0 programs read dO's other E tiles again for dDen
+        "b": lambda nft, net, kw: nft + (nft * (net - 1) / net if kw["SCALED"] else 0),
         "den": lambda nft, net, kw: nft * net if kw["SCALED"] else 0,
         # dDen: the E-tile-0 programs read out (or out − m_c) and the means over every E tile
         **{x: (lambda nft, net, kw: nft if kw["SCALED"] else 0) for x in ("o", "mean")},
@@ -203,7 +204,7 @@ _TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
     },
     "grad_qk": {
         **{x: _ONCE for x in ("q", "k", "s", "r", "z", "rz", "t", "tz", "tr", "trz")},  # L2
-        **{x: _F_TILES for x in ("v", "grad", "mean", "den", "o")},
+        **{x: _F_TILES for x in ("v", "grad", "mean", "den", "gden_c")},
     },
     "grad_v": {
         **{x: _E_TILES for x in ("q", "k", "den")},
@@ -211,7 +212,7 @@ _TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
     },
 }
 _WRITES = {
-    "states": ("s", "z", "t", "tz", "vs", "tv"),
+    "states": ("s", "z", "t", "tz", "vs", "tv", "gden_c"),
     "readout": ("out", "den", "resid", "mean", "tp", "tzp", "s_end", "z_end"),
     "grad_qk": ("dq", "dk", "dv"),
     "grad_v": ("dv",),
@@ -235,6 +236,8 @@ def traffic(launch: Launch) -> tuple[int, int]:
         writes.discard("resid")
     if launch.name == "grad_qk" and not args["MERGE_V"]:
         writes.discard("dv")
+    if launch.name == "states" and not args["SCALED"]:
+        writes.discard("gden_c")
     if not args.get("MEANS", True):
         writes -= {"vs", "tv"}
     return read, sum(size(x) for x in writes)

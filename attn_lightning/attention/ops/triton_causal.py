@@ -12,7 +12,7 @@ than one 64-column tile, or for float32 inputs), so no
                S_c = s[c] + the totals of the segments before c's (summed in the program); the
                last chunk's program writes the final state (every segment's total)
     backward   R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states, reverse, with dDen = −Σ_e dO·out/den
-               formed in the program from dO and out − m_c, as grad_qk does);
+               formed in the program from dO and out − m_c, and its centred form for grad_qk);
                dQ, dK (grid over F tiles) and dV (in grad_qk for one F tile, else its own kernel
                with a grid over E tiles), as in ``causal_product``,
                each adding the totals of the segments after its own to R
@@ -203,7 +203,7 @@ class _TritonProduct(torch.autograd.Function):
         resid = v.new_empty(bh, n, e) if keep else out
         qs, ks, vs = _strided(q), _strided(k), _strided(v)
         with _device_guard(q.device):
-            kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, s, z, vsum, t, tz, tv, n, f, e,
+            kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, s, s, z, vsum, t, tz, tv, n, f, e,
                                            nc, ns, net, seg, SCALED=False, REVERSE=False,
                                            MEANS=True, CENTRED=False, **split, **dots,
                                            **sizes)  # fmt: skip
@@ -232,6 +232,7 @@ class _TritonProduct(torch.autograd.Function):
         bh, e = b * h, v.shape[-1]
         kn = kernels(q.device.type != "cuda")
         grad = _aligned(grad_out.to(v.dtype), e, 0.0)
+        gden_c = torch.empty_like(den)  # dDen', written by states for grad_qk
         r, rz = torch.empty_like(s), torch.empty_like(z)  # R_c, r_c: sums over later chunks
         tr, trz = torch.empty_like(t), torch.empty_like(tz)
         dq, dk = q.new_empty(bh, n, f), k.new_empty(bh, n, f)
@@ -239,11 +240,11 @@ class _TritonProduct(torch.autograd.Function):
         qs, ks, vs, gs = _strided(q), _strided(k), _strided(v), _strided(grad)
         unsplit = {key: val for key, val in dots.items() if key != "SPLIT"}
         with _device_guard(q.device):
-            # dDen comes from dO, out (or out − m_c: CENTRED) and the means in the two consumers
-            kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, out, mean, r, rz, rz, tr, trz, trz, n,
-                                           f, e, nc, ns, net, seg, SCALED=True, REVERSE=True,
-                                           MEANS=False, CENTRED=keep, **dots,
-                                           **sizes)  # fmt: skip
+            # dDen and dDen' come from dO, out (or out − m_c: CENTRED) and the means in states
+            kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, out, mean, gden_c, r, rz, rz, tr, trz,
+                                           trz, n, f, e, nc, ns, net, seg, SCALED=True,
+                                           REVERSE=True, MEANS=False, CENTRED=keep, **dots,
+                                           **sizes, num_warps=8)  # fmt: skip
             # 8 warps and E tiles of 32: with more per thread its three (C, BF) / (C, C) float32
             # accumulators and the loop's tiles spill
             be_qk = min(32, sizes["BE"])
@@ -251,9 +252,9 @@ class _TritonProduct(torch.autograd.Function):
             # every F tile's scores for dV, so grad_v does it. float32 (3xTF32) keeps grad_v:
             # merged, grad_qk spills 1288 B per thread at D 64 (448 B apart)
             merge = nft == 1 and q.dtype != torch.float32
-            kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, out, s, z, t, tz, r, rz,
-                                      tr, trz, dq, dk, dv, n, f, e, nc, ns, triton.cdiv(e, be_qk),
-                                      seg, CENTRED=keep, MERGE_V=merge, **dots,
+            kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, gden_c, s, z, t, tz, r,
+                                      rz, tr, trz, dq, dk, dv, n, f, e, nc, ns,
+                                      triton.cdiv(e, be_qk), seg, MERGE_V=merge, **dots,
                                       **(sizes | {"BE": be_qk}), num_warps=8,
                                       num_stages=1)  # fmt: skip
             if not merge:

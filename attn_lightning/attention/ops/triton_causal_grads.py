@@ -19,10 +19,10 @@ from attn_lightning.attention.ops.triton_causal_kernels import (
 
 
 def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sgh, sgn, H, mean,
-             den, o, s, z, t, tz, r, rz, tr, trz, dq, dk, dv, N, F, E, NC, NS, NE_T, SEG,
+             den, gden_c, s, z, t, tz, r, rz, tr, trz, dq, dk, dv, N, F, E, NC, NS, NE_T, SEG,
              C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
              SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
-             CENTRED: tl.constexpr, MERGE_V: tl.constexpr):  # fmt: skip
+             MERGE_V: tl.constexpr):  # fmt: skip
     """dQ, dK of one chunk and F-tile; grid (NC, BH, F tiles). MERGE_V (one F tile: F ≤ BF): dV
     too, E tile by E tile as ``_grad_v`` forms it, from the φ(Q), φ(K), dO and R tiles this
     program holds anyway, so no kernel reads them again.
@@ -46,7 +46,7 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
     rm, fm = rows < N, fo < F
     d = tl.load(den + bh * N + rows, rm, 1.0)
     gp, vp = _at(grad, bh, H, sgb, sgh), _at(v, bh, H, svb, svh)
-    gd = d * 0.0  # Σ_e dO·(m_c − out), in the loop below; then dDen' (as ``_dden``)
+    gd = tl.load(gden_c + bh * N + rows, rm, 0.0)  # dDen', from ``_states`` (``_dden``)
     qm = rm[:, None] & fm[None, :]
     qx = tl.load(_at(q, bh, H, sqb, sqh) + rows[:, None] * sqn + fo[None, :], qm, 0.0)
     kx = tl.load(_at(k, bh, H, skb, skh) + rows[:, None] * skn + fo[None, :], qm, 0.0)
@@ -71,13 +71,8 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
         em = eo < E
         m = rm[:, None] & em[None, :]
         go = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
-        mb = tl.load(mean + (bh * NC + c) * E + eo, em, 0.0)
-        x = tl.load(o + bh * N * E + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
-        if CENTRED:  # x = out − m_c
-            gd -= tl.reduce(go * x, 1, _sum)
-        else:
-            gd += tl.reduce(go * (mb[None, :] - x), 1, _sum)
         go = (go / d[:, None]).to(qb.dtype)
+        mb = tl.load(mean + (bh * NC + c) * E + eo, em, 0.0)
         vb = tl.load(vp + rows[:, None] * svn + eo[None, :], m, 0.0)
         vb = tl.where(m, vb.to(tl.float32) - mb[None, :], 0.0).to(qb.dtype)
         da = tl.dot(go.to(DOT), tl.trans(vb).to(DOT), da, input_precision=PREC)
@@ -96,7 +91,6 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
             gv = tl.dot(kb.to(DOT), rf.to(qb.dtype).to(DOT), input_precision=PREC)
             gv = tl.dot(pt.to(DOT), go.to(DOT), gv, input_precision=PREC)
             tl.store(dv + bh * N * E + rows[:, None] * E + eo[None, :], gv.to(qb.dtype), m)
-    gd = gd / d
     i = tl.arange(0, C)
     da = tl.where(i[None, :] <= i[:, None], da + gd[:, None], 0.0).to(qb.dtype)
     gq = tl.dot(da.to(DOT), kb.to(DOT), gq, input_precision=PREC) + gd[:, None] * zb[None, :]

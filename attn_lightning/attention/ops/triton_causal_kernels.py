@@ -71,20 +71,25 @@ def _split_dot(a, b32, acc, SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.con
 
 def _dden(gp, sgn, o, mean, bh, c, rows, rm, d, N, E, NC, NE_T, BE: tl.constexpr,
           CENTRED: tl.constexpr):  # fmt: skip
-    """``dDen = −Σ_e dO·out / den`` of chunk c's rows, float32, over every E tile. ``gp``: dO at
-    the head's first row; ``o``: out (float32 inputs) or, CENTRED, ``out − m_c`` as ``_readout``
-    keeps it (half inputs), to which the chunk's mean is added back in float32."""
+    """``(dDen, dDen')`` of chunk c's rows, float32: ``dDen = −Σ_e dO·out / den`` and the centred
+    ``dDen' = Σ_e dO·(m_c − out) / den`` (``_grad_qk``), over every E tile. ``gp``: dO at the
+    head's first row; ``o``: out (float32 inputs) or, CENTRED, ``out − m_c`` as ``_readout`` keeps
+    it (half inputs), to which the chunk's mean is added back in float32 for dDen."""
     op = o + bh * N * E
-    acc = d * 0.0
+    acc, acc_c = d * 0.0, d * 0.0
     for et in range(0, NE_T):
         eo = et * BE + tl.arange(0, BE)
         m = rm[:, None] & (eo < E)[None, :]
         g = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
         x = tl.load(op + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
+        mb = tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)
         if CENTRED:  # x = out − m_c
-            x += tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)[None, :]
-        acc += tl.reduce(g * x, 1, _sum)
-    return -acc / d
+            acc += tl.reduce(g * (x + mb[None, :]), 1, _sum)
+            acc_c -= tl.reduce(g * x, 1, _sum)
+        else:
+            acc += tl.reduce(g * x, 1, _sum)
+            acc_c += tl.reduce(g * (mb[None, :] - x), 1, _sum)
+    return -acc / d, acc_c / d
 
 
 def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.constexpr,
@@ -99,8 +104,8 @@ def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.const
     return fo, fm, qb, kb, tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
 
 
-def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, o, mean, s, z, vs, t, tz, tv, N, F,
-            E, NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
+def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, o, mean, gden_c, s, z, vs, t, tz, tv, N,
+            F, E, NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
             SCALED: tl.constexpr, REVERSE: tl.constexpr, MEANS: tl.constexpr,
             ELU1: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
             CENTRED: tl.constexpr):  # fmt: skip
@@ -115,7 +120,8 @@ def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, o, mean, s, z, vs, t, tz
     with ``z`` the key sums (forward); SCALED ``Q_cᵀ(dO_c/den)`` with dO/den a hi + lo pair under
     SPLIT (R's centring adds ``R m_c`` to ``r``, which cancels it to the size of the spread, so R
     must be good to more than the 8 bits of one bf16 operand) and ``z`` the sums of ``Q_cᵀdDen``,
-    dDen formed here from dO, ``o`` and the means (``_dden``) by the E-tile-0 programs.
+    dDen formed here from dO, ``o`` and the means (``_dden``) by the E-tile-0 programs, and its
+    centred dDen' written for ``_grad_qk`` (by the F-tile-0 one: float32, one value a row).
     MEANS (forward): also the float32 sums of v per chunk, for the centring means, in ``vs``/``tv``.
     """
     g, bh, tile = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
@@ -146,8 +152,10 @@ def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, o, mean, s, z, vs, t, tz
         if et == 0:
             tl.store(z + (bh * NC + c) * F + fo, zrun, fm)
             if SCALED:
-                w = _dden(bp, sbn, o, mean, bh, c, rows, rm, d, N, E, NC, NE_T, BE, CENTRED)
+                w, wc = _dden(bp, sbn, o, mean, bh, c, rows, rm, d, N, E, NC, NE_T, BE, CENTRED)
                 zrun += tl.reduce(ab.to(tl.float32) * w[:, None], 0, _sum)
+                if ft == 0:
+                    tl.store(gden_c + bh * N + rows, wc, rm)
             else:
                 zrun += tl.reduce(ab.to(tl.float32), 0, _sum)
         if MEANS:  # noqa: SIM102 - a constexpr, folded at compile time, then a runtime test
@@ -174,7 +182,7 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
     writes the final state (every segment's total) to ``s_end``, ``z_end``.
     Saved: the float32 normaliser (1 where it is exactly 0), the chunk's centring mean m_c and
     (KEEP, half inputs) the centred output ``out − m_c`` in the inputs' dtype, from which backward
-    forms ``dO·out`` and ``dO·(m_c − out)`` (``_dden``, ``_grad_qk``): rounded at 2⁻⁹ of the
+    forms ``dO·out`` and ``dO·(m_c − out)`` (``_dden``): rounded at 2⁻⁹ of the
     spread, not of |out| (bf16 out itself would swamp ``dO·(m_c − out)`` for values with a mean),
     and half the bytes of the float32 copy of out it replaces.
 
