@@ -230,7 +230,7 @@ def traffic(launch: Launch) -> tuple[int, int]:
         t = args[name]
         return t.numel() * t.element_size()
 
-    read = sum(rule(nft, net, args) * size(x) for x, rule in _TRAFFIC[launch.name].items())
+    read = round(sum(rule(nft, net, args) * size(x) for x, rule in _TRAFFIC[launch.name].items()))
     writes = set(_WRITES[launch.name])
     if launch.name == "readout" and not args["KEEP"]:
         writes.discard("resid")

@@ -58,8 +58,8 @@ and past 65,504 becomes inf in fp16 (bf16 has float32's range). float32 inputs r
 as 3xTF32 (``input_precision="tf32x3"``: hi + lo TF32 parts, three tensor-core products,
 float32's accuracy, which the contract asks for; plain TF32 would err by ~2⁻¹¹, "ieee" compiles
 to scalar FMAs that spill 10–17 KB per thread at D 64). Compiled for sm_90 it still spills in
-``grad_qk`` (404 B per thread at D 64, ``benchmarks/triton_static``): bf16 and fp16 are the fast
-paths. float64 has no kernel: refused, as ``fla`` does.
+``grad_qk`` (420 B per thread at D 64) and, at D 128, ``readout`` (760 B; ``lab/benchmarks/
+triton_static``): bf16 and fp16 are the fast paths. float64 has no kernel: refused, as ``fla`` does.
 
 Launch: q, k, v and dO are read in place with their strides (the model's ``(B, N, H, D)``
 projections, transposed, are not copied) when their last stride is 1 and their width a multiple
@@ -75,10 +75,11 @@ targets are unmeasured), see ``dispatch.AUTO_TAKES_FLA``.
 
 Verified (2026-11-28): outputs, gradients, normaliser, padding, zero-key queries and the final state
 under the interpreter against float64 and the torch kernel (``tests/attention/ops/
-test_triton_causal.py``; the fused elu + 1 also against the unfused path: ``..._elu.py``); all six
-kernels, and the four with the fused φ, compile for sm_90 (bf16 and fp32, Triton 3.8, no GPU at
-hand). They have not yet run compiled on a GPU: ``tests/attention/test_triton_cuda.py`` does that
-where one is present, and ``gpu-report``'s triton rows time them.
+test_triton_causal.py``; the fused elu + 1 also against the unfused path: ``..._elu.py``); the
+kernels, with and without the fused φ, compile for sm_90 (bf16, fp16 and fp32, Triton 3.8, no GPU
+at hand: ``test_triton_causal_compile.py``; four kernels since 2026-12-02, six before). They
+have not yet run compiled on a GPU: ``tests/attention/test_triton_cuda.py`` does that where one
+is present, and ``gpu-report``'s triton rows time them.
 """
 
 from __future__ import annotations
