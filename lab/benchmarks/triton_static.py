@@ -43,7 +43,7 @@ from attn_lightning.attention.ops.triton_causal_kernels import kernels
 from attn_lightning.records.files import markdown_table
 
 _OPTIONS = ("num_warps", "num_stages")  # launch options, not kernel arguments
-NAMES = ("states", "segments", "readout", "delta", "grad_qk", "grad_v")
+NAMES = ("states", "readout", "grad_qk", "grad_v")
 # Aten ops that allocate or view: no kernel on a GPU.
 _FREE = re.compile(r"^(empty|empty_like|new_empty|empty_strided|view|_unsafe_view|as_strided|"
                    r"t|transpose|slice|select|unsqueeze|squeeze|detach|alias|expand|lift_fresh|"
@@ -183,30 +183,27 @@ def compile_launch(launch: Launch) -> Compiled:
 
 
 # How many programs load each element of an argument, from the launch (nft, net: F and E tiles).
-# The segment totals (t, tz, tv, tr, trz: NS per head) are read by every chunk's program but are
-# a few hundred KB in all, resident in L2: counted once, at their size.
+# The segment totals (t, tz, tv, tr, trz: NS per head) are read by every chunk's program (those
+# before or after its segment, summed there) but are a few hundred KB in all, resident in L2:
+# counted once, at their size (HBM bytes; the L2 reads grow as NC·NS/2 tiles).
 _ONCE, _F_TILES, _E_TILES = (lambda nft, net, kw: 1), (lambda nft, net, kw: nft), (
     lambda nft, net, kw: net
 )  # fmt: skip
-_TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
+_TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], float]]] = {
     "states": {
         "a": _E_TILES,
-        "b": _F_TILES,
+        # SCALED: the E-tile-0 programs read dO's other E tiles again for dDen
+        "b": lambda nft, net, kw: nft + (nft * (net - 1) / net if kw["SCALED"] else 0),
         "den": lambda nft, net, kw: nft * net if kw["SCALED"] else 0,
-        "gden": lambda nft, net, kw: nft if kw["SCALED"] else 0,
-    },
-    "segments": {
-        "t": _ONCE,
-        "tz": _ONCE,
-        "tv": lambda nft, net, kw: int(kw["MEANS"]),
+        # dDen: the E-tile-0 programs read out (or out − m_c) and the means over every E tile
+        **{x: (lambda nft, net, kw: nft if kw["SCALED"] else 0) for x in ("o", "mean")},
     },
     "readout": {
         **{x: _E_TILES for x in ("q", "k", "z")},
-        **{x: _ONCE for x in ("v", "s", "t", "tz", "vs", "tv")},
+        **{x: _ONCE for x in ("v", "s", "t", "tz", "vs", "tv")},  # t, tz, tv: from L2
     },
-    "delta": {x: _ONCE for x in ("grad", "out", "mean", "den")},
     "grad_qk": {
-        **{x: _ONCE for x in ("q", "k", "s", "r", "z", "rz", "t", "tz", "tr", "trz")},
+        **{x: _ONCE for x in ("q", "k", "s", "r", "z", "rz", "t", "tz", "tr", "trz")},  # L2
         **{x: _F_TILES for x in ("v", "grad", "mean", "den", "gden_c")},
     },
     "grad_v": {
@@ -215,11 +212,9 @@ _TRAFFIC: dict[str, dict[str, Callable[[int, int, dict[str, Any]], int]]] = {
     },
 }
 _WRITES = {
-    "states": ("s", "z", "t", "tz", "vs", "tv"),
-    "segments": ("t", "tz", "tv", "s_end", "z_end"),
-    "readout": ("out", "den", "out32", "mean"),
-    "delta": ("gden", "gden_c"),
-    "grad_qk": ("dq", "dk"),
+    "states": ("s", "z", "t", "tz", "vs", "tv", "gden_c"),
+    "readout": ("out", "den", "resid", "mean", "tp", "tzp", "s_end", "z_end"),
+    "grad_qk": ("dq", "dk", "dv"),
     "grad_v": ("dv",),
 }
 
@@ -235,12 +230,14 @@ def traffic(launch: Launch) -> tuple[int, int]:
         t = args[name]
         return t.numel() * t.element_size()
 
-    read = sum(rule(nft, net, args) * size(x) for x, rule in _TRAFFIC[launch.name].items())
+    read = round(sum(rule(nft, net, args) * size(x) for x, rule in _TRAFFIC[launch.name].items()))
     writes = set(_WRITES[launch.name])
     if launch.name == "readout" and not args["KEEP"]:
-        writes.discard("out32")
-    if launch.name == "segments" and args["REVERSE"]:
-        writes -= {"s_end", "z_end"}
+        writes.discard("resid")
+    if launch.name == "grad_qk" and not args["MERGE_V"]:
+        writes.discard("dv")
+    if launch.name == "states" and not args["SCALED"]:
+        writes.discard("gden_c")
     if not args.get("MEANS", True):
         writes -= {"vs", "tv"}
     return read, sum(size(x) for x in writes)

@@ -1,22 +1,28 @@
 """Our chunk-parallel causal product as fused Triton kernels: ``implementation: triton``.
 
 The same algorithm as ``causal_product`` (chunk states at once, a prefix sum over chunks, every
-chunk read out in parallel), in three kernels forward and five launches backward, so no
+chunk read out in parallel), in two kernels forward and two backward (three when φ is wider
+than one 64-column tile, or for float32 inputs), so no
 (B, H, N, C) score tensor or per-op pass over memory is made (kernels: ``triton_causal_kernels``,
 ``triton_causal_grads``)::
 
     1 states   S_c = Σ_{c'<c in its segment} φ(K_c')ᵀV_c', z too, and the segment's total,
                grid (segments, B·H, F·E tiles), float32, each state written once
-    2 segments the NS segment totals → their exclusive prefix (S_prev = s[c] + t[c // SEG]);
-               the totals are the final state
-    3 readout  out = (tril(Q_cK_cᵀ)V_c + Q_c S_c) / (offset + eps + rowsum tril(Q_cK_cᵀ) + Q_c z_c)
-    backward   dDen = −Σ_e dO·out/den; R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states + segments, reverse);
-               dQ, dK (grid over F tiles) and dV (grid over E tiles), as in ``causal_product``
+    2 readout  out = (tril(Q_cK_cᵀ)V_c + Q_c S_c) / (offset + eps + rowsum tril(Q_cK_cᵀ) + Q_c z_c),
+               S_c = s[c] + the totals of the segments before c's (summed in the program); the
+               last chunk's program writes the final state (every segment's total)
+    backward   R_c = Σ_{c'>c} Q_c'ᵀ(dO_c'/den) (states, reverse, with dDen = −Σ_e dO·out/den
+               formed in the program from dO and out − m_c, and its centred form for grad_qk);
+               dQ, dK (grid over F tiles) and dV (in grad_qk for one F tile, else its own kernel
+               with a grid over E tiles), as in ``causal_product``,
+               each adding the totals of the segments after its own to R
 
 Segments: ``states`` walks SEG chunks per program, NS segments in parallel, NS chosen so the
 programs fill about ``TARGET_PROGRAMS`` (``_segments``): the serial depth is SEG, not the chunk
 count, and each state is written once, in float32 (the readout's rounding to the dot's dtype
-happens after the segment offset is added). No torch kernel runs between the launches: the
+happens after the segment offset is added). The NS totals' prefix is summed by each consumer
+program from L2 (NS tiles at most) rather than by a kernel of its own: one launch and one pass
+over the totals fewer per direction. No torch kernel runs between the launches: the
 centring means come from ``states``' float32 sums of v (forward, MEANS), and ``readout`` writes
 them for the backward.
 
@@ -52,8 +58,8 @@ and past 65,504 becomes inf in fp16 (bf16 has float32's range). float32 inputs r
 as 3xTF32 (``input_precision="tf32x3"``: hi + lo TF32 parts, three tensor-core products,
 float32's accuracy, which the contract asks for; plain TF32 would err by ~2⁻¹¹, "ieee" compiles
 to scalar FMAs that spill 10–17 KB per thread at D 64). Compiled for sm_90 it still spills in
-``grad_qk`` (404 B per thread at D 64, ``benchmarks/triton_static``): bf16 and fp16 are the fast
-paths. float64 has no kernel: refused, as ``fla`` does.
+``grad_qk`` (420 B per thread at D 64) and, at D 128, ``readout`` (760 B; ``lab/benchmarks/
+triton_static``): bf16 and fp16 are the fast paths. float64 has no kernel: refused, as ``fla`` does.
 
 Launch: q, k, v and dO are read in place with their strides (the model's ``(B, N, H, D)``
 projections, transposed, are not copied) when their last stride is 1 and their width a multiple
@@ -69,10 +75,11 @@ targets are unmeasured), see ``dispatch.AUTO_TAKES_FLA``.
 
 Verified (2026-11-28): outputs, gradients, normaliser, padding, zero-key queries and the final state
 under the interpreter against float64 and the torch kernel (``tests/attention/ops/
-test_triton_causal.py``; the fused elu + 1 also against the unfused path: ``..._elu.py``); all six
-kernels, and the four with the fused φ, compile for sm_90 (bf16 and fp32, Triton 3.8, no GPU at
-hand). They have not yet run compiled on a GPU: ``tests/attention/test_triton_cuda.py`` does that
-where one is present, and ``gpu-report``'s triton rows time them.
+test_triton_causal.py``; the fused elu + 1 also against the unfused path: ``..._elu.py``); the
+kernels, with and without the fused φ, compile for sm_90 (bf16, fp16 and fp32, Triton 3.8, no GPU
+at hand: ``test_triton_causal_compile.py``; four kernels since 2026-12-02, six before). They
+have not yet run compiled on a GPU: ``tests/attention/test_triton_cuda.py`` does that where one
+is present, and ``gpu-report``'s triton rows time them.
 """
 
 from __future__ import annotations
@@ -188,24 +195,25 @@ class _TritonProduct(torch.autograd.Function):
         ns, seg = _segments(nc, bh * nft * net)
         s, z = q.new_empty(bh, nc, f, e, dtype=f32), q.new_empty(bh, nc, f, dtype=f32)
         t, tz = q.new_empty(bh, ns, f, e, dtype=f32), q.new_empty(bh, ns, f, dtype=f32)
+        tp, tzp = torch.empty_like(t), torch.empty_like(tz)  # their prefix, for the backward
         vsum, tv = q.new_empty(bh, nc, e, dtype=f32), q.new_empty(bh, ns, e, dtype=f32)
         s_end, z_end = q.new_empty(b, h, f, e, dtype=f32), q.new_empty(b, h, f, dtype=f32)
         out, den = v.new_empty(b, h, n, e), q.new_empty(bh, n, dtype=f32)
         mean = q.new_empty(bh, nc, e, dtype=f32)  # the centring means, written by readout
-        keep = v.dtype != torch.float32  # backward's float32 copy of out (``_readout``)
-        out32 = q.new_empty(bh, n, e, dtype=f32) if keep else out
+        keep = v.dtype != torch.float32  # backward's out − m_c in the inputs' dtype (``_readout``)
+        resid = v.new_empty(bh, n, e) if keep else out
         qs, ks, vs = _strided(q), _strided(k), _strided(v)
         with _device_guard(q.device):
-            kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, z, vsum, t, tz, tv, n, f, e, nc,
-                                           ns, net, seg, SCALED=False, REVERSE=False, MEANS=True,
-                                           **split, **dots, **sizes)  # fmt: skip
-            kn.segments[(bh, nft * net)](t, tz, tv, s_end, z_end, f, e, ns, net, BF=bf, BE=be,
-                                         REVERSE=False, MEANS=True)  # fmt: skip
-            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, out, out32,
+            kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, s, s, z, vsum, t, tz, tv, n, f, e,
+                                           nc, ns, net, seg, SCALED=False, REVERSE=False,
+                                           MEANS=True, CENTRED=False, **split, **dots,
+                                           **sizes)  # fmt: skip
+            kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, tp, tzp,
+                                      s_end, z_end, out, resid,
                                       den, shift, n, f, e, nc, ns, nft, seg, KEEP=keep, **dots,
                                       **sizes, num_warps=8)  # fmt: skip
-        ctx.save_for_backward(q, k, v, mean, s, z, t, tz, out32, den)
-        ctx.meta = (nc, ns, seg, nft, net, sizes, dots | split)
+        ctx.save_for_backward(q, k, v, mean, s, z, tp, tzp, resid, den)
+        ctx.meta = (nc, ns, seg, nft, net, sizes, dots | split, keep)
         ctx.mark_non_differentiable(s_end, z_end)
         ctx.set_materialize_grads(False)  # no zero gradients made for the states
         return out[..., :e0], s_end[..., :f0, :e0], z_end[..., :f0]
@@ -220,12 +228,12 @@ class _TritonProduct(torch.autograd.Function):
             empty = [grad_out.new_empty(b, h, 0, w) for w in (f0, f0, e0)]
             return *empty, None, None, None
         q, k, v, mean, s, z, t, tz, out, den = ctx.saved_tensors
-        nc, ns, seg, nft, net, sizes, dots = ctx.meta
+        nc, ns, seg, nft, net, sizes, dots, keep = ctx.meta
         b, h, n, f = q.shape
         bh, e = b * h, v.shape[-1]
         kn = kernels(q.device.type != "cuda")
         grad = _aligned(grad_out.to(v.dtype), e, 0.0)
-        gden, gden_c = torch.empty_like(den), torch.empty_like(den)
+        gden_c = torch.empty_like(den)  # dDen', written by states for grad_qk
         r, rz = torch.empty_like(s), torch.empty_like(z)  # R_c, r_c: sums over later chunks
         tr, trz = torch.empty_like(t), torch.empty_like(tz)
         dq, dk = q.new_empty(bh, n, f), k.new_empty(bh, n, f)
@@ -233,22 +241,26 @@ class _TritonProduct(torch.autograd.Function):
         qs, ks, vs, gs = _strided(q), _strided(k), _strided(v), _strided(grad)
         unsplit = {key: val for key, val in dots.items() if key != "SPLIT"}
         with _device_guard(q.device):
-            kn.delta[(nc, bh)](*gs, h, out, den, mean, gden, gden_c, n, e, nc, net,
-                               C=sizes["C"], BE=sizes["BE"])  # fmt: skip
-            kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, gden, r, rz, rz, tr, trz, trz, n, f,
-                                           e, nc, ns, net, seg, SCALED=True, REVERSE=True,
-                                           MEANS=False, **dots, **sizes)  # fmt: skip
-            kn.segments[(bh, nft * net)](tr, trz, trz, tr, trz, f, e, ns, net, BF=sizes["BF"],
-                                         BE=sizes["BE"], REVERSE=True, MEANS=False)  # fmt: skip
+            # dDen and dDen' come from dO, out (or out − m_c: CENTRED) and the means in states
+            kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, out, mean, gden_c, r, rz, rz, tr, trz,
+                                           trz, n, f, e, nc, ns, net, seg, SCALED=True,
+                                           REVERSE=True, MEANS=False, CENTRED=keep, **dots,
+                                           **sizes, num_warps=8)  # fmt: skip
             # 8 warps and E tiles of 32: with more per thread its three (C, BF) / (C, C) float32
             # accumulators and the loop's tiles spill
             be_qk = min(32, sizes["BE"])
+            # One F tile (F ≤ 64): grad_qk forms dV too, from the tiles it holds; wider φ needs
+            # every F tile's scores for dV, so grad_v does it. float32 (3xTF32) keeps grad_v:
+            # merged, grad_qk spills 1288 B per thread at D 64 (448 B apart)
+            merge = nft == 1 and q.dtype != torch.float32
             kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, gden_c, s, z, t, tz, r,
-                                      rz, tr, trz, dq, dk, n, f, e, nc, ns, triton.cdiv(e, be_qk),
-                                      seg, **dots, **(sizes | {"BE": be_qk}), num_warps=8,
+                                      rz, tr, trz, dq, dk, dv, n, f, e, nc, ns,
+                                      triton.cdiv(e, be_qk), seg, MERGE_V=merge, **dots,
+                                      **(sizes | {"BE": be_qk}), num_warps=8,
                                       num_stages=1)  # fmt: skip
-            kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, nft, seg,
-                                     **unsplit, **sizes)  # fmt: skip
+            if not merge:
+                kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, nft,
+                                         seg, **unsplit, **sizes)  # fmt: skip
         grads = (x.view(b, h, n, -1)[..., :w] for x, w in ((dq, f0), (dk, f0), (dv, e0)))
         return *grads, None, None, None
 

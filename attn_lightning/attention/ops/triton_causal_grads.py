@@ -18,34 +18,14 @@ from attn_lightning.attention.ops.triton_causal_kernels import (
 )
 
 
-def _delta(grad, sgb, sgh, sgn, H, out, den, mean, gden, gden_c, N, E, NC, NE_T,
-           C: tl.constexpr, BE: tl.constexpr):  # fmt: skip
-    """``dDen = −Σ_e dO·out / den`` and its centred ``dDen' = Σ_e dO·(m_c − out) / den`` (float32)
-    for one chunk; grid (NC, BH). Centring: see ``_grad_qk``."""
-    c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    rows = c * C + tl.arange(0, C)
-    rm = rows < N
-    gp, op = _at(grad, bh, H, sgb, sgh), out + bh * N * E
-    acc = tl.full((C,), 0.0, tl.float32)
-    acc_c = tl.full((C,), 0.0, tl.float32)
-    for et in range(0, NE_T):
-        eo = et * BE + tl.arange(0, BE)
-        m = rm[:, None] & (eo < E)[None, :]
-        g = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
-        o = tl.load(op + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
-        mb = tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)
-        acc += tl.reduce(g * o, 1, _sum)
-        acc_c += tl.reduce(g * (mb[None, :] - o), 1, _sum)
-    d = tl.load(den + bh * N + rows, rm, 1.0)
-    tl.store(gden + bh * N + rows, -acc / d, rm)
-    tl.store(gden_c + bh * N + rows, acc_c / d, rm)
-
-
 def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sgh, sgn, H, mean,
-             den, gden_c, s, z, t, tz, r, rz, tr, trz, dq, dk, N, F, E, NC, NS, NE_T, SEG,
+             den, gden_c, s, z, t, tz, r, rz, tr, trz, dq, dk, dv, N, F, E, NC, NS, NE_T, SEG,
              C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
-             SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
-    """dQ, dK of one chunk and F-tile; grid (NC, BH, F tiles).
+             SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
+             MERGE_V: tl.constexpr):  # fmt: skip
+    """dQ, dK of one chunk and F-tile; grid (NC, BH, F tiles). MERGE_V (one F tile: F ≤ BF): dV
+    too, E tile by E tile as ``_grad_v`` forms it, from the φ(Q), φ(K), dO and R tiles this
+    program holds anyway, so no kernel reads them again.
 
     Uncentred, with ``G = dO/den`` and ``dA = tril(G Vᵀ + dDen)``: ``dQ = dA K + G S_prevᵀ +
     dDen z_prevᵀ`` and ``dK = dAᵀQ + V Rᵀ + r``, R and r the sums over later chunks of ``QᵀG``
@@ -56,29 +36,36 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
     + G S'ᵀ + dDen' z_prevᵀ`` with ``S' = S_prev − z_prev m_cᵀ`` formed in float32, and ``dK =
     dAᵀQ + V' Rᵀ + (r + R m_c)``, R and r uncentred float32 sums; ``V' Rᵀ`` takes R as hi + lo
     (SPLIT), so dK keeps R's float32 accuracy (one bf16 R made dk 3.7× worse than the torch
-    kernel for values of mean 5). Chunk c's states are ``s[c] + t[g]``, its sums ``r[c] + tr[g]``
-    (``_states``, g = c // SEG)."""
+    kernel for values of mean 5). Chunk c's states are ``s[c] + t[g]`` (t: the forward's
+    prefix, kept by ``_readout``), its sums ``r[c]`` plus the totals ``tr`` of the segments after
+    g = c // SEG (``_states``), summed here."""
     c, bh, ft = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     g = c // SEG
     rows = c * C + tl.arange(0, C)
     fo = ft * BF + tl.arange(0, BF)
     rm, fm = rows < N, fo < F
     d = tl.load(den + bh * N + rows, rm, 1.0)
-    gd = tl.load(gden_c + bh * N + rows, rm, 0.0)
+    gp, vp = _at(grad, bh, H, sgb, sgh), _at(v, bh, H, svb, svh)
+    gd = tl.load(gden_c + bh * N + rows, rm, 0.0)  # dDen', from ``_states`` (``_dden``)
     qm = rm[:, None] & fm[None, :]
     qx = tl.load(_at(q, bh, H, sqb, sqh) + rows[:, None] * sqn + fo[None, :], qm, 0.0)
     kx = tl.load(_at(k, bh, H, skb, skh) + rows[:, None] * skn + fo[None, :], qm, 0.0)
     qb, kb = _phi(qx, qm, ELU1), _phi(kx, qm, ELU1)
-    gp, vp = _at(grad, bh, H, sgb, sgh), _at(v, bh, H, svb, svh)
     sp, rp = s + (bh * NC + c) * F * E, r + (bh * NC + c) * F * E
-    tp, trp = t + (bh * NS + g) * F * E, tr + (bh * NS + g) * F * E
+    tp = t + (bh * NS + g) * F * E  # the forward's prefix at g (``_readout`` kept it)
     da = tl.full((C, C), 0.0, tl.float32)
     gq = tl.full((C, BF), 0.0, tl.float32)
     gk = tl.full((C, BF), 0.0, tl.float32)
     zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0)
     zb += tl.load(tz + (bh * NS + g) * F + fo, fm, 0.0)
-    rzb = tl.load(rz + (bh * NC + c) * F + fo, fm, 0.0)  # r, then r + R m_c
-    rzb += tl.load(trz + (bh * NS + g) * F + fo, fm, 0.0)
+    rzb = tl.full((BF,), 0.0, tl.float32)  # r, then r + R m_c
+    for i in range(0, NS - 1 - g):  # the totals of the segments after g, from the last
+        rzb += tl.load(trz + (bh * NS + NS - 1 - i) * F + fo, fm, 0.0)
+    rzb += tl.load(rz + (bh * NC + c) * F + fo, fm, 0.0)
+    if MERGE_V:  # every feature in this tile: the scores are whole, as ``_grad_v``'s
+        j = tl.arange(0, C)
+        sc = tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
+        pt = tl.trans(tl.where(j[None, :] <= j[:, None], sc, 0.0).to(qb.dtype))
     for et in range(0, NE_T):
         eo = et * BE + tl.arange(0, BE)
         em = eo < E
@@ -93,10 +80,17 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
         sm = fm[:, None] & em[None, :]
         sb = tl.load(sp + tile, sm, 0.0) + tl.load(tp + tile, sm, 0.0)
         sb = (sb - zb[:, None] * mb[None, :]).to(qb.dtype)
-        rf = tl.load(rp + tile, sm, 0.0) + tl.load(trp + tile, sm, 0.0)
+        rf = tl.full((BF, BE), 0.0, tl.float32)
+        for i in range(0, NS - 1 - g):  # R's suffix over the segments after g
+            rf += tl.load(tr + (bh * NS + NS - 1 - i) * F * E + tile, sm, 0.0)
+        rf += tl.load(rp + tile, sm, 0.0)
         rzb += tl.reduce(rf * mb[None, :], 1, _sum)
         gq = tl.dot(go.to(DOT), tl.trans(sb).to(DOT), gq, input_precision=PREC)
         gk = _split_dot(vb, tl.trans(rf), gk, SPLIT, PREC, DOT)
+        if MERGE_V:  # dV = tril(QKᵀ)ᵀ G + K R for this E tile
+            gv = tl.dot(kb.to(DOT), rf.to(qb.dtype).to(DOT), input_precision=PREC)
+            gv = tl.dot(pt.to(DOT), go.to(DOT), gv, input_precision=PREC)
+            tl.store(dv + bh * N * E + rows[:, None] * E + eo[None, :], gv.to(qb.dtype), m)
     i = tl.arange(0, C)
     da = tl.where(i[None, :] <= i[:, None], da + gd[:, None], 0.0).to(qb.dtype)
     gq = tl.dot(da.to(DOT), kb.to(DOT), gq, input_precision=PREC) + gd[:, None] * zb[None, :]
@@ -113,21 +107,25 @@ def _grad_v(q, sqb, sqh, sqn, k, skb, skh, skn, grad, sgb, sgh, sgn, H, den, r, 
             NC, NS, NF_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
             ELU1: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``dV = tril(QKᵀ)ᵀ G + K R`` of one chunk and E-tile (``G = dO/den``, R as in
-    ``_grad_qk``, ``r[c] + tr[g]``); grid (NC, BH, E tiles)."""
+    ``_grad_qk``: ``r[c]`` plus the totals ``tr`` of the segments after g); grid (NC, BH, E
+    tiles). Launched only when φ spans more than one F tile (else ``_grad_qk`` forms dV)."""
     c, bh, et = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     g = c // SEG
     rows = c * C + tl.arange(0, C)
     eo = et * BE + tl.arange(0, BE)
     rm, em = rows < N, eo < E
     qp, kp = _at(q, bh, H, sqb, sqh), _at(k, bh, H, skb, skh)
-    rp, trp = r + (bh * NC + c) * F * E, tr + (bh * NS + g) * F * E
+    rp = r + (bh * NC + c) * F * E
     scores = tl.full((C, C), 0.0, tl.float32)
     gv = tl.full((C, BE), 0.0, tl.float32)
     for ft in range(0, NF_T):
         fo, fm, qb, kb, sc = _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF, ELU1, PREC, DOT)
         scores += sc
         tile, sm = fo[:, None] * E + eo[None, :], fm[:, None] & em[None, :]
-        rb = tl.load(rp + tile, sm, 0.0) + tl.load(trp + tile, sm, 0.0)
+        rb = tl.full((BF, BE), 0.0, tl.float32)
+        for i in range(0, NS - 1 - g):  # R's suffix over the segments after g
+            rb += tl.load(tr + (bh * NS + NS - 1 - i) * F * E + tile, sm, 0.0)
+        rb += tl.load(rp + tile, sm, 0.0)
         gv = tl.dot(kb.to(DOT), rb.to(qb.dtype).to(DOT), gv, input_precision=PREC)
     m = rm[:, None] & em[None, :]
     d = tl.load(den + bh * N + rows, rm, 1.0)

@@ -69,6 +69,29 @@ def _split_dot(a, b32, acc, SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.con
     return acc
 
 
+def _dden(gp, sgn, o, mean, bh, c, rows, rm, d, N, E, NC, NE_T, BE: tl.constexpr,
+          CENTRED: tl.constexpr):  # fmt: skip
+    """``(dDen, dDen')`` of chunk c's rows, float32: ``dDen = −Σ_e dO·out / den`` and the centred
+    ``dDen' = Σ_e dO·(m_c − out) / den`` (``_grad_qk``), over every E tile. ``gp``: dO at the
+    head's first row; ``o``: out (float32 inputs) or, CENTRED, ``out − m_c`` as ``_readout`` keeps
+    it (half inputs), to which the chunk's mean is added back in float32 for dDen."""
+    op = o + bh * N * E
+    acc, acc_c = d * 0.0, d * 0.0
+    for et in range(0, NE_T):
+        eo = et * BE + tl.arange(0, BE)
+        m = rm[:, None] & (eo < E)[None, :]
+        g = tl.load(gp + rows[:, None] * sgn + eo[None, :], m, 0.0).to(tl.float32)
+        x = tl.load(op + rows[:, None] * E + eo[None, :], m, 0.0).to(tl.float32)
+        mb = tl.load(mean + (bh * NC + c) * E + eo, eo < E, 0.0)
+        if CENTRED:  # x = out − m_c
+            acc += tl.reduce(g * (x + mb[None, :]), 1, _sum)
+            acc_c -= tl.reduce(g * x, 1, _sum)
+        else:
+            acc += tl.reduce(g * x, 1, _sum)
+            acc_c += tl.reduce(g * (mb[None, :] - x), 1, _sum)
+    return -acc / d, acc_c / d
+
+
 def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.constexpr,
              PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """F-tile ``ft`` of one chunk (``qp``, ``kp`` at the head's first row): its columns and their
@@ -81,21 +104,24 @@ def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.const
     return fo, fm, qb, kb, tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
 
 
-def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, tv, N, F, E,
-            NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
+def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, o, mean, gden_c, s, z, vs, t, tz, tv, N,
+            F, E, NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
             SCALED: tl.constexpr, REVERSE: tl.constexpr, MEANS: tl.constexpr,
-            ELU1: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr,
-            DOT: tl.constexpr):  # fmt: skip
+            ELU1: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
+            CENTRED: tl.constexpr):  # fmt: skip
     """Segment g's chunk states, formed and summed in one pass: grid (NS, BH, F·E tiles).
 
     The program walks the SEG chunks of its segment (REVERSE: from the last), writes each chunk's
     state *exclusive within the segment* (``s[c] = Σ_{c' in g, c' < c} A_c'ᵀB_c'``, float32,
-    written once) and the segment's total ``t[g]``; ``_segments`` then turns the NS totals into
-    their exclusive prefix, which a consumer adds to ``s[c]`` (``g = c // SEG``). So the serial
-    depth is SEG chunks, not NC, and the segments run in parallel. ``A_cᵀB_c`` is ``φ(K_c)ᵀV_c``
+    written once) and the segment's total ``t[g]``; a consumer adds to ``s[c]`` (``g = c // SEG``)
+    the totals of the segments before g (REVERSE: after g), summed in its own program (NS small,
+    the totals L2-resident), so no kernel runs between. So the serial depth is SEG chunks, not NC,
+    and the segments run in parallel. ``A_cᵀB_c`` is ``φ(K_c)ᵀV_c``
     with ``z`` the key sums (forward); SCALED ``Q_cᵀ(dO_c/den)`` with dO/den a hi + lo pair under
     SPLIT (R's centring adds ``R m_c`` to ``r``, which cancels it to the size of the spread, so R
-    must be good to more than the 8 bits of one bf16 operand) and ``z`` the sums of ``Q_cᵀdDen``.
+    must be good to more than the 8 bits of one bf16 operand) and ``z`` the sums of ``Q_cᵀdDen``,
+    dDen formed here from dO, ``o`` and the means (``_dden``) by the E-tile-0 programs, and its
+    centred dDen' written for ``_grad_qk`` (by the F-tile-0 one: float32, one value a row).
     MEANS (forward): also the float32 sums of v per chunk, for the centring means, in ``vs``/``tv``.
     """
     g, bh, tile = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
@@ -126,8 +152,10 @@ def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, t
         if et == 0:
             tl.store(z + (bh * NC + c) * F + fo, zrun, fm)
             if SCALED:
-                w = tl.load(gden + bh * N + rows, rm, 0.0)
+                w, wc = _dden(bp, sbn, o, mean, bh, c, rows, rm, d, N, E, NC, NE_T, BE, CENTRED)
                 zrun += tl.reduce(ab.to(tl.float32) * w[:, None], 0, _sum)
+                if ft == 0:
+                    tl.store(gden_c + bh * N + rows, wc, rm)
             else:
                 zrun += tl.reduce(ab.to(tl.float32), 0, _sum)
         if MEANS:  # noqa: SIM102 - a constexpr, folded at compile time, then a runtime test
@@ -142,52 +170,21 @@ def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, gden, s, z, vs, t, tz, t
             tl.store(tv + (bh * NS + g) * E + eo, vrun, em)
 
 
-def _segments(t, tz, tv, s_end, z_end, F, E, NS, NE_T, BF: tl.constexpr, BE: tl.constexpr,
-              REVERSE: tl.constexpr, MEANS: tl.constexpr):  # fmt: skip
-    """In place: each segment's total becomes the float32 sum over the segments before it
-    (REVERSE: after it), so ``s[c] + t[c // SEG]`` is chunk c's exclusive state; the grand total
-    goes to ``s_end``/``z_end`` (forward's final state). NS steps, tiny. Grid (BH, tiles)."""
-    bh, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    ft, et = tile // NE_T, tile % NE_T
-    fo, eo = ft * BF + tl.arange(0, BF), et * BE + tl.arange(0, BE)
-    fm, em = fo < F, eo < E
-    m2 = fm[:, None] & em[None, :]
-    st = fo[:, None] * E + eo[None, :]
-    run = tl.full((BF, BE), 0.0, tl.float32)
-    zrun = tl.full((BF,), 0.0, tl.float32)
-    vrun = tl.full((BE,), 0.0, tl.float32)
-    for i in range(0, NS):
-        g = NS - 1 - i if REVERSE else i
-        tp = t + (bh * NS + g) * F * E
-        x = tl.load(tp + st, m2, 0.0)
-        tl.store(tp + st, run, m2)
-        run += x
-        if et == 0:
-            zp = tz + (bh * NS + g) * F
-            zx = tl.load(zp + fo, fm, 0.0)
-            tl.store(zp + fo, zrun, fm)
-            zrun += zx
-        if MEANS:  # noqa: SIM102 - a constexpr, folded at compile time, then a runtime test
-            if ft == 0:
-                vp = tv + (bh * NS + g) * E
-                vx = tl.load(vp + eo, em, 0.0)
-                tl.store(vp + eo, vrun, em)
-                vrun += vx
-    if not REVERSE:
-        tl.store(s_end + bh * F * E + st, run, m2)
-        if et == 0:
-            tl.store(z_end + bh * F + fo, zrun, fm)
-
-
 def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z, t, tz, vs,
-             tv, out, out32, den, shift, N, F, E, NC, NS, NF_T, SEG, KEEP: tl.constexpr,
-             C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
-             PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
+             tv, tp, tzp, s_end, z_end, out, resid, den, shift, N, F, E, NC, NS, NF_T, SEG,
+             KEEP: tl.constexpr, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
+             ELU1: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``out = (tril(QKᵀ)V + Q S_prev) / den``, ``den = shift + rowsum tril(QKᵀ) + Q z_prev``, for
-    one chunk and E-tile; grid (NC, BH, E tiles), with ``S_prev = s[c] + t[g]`` (``_states``).
+    one chunk and E-tile; grid (NC, BH, E tiles), with ``S_prev = s[c] + Σ_{g' < g} t[g']``
+    (``_states``): the program sums the totals of the segments before its own (NS tiles at most,
+    a few hundred KB in all, L2-resident), so no kernel runs between ``_states`` and this one. The
+    first chunk of a segment keeps that prefix (``tp``, ``tzp``: the backward's), the last chunk
+    writes the final state (every segment's total) to ``s_end``, ``z_end``.
     Saved: the float32 normaliser (1 where it is exactly 0), the chunk's centring mean m_c and
-    (KEEP, half inputs) a float32 copy of out, whose bf16 rounding (2⁻⁹·|out|) would swamp
-    backward's ``dO·(m_c − out)``.
+    (KEEP, half inputs) the centred output ``out − m_c`` in the inputs' dtype, from which backward
+    forms ``dO·out`` and ``dO·(m_c − out)`` (``_dden``): rounded at 2⁻⁹ of the
+    spread, not of |out| (bf16 out itself would swamp ``dO·(m_c − out)`` for values with a mean),
+    and half the bytes of the float32 copy of out it replaces.
 
     Centred on m_c (``_grad_qk``; v's first value for chunk 0, else the sums of ``_states``' MEANS
     over the c·C earlier values), exactly: ``out = m_c + (tril(QKᵀ)V' + Q S' − m_c·shift) / den``
@@ -206,8 +203,11 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
         first = tl.where((rows == 0)[:, None], vb.to(tl.float32), 0.0)
         mb = tl.reduce(first, 0, _sum)
     else:
-        before = tl.load(vs + (bh * NC + c) * E + eo, em, 0.0)
-        mb = (before + tl.load(tv + (bh * NS + g) * E + eo, em, 0.0)) / (c * C).to(tl.float32)
+        before = tl.full((BE,), 0.0, tl.float32)
+        for gg in range(0, g):  # the values of the segments before g
+            before += tl.load(tv + (bh * NS + gg) * E + eo, em, 0.0)
+        before += tl.load(vs + (bh * NC + c) * E + eo, em, 0.0)
+        mb = before / (c * C).to(tl.float32)
     tl.store(mean + (bh * NC + c) * E + eo, mb, em)
     scores = tl.full((C, C), 0.0, tl.float32)
     inter = tl.full((C, BE), 0.0, tl.float32)
@@ -215,12 +215,26 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
     for ft in range(0, NF_T):
         fo, fm, qb, _kb, sc = _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF, ELU1, PREC, DOT)
         scores += sc
-        zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0) + tl.load(tz + (bh * NS + g) * F + fo,
-                                                                    fm, 0.0)  # fmt: skip
         st = fo[:, None] * E + eo[None, :]
         sm = fm[:, None] & em[None, :]
+        tt = tl.full((BF, BE), 0.0, tl.float32)
+        zt = tl.full((BF,), 0.0, tl.float32)
+        for gg in range(0, g):  # the exclusive prefix of the segment totals
+            tt += tl.load(t + (bh * NS + gg) * F * E + st, sm, 0.0)
+            zt += tl.load(tz + (bh * NS + gg) * F + fo, fm, 0.0)
+        if c % SEG == 0:  # the segment's first chunk keeps the prefix for the backward
+            tl.store(tp + (bh * NS + g) * F * E + st, tt, sm)
+            if et == 0:
+                tl.store(tzp + (bh * NS + g) * F + fo, zt, fm)
+        if c == NC - 1:  # the last chunk (g = NS - 1): the final state, every segment's total
+            tl.store(s_end + bh * F * E + st, tt + tl.load(t + (bh * NS + g) * F * E + st, sm,
+                                                           0.0), sm)  # fmt: skip
+            if et == 0:
+                tl.store(z_end + bh * F + fo, zt + tl.load(tz + (bh * NS + g) * F + fo, fm, 0.0),
+                         fm)  # fmt: skip
+        zb = tl.load(z + (bh * NC + c) * F + fo, fm, 0.0) + zt
         sb = tl.load(s + (bh * NC + c) * F * E + st, sm, 0.0)
-        sb += tl.load(t + (bh * NS + g) * F * E + st, sm, 0.0) - zb[:, None] * mb[None, :]
+        sb += tt - zb[:, None] * mb[None, :]
         inter = tl.dot(qb.to(DOT), sb.to(qb.dtype).to(DOT), inter, input_precision=PREC)
         qz += tl.reduce(qb.to(tl.float32) * zb[None, :], 1, _sum)
     j = tl.arange(0, C)
@@ -234,19 +248,19 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
     o = tl.where(seen[:, None], mb[None, :] + num / d[:, None], 0.0)
     oo = rows[:, None] * E + eo[None, :]
     tl.store(out + bh * N * E + oo, o.to(vb.dtype), vm)
-    if KEEP:
-        tl.store(out32 + bh * N * E + oo, o, vm)
+    if KEEP:  # a query that sees no key: out 0, so out − m_c = −m_c
+        tl.store(resid + bh * N * E + oo, (o - mb[None, :]).to(vb.dtype), vm)
     if et == 0:
         tl.store(den + bh * N + rows, d, rm)
 
 
-_HELPERS = (_at, _phi, _split_dot, _qk_tile)  # device functions the kernels call (inlined)
+_HELPERS = (_at, _phi, _split_dot, _dden, _qk_tile)  # device functions the kernels call (inlined)
 
 
 @functools.cache
 def kernels(interpreted: bool) -> SimpleNamespace:
-    """The kernels by name (``states``, ``segments``, ``readout`` and ``triton_causal_grads``'s
-    ``delta``, ``grad_qk``, ``grad_v``), compiled or run by Triton's interpreter.
+    """The kernels by name (``states``, ``readout`` and ``triton_causal_grads``'s
+    ``grad_qk``, ``grad_v``), compiled or run by Triton's interpreter.
 
     Both can live in one process: a CPU test's interpreted launch leaves the CUDA tests' compiled
     kernels compiled. The interpreter class is imported only when asked for.
@@ -275,5 +289,5 @@ def kernels(interpreted: bool) -> SimpleNamespace:
     scope |= {fn.__name__: bind(fn) for fn in _HELPERS}
     if not interpreted and not isinstance(_sum, triton.runtime.jit.JITFunction):
         scope["_sum"] = triton.runtime.jit.JITFunction(_sum.fn)
-    every = (_states, _segments, _readout, grads._delta, grads._grad_qk, grads._grad_v)
+    every = (_states, _readout, grads._grad_qk, grads._grad_v)
     return SimpleNamespace(**{fn.__name__.lstrip("_"): bind(fn) for fn in every})
