@@ -73,13 +73,10 @@ when ``TRITON_INTERPRET=1`` (``triton.knobs.runtime.interpret``) is on — slow,
 refused otherwise. ``auto`` never takes this kernel: it has not been timed on a GPU yet (its speed
 targets are unmeasured), see ``dispatch.AUTO_TAKES_FLA``.
 
-Verified (2026-11-28): outputs, gradients, normaliser, padding, zero-key queries and the final state
-under the interpreter against float64 and the torch kernel (``tests/attention/ops/
-test_triton_causal.py``; the fused elu + 1 also against the unfused path: ``..._elu.py``); the
-kernels, with and without the fused φ, compile for sm_90 (bf16, fp16 and fp32, Triton 3.8, no GPU
-at hand: ``test_triton_causal_compile.py``; four kernels since 2026-12-02, six before). They
-have not yet run compiled on a GPU: ``tests/attention/test_triton_cuda.py`` does that where one
-is present, and ``gpu-report``'s triton rows time them.
+Tests: outputs, gradients, normaliser, padding, zero-key queries and the final state under the
+interpreter against float64 and the torch kernel (``tests/attention/ops/test_triton_causal*.py``),
+and an sm_90 compile of every kernel (``test_triton_causal_compile.py``); compiled runs on a GPU:
+``tests/attention/test_triton_cuda.py`` where one is present (history: docs/benchmarks.md).
 """
 
 from __future__ import annotations
