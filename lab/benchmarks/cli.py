@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from attn_lightning.records.environment import command_line
 from lab.benchmarks import (
     approximation_report,
-    bandwidth,
     decode,
     generation,
     kernel_shapes,
@@ -43,7 +42,6 @@ from lab.benchmarks import (
     learned_kernels,
     model_step,
     race,
-    top_kernels,
     triton_static,
 )
 from lab.benchmarks.arguments import UsageError
@@ -125,15 +123,15 @@ COMMANDS: dict[str, Benchmark] = {
     ),
     "profile": Benchmark(
         "torch.profiler's top kernels of each race contender at one shape",
-        top_kernels.add_arguments,
-        top_kernels.run,
-        top_kernels.__doc__,
+        race.add_profile_arguments,
+        race.run_profile,
+        race.__doc__,
     ),
     "bandwidth": Benchmark(
         "the device's copy bandwidth (the memory roofline of the GPU report)",
-        bandwidth.add_arguments,
-        bandwidth.run,
-        bandwidth.__doc__,
+        race.add_bandwidth_arguments,
+        race.run_bandwidth,
+        race.__doc__,
     ),
 }
 

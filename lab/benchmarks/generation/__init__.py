@@ -25,10 +25,10 @@ a run that still runs out of memory is retried at half the batch. Reports images
 pixel (wall time of the whole batch / pixels), and each row's ratio to softmax's step (KV-cached)
 and to softmax's prefix recompute (uncached) at the same requested batch (the first softmax model
 given), beside the paper's published numbers. Writes ``<out>.csv`` and ``<out>.md``
-(``throughput_report``).
-Histogram (``histogram``): bits/dim of an independent per-pixel histogram fitted on the training
-split, on all pixels and on the held-out completion pixels.
-Decode plot (``decode_plot``): ms per decoded token against context length from the CSV that
+(``throughput.write_throughput``).
+Histogram (``histogram_report``): bits/dim of an independent per-pixel histogram fitted on the
+training split, on all pixels and on the held-out completion pixels.
+Decode plot (``plot_decode``): ms per decoded token against context length from the CSV that
 ``python -m lab.benchmark decode`` writes.
 """
 
@@ -36,17 +36,136 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from attn_lightning.cli.checkpoints import CheckpointError
+from attn_lightning.cli.checkpoints import (
+    CheckpointError,
+    load_checkpoint,
+    load_task,
+    saved_class,
+)
+from attn_lightning.data.pixels import PixelDataModule, histogram_bits_per_dim
+from attn_lightning.models.pixel import PixelTransformer
+from attn_lightning.records import read_csv
+from attn_lightning.tasks.image import DEFAULT_OBSERVED_FRACTION, ImageGenerationTask
 from lab.benchmarks.arguments import UsageError
-from lab.benchmarks.generation.checkpoints import load_pixel_model
-from lab.benchmarks.generation.decode_plot import plot_decode
-from lab.benchmarks.generation.histogram import histogram_report
-from lab.benchmarks.generation.throughput import measure, measure_checkpoint
-from lab.benchmarks.generation.throughput_report import write_throughput
+from lab.benchmarks.generation.throughput import measure, measure_checkpoint, write_throughput
 
 log = logging.getLogger("lab.benchmarks.generation")
+
+
+SIZES = ("image_size", "levels")  # the data's; the model's own are its net spec
+
+
+def format_attention_spec(attention: Mapping[str, Any]) -> str:
+    """A backend dict in the command-line spelling: ``{"name": "performer", "num_features":
+    64}`` -> ``"performer:num_features=64"`` (the inverse of ``parse_attention_spec``)."""
+
+    def value(v: Any) -> str:
+        return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    options = [f"{k}={value(v)}" for k, v in attention.items() if k != "name"]
+    return str(attention["name"]) + (":" + ",".join(options) if options else "")
+
+
+def _net_sizes(net: Mapping[str, Any]) -> list[str]:
+    return [f"{k}={net[k]}" for k in ("d_model", "num_heads", "num_layers", "d_ff", "output")]
+
+
+def load_pixel_model(path: str | Path) -> tuple[PixelTransformer, dict[str, Any]]:
+    """The trained model (eval mode, CPU) of an ``ImageGenerationTask`` checkpoint, and what
+    labels it: ``backend`` (spec), ``name`` (backend name), ``run`` (run folder), ``step``
+    (global step) and ``model`` (its sizes).
+
+    Raises:
+        CheckpointError: the file is missing, corrupt, or not an image-generation checkpoint;
+            the message names the path.
+    """
+    path = Path(path)
+    checkpoint = load_checkpoint(path, flag="--checkpoints")
+    foreign = CheckpointError(f"--checkpoints {str(path)!r} is not an image-generation checkpoint")
+    class_path = saved_class(checkpoint, "hyper_parameters")
+    if class_path is not None and class_path.rsplit(".", 1)[-1] != "ImageGenerationTask":
+        raise CheckpointError(f"{foreign} (its task is {class_path})")
+    try:
+        task = load_task(path, default=ImageGenerationTask, flag="--checkpoints")
+    except (TypeError, ValueError, RuntimeError) as err:  # other hparams, missing/extra weights
+        reason = " ".join(str(err).split())[:160]
+        raise CheckpointError(f"{foreign} ({type(err).__name__}: {reason})") from None
+    info = {
+        "backend": format_attention_spec(task.attention_config),
+        "name": task.attention_config["name"],
+        "run": path.parent.name,
+        "step": checkpoint.get("global_step", ""),
+        "model": " ".join(
+            [*(f"{k}={task.hparams[k]}" for k in SIZES), *_net_sizes(task.hparams["net"])]
+        ),
+    }
+    return task.net.eval(), info
+
+
+def histogram_report(args: argparse.Namespace) -> tuple[dict[str, float], str]:
+    """Histogram bits/dim of ``args.split`` (fitted on train): all pixels and pixels i ≥ k.
+
+    Returns:
+        ``{"all": ..., "held_out": ...}`` and the line that states them with the data used.
+    """
+    data = PixelDataModule(
+        source=args.source, image_size=args.image_size, levels=args.levels, root=args.root
+    )
+    data.setup("fit")
+    train, evaluated = data.datasets["train"].pixels, data.datasets[args.split].pixels
+    k = args.observed_pixels
+    if k is None:  # ImageGenerationTask's default: the top round(0.38 · H) rows
+        k = max(1, round(DEFAULT_OBSERVED_FRACTION * data.height)) * data.width
+    result = {
+        "all": histogram_bits_per_dim(train, evaluated, args.levels, smoothing=args.smoothing),
+        "held_out": histogram_bits_per_dim(
+            train, evaluated, args.levels, smoothing=args.smoothing, held_out_from=k
+        ),
+    }
+    line = (
+        f"{args.source} {data.height}x{data.width}, {args.levels} levels, per-pixel histogram "
+        f"fitted on train ({len(train)} images, add-{args.smoothing} over the "
+        f"{len(train.unique())} levels used), {args.split} split ({len(evaluated)} images): "
+        f"{result['all']:.4f} bits/dim on all {data.seq_len} pixels, {result['held_out']:.4f} "
+        f"on the held-out pixels i >= {k}"
+    )
+    return result, line
+
+
+def plot_decode(csv_path: Path, png: Path) -> Path:
+    """Log-log plot of ms per decoded token against context length, one line per backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta, rows = read_csv(csv_path)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        points = [(int(r["context"]), float(r["ms"])) for r in rows if r["backend"] == backend]
+        points = [p for p in points if p[1] == p[1]]  # drop NaN (skipped points)
+        ax.plot(*zip(*points, strict=True), marker="o", label=backend)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length T (tokens already decoded)")
+    ax.set_ylabel("ms per decoded token (one step)")
+    first = rows[0]
+    ax.set_title(
+        f"decode latency, B={first['batch']}, H={first['heads']}, D={first['head_dim']}, "
+        f"{meta.get('device', '')}",
+        fontsize=9,
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return png
 
 
 def _batch(text: str) -> str:

@@ -16,8 +16,8 @@ from attn_lightning.records import read_csv, write_csv
 from attn_lightning.tasks.image import ImageGenerationTask
 from lab.benchmark import build_parser
 from lab.benchmark import main as benchmark_main
-from lab.benchmarks.generation import checkpoints as generation
-from lab.benchmarks.generation import throughput_report
+from lab.benchmarks import generation
+from lab.benchmarks.generation import throughput as throughput_report
 from lab.benchmarks.generation.throughput import largest_batch
 from lab.results.references import ENV
 
