@@ -112,6 +112,7 @@ STUDY_MODULES = {
     "__init__.py",
     "runner.py",
     "sweep.py",
+    "grid.py",
     "stages.py",
     "reports.py",
     "arguments.py",

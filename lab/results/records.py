@@ -12,6 +12,8 @@ per-run facts beyond the record (a learning rate, a rank, a backend) are its tag
 from __future__ import annotations
 
 import gzip
+import hashlib
+import re
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ Scalars = dict[str, list[tuple[int, float]]]
 
 RESULTS = Path("docs/results")  # the checkout's committed results (studies run from its root)
 CURVES_GZ = CURVES + ".gz"
+# Characters a run's folder name may not hold ("@" stays: committed detection runs have it).
+UNSAFE = re.compile(r"[^A-Za-z0-9._@-]+")
 GZIP_OVER = 200_000  # bytes: a published curves.csv larger than this is gzipped
 # Tags every study run carries that are not a study's own per-run facts (RunResult has them).
 _OWN_TAGS = ("study", "variant", "seed")
@@ -57,8 +61,16 @@ class RunResult:
 
 
 def run_label(name: str) -> str:
-    """A file-name-safe label: ``polysketch:sketch=learned`` -> ``polysketch_sketch-learned``."""
-    return name.replace(":", "_").replace("=", "-").replace(",", "_").replace("/", "-")
+    """A file-name-safe label: ``polysketch:sketch=learned`` -> ``polysketch_sketch-learned``.
+
+    Any other character outside ``[A-Za-z0-9._@-]`` (a grid's list value: brackets, quotes,
+    spaces) becomes ``_``, and a digest of ``name`` is added so that two names never share a
+    label (``x=[a, b]`` -> ``x-_a_b_-1f6c2e``); a label stays the same from run to run.
+    """
+    label = name.replace(":", "_").replace("=", "-").replace(",", "_").replace("/", "-")
+    if UNSAFE.search(label) is None:
+        return label
+    return f"{UNSAFE.sub('_', label)}-{hashlib.sha1(name.encode()).hexdigest()[:6]}"
 
 
 def run_folder(variant: str, seed: int | str) -> str:

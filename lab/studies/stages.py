@@ -1,18 +1,19 @@
-"""A plan's ``grid:`` and ``stages:`` sections, checked into ``Stage`` objects (the grammar is in
-``studies.sweep``'s docstring).
+"""A plan's ``stages:`` section (with its ``grid:``, ``studies.grid``), checked into ``Stage``
+objects (the grammar is in ``studies.sweep``'s docstring).
 
-A stage is a list of variants run over every seed with one config stack and ``--set`` list; a
-stage ``from`` another starts each run from the ``last.ckpt`` of the source stage's run with the
-same seed (``fit``: ``--init_from``, weights only; ``test``: ``--ckpt_path`` with the variant's
-attention as ``attention_override``). The checkpoint's path is written with ``runner.SEED`` in
+A stage is a list of variants run over every seed (or its own ``seeds:``) with one config stack,
+``--set`` list and tags; a
+stage ``from`` another starts each run from a checkpoint (``checkpoint:``, ``last.ckpt`` or the
+best one) of the source stage's run with the same seed, or a pinned one (``seed:``), given as
+``start:`` says (``fit``: ``--init_from``, weights only; ``test``: ``--ckpt_path`` with the
+variant's attention as ``attention_override``; or a config option such as a LoRA task's
+``model.init_args.base_checkpoint``). The checkpoint's path is written with ``runner.SEED`` in
 it, so a variant stays one value for every seed and the runner fills the seed in.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,14 +21,21 @@ from typing import Any
 
 from attn_lightning.attention import parse_attention_spec
 from lab.results.records import folder_name, run_folder
+from lab.studies.grid import DOTTED, LABEL, TAG, check_grid, crossed
 from lab.studies.runner import CHECKPOINT_ROOT, SEED, Variant
 
 # A stage's keys; ``from`` is a word of YAML, not of Python, hence the dict below.
-STAGE_KEYS = ("from", "subcommand", "backends", "variants", "grid", "set", "config")
+STAGE_KEYS: tuple[str, ...] = ("from", "subcommand", "backends", "variants", "grid", "set")
+STAGE_KEYS += ("config", "seeds", "checkpoint", "start", "tags")
 SUBCOMMANDS = ("fit", "test")
-# A grid key is a dotted train.py option (model.init_args.width): one that names a config value.
-DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
-ATTENTION = "model.init_args.attention"
+# Which of its source run's checkpoints a stage starts from: RunCheckpoint writes last.ckpt
+# (checkpoint.save_last) and the best by its monitor as <checkpoint.filename>.ckpt; the default
+# name, best-{step}, is known only after the run, so "best" needs a plain filename.
+CHECKPOINTS = ("last", "best")
+STARTS = ("init_from", "ckpt_path")  # train.py's own options; else a dotted config option
+# The runner's own tags and the stage's name: a stage's tags: may not replace them.
+OWN_TAGS = ("study", "variant", "seed", "stage")
+FILENAME, SAVE_LAST = "checkpoint.filename", "checkpoint.save_last"
 OVERRIDE = "model.init_args.attention_override"  # a test stage's attention (the ckpt keeps its own)
 
 
@@ -42,6 +50,11 @@ class Stage:
         overrides: the plan's ``set``, then the stage's (the later wins, as in train.py).
         source: the stage its runs start from, or None.
         sources: each variant's source variant in ``source`` (by name).
+        source_seed: the seed of every run's source run (None: the run's own seed).
+        checkpoint: the source runs' checkpoint it starts from (``CHECKPOINTS``).
+        start: where that checkpoint goes (``STARTS`` or a dotted config option).
+        tags: tags of every run (the runner's ``tags``), before its grid values.
+        seeds: its own seeds (None: the plan's).
     """
 
     name: str
@@ -50,58 +63,15 @@ class Stage:
     overrides: tuple[str, ...]
     source: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
+    source_seed: int | None = None
+    checkpoint: str = "last"
+    start: str = "init_from"
+    tags: Mapping[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] | None = None
 
     def experiment(self, experiment: str) -> str:
         """Its runs' ``--experiment``: the plan's, ``-<stage>`` added in a staged plan."""
         return f"{experiment}-{self.name}" if self.name else experiment
-
-
-def override_value(value: object) -> str:
-    """A YAML value as train.py reads it after ``key=``: JSON for lists, maps, booleans, null."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def check_grid(grid: object, where: str = "grid") -> list[tuple[str, list[Any]]]:
-    """A ``grid:`` section as (key, values) pairs, checked.
-
-    Raises:
-        ValueError: naming a key that is not a dotted override or a value list that is empty
-            or not a list.
-    """
-    if not isinstance(grid, dict):
-        raise ValueError(f"{where}: give a mapping of dotted train.py options to lists of values")
-    for key, values in grid.items():
-        if not isinstance(key, str) or not DOTTED.fullmatch(key):
-            raise ValueError(
-                f"{where}: key {key!r} is not a dotted train.py option (like model.init_args.width)"
-            )
-        if not isinstance(values, list) or not values:
-            raise ValueError(f"{where}: {key}: give a non-empty list of values, not {values!r}")
-    return list(grid.items())
-
-
-def crossed(variants: Sequence[Variant], grid: Sequence[tuple[str, list[Any]]]) -> list[Variant]:
-    """Each variant with each combination of the grid's values, in that order; a combination's
-    values join the label (``softmax,width=64``) and the runs' tags (``info``)."""
-    if not grid:
-        return list(variants)
-    lasts = [key.rsplit(".", 1)[-1] for key, _ in grid]
-    # The key's last part labels it, unless two keys share it.
-    names = [last if lasts.count(last) == 1 else key for last, (key, _) in zip(lasts, grid)]
-    out = []
-    for variant in variants:
-        for values in itertools.product(*(v for _, v in grid)):
-            shown = [f"{n}={override_value(v)}" for n, v in zip(names, values)]
-            sets = [f"{key}={override_value(v)}" for (key, _), v in zip(grid, values)]
-            out.append(
-                replace(
-                    variant,
-                    name=",".join([variant.name, *shown]),
-                    overrides=(*variant.overrides, *sets),
-                    info={**variant.info, **dict(zip(names, values))},
-                )
-            )
-    return out
 
 
 def _backend(spec: str, subcommand: str) -> Variant:
@@ -134,17 +104,20 @@ def _order(specs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return order
 
 
-def _source(name: str, spec: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """Stage ``name``'s ``from``: (stage, variant or None)."""
+def _source(name: str, spec: Mapping[str, Any]) -> tuple[str | None, str | None, int | None]:
+    """Stage ``name``'s ``from``: (stage, variant or None, seed or None)."""
     source = spec.get("from")
     if isinstance(source, dict):
-        if set(source) - {"stage", "variant"} or "stage" not in source:
+        if set(source) - {"stage", "variant", "seed"} or "stage" not in source:
             raise ValueError(
-                f"stages: {name}: from {source!r}; give a stage name or {{stage: S, variant: V}}"
+                f"stages: {name}: from {source!r}; give a stage name or "
+                "{stage: S, variant: V, seed: N} (variant and seed optional)"
             )
-        variant = source.get("variant")
-        return str(source["stage"]), None if variant is None else str(variant)
-    return (None if source is None else str(source)), None
+        variant, seed = source.get("variant"), source.get("seed")
+        if seed is not None and (type(seed) is not int or seed < 0):
+            raise ValueError(f"stages: {name}: from seed {seed!r}; give a seed (an int >= 0)")
+        return str(source["stage"]), None if variant is None else str(variant), seed
+    return (None if source is None else str(source)), None, None
 
 
 def _pick(stage: str, variant: Variant, chosen: str | None, candidates: Sequence[Variant]) -> str:
@@ -213,7 +186,7 @@ def plan_stages(
                 f"stages: {name}: subcommand {subcommand!r}; the subcommands are "
                 f"{', '.join(SUBCOMMANDS)}"
             )
-        source, chosen = _source(name, spec)
+        source, chosen, seed = _source(name, spec)
         if subcommand == "test" and source is None:
             raise ValueError(f"stages: {name}: a test stage tests a checkpoint: give from: STAGE")
         own = "backends" in spec or "variants" in spec
@@ -232,32 +205,130 @@ def plan_stages(
             tuple(crossed(listed, stage_grid)),
             tuple(map(str, stage_configs)),
             (*overrides, *map(str, spec.get("set", []))),
+            tags=_tags(name, spec.get("tags", {}), [axis.name for axis in stage_grid]),
+            seeds=None if "seeds" not in spec else _seeds(name, spec["seeds"]),
         )
-        if source is not None:
+        if source is None:
+            extra = [key for key in ("checkpoint", "start") if key in spec]
+            if extra:
+                raise ValueError(f"stages: {name}: {extra[0]} goes with from: (no source here)")
+        else:
             if built[source].variants[0].subcommand == "test":
                 raise ValueError(
                     f"stages: {name}: from {source!r}, a test stage: it saves no checkpoint"
                 )
+            checkpoint, start = _starting(name, spec, subcommand, built[source])
+            stage = replace(stage, source_seed=seed, checkpoint=checkpoint, start=start)
             stage = _started_from(stage, built[source], chosen, experiment)
         built[name] = stage
     return list(built.values())
 
 
-def last_checkpoint(stage: Stage, experiment: str, variant: str, seed: int | str) -> Path:
-    """The ``last.ckpt`` of a run of ``stage`` (``seed``: ``SEED`` for the per-run template);
-    its root as ``Runner.run_dir`` finds it (the stage's last ``checkpoint.root``)."""
-    moved = [o.partition("=")[2] for o in stage.overrides if o.partition("=")[0] == CHECKPOINT_ROOT]
-    root = Path(moved[-1] if moved else "checkpoints")
-    return root / stage.experiment(experiment) / run_folder(variant, seed) / "last.ckpt"
+def _seeds(name: str, seeds: object) -> tuple[int, ...]:
+    """Stage ``name``'s ``seeds:``, checked: a non-empty list of ints >= 0."""
+    if not isinstance(seeds, list) or not seeds or any(type(s) is not int or s < 0 for s in seeds):
+        raise ValueError(f"stages: {name}: seeds {seeds!r}; give a list of seeds (ints >= 0)")
+    return tuple(seeds)
+
+
+def _tags(name: str, tags: object, grid_tags: Sequence[str]) -> dict[str, Any]:
+    """Stage ``name``'s ``tags:``, checked: words to plain values, none the runner's own
+    (``OWN_TAGS``) or a grid's (its cells tag those)."""
+    if not isinstance(tags, dict):
+        raise ValueError(f"stages: {name}: tags: give a mapping of tag names to values")
+    for key, value in tags.items():
+        if not isinstance(key, str) or not TAG.fullmatch(key) or key in OWN_TAGS:
+            raise ValueError(
+                f"stages: {name}: tags: {key!r} is not a tag name of its own (a word, not "
+                f"{', '.join(OWN_TAGS)})"
+            )
+        if key in grid_tags:
+            raise ValueError(f"stages: {name}: tags: {key!r} is a grid's tag: its cells set it")
+        if not isinstance(value, str | int | float | bool):
+            raise ValueError(
+                f"stages: {name}: tags: {key}: {value!r}; give a string, number or boolean"
+            )
+    return dict(tags)
+
+
+def _last(overrides: Sequence[str], key: str) -> str | None:
+    """The value of the last ``key=`` among ``overrides`` (the one train.py keeps), or None."""
+    found = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == key]
+    return found[-1] if found else None
+
+
+def _starting(
+    name: str, spec: Mapping[str, Any], subcommand: str, source: Stage
+) -> tuple[str, str]:
+    """Stage ``name``'s ``checkpoint:`` and ``start:``, checked against its ``source`` stage.
+
+    Raises:
+        ValueError: a checkpoint not in ``CHECKPOINTS`` or one its source does not write (last
+            with ``checkpoint.save_last=false``; best without a plain ``checkpoint.filename``),
+            a start that is no option, or ``init_from`` in a test stage.
+    """
+    checkpoint = spec.get("checkpoint", "last")
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(
+            f"stages: {name}: checkpoint {checkpoint!r}; the checkpoints are "
+            f"{', '.join(CHECKPOINTS)}"
+        )
+    if checkpoint == "last" and str(_last(source.overrides, SAVE_LAST)).lower() == "false":
+        raise ValueError(
+            f"stages: {name}: checkpoint last: its source stage {source.name} sets "
+            f"{SAVE_LAST}=false; give checkpoint: best or let it save last.ckpt"
+        )
+    filename = _last(source.overrides, FILENAME)
+    if checkpoint == "best" and (filename is None or not LABEL.fullmatch(filename)):
+        raise ValueError(
+            f"stages: {name}: checkpoint best: its source stage {source.name} names its best "
+            f"checkpoint only when run ({FILENAME}={filename or 'best-{step}'}); set "
+            f"{FILENAME}=best there"
+        )
+    default = "init_from" if subcommand == "fit" else "ckpt_path"
+    start = spec.get("start", default)
+    if not isinstance(start, str) or not (start in STARTS or DOTTED.fullmatch(start)):
+        raise ValueError(
+            f"stages: {name}: start {start!r}; give {', '.join(STARTS)} or a dotted config "
+            "option (like model.init_args.base_checkpoint)"
+        )
+    if start == "init_from" and subcommand == "test":
+        raise ValueError(f"stages: {name}: start init_from is a fit's; a test stage has ckpt_path")
+    return checkpoint, start
+
+
+def checkpoint_file(
+    stage: Stage, experiment: str, variant: str, seed: int | str, checkpoint: str = "last"
+) -> Path:
+    """A checkpoint of a run of ``stage`` (``seed``: ``SEED`` for the per-run template):
+    ``last.ckpt`` or the best, ``<checkpoint.filename>.ckpt``; its root as ``Runner.run_dir``
+    finds it (the stage's last ``checkpoint.root``)."""
+    root = Path(_last(stage.overrides, CHECKPOINT_ROOT) or "checkpoints")
+    file = "last" if checkpoint == "last" else _last(stage.overrides, FILENAME)
+    return root / stage.experiment(experiment) / run_folder(variant, seed) / f"{file}.ckpt"
+
+
+def source_checkpoint(
+    stage: Stage, source: Stage, experiment: str, variant: str, seed: int | str
+) -> tuple[Path, int | str]:
+    """The checkpoint that the run of ``stage``'s ``variant`` at ``seed`` starts from, and its
+    source run's seed (the pinned ``source_seed``, else ``seed``)."""
+    seed = seed if stage.source_seed is None else stage.source_seed
+    name = stage.sources[variant]
+    return checkpoint_file(source, experiment, name, seed, stage.checkpoint), seed
 
 
 def _started_from(stage: Stage, source: Stage, chosen: str | None, experiment: str) -> Stage:
-    """``stage`` with each variant's checkpoint option (``fit``: ``init_from``; ``test``:
-    ``ckpt_path``) set to its source run's ``last.ckpt``, the seed left to the runner."""
-    sources, started = {}, []
+    """``stage`` with each variant's ``start`` option set to its source run's checkpoint, the
+    seed (unless pinned) left to the runner. A test that starts elsewhere than ``ckpt_path``
+    tests the model as that option builds it (``ckpt_path=initial``)."""
+    sources = {v.name: _pick(stage.name, v, chosen, source.variants) for v in stage.variants}
+    stage = replace(stage, source=source.name, sources=sources)
+    started = []
     for variant in stage.variants:
-        sources[variant.name] = _pick(stage.name, variant, chosen, source.variants)
-        ckpt = last_checkpoint(source, experiment, sources[variant.name], SEED)
-        key = "init_from" if variant.subcommand == "fit" else "ckpt_path"
-        started.append(replace(variant, overrides=(*variant.overrides, f"{key}={ckpt}")))
-    return replace(stage, variants=tuple(started), source=source.name, sources=sources)
+        ckpt, _ = source_checkpoint(stage, source, experiment, variant.name, SEED)
+        options = [f"{stage.start}={ckpt}"]
+        if variant.subcommand == "test" and stage.start != "ckpt_path":
+            options.append("ckpt_path=initial")
+        started.append(replace(variant, overrides=(*variant.overrides, *options)))
+    return replace(stage, variants=tuple(started))

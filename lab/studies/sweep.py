@@ -18,24 +18,39 @@ override the plan's)::
     grid:                                     # each combination crossed with every variant;
       model.init_args.width: [64, 128]        # its values join the label and the runs' tags:
       data.init_args.num_kv_pairs: [4, 8]     # "softmax,width=64,num_kv_pairs=4"
+      model.init_args.lora_r: {tag: rank, values: [1, 8]}        # tagged "rank", not "lora_r"
+      model.init_args.target_modules: {tag: head, values: {all: [fc1, fc2, fc3], hidden: [fc1]}}
     stages:                                   # ordered; absent: one stage, the plan's variants
                                               # (a stage's name: a folder name)
       base: {backends: [softmax]}
       zero_shot: {from: base, subcommand: test, backends: [linear]}
       finetune: {from: base, backends: [linear], set: [trainer.max_steps=200]}
       pick: {from: {stage: base, variant: softmax}, backends: [linear]}
+      one_base: {from: {stage: base, seed: 0}, backends: [linear]}   # every seed from seed 0's
+      adapt: {from: base, checkpoint: best, start: model.init_args.base_checkpoint,
+              variants: [configs/lora/lora.yaml], tags: {adaptation: lora}}
     pages: {...}                              # the study's own pages (below)
 
-A stage may give ``backends``/``variants`` (both replace the plan's when either is given),
-``grid`` and ``config`` (replace), ``set`` (added after the plan's, so its keys win) and
-``subcommand`` (``fit``, default, or ``test``). ``from: STAGE`` (a ``fit`` stage) starts each
-run from the ``last.ckpt`` of STAGE's run with the same seed: of its variant with the same
-label, else the one with the same grid values (those of STAGE's grid), else its only one;
-``from: {stage: S, variant: V}`` names it. A ``fit`` stage starts with ``--init_from`` (weights
-only: new optimizer, step 0, ``cli.warm_start``); a ``test`` stage scores ``--ckpt_path`` with
-its backend as the model's ``attention_override``. Stages run in order, each after its source;
-a run whose source has no ``ok`` run (or whose checkpoint is not on this machine) is
-``NOT_RUN``, its reason logged.
+A grid value list may be ``{tag: NAME, values: ...}``: NAME labels and tags its values instead
+of the key's last part, and ``values`` a mapping of labels (words) to values shows each value by
+its label (a list value would put brackets and quotes in labels; run folders replace such
+characters and add a digest, ``records.run_label``). A stage may give ``backends``/``variants``
+(both replace the plan's when either is given), ``grid`` and ``config`` (replace), ``set``
+(added after the plan's, so its keys win), ``subcommand`` (``fit``, default, or ``test``),
+``seeds`` (its own, e.g. one base for every seed) and ``tags`` (added to each run's tags: the
+words a report groups by; not ``study``, ``variant``, ``seed``, ``stage`` or a grid's).
+``from: STAGE`` starts each run from a checkpoint of STAGE's run with the same seed: of its
+variant with the same label, else the one with the same grid values (those of STAGE's grid),
+else its only one; ``from: {stage: S, variant: V, seed: N}`` names the variant and/or pins the
+seed. ``checkpoint:`` says which: ``last`` (default, ``last.ckpt``; not with
+``checkpoint.save_last=false`` in S's set) or ``best`` (S's best by its monitor, which S names
+with a plain ``checkpoint.filename=NAME`` in its set: ``NAME.ckpt``). ``start:`` says where it
+goes: ``init_from`` (a ``fit``'s default: weights only, new optimizer, step 0,
+``cli.warm_start``), ``ckpt_path`` (a ``test``'s default: scored with its backend as the model's
+``attention_override``) or a dotted config option (``model.init_args.base_checkpoint``: a LoRA
+task loads its base so; a ``test`` then scores the model as built, ``ckpt_path=initial``).
+Stages run in order, each after its source; a run whose source has no ``ok`` run (or whose
+checkpoint is not on this machine) is ``NOT_RUN``, its reason logged.
 
 Each (stage, variant, seed) is a ``train.py fit --test_after_fit`` (or ``test``) run of
 ``studies.runner.Runner``; ``--seeds`` sets ``seed_everything``, the data seed stays the config's.
@@ -94,7 +109,7 @@ from lab.studies.arguments import (
 )
 from lab.studies.reports import REPORTS, plan_pages
 from lab.studies.runner import Runner, Variant
-from lab.studies.stages import Stage, last_checkpoint, plan_stages
+from lab.studies.stages import Stage, plan_stages, source_checkpoint
 
 log = logging.getLogger("lab.studies.sweep")
 PROG = "python -m lab.studies.sweep"
@@ -191,6 +206,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
         parser.error(f"plan {path}: {error}" if path and section else str(error))
     if not all(stage.configs for stage in stages):
         parser.error("give --config (or a --plan that names it)")
+    seeds = {stage.name: list(stage.seeds or args.seeds) for stage in stages}
+    for stage in stages:  # a started stage's source runs the seeds it starts from
+        needed = [stage.source_seed] if stage.source_seed is not None else seeds[stage.name]
+        ran = seeds.get(stage.source or "", needed)
+        if missing := [seed for seed in needed if seed not in ran]:
+            parser.error(
+                f"plan {path}: stages: {stage.name}: from seed {missing[0]}: its source stage "
+                f"{stage.source} runs the seeds {ran}"
+            )
     names = [_label(stage, v) for stage in stages for v in stage.variants]
     unknown = [n for pair in args.pair for n in pair if n not in names]
     if unknown:
@@ -222,11 +246,11 @@ def _blocked(
     is not ``ok``, or its checkpoint is not here; None when it can."""
     assert stage.source is not None  # only started stages are asked
     name = stage.sources[variant.name]
-    run = f"{stage.source}/{run_folder(name, seed)}"
-    source = done.get(stage.source, {}).get((name, seed))
+    ckpt, of = source_checkpoint(stage, stages[stage.source], experiment, variant.name, seed)
+    run = f"{stage.source}/{run_folder(name, of)}"
+    source = done.get(stage.source, {}).get((name, int(of)))
     if source is None or source.status != OK:
         return f"its source run {run} is {source.status if source else NOT_RUN}"
-    ckpt = last_checkpoint(stages[stage.source], experiment, name, seed)
     if not ckpt.is_file():
         # A committed record keeps no checkpoint: the source must be trained on this machine.
         return f"its source run {run} is ok but its checkpoint {ckpt} is not on this machine"
@@ -242,7 +266,7 @@ def _list_runs(
             ckpt = "-"
             if stage.source is not None:
                 source = stages[stage.source]
-                ckpt = str(last_checkpoint(source, experiment, stage.sources[variant.name], seed))
+                ckpt = str(source_checkpoint(stage, source, experiment, variant.name, seed)[0])
             command = shlex.join(runner.command(variant, seed))
             log.info("stage %s | %s | seed %d | from %s | %s", stage.name or "-", variant.name,
                      seed, ckpt, command)  # fmt: skip
@@ -263,7 +287,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             overrides=stage.overrides,
             experiment=stage.experiment(args.experiment),
             study=study,
-            tags={"stage": stage.name} if stage.name else {},
+            tags={"stage": stage.name, **stage.tags} if stage.name else {},
             # Path("runs") / "" is "runs": a plan without stages keeps its records' layout.
             record_roots=tuple(root / stage.name for root in (records, *args.records_also)),
             publish=partial(
@@ -279,7 +303,8 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
 
     if args.dry_run:
         for stage in stages:
-            _list_runs(stage, runner(stage), by_name, args.seeds, args.experiment)
+            seeds = stage.seeds or args.seeds
+            _list_runs(stage, runner(stage), by_name, seeds, args.experiment)
         return []
     convergence = (
         None if args.metric is None else Convergence(args.metric, args.threshold, args.direction)
@@ -306,7 +331,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     sweep_page = all(page.name != study for page in args.pages)  # else a page replaces it
     results: list[RunResult] = []
     for stage in stages:
-        jobs = [(v, s) for v in stage.variants for s in args.seeds]
+        jobs = [(v, s) for v in stage.variants for s in stage.seeds or args.seeds]
         earlier = list(results)
 
         def rows(

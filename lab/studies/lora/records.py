@@ -105,8 +105,12 @@ def read_run(folder: Path) -> RunResult:
     """The run of the record in ``folder`` with the study's values (``METRICS``) as its metrics:
     those its record carries (a record converted from a runs CSV holds them by these names),
     then its test metrics under the study's names (``TEST_NAMES``) and its best validation epoch
-    (``best_validation`` of its curves), where it has them."""
+    (``best_validation`` of its curves), where it has them. A run of the plan's (tagged with its
+    stage) is named ``<stage>/<variant>``: the report's rows group runs by name, and two stages
+    may have a variant of one name (``full,domain=rotated`` tested before, then fine-tuned)."""
     run = load_run(folder)
+    if "stage" in run.info:  # a plan's run: its variant's name is its stage's own, not the plan's
+        run.variant = f"{run.info['stage']}/{run.variant}"
     values = {k: run.metrics[k] for k in METRICS if k in run.metrics}
     for name, tested in TEST_NAMES.items():
         found = next((run.metrics[t] for t in tested if t in run.metrics), None)

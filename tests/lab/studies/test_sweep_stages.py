@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 
 import pytest
 
+from lab.results.records import run_label
 from lab.studies.reports import REPORTS
 from lab.studies.sweep import main, parse
 from tests.lab.studies.test_sweep import FAKE_RECORD
@@ -190,7 +192,7 @@ def test_dry_run_lists_every_run_with_its_stage_seed_source_and_command(tmp_path
             "a: {backends: [x], subcommand: predict}",
             "subcommand 'predict'; the subcommands are fit, test",
         ),
-        ("a: {backends: [x], seeds: [1]}", "stages: a: unknown key 'seeds'; the keys are from, "),
+        ("a: {backends: [x], seed: 1}", "stages: a: unknown key 'seed'; the keys are from, "),
         ("a: {backends: [x], subcommand: test}", "stages: a: a test stage tests a checkpoint"),
         (
             "a: {backends: [x, y]}\n  b: {from: a, backends: [z]}",
@@ -208,6 +210,65 @@ def test_dry_run_lists_every_run_with_its_stage_seed_source_and_command(tmp_path
             "  c: {from: b, backends: [z]}",
             "stages: c: from 'b', a test stage: it saves no checkpoint",
         ),
+        (
+            "a: {backends: [x]}\n  b: {from: a, checkpoint: first, backends: [y]}",
+            "stages: b: checkpoint 'first'; the checkpoints are last, best",
+        ),
+        (
+            "a: {backends: [x]}\n  b: {from: a, checkpoint: best, backends: [y]}",
+            "stages: b: checkpoint best: its source stage a names its best checkpoint only when "
+            "run (checkpoint.filename=best-{step}); set checkpoint.filename=best there",
+        ),
+        (
+            "a: {backends: [x], set: [checkpoint.save_last=false]}\n  b: {from: a, backends: [y]}",
+            "stages: b: checkpoint last: its source stage a sets checkpoint.save_last=false",
+        ),
+        (
+            "a: {backends: [x]}\n  b: {from: a, start: base, backends: [y]}",
+            "stages: b: start 'base'; give init_from, ckpt_path or a dotted config option",
+        ),
+        (
+            "a: {backends: [x]}\n  b: {from: a, subcommand: test, start: init_from, backends: [y]}",
+            "stages: b: start init_from is a fit's; a test stage has ckpt_path",
+        ),
+        ("a: {backends: [x], start: ckpt_path}", "stages: a: start goes with from: (no source"),
+        (
+            "a: {backends: [x]}\n  b: {from: {stage: a, seed: -1}, backends: [y]}",
+            "stages: b: from seed -1; give a seed (an int >= 0)",
+        ),
+        (
+            "a: {backends: [x]}\n  b: {from: {stage: a, seed: 7}, backends: [y]}",
+            "stages: b: from seed 7: its source stage a runs the seeds [0, 1, 2]",
+        ),
+        (
+            "a: {backends: [x], seeds: [0]}\n  b: {from: a, backends: [y]}",
+            "stages: b: from seed 1: its source stage a runs the seeds [0]",
+        ),
+        ("a: {backends: [x], seeds: []}", "stages: a: seeds []; give a list of seeds (ints >= 0)"),
+        (
+            "a: {backends: [x], tags: {seed: 3}}",
+            "stages: a: tags: 'seed' is not a tag name of its own (a word, not study, variant,",
+        ),
+        (
+            "a: {backends: [x], grid: {m.width: [1]}, tags: {width: 2}}",
+            "stages: a: tags: 'width' is a grid's tag: its cells set it",
+        ),
+        (
+            "a: {backends: [x], tags: {part: [1]}}",
+            "stages: a: tags: part: [1]; give a string, number or boolean",
+        ),
+        (
+            "a: {backends: [x], grid: {m.r: {tag: 2r, values: [1]}}}",
+            "stages: a: grid: m.r: tag '2r' is not a word (like rank)",
+        ),
+        (
+            "a: {backends: [x], grid: {m.t: {values: {'a b': [1]}}}}",
+            "stages: a: grid: m.t: value label 'a b' is not a word (like lora)",
+        ),
+        (
+            "a: {backends: [x], grid: {m.t: {name: t, values: [1]}}}",
+            "stages: a: grid: m.t: give {tag: NAME, values: ...}, not {'name': 't', 'values': [1]}",
+        ),
     ],
 )
 def test_a_bad_stage_or_grid_is_one_clear_error(tmp_path, capsys, stages, message):
@@ -216,6 +277,55 @@ def test_a_bad_stage_or_grid_is_one_clear_error(tmp_path, capsys, stages, messag
         parse(argv)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert message in err and err.startswith("usage:") is False and "page.yaml" in err
+
+
+def test_a_stage_starts_from_a_pinned_seeds_best_checkpoint_through_a_config_option(
+    tmp_path, caplog
+):
+    """What the LoRA plans need: a base of seed 0 for every seed, its best checkpoint loaded as
+    the task loads a base, a test of the model as built, tags, labelled grid values."""
+    text = """
+config: [base.yaml]
+seeds: [0, 1]
+stages:
+  base: {backends: [softmax], seeds: [0], set: [checkpoint.filename=best]}
+  adapt:
+    from: {stage: base, seed: 0}
+    checkpoint: best
+    start: model.init_args.base_checkpoint
+    backends: [linear]
+    grid:
+      model.init_args.lora_r: {tag: rank, values: [2]}
+      model.init_args.target_modules: {tag: head, values: {frozen: [fc1, fc2]}}
+    tags: {part: mlp, adaptation: lora}
+  before: {from: {stage: base, seed: 0}, checkpoint: best, start: model.init_args.base_checkpoint,
+           subcommand: test, backends: [linear]}
+"""
+    caplog.set_level(logging.INFO)
+    assert main([*_plan(tmp_path, text), "--dry-run"]) == []
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stage ")]
+    assert len(lines) == 5  # the base once, each later stage at both seeds
+    ckpt = "checkpoints/sweep-page-base/softmax-s0/best.ckpt"
+    adapt = lines[2]
+    assert adapt.startswith(f"stage adapt | linear,rank=2,head=frozen | seed 1 | from {ckpt} | ")
+    assert f"--model.init_args.base_checkpoint={ckpt}" in adapt and "--init_from" not in adapt
+    assert '\'--model.init_args.target_modules=["fc1", "fc2"]\'' in adapt
+    assert "--run_name=linear_rank-2_head-frozen-s1" in adapt
+    tags = json.loads(adapt.split("--run_record.tags=")[1].split("' ")[0])
+    assert tags == {"study": "page", "variant": "linear,rank=2,head=frozen", "seed": 1,
+                    "stage": "adapt", "part": "mlp", "adaptation": "lora", "rank": 2,
+                    "head": "frozen"}  # fmt: skip
+    assert f"--model.init_args.base_checkpoint={ckpt}" in lines[4]
+    assert "--ckpt_path=initial" in lines[4] and " test " in lines[4]
+
+
+def test_a_run_name_of_a_list_value_is_a_safe_stable_folder_name():
+    name = 'lora,target_modules=["fc1", "fc2"]'
+    assert re.fullmatch(r"lora_target_modules-_fc1___fc2_-[0-9a-f]{6}", run_label(name))
+    assert run_label(name) == run_label(name)  # a digest of the name, not of the process
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", run_label(name))
+    assert run_label('lora,target_modules=["fc1","fc2"]') != run_label(name)
+    assert run_label("performer:num_features=64") == "performer_num_features-64"  # as before
 
 
 def test_report_kinds_are_plain_functions():

@@ -69,3 +69,16 @@ def test_the_runs_csv_is_written_in_job_order(tmp_path):
         ("0", "rotated", "lora", "2"),
         ("1", "quantized", "full", "0"),
     ]
+
+
+def test_a_plan_run_is_named_by_its_stage_so_two_stages_variants_stay_two_rows(tmp_path):
+    # mlp_before and mlp_full both run "full,domain=rotated" (the before run tests full.yaml's
+    # model as built): the report's rows group runs by name.
+    names = []
+    for stage in ("mlp_before", "mlp_full"):
+        folder = tmp_path / stage / "full_domain-rotated-s0"
+        folder.mkdir(parents=True)
+        tags = {"variant": "full,domain=rotated", "stage": stage, "part": "mlp"}
+        write_record(folder, {"schema": 1, "run": folder.name, "seed": 0, "tags": tags})
+        names.append(records.read_run(folder).variant)
+    assert names == ["mlp_before/full,domain=rotated", "mlp_full/full,domain=rotated"]
