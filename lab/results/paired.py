@@ -16,7 +16,8 @@ honest width at that n, not an error. docs/statistics.md says the same.
 
 Both report, not two overlapping ``mean ± std``. For unimodal outcomes (bits/dim, a detection
 mAP) a reader checking a claim also wants each seed's number and Δ (``seed_rows``,
-``delta_rows``).
+``delta_rows``): ``write_paired``, a plan page's ``paired`` report kind, writes both tables from
+folders of run records (``configs/studies/image28_mnist5k.yaml``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from scipy import stats
 
-from lab.results.records import OK, RunResult
+from attn_lightning.records.files import markdown_records, write_csv
+from lab.results.records import OK, RunResult, load_runs
 from lab.results.tables import column, format_mean_std, mean_std, number_format
 
 LEVEL = 0.95  # every interval's coverage: the tables' titles and notes say "95 %"
@@ -265,3 +268,61 @@ def delta_rows(
             row[f"{title} mean Δ [95 % t]"] = mean
         rows.append(row)
     return rows
+
+
+# The image study's page, the one plan page of this kind: its metrics unless the page names others.
+DEFAULT_METRICS = ("test/bits_per_dim", "test/completion_bpd")
+
+
+def write_paired(
+    roots: Sequence[Path],
+    out: Path,
+    *,
+    command: str,
+    control: str | None = None,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    variants: Sequence[str] | None = None,
+) -> list[Path]:
+    """Write ``<out>.md``, ``<out>.csv`` and (with a ``control``) ``<out>_deltas.csv`` from the
+    records under ``roots``; returns them. ``variants``: the table's rows in order (default:
+    every variant recorded); ``command``: the page's "regenerate with" line.
+
+    Raises:
+        FileNotFoundError: no run record under ``roots``.
+        ValueError: a variant or metric the records do not have, naming what they have.
+    """
+    where = ", ".join(f"`{root.as_posix()}/`" for root in roots)
+    runs = [run for root in roots for run in load_runs(root)]
+    if not runs:
+        raise FileNotFoundError(f"no run records (record.json) under {where}")
+    present = list(dict.fromkeys(r.variant for r in runs))
+    names = list(variants) if variants else present
+    unknown = [n for n in names + ([control] if control else []) if n not in present]
+    if unknown:
+        raise ValueError(f"{where} has no runs of {unknown}; it has {present}")
+    reported = {k for r in runs for k in r.metrics}
+    missing = [m for m in metrics if m not in reported]
+    if missing:
+        raise ValueError(f"{where} has no metric {missing}; it has {sorted(reported)}")
+    per_variant = seed_rows(runs, names, metrics, label="backend")
+    paired = delta_rows(runs, names, control, metrics, label="backend") if control else []
+    lines = [
+        f"Regenerate with:\n\n```bash\n{command}\n```\n",
+        f"From the run records in {where} (finished runs only), no training. "
+        "Mean ± std over seeds, every seed's value beside it; fit time is `train.py`'s own.\n",
+        markdown_records(per_variant),
+    ]
+    if paired:
+        lines += [
+            "",
+            f"Paired by seed (the same seed: the same data order and initialisation stream): "
+            f"each backend's value minus `{control}`'s on every seed both finished, how many "
+            f"Δ are positive / negative, and the mean Δ [{SEED_INTERVAL_NOTE}].\n",
+            markdown_records(paired),
+        ]
+    written = [write_csv(out.with_name(out.name + ".csv"), per_variant)]  # makes the folder
+    if paired:
+        written.append(write_csv(out.with_name(out.name + "_deltas.csv"), paired))
+    page = out.with_name(out.name + ".md")
+    page.write_text("\n".join(lines) + "\n")
+    return [page, *written]

@@ -1,10 +1,12 @@
 """Paired differences: the t-interval against a hand computation and its coverage by simulation,
 the exact sign test, shared seeds only; the per-seed tables: every seed's value and Δ vs a
-control, sign counts, seeds the control lacks left out of the Δ."""
+control, sign counts, seeds the control lacks left out of the Δ; the ``paired`` page's errors
+(the committed page is rebuilt from its records in tests/docs/test_plan_pages.py)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +18,10 @@ from lab.results.paired import (
     seed_rows,
     sign_test,
     t_interval,
+    write_paired,
 )
 from lab.results.records import RunResult
+from lab.studies.sweep import main
 
 
 def test_interval_matches_a_hand_t_interval():
@@ -145,3 +149,35 @@ def test_delta_rows_pair_only_seeds_both_finished():
     (row,) = delta_rows(runs, ["softmax", "linear"], "softmax", [KEY], label="backend")
     assert row["test bits/dim Δ per seed"] == "+1.0000"
     assert row["test bits/dim sign count"] == "1+ 0− of 1"
+
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
+RUNS = DOCS / "image28_mnist5k" / "runs"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"control": "flash"}, "has no runs of ['flash']"),
+        ({"variants": ["softmax", "liner"]}, "has no runs of ['liner']"),
+        ({"metrics": ["test/acc"]}, "has no metric ['test/acc']"),
+    ],
+)
+def test_a_name_or_metric_the_records_lack_is_an_error_naming_what_they_have(
+    tmp_path, options, message
+):
+    with pytest.raises(ValueError, match=r"softmax|test/bits_per_dim") as error:
+        write_paired([RUNS], tmp_path / "t", command="x", **options)
+    assert message in str(error.value)
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_a_plan_page_over_a_folder_without_records_is_an_error_naming_it(tmp_path, capsys):
+    plan = tmp_path / "p.yaml"
+    page = f"{{report: paired, runs: [{tmp_path / 'none'}]}}"
+    plan.write_text(f"config: [base.yaml]\nbackends: [softmax]\npages:\n  p: {page}\n")
+    with pytest.raises(SystemExit):
+        main(["--plan", str(plan), "--out", str(tmp_path / "p"), "--report-only"])
+    assert f"page p: no run records (record.json) under `{tmp_path / 'none'}/`" in (
+        capsys.readouterr().err
+    )
