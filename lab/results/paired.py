@@ -16,7 +16,8 @@ honest width at that n, not an error. docs/statistics.md says the same.
 
 Both report, not two overlapping ``mean ± std``. For unimodal outcomes (bits/dim, a detection
 mAP) a reader checking a claim also wants each seed's number and Δ (``seed_rows``,
-``delta_rows``).
+``delta_rows``): ``write_paired``, a plan page's ``paired`` report kind, writes both tables from
+folders of run records (``configs/studies/image28_mnist5k.yaml``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from scipy import stats
 
-from lab.results.records import OK, RunResult
+from attn_lightning.records.files import markdown_records, write_csv
+from lab.results.records import OK, RunResult, load_runs
 from lab.results.tables import column, format_mean_std, mean_std, number_format
 
 LEVEL = 0.95  # every interval's coverage: the tables' titles and notes say "95 %"
@@ -60,39 +63,6 @@ def sign_test(positive: int, negative: int) -> float:
     if n == 0:
         return 1.0
     return min(1.0, 2.0 * float(stats.binom.cdf(min(positive, negative), n, 0.5)))
-
-
-def detectable_effect(values: Sequence[float], *, power: float = 0.8) -> float:
-    """The smallest true mean Δ that a two-sided ``LEVEL`` paired t-test on ``len(values)`` seeds
-    with this spread detects with probability ``power``: ``(t_{(1+LEVEL)/2} + t_{power}) · sd/√n``
-    (n − 1 degrees of freedom; the usual approximation of the noncentral t). What "not resolved"
-    could have seen: a Δ below it is not excluded."""
-    n = len(values)
-    if n < 2:
-        raise ValueError(f"a detectable effect needs at least 2 values, got {n}")
-    quantiles = stats.t.ppf((1 + LEVEL) / 2, n - 1) + stats.t.ppf(power, n - 1)
-    return float(quantiles) * statistics.stdev(values) / math.sqrt(n)
-
-
-def t_test(values: Sequence[float]) -> float:
-    """Two-sided one-sample t-test p-value of mean Δ = 0 (the interval's own test)."""
-    if len(values) < 2:
-        raise ValueError(f"a t-test needs at least 2 values, got {len(values)}")
-    if statistics.stdev(values) == 0:
-        return 1.0 if statistics.fmean(values) == 0 else 0.0
-    return float(stats.ttest_1samp(list(values), 0.0).pvalue)
-
-
-def holm(p_values: Mapping[str, float], *, alpha: float = 1 - LEVEL) -> set[str]:
-    """The names whose p-value survives Holm's step-down correction over the whole family: sorted
-    ascending, the i-th (from 0) is kept while ``p ≤ alpha / (m − i)``, and the first that fails
-    stops it (family-wise error ≤ ``alpha`` under any dependence)."""
-    kept: set[str] = set()
-    for i, (name, p) in enumerate(sorted(p_values.items(), key=lambda item: item[1])):
-        if p > alpha / (len(p_values) - i):
-            break
-        kept.add(name)
-    return kept
 
 
 @dataclass(frozen=True)
@@ -298,3 +268,61 @@ def delta_rows(
             row[f"{title} mean Δ [95 % t]"] = mean
         rows.append(row)
     return rows
+
+
+# The image study's page, the one plan page of this kind: its metrics unless the page names others.
+DEFAULT_METRICS = ("test/bits_per_dim", "test/completion_bpd")
+
+
+def write_paired(
+    roots: Sequence[Path],
+    out: Path,
+    *,
+    command: str,
+    control: str | None = None,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    variants: Sequence[str] | None = None,
+) -> list[Path]:
+    """Write ``<out>.md``, ``<out>.csv`` and (with a ``control``) ``<out>_deltas.csv`` from the
+    records under ``roots``; returns them. ``variants``: the table's rows in order (default:
+    every variant recorded); ``command``: the page's "regenerate with" line.
+
+    Raises:
+        FileNotFoundError: no run record under ``roots``.
+        ValueError: a variant or metric the records do not have, naming what they have.
+    """
+    where = ", ".join(f"`{root.as_posix()}/`" for root in roots)
+    runs = [run for root in roots for run in load_runs(root)]
+    if not runs:
+        raise FileNotFoundError(f"no run records (record.json) under {where}")
+    present = list(dict.fromkeys(r.variant for r in runs))
+    names = list(variants) if variants else present
+    unknown = [n for n in names + ([control] if control else []) if n not in present]
+    if unknown:
+        raise ValueError(f"{where} has no runs of {unknown}; it has {present}")
+    reported = {k for r in runs for k in r.metrics}
+    missing = [m for m in metrics if m not in reported]
+    if missing:
+        raise ValueError(f"{where} has no metric {missing}; it has {sorted(reported)}")
+    per_variant = seed_rows(runs, names, metrics, label="backend")
+    paired = delta_rows(runs, names, control, metrics, label="backend") if control else []
+    lines = [
+        f"Regenerate with:\n\n```bash\n{command}\n```\n",
+        f"From the run records in {where} (finished runs only), no training. "
+        "Mean ± std over seeds, every seed's value beside it; fit time is `train.py`'s own.\n",
+        markdown_records(per_variant),
+    ]
+    if paired:
+        lines += [
+            "",
+            f"Paired by seed (the same seed: the same data order and initialisation stream): "
+            f"each backend's value minus `{control}`'s on every seed both finished, how many "
+            f"Δ are positive / negative, and the mean Δ [{SEED_INTERVAL_NOTE}].\n",
+            markdown_records(paired),
+        ]
+    written = [write_csv(out.with_name(out.name + ".csv"), per_variant)]  # makes the folder
+    if paired:
+        written.append(write_csv(out.with_name(out.name + "_deltas.csv"), paired))
+    page = out.with_name(out.name + ".md")
+    page.write_text("\n".join(lines) + "\n")
+    return [page, *written]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.results.paired import write_paired
 from lab.studies.detection.report import write_page as write_detection
 from lab.studies.detection.report import write_probe, write_sites
-from lab.studies.image.tables import write_paired
 from lab.studies.lora.report import report as lora_report
 from lab.studies.reversal.report import report as reversal_report
 from lab.studies.reversal.trajectories import write_trajectories

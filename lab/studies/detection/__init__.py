@@ -5,5 +5,5 @@ The study is its plans, ``configs/studies/detection*.yaml``, run and rebuilt by 
 report kinds of ``report`` (its table with the controls and costs, the sensitivity and ablation
 grids, the cross-attention probe, the per-site counts); the variants and their controls are in
 ``variants``, the grids in ``sensitivity``, the model costs and per-site rows in ``costs``, the
-tables in ``tables``, the probe's statistics in ``probe``.
+probe's statistics in ``probe``.
 """

@@ -6,7 +6,7 @@ ablation ladder is the same with ``ABLATIONS``: one ingredient of the paper's fo
 point is the variant's overlay plus an override that replaces the spec of every optimization
 site, named ``<variant>@<option>=<value>,...`` after the options that differ from the own point
 (which keeps the plain name). The ``sensitivity`` and ``ablation`` subcommands (``detection.cli``)
-run a grid; ``detection.tables`` writes its tables, with ``sensitivity_cells``' columns.
+run a grid; ``detection.report`` writes its tables, with ``sensitivity_cells``' columns.
 """
 
 from __future__ import annotations

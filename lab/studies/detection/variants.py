@@ -4,7 +4,7 @@ A variant is ``configs/detection/<name>.yaml`` (``CONFIGS``) stacked on its ``ba
 ``STUDY_VARIANTS`` is the study in table order and ``CONTROLS`` names the variant each one
 differs from in one thing only. A comparison is paired by seed (``results.paired``): per seed,
 the variant's ``COMPARED`` metric minus its control's. Both the study's tables
-(``detection.tables``) and its sensitivity grid (``detection.sensitivity``) compare this way.
+(``detection.report``) and its sensitivity grid (``detection.sensitivity``) compare this way.
 """
 
 from __future__ import annotations

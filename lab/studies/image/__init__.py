@@ -1,2 +1,3 @@
-"""The image-generation study: its runs are plans (``configs/studies/image*.yaml``); ``tables`` is
-their pages' ``paired`` report kind and ``samples`` draws PNG grids of a trained checkpoint."""
+"""The image-generation study: its runs are plans (``configs/studies/image*.yaml``), their pages'
+``paired`` report kind is ``results.paired.write_paired``, and ``samples`` draws PNG grids of a
+trained checkpoint."""

@@ -3,7 +3,7 @@
 ``results.tables``), ``<out>_lrsweep_summary.csv`` and each part's ``<out>_<part>_runs.csv``
 (outputs: nothing reads them back). The hand-written discussion between ``NOTES`` in the page
 named by ``notes`` (a committed page: kept when the page is rebuilt elsewhere) is kept. The
-``lrsweep`` tables come from ``lrsweep_report`` and ``lrsweep_pattern``.
+``lrsweep`` tables come from ``lrsweep_report``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from attn_lightning.records.files import markdown_table, write_csv
 from lab.results import tables
 from lab.results.records import OK, RunResult
 from lab.results.tables import format_mean_std
-from lab.studies.lora.lrsweep_pattern import pattern_section
-from lab.studies.lora.lrsweep_report import sweep_section, sweep_summary
+from lab.studies.lora.lrsweep_report import pattern_section, sweep_section, sweep_summary
 from lab.studies.lora.records import ADAPTATION_COLUMN, LABELS, load_parts, write_runs
 
 TABLE_PARTS = ("mlp", "variants", "transformer")  # the parts of the summary and its tables

@@ -1,5 +1,5 @@
-"""The sequence-reversal study's reports, over run records: outcome pages (``report``: ``runs``
--> ``summary`` -> ``markdown``, the facts from ``dynamics``) and long runs' training traces
-(``trajectories``: ``traces``, ``trace_figures``). A plan's ``pages:`` section selects them
-(``report: reversal | trajectories``, ``studies.sweep``); its runs are trained by the sweep.
+"""The sequence-reversal study's reports, over run records: outcome pages (``report``, over the
+runs and numbers of ``runs``) and long runs' training traces (``trajectories``); what a run's
+curves say is ``traces``'. A plan's ``pages:`` section selects them (``report: reversal |
+trajectories``, ``studies.sweep``); its runs are trained by the sweep.
 """

@@ -1,26 +1,27 @@
 """Paired differences: the t-interval against a hand computation and its coverage by simulation,
 the exact sign test, shared seeds only; the per-seed tables: every seed's value and Δ vs a
-control, sign counts, seeds the control lacks left out of the Δ."""
+control, sign counts, seeds the control lacks left out of the Δ; the ``paired`` page's errors
+(the committed page is rebuilt from its records in tests/docs/test_plan_pages.py)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lab.results.paired import (
     delta_rows,
-    detectable_effect,
-    holm,
     paired_delta,
     seed_deltas,
     seed_rows,
     sign_test,
     t_interval,
-    t_test,
+    write_paired,
 )
 from lab.results.records import RunResult
+from lab.studies.sweep import main
 
 
 def test_interval_matches_a_hand_t_interval():
@@ -150,31 +151,33 @@ def test_delta_rows_pair_only_seeds_both_finished():
     assert row["test bits/dim sign count"] == "1+ 0− of 1"
 
 
-def test_detectable_effect_is_detected_at_about_its_power():
-    # Seeds whose Δ has sd 1 around the effect the function names for sd 1: the paired t-test
-    # rejects about 80 % of the time (the formula approximates the noncentral t; exact ≈ 0.78).
-    rng = np.random.default_rng(1)
-    n = 5
-    unit = np.array([-1.2, -0.5, 0.0, 0.6, 1.1])
-    effect = detectable_effect((unit / unit.std(ddof=1)).tolist())
-    rejected = [t_test((effect + row).tolist()) < 0.05 for row in rng.normal(0, 1, (2000, n))]
-    assert 0.70 <= float(np.mean(rejected)) <= 0.88
-    assert detectable_effect((3 * unit).tolist()) == pytest.approx(3 * detectable_effect(unit))
-    with pytest.raises(ValueError, match="at least 2 values, got 1"):
-        detectable_effect([1.0])
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
+RUNS = DOCS / "image28_mnist5k" / "runs"
 
 
-def test_t_test_matches_the_interval():
-    values = [0.1, 0.3, 0.2, 0.4, 0.25]
-    low, _ = t_interval(values)
-    assert low > 0 and t_test(values) < 0.05
-    assert t_test([0.5, -0.5, 0.1]) > 0.05
-    assert t_test([0.0, 0.0]) == 1.0 and t_test([1.0, 1.0]) == 0.0
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"control": "flash"}, "has no runs of ['flash']"),
+        ({"variants": ["softmax", "liner"]}, "has no runs of ['liner']"),
+        ({"metrics": ["test/acc"]}, "has no metric ['test/acc']"),
+    ],
+)
+def test_a_name_or_metric_the_records_lack_is_an_error_naming_what_they_have(
+    tmp_path, options, message
+):
+    with pytest.raises(ValueError, match=r"softmax|test/bits_per_dim") as error:
+        write_paired([RUNS], tmp_path / "t", command="x", **options)
+    assert message in str(error.value)
+    assert not list(tmp_path.iterdir())  # nothing half-written
 
 
-def test_holm_steps_down_and_stops_at_the_first_failure():
-    # thresholds 0.05/4, /3, /2, /1 in order of p: 0.001 ≤ 0.0125 kept, 0.013 ≤ 0.0167 kept,
-    # 0.03 > 0.025 stops, so 0.04 (≤ 0.05 on its own) is not kept either.
-    assert holm({"a": 0.001, "b": 0.013, "c": 0.03, "d": 0.04}) == {"a", "b"}
-    assert holm({"a": 0.001, "b": 0.02, "c": 0.001}) == {"a", "b", "c"}
-    assert holm({"a": 0.03, "b": 0.04}) == set()  # 0.03 > 0.05 / 2
+def test_a_plan_page_over_a_folder_without_records_is_an_error_naming_it(tmp_path, capsys):
+    plan = tmp_path / "p.yaml"
+    page = f"{{report: paired, runs: [{tmp_path / 'none'}]}}"
+    plan.write_text(f"config: [base.yaml]\nbackends: [softmax]\npages:\n  p: {page}\n")
+    with pytest.raises(SystemExit):
+        main(["--plan", str(plan), "--out", str(tmp_path / "p"), "--report-only"])
+    assert f"page p: no run records (record.json) under `{tmp_path / 'none'}/`" in (
+        capsys.readouterr().err
+    )

@@ -1,13 +1,10 @@
-"""Study tables: the one mean ± std helper, default columns, convergence, md + csv contents."""
+"""Study tables' arithmetic and cells: mean ± std, median [IQR], default columns, convergence,
+the machine line (the tables themselves: rebuilt from records by ``tests/docs/test_plan_pages``)."""
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import pytest
 
-from attn_lightning.records.files import read_csv
 from attn_lightning.records.run_files import write_record
 from lab.results.records import RunResult
 from lab.results.tables import (
@@ -20,13 +17,7 @@ from lab.results.tables import (
     median_iqr,
     records_machine_line,
     summary_cell,
-    write_tables,
 )
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
 
 
 def test_mean_std_is_sample_std_zero_for_one_none_for_none():
@@ -59,74 +50,6 @@ def test_convergence_in_both_directions():
         Convergence("test/loss", 1.0, "down")
 
 
-RESULTS = [
-    RunResult("softmax", 0, 10.0, "ok", {"test/mAP": 0.2, "test/AP50": 0.5}, 100),
-    RunResult("softmax", 1, 20.0, "ok", {"test/mAP": 0.4, "test/AP50": 0.7}, 100),
-    RunResult("mean", 0, None, "crashed"),
-]
-
-
-def test_write_tables_columns_come_from_the_metrics_argument(tmp_path):
-    out = tmp_path / "res" / "study"
-    summary = write_tables(
-        out, RESULTS, command="cmd", metrics=["test/mAP", "test/AP50"], label="variant"
-    )
-    md = (tmp_path / "res" / "study.md").read_text()
-    assert "| variant | runs | crashed | test mAP | test AP50 | wall time / run (s) |" in md
-    assert "not converged" not in md and "token acc" not in md
-    assert "| `softmax` | 2 | 0 | 0.300 ± 0.141 | 0.600 ± 0.141 | 15 ± 7 |" in md
-    assert "| `mean` | 1 | 1 | – | – | – |" in md
-    assert "| `softmax` | 1 | ok | 100 | 0.400 | 0.700 | 20 |" in md
-    assert "```bash\ncmd\n```" in md
-    rows = {r["variant"]: r for r in _read_csv(out.with_name("study.csv"))}
-    assert "not_converged" not in rows["softmax"]
-    assert float(rows["softmax"]["test/mAP_mean"]) == pytest.approx(0.3)
-    assert rows["mean"]["crashed"] == "1" and rows["mean"]["test/mAP_mean"] == ""
-    runs = _read_csv(out.with_name("study_runs.csv"))
-    assert [(r["variant"], r["seed"], r["status"]) for r in runs] == [
-        ("softmax", "0", "ok"),
-        ("softmax", "1", "ok"),
-        ("mean", "0", "crashed"),
-    ]
-    assert summary[0]["test/AP50_mean"] == pytest.approx(0.6)
-
-
-def test_write_tables_convergence_column_extras_and_notes(tmp_path):
-    out = tmp_path / "study"
-    write_tables(
-        out,
-        RESULTS,
-        command="cmd",
-        metrics=["test/AP50"],
-        convergence=Convergence("test/mAP", 0.3),
-        label="variant",
-        jobs=2,
-        extra={"softmax": {"total params": 253624, "peak MiB": 0.9}, "mean": {"peak MiB": None}},
-        notes=["Cost columns: measured."],
-    )
-    md = out.with_name("study.md").read_text()
-    head = "| variant | runs | not converged | crashed | test AP50 | test mAP |"
-    assert head + " wall time / run (s) | total params | peak MiB |" in md
-    assert '"not converged" = test/mAP < 0.3' in md and "2 runs at a time" in md
-    assert (
-        "| `softmax` | 2 | 1 | 0 | 0.600 ± 0.141 | 0.300 ± 0.141 | 15 ± 7 | 253,624 | 0.9 |" in md
-    )
-    assert "| `mean` | 1 | 0 | 1 | – | – | – | – | – |" in md
-    assert "\nCost columns: measured.\n" in md
-    rows = {r["variant"]: r for r in _read_csv(out.with_name("study.csv"))}
-    assert rows["softmax"]["not_converged"] == "1"
-    assert rows["softmax"]["total params"] == "253624"
-
-
-def test_write_tables_default_columns_without_reversal_leftovers(tmp_path):
-    # An image-style run: only its own test metrics become columns.
-    results = [RunResult("softmax", 0, 60.0, "ok", {"test/loss": 2.25, "test/bits_per_dim": 2.25})]
-    write_tables(tmp_path / "img", results, command="cmd")
-    md = (tmp_path / "img.md").read_text()
-    assert "| backend | runs | crashed | test bits/dim | test loss | wall time / run (s) |" in md
-    assert "token acc" not in md and "not converged" not in md
-
-
 def test_median_iqr_interpolates_linearly_within_the_data():
     # Inclusive quartiles of 1..5: positions 1, 2, 3 of 0..4 -> 2, 3, 4 (numpy's percentile).
     assert median_iqr([5.0, 1.0, 3.0, 2.0, 4.0]) == (3.0, 2.0, 4.0)
@@ -152,27 +75,6 @@ def test_summary_cell_is_mean_std_or_median_iqr_in_the_metrics_column():
     assert summary_cell(row, "test/acc", iqr=True) == "95.00 [50.00, 100.00]"
     assert summary_cell(row, "steps") == "12.2500 ± 0.5000"  # unknown: 4 decimals by default
     assert summary_cell(row, "steps", digits=0) == "12 ± 0"
-
-
-def test_runs_csv_holds_one_row_per_run(tmp_path):
-    runs = [
-        RunResult("a", 0, 12.34, "ok", {"test/mAP": 0.5, "test/AP50": 0.75}, global_step=60),
-        RunResult("a", 1, None, "crashed"),
-    ]
-    write_tables(
-        tmp_path / "t", runs, command="x", metrics=["test/mAP", "test/AP50"], label="variant"
-    )
-    _, rows = read_csv(tmp_path / "t_runs.csv")
-    assert rows[0] == {
-        "variant": "a",
-        "seed": "0",
-        "status": "ok",
-        "seconds": "12.3",
-        "global_step": "60",
-        "test/mAP": "0.5",
-        "test/AP50": "0.75",
-    }
-    assert (rows[1]["status"], rows[1]["seconds"], rows[1]["test/mAP"]) == ("crashed", "", "")
 
 
 def test_a_value_its_decimals_would_show_as_zero_gets_significant_figures():

@@ -1,8 +1,8 @@
-"""The detection study's sensitivity grid: variants and overrides, names, tables, one real run."""
+"""The detection study's sensitivity grid: variants and overrides, names, errors, one real run
+(its pages rebuilt from the committed records: ``tests/docs/test_plan_pages.py``)."""
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 from pathlib import Path
@@ -16,7 +16,6 @@ from lab.studies.detection.costs import build_model
 from lab.studies.detection.report import write_page
 from lab.studies.detection.sensitivity import (
     ABLATIONS,
-    DELTA_VS_REFERENCE,
     GRID,
     SENSITIVITY_DEFAULT,
     sensitivity_grid,
@@ -24,7 +23,7 @@ from lab.studies.detection.sensitivity import (
 )
 from lab.studies.detection.variants import CONFIGS
 from lab.studies.runner import Variant, run_name
-from tests.lab.studies.detection.runs import SMALL, fake_record, tiny_runner
+from tests.lab.studies.detection.runs import SMALL, tiny_runner
 
 ONE_AT_A_TIME = [
     "optimization_decoder_cross",
@@ -44,22 +43,6 @@ def _site_specs(variant: Variant) -> dict[str, dict]:
         key, _, value = override.partition("=")
         specs[key.removeprefix("model.init_args.")] = json.loads(value)
     return specs
-
-
-def _fake_metrics(
-    logs: Path, experiment: str, name: str, seed: int, m_ap: float, keys90: float | None
-) -> None:
-    # a finished run's record, where the runner finds it: logs/<experiment>/<run>/
-    fit = {"val/mAP": m_ap, "val/loss": 1.0}
-    if keys90 is not None:  # two layers report it; the table shows their mean
-        for layer, offset in (
-            ("net.decoder.0.cross_attn", -1.0),
-            ("net.decoder.1.cross_attn", 1.0),
-        ):
-            fit[f"attention/{layer}/keys90"] = keys90 + offset
-            fit[f"attention/{layer}/keys90_fraction"] = 0.5
-    test = {"test/mAP": m_ap, "test/AP50": 2 * m_ap, "test/AP75": m_ap / 2}
-    fake_record(logs, experiment, name, seed, test=test, fit=fit, seconds=50.0, steps=2000)
 
 
 def test_one_at_a_time_grid_changes_one_option_of_the_site_spec():
@@ -150,28 +133,6 @@ def test_ablation_ladder_swaps_one_ingredient_of_the_paper_form_at_a_time():
     assert isinstance(cross.backend, OptimizationAttention)
 
 
-def test_ablation_runs_the_control_beside_the_ladder_and_titles_its_table(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    runs, exp = tmp_path / "logs", "detection_ablation"
-    _fake_metrics(runs, exp, "optimization_decoder_cross", 0, 0.01, keys90=None)
-    _fake_metrics(runs, exp, "optimization_decoder_cross@power=1.0", 0, 0.41, keys90=None)
-    _fake_metrics(runs, exp, "softmax_no_qk_decoder_cross", 0, 0.58, keys90=None)
-    out = tmp_path / "abl"
-    centre = "optimization_decoder_cross"
-    results = write_page([runs], out, command="c", grid="ablation", centre=centre, seeds=[0])
-    assert [r.variant for r in results][-1] == "softmax_no_qk_decoder_cross"
-    assert len(results) == 8 + 1
-    md = out.with_name("abl.md").read_text()
-    assert md.startswith("# Ablation of optimization attention: one ingredient")
-    assert (
-        "| projections | dictionary | p | signed | normalize | random tokens | λ | test mAP |" in md
-    )
-    assert "| no_qk | values | 1.0 | False | False | 8 | 0.1 | 0.410 ± 0.000 (1) |" in md
-    assert "| +0.400 (n=1) | `optimization_decoder_cross@power=1.0` |" in md
-    # The paper's point against its control, in the summary below the ladder.
-    assert "| -0.570 (n=1) |" in md
-
-
 def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"'softmax'; allowed: optimization_all, optimization_dec"):
         sensitivity_grid("softmax")
@@ -188,61 +149,6 @@ def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch):
     (tmp_path / "mixed.yaml").write_text(yaml.safe_dump({"model": {"init_args": sites}}))
     with pytest.raises(ValueError, match=r"'mixed' sets lam differently per site"):
         sensitivity_grid("mixed")
-
-
-def test_sensitivity_tables_from_records(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    runs, exp = tmp_path / "logs", "detection_sensitivity"  # not the study's detection_report
-    for seed, m_ap in enumerate((0.50, 0.52, 0.54)):
-        _fake_metrics(runs, exp, ONE_AT_A_TIME[0], seed, m_ap, keys90=None)
-    for seed, m_ap in enumerate((0.45, 0.49, 0.50)):  # per-seed Δ -0.05, -0.03, -0.04
-        _fake_metrics(runs, exp, "optimization_decoder_cross@lam=0.3", seed, m_ap, keys90=None)
-    _fake_metrics(runs, exp, "optimization_decoder_cross@iterations=5", 1, 0.42, keys90=None)
-    out, centre = tmp_path / "sens", ONE_AT_A_TIME[0]
-    page = {"command": "python -m lab.studies.sweep --plan p", "seeds": [0, 1, 2]}
-    results = write_page([runs / exp], out, grid="sensitivity", centre=centre, **page)
-    assert len(results) == 6 * 3
-    md = (tmp_path / "sens.md").read_text()
-    assert md.startswith("# Sensitivity of optimization attention: `optimization_decoder_cross`")
-    head = "| λ | K | random tokens | test mAP | test AP50 | test AP75 | " + DELTA_VS_REFERENCE
-    assert head + " | variant |" in md
-    assert (
-        "| 0.1 | 10 | 8 | 0.520 ± 0.020 (3) | 1.040 ± 0.040 (3) | 0.260 ± 0.010 (3) | reference |"
-        in md
-    )
-    # Paired: mean -0.04 ± t(0.975, 2) · 0.01 / √3 = 0.0248.
-    assert "| 0.3 | 10 | 8 | 0.480 ± 0.026 (3) |" in md
-    assert "| -0.040 [-0.065, -0.015] (n=3) | `optimization_decoder_cross@lam=0.3` |" in md
-    assert "| 0.1 | 5 | 8 | 0.420 ± 0.000 (1) |" in md and "| -0.100 (n=1) |" in md
-    assert "| 0.03 | 10 | 8 | – | – | – | – | `optimization_decoder_cross@lam=0.03` |" in md
-    assert (
-        "Δ vs default: per seed, the point's test mAP minus that of `optimization_decoder_cross`"
-        in md
-    )
-    assert "No keys90 column" in md and "## All columns and runs" in md
-    assert "python -m lab.studies.sweep --plan p\n" in md
-    with (tmp_path / "sens.csv").open() as f:
-        rows = {r["variant"]: r for r in csv.DictReader(f)}
-    lam = rows["optimization_decoder_cross@lam=0.3"]
-    assert (lam["λ"], lam["K"], lam["random tokens"]) == ("0.3", "10", "8")
-    assert lam[DELTA_VS_REFERENCE] == "-0.040 [-0.065, -0.015] (n=3)"
-    with (tmp_path / "sens_runs.csv").open() as f:  # the 7 runs with a record, of 18
-        assert len(list(csv.DictReader(f))) == 7
-    assert "Not run yet (no run record):" in md
-
-
-def test_keys90_is_a_column_when_the_records_hold_it(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for seed, keys90 in enumerate((3.0, 5.0)):
-        _fake_metrics(tmp_path / "logs", "grid", ONE_AT_A_TIME[0], seed, 0.5, keys90=keys90)
-    page = {"command": "c", "seeds": [0, 1], "grid": "sensitivity", "centre": ONE_AT_A_TIME[0]}
-    write_page([tmp_path / "logs"], tmp_path / "s", **page)
-    md = (tmp_path / "s.md").read_text()
-    assert f"| {DELTA_VS_REFERENCE} | keys90 | variant |" in md
-    assert (
-        "| reference | 4.00 ± 1.41 (2) | `optimization_decoder_cross` |" in md
-    )  # layer means 3, 5
-    assert "No keys90 column" not in md
 
 
 def test_each_grid_point_builds_its_options_into_the_site_through_the_train_cli(

@@ -1,4 +1,6 @@
-"""The LoRA study's ``lrsweep`` report: selection on validation, the student's table."""
+"""The LoRA study's ``lrsweep`` report: selection on validation, the student's table, partial
+grids, base vs scratch (the committed pages rebuilt from their records:
+``tests/docs/test_plan_pages.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from attn_lightning.records.files import read_csv, write_csv
+from attn_lightning.records.files import write_csv
 from lab.results.records import RunResult
 from lab.results.references import ENV
 from lab.studies.lora.lrsweep_report import (
@@ -14,12 +16,12 @@ from lab.studies.lora.lrsweep_report import (
     choose_lr,
     missing_runs,
     outcome_cell,
+    pattern_section,
     student_numbers,
     sweep_section,
 )
 from lab.studies.lora.records import LABELS
-from lab.studies.lora.report import report
-from tests.lab.studies.lora.rows import as_runs, write_rows
+from tests.lab.studies.lora.rows import as_runs
 
 PROTOCOL = {"source": "digits", "levels": 2, "angle": 90.0, "normalize": "none"}
 PROTOCOL |= {"max_epochs": 60, "patience": 10}
@@ -94,45 +96,6 @@ def test_outcome_cell_counts_seeds_above_chance_in_seed_order():
     assert outcome_cell([]) == "–"
 
 
-def test_report_puts_the_chosen_lr_beside_the_student(tmp_path):
-    base = [
-        _row("base", lr, 0, val, test, domain="original", base_lr="")
-        for lr, val, test in (("0.003", 0.95, 0.90), ("0.01", 0.90, 0.97))
-    ]
-    full = [
-        _row("full", lr, 0, val, test)
-        for lr, val, test in (("0.001", 0.7, 0.6), ("0.003", 0.8, 0.5))
-    ]
-    stale = [_row("full", "0.001", 0, 0.99, 0.99, base_lr="0.01")]  # adapted another base
-    lora_r2 = [_row("lora", "0.01", 0, 0.4, 0.3, rank=2, head="frozen", trainable_params=1952)]
-    write_rows(tmp_path / "lora", [*base, *full, *stale, *lora_r2])
-    report([tmp_path / "lora" / "runs"], tmp_path / "lora", command="the plan")
-    md = (tmp_path / "lora.md").read_text()
-    assert (
-        "| original | base, trained on the original task | – | every weight | 55,050 | 93.2 "
-        "| 90.0 [90.0, 90.0] · 1/1 > 20 % · 90.0 "
-        "| 95.0 | 0.003 | **0.003: 95.0** · 0.01: 90.0 | 20 |"
-    ) in md
-    assert (
-        "| inverted | full fine-tune | – | every weight | 55,050 | 76.41 "
-        "| 50.0 [50.0, 50.0] · 1/1 > 20 % · 50.0 | 80.0 "
-        "| 0.003 | 0.001: 70.0 · **0.003: 80.0** | 20 |"
-    ) in md
-    assert (
-        "| inverted | LoRA | 2 | frozen (LoRA on fc1, fc2) | 1,952 |  "
-        "| 30.0 [30.0, 30.0] · 1/1 > 20 % · 30.0 |"
-    ) in md
-    assert "| inverted | LoRA | 64 | LoRA (fc1-fc3) | – | 71.88 | – | – | – | – | – |" in md
-    assert "| quantized | full fine-tune | – | every weight | – | 93.57 | – |" in md
-    assert "99.0" not in md  # the run from the base not chosen is left out
-    summary = {
-        (r["method"], r["lr"], r["base_lr"]): r
-        for r in read_csv(tmp_path / "lora_lrsweep_summary.csv")[1]
-    }
-    assert summary[("full", "0.003", "0.003")]["chosen"] == "True"
-    assert summary[("full", "0.001", "0.003")]["chosen"] == "False"
-
-
 def test_rows_of_a_partial_grid_are_marked_with_what_they_miss(tmp_path):
     full = [_row("full", lr, s, 0.9, 0.9) for lr in ("0.001", "0.003") for s in (0, 1)]
     partial = [_row("full", "0.001", s, 0.5, 0.5, domain="rotated") for s in (0, 1)]
@@ -143,3 +106,7 @@ def test_rows_of_a_partial_grid_are_marked_with_what_they_miss(tmp_path):
     text = "\n".join(sweep_section(every))
     assert "| 0.003 (partial grid: 1 runs missing) |" in text and "partial grid" in text
     assert "partial grid" not in "\n".join(sweep_section(complete))
+
+
+def test_no_lora_rows_no_pattern_section(tmp_path):
+    assert pattern_section(as_runs(tmp_path / "lora", [_row("full", "0.001", 0, 0.9, 0.9)])) == []
