@@ -1,7 +1,8 @@
 """Every YAML under configs/ parses and builds its model and DataModule.
 
-Rule: ``<experiment>/base.yaml`` stands alone; any other file in an experiment folder is stacked
-on that folder's ``base.yaml``; ``presets/*.yaml`` are stacked on every experiment's base.
+Rule: ``<experiment>/base.yaml`` stands alone; any other file in an experiment folder (or below
+it, as ``detection/grid/``) is stacked on that experiment's ``base.yaml``; ``presets/*.yaml``
+are stacked on every experiment's base.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def stacks() -> list:
         elif path.name == "base.yaml":
             cases.append(pytest.param([path], id=str(rel)))
         else:
-            cases.append(pytest.param([path.parent / "base.yaml", path], id=str(rel)))
+            # an overlay (also in a subfolder: detection/grid/) stacks on its experiment's base
+            base = CONFIGS / rel.parts[0] / "base.yaml"
+            cases.append(pytest.param([base, path], id=str(rel)))
     return cases
 
 
