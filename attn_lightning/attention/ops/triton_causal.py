@@ -48,7 +48,9 @@ is ``linear_attention_step``'s state after the N tokens (``return_state=True``).
 Precision: bf16 and fp16 inputs run half ``tl.dot`` operands (tensor cores, ``wgmma`` on
 Hopper) with float32 accumulation; the chunk states, their prefix sums, the normaliser and the
 backward's dDen are float32, and a state is rounded to the inputs' dtype only as a dot operand (as
-the torch kernel does). Where a rounded operand would cost the result its accuracy it goes in as
+the torch kernel does): stored in bf16, S made dq 8× less accurate for values of mean 5, as dq's
+``S − z m_cᵀ`` cancels its rounded z·|m| part (``test_bfloat16_dq_with_the_whole_prefix_...``).
+Where a rounded operand would cost the result its accuracy it goes in as
 two (hi + lo, ``SPLIT``): dO/den in the suffix sums R, and R in dK's ``V' Rᵀ`` (the term that
 cancels against ``R m_c`` for values with a mean). Numerator and normaliser use the same rounded
 scores, so an output stays a weighted average of values. fp16's range bounds what a rounded
