@@ -10,7 +10,9 @@ spills. The columns:
 * launches per forward and backward, and the torch kernels the launcher runs between them
   (aten ops on the tensors other than allocation and views: the centring means, the casts);
 * registers, spill stores (bytes per thread), shared memory (bytes per block) and the number of
-  ``wgmma`` (Hopper tensor-core) instructions of each kernel;
+  ``wgmma`` (Hopper tensor-core) instructions of each kernel, under its default autotuning config
+  (``triton_causal_kernels.CONFIGS``), and how many of the configs the autotuner may time compile
+  without spills, with the worst one's spill bytes (``Launch.configs``: every config compiled);
 * bytes each kernel reads and writes, modelled from its launch: every tensor argument's size
   times how many programs load each element (``_TRAFFIC``: q and k once per E tile in
   ``readout``, v and dO once per F tile in ``grad_qk``, ...; the per-segment totals, a few hundred
@@ -39,7 +41,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_lightning.attention.ops import triton_causal
-from attn_lightning.attention.ops.triton_causal_kernels import kernels
+from attn_lightning.attention.ops.triton_causal_kernels import CONFIGS, _clip, kernels
 from attn_lightning.records.files import markdown_table
 
 _OPTIONS = ("num_warps", "num_stages")  # launch options, not kernel arguments
@@ -62,9 +64,32 @@ class Launch:
 
     def bound(self) -> dict[str, Any]:
         """The launch's arguments by parameter name."""
-        fn = getattr(kernels(False), self.name).fn
+        fn = getattr(kernels(False), self.name).fn.fn  # autotuner → JITFunction → function
         kwargs = {k: v for k, v in self.kwargs.items() if k not in _OPTIONS}
-        return dict(inspect.signature(fn).bind(*self.args, **kwargs).arguments)
+        return dict(inspect.signature(fn).bind_partial(*self.args, **kwargs).arguments)
+
+    def configs(self) -> list[Launch]:
+        """This launch under each config the autotuner would time (``CONFIGS``, tiles capped by
+        the widths as its ``early_config_prune`` does), the default first."""
+        named = {k: v for k, v in self.bound().items() if not isinstance(v, torch.Tensor)}
+        return [
+            Launch(
+                self.phase,
+                self.name,
+                self.grid,
+                self.args,
+                self.kwargs
+                | cfg.kwargs
+                | {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+            )
+            for cfg in _clip(CONFIGS[self.name], named)
+        ]
+
+    def config_name(self) -> str:
+        """``"8w 3s BF 64"``: the warps, stages and tuned tiles of a ``configs`` launch."""
+        kw = self.kwargs
+        tiles = [f"{t} {kw[t]}" for t in CONFIGS[self.name][0].kwargs]
+        return " ".join([f"{kw['num_warps']}w {kw['num_stages']}s", *tiles])
 
 
 class _TorchKernels(TorchDispatchMode):
@@ -137,7 +162,7 @@ def _compile(name: str, launch: Launch) -> Compiled:
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    fn = getattr(kernels(False), name)
+    fn = getattr(kernels(False), name).fn  # the autotuner's JITFunction
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
@@ -248,21 +273,26 @@ def roofline(*, b: int, h: int, n: int, d: int, dtype: torch.dtype) -> int:
     return 8 * b * h * n * d * torch.empty((), dtype=dtype).element_size()
 
 
-HEADER = ("phase", "kernel", "grid", "registers", "spill B", "shared B", "wgmma", "read MB",
-          "written MB")  # fmt: skip
+HEADER = ("phase", "kernel", "grid", "default config", "registers", "spill B", "shared B",
+          "wgmma", "read MB", "written MB", "configs without spills", "worst spill B")  # fmt: skip
 
 
 def _section(shape: tuple[int, int, int, int], dtype: torch.dtype) -> list[str]:
-    """One shape and dtype: a row per launch, then the launch counts and the traffic."""
+    """One shape and dtype: a row per launch (its default config, and the worst of every config
+    the autotuner may pick), then the launch counts and the traffic."""
     b, h, n, d = shape
     launches, ops = record(b=b, h=h, n=n, d=d, dtype=dtype)
     rows, total = [], 0
     for launch in launches:
-        c = compile_launch(launch)
-        read, wrote = traffic(launch)
+        tuned = launch.configs()
+        every = [compile_launch(x) for x in tuned]
+        c = every[0]
+        read, wrote = traffic(tuned[0])
         total += read + wrote
-        rows.append((launch.phase, launch.name, launch.grid, c.registers, c.spills, c.shared,
-                     c.wgmma, f"{read / 1e6:.1f}", f"{wrote / 1e6:.1f}"))  # fmt: skip
+        clean = sum(x.spills == 0 for x in every)
+        rows.append((launch.phase, launch.name, launch.grid, tuned[0].config_name(), c.registers,
+                     c.spills, c.shared, c.wgmma, f"{read / 1e6:.1f}", f"{wrote / 1e6:.1f}",
+                     f"{clean} / {len(every)}", max(x.spills for x in every)))  # fmt: skip
     roof = roofline(b=b, h=h, n=n, d=d, dtype=dtype)
     counts = {p: sum(launch.phase == p for launch in launches) for p in ("fwd", "bwd")}
     name = str(dtype).removeprefix("torch.")

@@ -48,7 +48,9 @@ is ``linear_attention_step``'s state after the N tokens (``return_state=True``).
 Precision: bf16 and fp16 inputs run half ``tl.dot`` operands (tensor cores, ``wgmma`` on
 Hopper) with float32 accumulation; the chunk states, their prefix sums, the normaliser and the
 backward's dDen are float32, and a state is rounded to the inputs' dtype only as a dot operand (as
-the torch kernel does). Where a rounded operand would cost the result its accuracy it goes in as
+the torch kernel does): stored in bf16, S made dq 8× less accurate for values of mean 5, as dq's
+``S − z m_cᵀ`` cancels its rounded z·|m| part (``test_bfloat16_dq_with_the_whole_prefix_...``).
+Where a rounded operand would cost the result its accuracy it goes in as
 two (hi + lo, ``SPLIT``): dO/den in the suffix sums R, and R in dK's ``V' Rᵀ`` (the term that
 cancels against ``R m_c`` for values with a mean). Numerator and normaliser use the same rounded
 scores, so an output stays a weighted average of values. fp16's range bounds what a rounded
@@ -67,6 +69,16 @@ of 16; otherwise they are copied into a buffer as wide as the next multiple of 1
 masked: φ = 0), so every load is a vector load. N needs no padding (rows ≥ N are masked). N = 0
 launches nothing (an empty output, the zero state). Launches run under ``torch.cuda.device`` of
 the tensors (a ``cuda:1`` call runs on device 1 whatever the current device).
+
+Autotuning: each compiled kernel is a ``triton.autotune`` over a few warps / stages / loop-tile
+configs (``triton_causal_kernels.CONFIGS``, pruned of what spills on sm_90; readout has one),
+keyed by the padded widths, an N bucket (``n_bucket``: ⌈log2 N⌉), the dtypes and the constexprs
+that change the kernel (``KEYS``). The first launch per key times each config; the choice is
+kept for the process (``Autotuner.cache``) and, with ``cache_results``, in Triton's cache dir
+(``TRITON_CACHE_DIR``) for later processes. The grid's tiles (BF, BE here) and the chunk stay
+the launcher's: the states' layout and the grid depend on them. Timing launches a kernel several
+times: safe, as no kernel reads what it writes. Under the interpreter the default (first) config
+runs, never timed.
 
 Devices: CUDA tensors run the compiled kernels. CPU tensors run them through Triton's interpreter
 when ``TRITON_INTERPRET=1`` (``triton.knobs.runtime.interpret``) is on — slow, for tests — and are
@@ -89,7 +101,7 @@ import triton.language as tl
 from torch import Tensor
 
 from attn_lightning.attention.base import State
-from attn_lightning.attention.ops.triton_causal_kernels import kernels
+from attn_lightning.attention.ops.triton_causal_kernels import kernels, n_bucket
 
 DEFAULT_CHUNK = 64
 MAX_TILE = 64  # F and E tiles: wider φ loops over tiles (registers bound the tile, not F)
@@ -183,7 +195,8 @@ class _TritonProduct(torch.autograd.Function):
         bh, nc = b * h, triton.cdiv(n, chunk)
         bf, be = _tile(f), _tile(e)
         nft, net = triton.cdiv(f, bf), triton.cdiv(e, be)
-        sizes = {"C": chunk, "BF": bf, "BE": be}
+        sizes = {"C": chunk, "BF": bf, "BE": be}  # the launcher's tiles (``CONFIGS``)
+        nb = n_bucket(n)  # the autotuner's N bucket (``KEYS``)
         interpreted = q.device.type != "cuda"
         kn = kernels(interpreted)
         dots = _dots(q.dtype, interpreted) | {"ELU1": elu}  # ELU1: φ = elu + 1 on load
@@ -202,15 +215,15 @@ class _TritonProduct(torch.autograd.Function):
         qs, ks, vs = _strided(q), _strided(k), _strided(v)
         with _device_guard(q.device):
             kn.states[(ns, bh, nft * net)](*ks, *vs, h, s, s, s, s, s, z, vsum, t, tz, tv, n, f, e,
-                                           nc, ns, net, seg, SCALED=False, REVERSE=False,
+                                           nc, ns, net, seg, nb, SCALED=False, REVERSE=False,
                                            MEANS=True, CENTRED=False, **split, **dots,
                                            **sizes)  # fmt: skip
             kn.readout[(nc, bh, net)](*qs, *ks, *vs, h, mean, s, z, t, tz, vsum, tv, tp, tzp,
                                       s_end, z_end, out, resid,
-                                      den, shift, n, f, e, nc, ns, nft, seg, KEEP=keep, **dots,
-                                      **sizes, num_warps=8)  # fmt: skip
+                                      den, shift, n, f, e, nc, ns, nft, seg, nb, KEEP=keep,
+                                      **dots, **sizes)  # fmt: skip
         ctx.save_for_backward(q, k, v, mean, s, z, tp, tzp, resid, den)
-        ctx.meta = (nc, ns, seg, nft, net, sizes, dots | split, keep)
+        ctx.meta = (nc, ns, seg, nb, nft, net, sizes, dots | split, keep)
         ctx.mark_non_differentiable(s_end, z_end)
         ctx.set_materialize_grads(False)  # no zero gradients made for the states
         return out[..., :e0], s_end[..., :f0, :e0], z_end[..., :f0]
@@ -225,7 +238,7 @@ class _TritonProduct(torch.autograd.Function):
             empty = [grad_out.new_empty(b, h, 0, w) for w in (f0, f0, e0)]
             return *empty, None, None, None
         q, k, v, mean, s, z, t, tz, out, den = ctx.saved_tensors
-        nc, ns, seg, nft, net, sizes, dots, keep = ctx.meta
+        nc, ns, seg, nb, nft, net, sizes, dots, keep = ctx.meta
         b, h, n, f = q.shape
         bh, e = b * h, v.shape[-1]
         kn = kernels(q.device.type != "cuda")
@@ -240,24 +253,20 @@ class _TritonProduct(torch.autograd.Function):
         with _device_guard(q.device):
             # dDen and dDen' come from dO, out (or out − m_c: CENTRED) and the means in states
             kn.states[(ns, bh, nft * net)](*qs, *gs, h, den, out, mean, gden_c, r, rz, rz, tr, trz,
-                                           trz, n, f, e, nc, ns, net, seg, SCALED=True,
+                                           trz, n, f, e, nc, ns, net, seg, nb, SCALED=True,
                                            REVERSE=True, MEANS=False, CENTRED=keep, **dots,
-                                           **sizes, num_warps=8)  # fmt: skip
-            # 8 warps and E tiles of 32: with more per thread its three (C, BF) / (C, C) float32
-            # accumulators and the loop's tiles spill
-            be_qk = min(32, sizes["BE"])
+                                           **sizes)  # fmt: skip
             # One F tile (F ≤ 64): grad_qk forms dV too, from the tiles it holds; wider φ needs
             # every F tile's scores for dV, so grad_v does it. float32 (3xTF32) keeps grad_v:
             # merged, grad_qk spills 1288 B per thread at D 64 (448 B apart)
             merge = nft == 1 and q.dtype != torch.float32
             kn.grad_qk[(nc, bh, nft)](*qs, *ks, *vs, *gs, h, mean, den, gden_c, s, z, t, tz, r,
-                                      rz, tr, trz, dq, dk, dv, n, f, e, nc, ns,
-                                      triton.cdiv(e, be_qk), seg, MERGE_V=merge, **dots,
-                                      **(sizes | {"BE": be_qk}), num_warps=8,
-                                      num_stages=1)  # fmt: skip
+                                      rz, tr, trz, dq, dk, dv, n, f, e, nc, ns, seg, nb,
+                                      MERGE_V=merge, **dots, C=sizes["C"],
+                                      BF=sizes["BF"])  # fmt: skip
             if not merge:
-                kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, nft,
-                                         seg, **unsplit, **sizes)  # fmt: skip
+                kn.grad_v[(nc, bh, net)](*qs, *ks, *gs, h, den, r, tr, dv, n, f, e, nc, ns, seg,
+                                         nb, **unsplit, C=sizes["C"], BE=sizes["BE"])  # fmt: skip
         grads = (x.view(b, h, n, -1)[..., :w] for x, w in ((dq, f0), (dk, f0), (dv, e0)))
         return *grads, None, None, None
 

@@ -19,7 +19,7 @@ from attn_lightning.attention.ops.triton_causal_kernels import (
 
 
 def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sgh, sgn, H, mean,
-             den, gden_c, s, z, t, tz, r, rz, tr, trz, dq, dk, dv, N, F, E, NC, NS, NE_T, SEG,
+             den, gden_c, s, z, t, tz, r, rz, tr, trz, dq, dk, dv, N, F, E, NC, NS, SEG, NB,
              C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr, ELU1: tl.constexpr,
              SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
              MERGE_V: tl.constexpr):  # fmt: skip
@@ -62,6 +62,7 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
     for i in range(0, NS - 1 - g):  # the totals of the segments after g, from the last
         rzb += tl.load(trz + (bh * NS + NS - 1 - i) * F + fo, fm, 0.0)
     rzb += tl.load(rz + (bh * NC + c) * F + fo, fm, 0.0)
+    NE_T = (E + BE - 1) // BE  # BE is tuned (``CONFIGS``): the tile count follows it
     if MERGE_V:  # every feature in this tile: the scores are whole, as ``_grad_v``'s
         j = tl.arange(0, C)
         sc = tl.dot(qb.to(DOT), tl.trans(kb).to(DOT), input_precision=PREC)
@@ -104,7 +105,7 @@ def _grad_qk(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, grad, sgb, sg
 
 
 def _grad_v(q, sqb, sqh, sqn, k, skb, skh, skn, grad, sgb, sgh, sgn, H, den, r, tr, dv, N, F, E,
-            NC, NS, NF_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
+            NC, NS, SEG, NB, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
             ELU1: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``dV = tril(QKᵀ)ᵀ G + K R`` of one chunk and E-tile (``G = dO/den``, R as in
     ``_grad_qk``: ``r[c]`` plus the totals ``tr`` of the segments after g); grid (NC, BH, E
@@ -118,6 +119,7 @@ def _grad_v(q, sqb, sqh, sqn, k, skb, skh, skn, grad, sgb, sgh, sgn, H, den, r, 
     rp = r + (bh * NC + c) * F * E
     scores = tl.full((C, C), 0.0, tl.float32)
     gv = tl.full((C, BE), 0.0, tl.float32)
+    NF_T = (F + BF - 1) // BF  # BF is tuned (``CONFIGS``): the tile count follows it
     for ft in range(0, NF_T):
         fo, fm, qb, kb, sc = _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF, ELU1, PREC, DOT)
         scores += sc

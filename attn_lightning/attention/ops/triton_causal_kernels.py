@@ -105,7 +105,7 @@ def _qk_tile(qp, kp, sqn, skn, rows, rm, ft, F, BF: tl.constexpr, ELU1: tl.const
 
 
 def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, o, mean, gden_c, s, z, vs, t, tz, tv, N,
-            F, E, NC, NS, NE_T, SEG, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
+            F, E, NC, NS, NE_T, SEG, NB, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
             SCALED: tl.constexpr, REVERSE: tl.constexpr, MEANS: tl.constexpr,
             ELU1: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr,
             CENTRED: tl.constexpr):  # fmt: skip
@@ -171,7 +171,7 @@ def _states(a, sab, sah, san, b, sbb, sbh, sbn, H, den, o, mean, gden_c, s, z, v
 
 
 def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z, t, tz, vs,
-             tv, tp, tzp, s_end, z_end, out, resid, den, shift, N, F, E, NC, NS, NF_T, SEG,
+             tv, tp, tzp, s_end, z_end, out, resid, den, shift, N, F, E, NC, NS, NF_T, SEG, NB,
              KEEP: tl.constexpr, C: tl.constexpr, BF: tl.constexpr, BE: tl.constexpr,
              ELU1: tl.constexpr, PREC: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """``out = (tril(QKᵀ)V + Q S_prev) / den``, ``den = shift + rowsum tril(QKᵀ) + Q z_prev``, for
@@ -257,10 +257,90 @@ def _readout(q, sqb, sqh, sqn, k, skb, skh, skn, v, svb, svh, svn, H, mean, s, z
 _HELPERS = (_at, _phi, _split_dot, _dden, _qk_tile)  # device functions the kernels call (inlined)
 
 
+def _configs(tile: str, *rows: tuple[int, int, int]) -> list[triton.Config]:
+    """``(warps, stages, tile size)`` rows as ``triton.Config``s (``tile`` "": no tuned tile)."""
+    return [
+        triton.Config({tile: size} if tile else {}, num_warps=w, num_stages=st)
+        for w, st, size in rows
+    ]
+
+
+# Autotuning of the compiled kernels: what each is timed over on its first launch per key, the
+# first config the default (what the interpreter runs, and the static report's main row). Tile
+# sizes are tuned only where they are a loop tile inside a program (grad_v's F tiles, grad_qk's
+# E tiles): the grid's tiles, the chunk C (the states' layout) and ``states``' tiles are the
+# launcher's, and so are readout's F tiles (its tile count, passed, is the int 1 at F ≤ 64 that
+# Triton specialises on; counted in the kernel from a tuned BF it compiled to 24 wgmma, not 40).
+# Each tuned tile is capped by its width (``_clip``). Pruned by an sm_90 compile of every
+# candidate of 4 / 8 warps, 2 / 3 stages (1 / 2 for grad_qk) and tiles 32 / 64
+# (``lab.benchmarks.triton_static``; bf16 and fp16, D 64 and 128, B 2, H 4–32, N 16k–32k): what
+# spilled is left out — ``states`` at 4 warps (16 B, backward, D 128), readout at 4 warps (320 B),
+# grad_qk at 4 warps (212–620 B) or with E tiles of 64 at D 64 (276–308 B: its merged dV's tiles)
+# — and so is a stage count that compiled to the same kernel (no loop the pipeliner takes).
+CONFIGS: dict[str, list[triton.Config]] = {
+    "states": _configs("", (8, 3, 0), (8, 2, 0)),
+    "readout": _configs("", (8, 3, 0)),  # one config: nothing to time
+    "grad_qk": _configs("BE", (8, 1, 32), (8, 1, 16)),
+    "grad_v": _configs("BF", (4, 3, 64), (8, 3, 64), (4, 3, 32), (8, 3, 32)),
+}
+# The autotuner's key: the padded widths F, E (multiples of 16), the N bucket NB
+# (``n_bucket``), the constexprs that change what a kernel does, and (added by Triton) every
+# tensor argument's dtype. One timing per key per process (``Autotuner.cache``); with
+# ``cache_results`` the timings also go to Triton's cache (``TRITON_CACHE_DIR``, default
+# ~/.triton/cache), so a later process with the same kernel source, GPU and key reuses them.
+KEYS: dict[str, list[str]] = {
+    "states": ["F", "E", "NB", "SCALED", "ELU1"],
+    "readout": ["F", "E", "NB", "ELU1", "KEEP"],
+    "grad_qk": ["F", "E", "NB", "ELU1", "MERGE_V"],
+    "grad_v": ["F", "E", "NB", "ELU1"],
+}
+_TILE_WIDTH = {"BF": "F", "BE": "E"}
+
+
+def n_bucket(n: int) -> int:
+    """The autotuner's N bucket: ``⌈log2 N⌉`` (0 for N ≤ 1), so N = 4,097 … 8,192 share a timing
+    and the choice is redone only when N doubles."""
+    return max(0, (n - 1).bit_length())
+
+
+def _clip(configs: list[triton.Config], named: dict, **_: object) -> list[triton.Config]:
+    """``configs`` with each tuned tile capped at its width's tile (a power of two ≥ 16 covering
+    F or E: a wider tile would only compute on masked zeros), duplicates dropped, order kept;
+    the autotuner's ``early_config_prune`` and the interpreter's choice of the default."""
+    kept: dict[tuple, triton.Config] = {}
+    for cfg in configs:
+        kw = {
+            t: min(size, max(16, triton.next_power_of_2(named[_TILE_WIDTH[t]])))
+            for t, size in cfg.kwargs.items()
+        }
+        new = triton.Config(kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        kept.setdefault((tuple(kw.items()), cfg.num_warps, cfg.num_stages), new)
+    return list(kept.values())
+
+
+class _Default:
+    """An interpreted kernel launched with its first (clipped) config, never timed: Triton's
+    ``Autotuner`` would time every config with ``do_bench``, which needs a GPU (under
+    ``TRITON_INTERPRET=1`` it only turns its disk cache off). Launched as a kernel,
+    ``k[grid](*args, **kwargs)``."""
+
+    def __init__(self, fn, configs: list[triton.Config], names: list[str]) -> None:
+        self.fn, self.configs, self.names = fn, configs, names
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            cfg = _clip(self.configs, dict(zip(self.names, args)) | kwargs)[0]
+            return self.fn[grid](*args, **kwargs, **cfg.kwargs, num_warps=cfg.num_warps,
+                                 num_stages=cfg.num_stages)  # fmt: skip
+
+        return launch
+
+
 @functools.cache
 def kernels(interpreted: bool) -> SimpleNamespace:
     """The kernels by name (``states``, ``readout`` and ``triton_causal_grads``'s
-    ``grad_qk``, ``grad_v``), compiled or run by Triton's interpreter.
+    ``grad_qk``, ``grad_v``): compiled and autotuned (``triton.autotune`` over ``CONFIGS``,
+    keyed by ``KEYS``), or run by Triton's interpreter with the default config (``_Default``).
 
     Both can live in one process: a CPU test's interpreted launch leaves the CUDA tests' compiled
     kernels compiled. The interpreter class is imported only when asked for.
@@ -289,5 +369,14 @@ def kernels(interpreted: bool) -> SimpleNamespace:
     scope |= {fn.__name__: bind(fn) for fn in _HELPERS}
     if not interpreted and not isinstance(_sum, triton.runtime.jit.JITFunction):
         scope["_sum"] = triton.runtime.jit.JITFunction(_sum.fn)
-    every = (_states, _readout, grads._grad_qk, grads._grad_v)
-    return SimpleNamespace(**{fn.__name__.lstrip("_"): bind(fn) for fn in every})
+    out = {}
+    for fn in (_states, _readout, grads._grad_qk, grads._grad_v):
+        name = fn.__name__.lstrip("_")
+        names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+        if interpreted:
+            out[name] = _Default(bind(fn), CONFIGS[name], list(names))
+        else:  # outputs are only written, never read back: timing runs may repeat a launch
+            tune = triton.autotune(CONFIGS[name], key=KEYS[name], cache_results=True,
+                                   prune_configs_by={"early_config_prune": _clip})  # fmt: skip
+            out[name] = tune(bind(fn))
+    return SimpleNamespace(**out)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attn_lightning.attention import build_attention
-from attn_lightning.attention.ops import dispatch
+from attn_lightning.attention.ops import dispatch, triton_causal
 from attn_lightning.attention.ops.causal_product import normalised_causal_product
 from attn_lightning.attention.ops.linear_kernels import linear_attention_step
 from attn_lightning.attention.ops.triton_causal import (
@@ -111,6 +111,28 @@ def test_bfloat16_dk_for_values_of_mean_5_is_within_the_torch_kernels_error(inte
     _, torch_grads = _run(lambda a, b, c: normalised_causal_product(a, b, c, 32, 1e-6), tensors)
     _, ref_grads = _run(lambda a, b, c: _reference(a, b, c, 1e-6), [t.double() for t in tensors])
     assert _relative(grads[1], ref_grads[1]) <= _relative(torch_grads[1], ref_grads[1])
+
+
+def test_bfloat16_dq_with_the_whole_prefix_in_one_segment_is_within_the_torch_kernels_error(
+    interpret, monkeypatch
+):
+    """One segment (``TARGET_PROGRAMS`` 1): the per-chunk states ``s`` hold the whole prefix, not
+    the zeros of one-chunk segments the tests above get. dQ's ``S' = S − z m_cᵀ`` cancels S's
+    z·|m| part, so S must stay float32: stored bf16, dq for values of mean 5 erred 8.5e-2 against
+    float64 (the torch kernel 1.2e-2 / 1.3e-2; float32 S 9.8e-3 / 1.1e-2; N 256, F = Dv = 16,
+    C 32, seeds 0 / 1)."""
+    monkeypatch.setattr(triton_causal, "TARGET_PROGRAMS", 1)
+    tensors = _inputs(256, 16, 16, torch.bfloat16, mean=5.0)
+    _, grads = _run(
+        lambda a, b, c: triton_causal_linear_attention(
+            a, b, c, offset=0.0, eps=1e-6, chunk_size=32
+        ),
+        tensors,
+    )
+    _, torch_grads = _run(lambda a, b, c: normalised_causal_product(a, b, c, 32, 1e-6), tensors)
+    _, ref_grads = _run(lambda a, b, c: _reference(a, b, c, 1e-6), [t.double() for t in tensors])
+    assert triton_causal._segments(8, 4) == (1, 8)  # 8 chunks, 4 programs: one segment
+    assert _relative(grads[0], ref_grads[0]) <= _relative(torch_grads[0], ref_grads[0])
 
 
 def test_interpreter_rounds_bf16_to_nearest_even_like_the_gpu(interpret):

@@ -54,3 +54,6 @@ def test_command_prints_kernels_against_the_roofline(capsys):
     assert out.startswith("`python -m lab.benchmark triton-static --shapes 1,2,128,32`")
     assert "| fwd | readout |" in out and "| bwd | grad_qk |" in out
     assert "- fwd: 2 launches" in out and "- bwd: 2 launches" in out and "roofline" in out
+    # the default autotuning config's row, and every config's spills (D 32: grad_qk's E tile 32)
+    assert "| default config |" in out and "| worst spill B |" in out
+    assert "| 8w 1s BE 32 |" in out and "| 2 / 2 | 0 |" in out
