@@ -4,7 +4,8 @@
     | the table, copied |
     <!-- /include -->
 
-holds a copy of a table of another page of the same folder: ``#table-N`` is the page's N-th table
+holds a copy of a table of another page of the same folder or a folder under it
+(``image_decode/decode_cpu.md#table-1``): ``#table-N`` is the page's N-th table
 (from 1), ``#<slug>`` the first table under the heading whose slug (lower case, runs of other
 characters than letters and digits as ``-``) it is. The copy is the builder's, never typed:
 

@@ -45,3 +45,14 @@ def test_an_unclosed_block_is_refused(tmp_path):
     (tmp_path / "summary.md").write_text("<!-- include: source.md#table-1 -->\n| old |\n")
     with pytest.raises(ValueError, match="not closed"):
         refresh(tmp_path)
+
+
+def test_a_table_of_a_page_in_a_subfolder_is_quoted(tmp_path):
+    """Benchmarks write their pages into folders of their own (``image_decode/decode_cpu.md``):
+    the target is a path under the quoting page's folder."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "source.md").write_text(SOURCE)
+    text = "<!-- include: bench/source.md#spikes -->\n| old |\n<!-- /include -->\n"
+    (tmp_path / "summary.md").write_text(text)
+    assert refresh(tmp_path) == [tmp_path / "summary.md"]
+    assert "| c |\n|---|\n| 3 |\n" in (tmp_path / "summary.md").read_text()
