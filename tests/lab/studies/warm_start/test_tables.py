@@ -1,5 +1,6 @@
-"""The warm-start study: its plans' stages (configs/studies/warm_start_*.yaml), its report's
-errors and run order (its committed pages rebuilt from the records: tests/docs/test_plan_pages)."""
+"""The warm-start study: its plans' stages (configs/studies/warm_start_*.yaml) and its report's
+errors; its tables and the runs CSVs' order are its committed pages, rebuilt byte for byte from
+the records (tests/docs/test_plan_pages)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from attn_lightning.records.run_files import write_record
-from lab.results.records import RunResult
 from lab.studies.runner import Runner
 from lab.studies.sweep import parse
 from lab.studies.warm_start import tables
@@ -90,26 +90,3 @@ def test_a_run_or_task_the_study_does_not_have_is_an_error_naming_it(
     with pytest.raises(error) as raised:
         tables.write([root], tmp_path / "w", task=task, command="c")
     assert message in str(raised.value)
-
-
-def test_in_run_order_puts_every_base_first_then_seed_backend_condition():
-    def run(backend: str, condition: str, seed: int) -> RunResult:
-        info = {"backend": backend, "condition": condition}
-        return RunResult(f"{backend}@{condition}", seed, None, "ok", info=info)
-
-    runs = [
-        run("linear", "zero-shot", 0),
-        run("performer_m64", "scratch", 1),
-        run("softmax", "base", 1),
-        run("performer_m64", "fine-tune", 0),
-        run("performer_m64", "zero-shot", 0),
-        run("softmax", "base", 0),
-    ]
-    assert [(r.variant, r.seed) for r in tables.in_run_order(runs)] == [
-        ("softmax@base", 0),
-        ("softmax@base", 1),
-        ("performer_m64@zero-shot", 0),
-        ("performer_m64@fine-tune", 0),
-        ("linear@zero-shot", 0),
-        ("performer_m64@scratch", 1),
-    ]
