@@ -4,7 +4,7 @@
 flags and the function that runs it (``run(args) -> str``: the markdown it prints on stdout). The
 subparsers are built from the rows; nothing else knows the commands. Every command logs progress
 on stderr and writes its CSV / markdown / PNG files, each recording the machine, versions and
-settings. Backends are ``name[:key=value,...]`` (see ``specs``).
+settings. Backends are ``name[:key=value,...]`` (see ``measure.parse_backend``).
 
 Examples::
 
@@ -34,17 +34,16 @@ from dataclasses import dataclass
 
 from attn_lightning.records.environment import command_line
 from lab.benchmarks import (
-    approximation_report,
+    approximation,
     decode,
     generation,
     kernel_shapes,
     latency,
-    learned_kernels,
     model_step,
     race,
     triton_static,
 )
-from lab.benchmarks.arguments import UsageError
+from lab.benchmarks.measure import UsageError
 from lab.benchmarks.report import PROG
 
 
@@ -78,9 +77,9 @@ COMMANDS: dict[str, Benchmark] = {
     ),
     "approx": Benchmark(
         "relative error vs exact softmax",
-        approximation_report.add_arguments,
-        approximation_report.run,
-        approximation_report.__doc__,
+        approximation.add_arguments,
+        approximation.run,
+        approximation.__doc__,
     ),
     "kernels": Benchmark(
         "similarity vs angle",
@@ -90,9 +89,9 @@ COMMANDS: dict[str, Benchmark] = {
     ),
     "learned": Benchmark(
         "learned polynomial coefficients and q'/k' LayerNorm scales of trained checkpoints",
-        learned_kernels.add_arguments,
-        learned_kernels.run,
-        learned_kernels.__doc__,
+        kernel_shapes.add_learned_arguments,
+        kernel_shapes.run_learned,
+        kernel_shapes.__doc__,
     ),
     "model": Benchmark(
         "tokens/s of a whole training step of the real models, and its attention share",

@@ -1,20 +1,24 @@
 """Latency and peak memory of one attention call against the sequence length N.
 
-Random q, k, v of shape (B, H, N, D), D = Dv, shaped by a ``protocols.TimingProtocol``.
+Random q, k, v of shape (B, H, N, D), D = Dv, shaped by a ``TimingProtocol`` (``PROTOCOLS``,
+three from the literature, overridable on the CLI):
+
+* ``small-batch`` (default): B = 4, H = 4, D = 64, N = 256 … 16,384: a few long sequences, the
+  setting of the library's speed targets.
+* ``fixed-batch``: one attention layer, H = 1, D = 64, B = 32, N = 128 … 6,000 (the setup of the
+  2024 blog reproduction "Linear Attention Is All You Need").
+* ``constant-tokens``: B·N = 2¹⁶ tokens, H = 1, D = 64, N = 2⁹ … 2¹⁶, cost reported per sample
+  (Katharopoulos et al. 2020, Fig. 1).
 
 Each point (backend, causal, mode, N) is the median of timed repeats after warm-up, within a
 per-point time budget (``measure.timed_point``); one more call measures peak memory (on CPU it is
-the first warm-up call). A series runs through ``budget.run_budgeted``: before a point runs, its
-cost is extrapolated from the last measured point of the same series as
-``value · (N/N₀)^α · (B/B₀)``, α of time and of memory each from the last two points (clamped to
-[1, 2]; 2, the quadratic upper bound, from a single point). A point whose estimated call time
-exceeds the budget, or whose estimated memory exceeds the limit, is skipped and recorded with the
-estimate ("too slow" / "OOM (est.)") instead of hanging the machine.
+the first warm-up call). A series runs through ``budget.run_budgeted``: a point's cost is
+extrapolated from the last measured point of its series as ``value · (N/N₀)^α · (B/B₀)`` (α of
+time and of memory each from the last two points, clamped to [1, 2]); a point estimated over the
+time budget or the memory limit is skipped with the estimate ("too slow" / "OOM (est.)").
 
-Every row, measured or skipped, carries ``fwd_flops``: the forward FLOPs of the call counted by
-``flops.attention_flops`` (eval mode, so optimization draws no random tokens), None for a
-backend without a formula. Backends without a causal form (optimization, pool) have no causal
-rows.
+Every row, measured or skipped, carries ``fwd_flops``, counted by ``flops.attention_flops`` (eval
+mode), None for a backend without a formula. Backends without a causal form have no causal rows.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from attn_lightning.attention import Attention
 from lab.benchmarks.budget import extrapolate, growth_exponent, run_budgeted
 from lab.benchmarks.flops import CallShape, attention_flops
 from lab.benchmarks.measure import (
+    BackendSpec,
     feature_dim,
     is_out_of_memory,
     minimal_flops,
@@ -37,8 +42,42 @@ from lab.benchmarks.measure import (
     sdpa_context,
     timed_point,
 )
-from lab.benchmarks.protocols import TimingProtocol
-from lab.benchmarks.specs import BackendSpec
+
+MODES = ("fwd", "fwdbwd")
+
+
+@dataclass(frozen=True)
+class TimingProtocol:
+    """Shapes of a scaling run; ``tokens`` set means B = tokens // N (constant B·N)."""
+
+    name: str
+    lengths: tuple[int, ...]
+    heads: int
+    head_dim: int
+    batch: int = 1
+    tokens: int | None = None
+
+    def batch_for(self, n: int) -> int:
+        return max(1, self.tokens // n) if self.tokens else self.batch
+
+    def describe(self) -> str:
+        batch = f"B·N={self.tokens}" if self.tokens else f"B={self.batch}"
+        lengths = ", ".join(map(str, self.lengths))
+        return f"{self.name}: {batch}, H={self.heads}, D={self.head_dim}, N = {lengths}"
+
+
+PROTOCOLS: dict[str, TimingProtocol] = {
+    "small-batch": TimingProtocol(
+        "small-batch", (256, 1024, 4096, 16384), heads=4, head_dim=64, batch=4
+    ),
+    "fixed-batch": TimingProtocol(
+        "fixed-batch", (128, 256, 512, 1024, 2048, 4096, 6000), heads=1, head_dim=64, batch=32
+    ),
+    "constant-tokens": TimingProtocol(
+        "constant-tokens", tuple(2**e for e in range(9, 17)), heads=1, head_dim=64, tokens=2**16
+    ),
+}
+
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from attn_lightning.attention import build_attention
 from lab.benchmarks import approximation as approx
-from lab.benchmarks import decode, kernel_shapes, measure, protocols, report, scaling
-from lab.benchmarks.specs import parse_backend
+from lab.benchmarks import decode, kernel_shapes, measure, report, scaling
+from lab.benchmarks.measure import parse_backend
 
 
 # ---------------------------------------------------------------------------- specs
@@ -133,9 +133,9 @@ def test_sdpa_context_rejects_unknown_kernel():
 
 
 def test_protocol_batches():
-    constant = protocols.PROTOCOLS["constant-tokens"]
+    constant = scaling.PROTOCOLS["constant-tokens"]
     assert [constant.batch_for(n) * n for n in constant.lengths] == [2**16] * 8
-    assert protocols.PROTOCOLS["fixed-batch"].batch_for(6000) == 32
+    assert scaling.PROTOCOLS["fixed-batch"].batch_for(6000) == 32
 
 
 def test_time_exponent_is_clamped_between_linear_and_quadratic():
@@ -173,7 +173,7 @@ def test_series_skips_once_the_estimate_exceeds_the_budget():
         budget_s=0.0,
         measure_memory=False,
     )
-    protocol = protocols.TimingProtocol("t", (8, 16, 32), heads=1, head_dim=8, batch=1)
+    protocol = scaling.TimingProtocol("t", (8, 16, 32), heads=1, head_dim=8, batch=1)
     spec = parse_backend("softmax")
     rows = scaling.run_series(
         spec,
@@ -195,24 +195,10 @@ def test_series_skips_once_the_estimate_exceeds_the_budget():
 def test_error_row_is_zero_for_an_exact_pair_and_positive_otherwise():
     settings = approx.ApproxSettings(length=8, heads=1, head_dim=4, draws=3)
     exact = approx.error_row(
-        "t",
-        "s",
-        parse_backend("polysketch:degree=2"),
-        reference="polynomial:degree=2",
-        x_name="x",
-        x=1,
-        settings=settings,
+        "t", "s", "polysketch:degree=2", "polynomial:degree=2", "x", 1, settings
     )
     assert exact.mean < 1e-10 and exact.draws == 3  # degree-2 "sketch" is the exact feature map
-    noisy = approx.error_row(
-        "t",
-        "s",
-        parse_backend("performer:num_features=4"),
-        reference="softmax",
-        x_name="x",
-        x=1,
-        settings=settings,
-    )
+    noisy = approx.error_row("t", "s", "performer:num_features=4", "softmax", "x", 1, settings)
     assert noisy.min > 0 and noisy.min <= noisy.mean <= noisy.max and noisy.std > 0
 
 

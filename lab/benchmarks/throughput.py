@@ -1,19 +1,10 @@
-"""Images/s of whole-image sampling per backend: random-weight models and trained checkpoints.
+"""Images/s of whole-image sampling per backend (the ``generation`` command's measurement).
 
-A ``PixelTransformer`` samples ``batch`` whole images of ``image_size²`` pixels, unconditionally
-(no observed pixels, temperature 1), through ``models/decoding.py``: ``step`` (recurrent state
-for kernel backends, a preallocated KV cache for softmax) or prefix recompute (the uncached
-reference). ``measure``: a randomly initialised model of the given sizes (speed does not depend on
-the weights). ``measure_checkpoint``: a trained checkpoint at every requested batch, ``max`` being
-the largest batch that fits (``largest_batch``); a run that still runs out of memory is retried at
-half the batch. ``add_ratios``: each row against softmax's step and prefix recompute at the same
-requested batch.
-
-The report (``write_throughput``): ``<out>.csv`` (one row per timing) and ``<out>.md`` (the
-command, the machine, the published numbers it is set against, one table).
-
-The paper's numbers are data: ``docs/references/linear_transformers_generation.csv`` (its
-``# source:`` line cites them), read with ``results.references.reference``.
+``measure``: a random-weight model; ``measure_checkpoint``: a trained checkpoint at every
+requested batch (``largest_batch`` for ``max``; halved on a real out-of-memory); ``add_ratios``:
+each row against softmax's step and prefix recompute at the same requested batch;
+``write_throughput``: ``<out>.csv`` and ``<out>.md``, the paper's numbers beside the table (data:
+``docs/references/linear_transformers_generation.csv``, read by ``results.references``).
 """
 
 from __future__ import annotations
