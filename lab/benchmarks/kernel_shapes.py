@@ -67,14 +67,8 @@ def _state_dict(path: Path, flag: str) -> dict[str, Any]:
 
 
 def load_learned_coefficients(path: Path) -> dict[str, Tensor]:
-    """``{module path: a_0..a_p}`` for every ``*coefficient_logits`` tensor in a checkpoint.
-
-    Accepts a Lightning checkpoint (``{"state_dict": ...}``) or a bare state dict.
-
-    Raises:
-        UsageError: the file cannot be read (missing, corrupt, not a checkpoint) or holds no
-            key ending in ``coefficient_logits``.
-    """
+    """``{module path: a_0..a_p}`` for every ``*coefficient_logits`` tensor in a checkpoint
+    (Lightning's or a bare state dict); UsageError when there is none."""
     state = _state_dict(path, "--checkpoint")
     found = {}
     for key, value in state.items():

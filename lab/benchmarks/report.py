@@ -147,15 +147,8 @@ def flops_table(rows: Sequence[Any]) -> str:
 
 
 def crossover(times: Mapping[int, float], baseline: Mapping[int, float]) -> int | None:
-    """Smallest N from which ``times`` < ``baseline`` at every larger N measured by both.
-
-    Args:
-        times: N -> a backend's time (lower is faster).
-        baseline: N -> the baseline's time at the same points.
-
-    Returns:
-        That N, or None when the backend is not faster at the largest N measured by both.
-    """
+    """Smallest N from which ``times`` (N -> time) < ``baseline`` at every larger N measured
+    by both; None when the backend is not faster at the largest N measured by both."""
     found = None
     for n in sorted(set(times) & set(baseline), reverse=True):
         if times[n] >= baseline[n]:

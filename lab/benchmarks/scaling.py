@@ -160,28 +160,16 @@ def make_call(
     return call
 
 
-def _extrapolate(value: float, last: Row, n: int, b: int, exponent: float = 2.0) -> float:
-    """``value · (N/N₀)^α · (B/B₀)``: cost ∝ B·N^α from the last measured point."""
-    return extrapolate(value, last.n, n, exponent) * (b / last.batch)
-
-
-def _time_exponent(measured: Sequence[Row]) -> float:
-    """α of per-sample time ∝ N^α from the last two measured points, clamped to [1, 2] (every
-    backend here is between linear and quadratic); 2, the safe bound, with fewer points."""
-    return _growth_exponent(measured, lambda row: row.ms)
-
-
-def _memory_exponent(measured: Sequence[Row]) -> float:
-    """α of per-sample peak memory ∝ N^α, as ``_time_exponent``. A fixed 2 would skip every
-    linear-time backend at large N: PolySketch's measured 1.1 GiB at N=4,096 became an
-    "estimated" 18 GiB at 16,384 when its memory grows as N (4.5 GiB)."""
-    return _growth_exponent(measured, lambda row: row.peak_mb)
-
-
-def _growth_exponent(measured: Sequence[Row], value: Callable[[Row], float | None]) -> float:
-    """``budget.growth_exponent`` of the per-sample values (constant tokens: B changes with N)."""
-    values = [(r, value(r)) for r in measured]
-    return growth_exponent([(r.n, None if v is None else v / r.batch) for r, v in values])
+def _estimate(measured: Sequence[Row], n: int, b: int, field: str) -> float:
+    """``field`` (``ms`` or ``peak_mb``) at (N, B) from the last measured point, as
+    ``value · (N/N₀)^α · (B/B₀)``: α of the per-sample value (B changes with N under constant
+    tokens) from the last two points (``budget.growth_exponent``). A fixed α = 2 would skip every
+    linear-memory backend at large N (PolySketch's 1.1 GiB at N 4,096 "estimated" 18 GiB at
+    16,384, where it needs 4.5)."""
+    values = [(r.n, getattr(r, field), r.batch) for r in measured]
+    exponent = growth_exponent([(m, None if v is None else v / mb) for m, v, mb in values])
+    last = measured[-1]
+    return extrapolate(getattr(last, field), last.n, n, exponent) * (b / last.batch)
 
 
 def _skip(measured: Sequence[Row], row: Row, settings: Settings) -> str | None:
@@ -190,13 +178,12 @@ def _skip(measured: Sequence[Row], row: Row, settings: Settings) -> str | None:
     last = measured[-1]
     if last.ms is None:  # measured rows always have a time
         return None
-    est_ms = _extrapolate(last.ms, last, row.n, row.batch, _time_exponent(measured))
+    est_ms = _estimate(measured, row.n, row.batch, "ms")
     if est_ms / 1e3 > settings.budget_s:
         row.est_ms = est_ms
         return f"too slow (est. {est_ms / 1e3:.3g} s/call)"
     if last.peak_mb is not None and settings.max_memory_bytes is not None:
-        exponent = _memory_exponent(measured)
-        est_mb = _extrapolate(last.peak_mb, last, row.n, row.batch, exponent)
+        est_mb = _estimate(measured, row.n, row.batch, "peak_mb")
         if est_mb * 2**20 > settings.max_memory_bytes:
             size = f"{est_mb:.3g} MiB" if est_mb < 1024 else f"{est_mb / 1024:.3g} GiB"
             return f"OOM (est. {size})"

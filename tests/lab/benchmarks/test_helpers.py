@@ -138,30 +138,21 @@ def test_protocol_batches():
     assert scaling.PROTOCOLS["fixed-batch"].batch_for(6000) == 32
 
 
-def test_time_exponent_is_clamped_between_linear_and_quadratic():
-    def r(n, ms, batch=1):
-        return scaling.Row("p", "x", False, "fwd", n, batch, 1, 8, "float32", ms=ms)
+def test_estimate_carries_the_per_sample_growth_of_the_last_two_points():
+    def r(n, ms, mb=None, batch=1):
+        return scaling.Row("p", "x", False, "fwd", n, batch, 1, 8, "float32", ms=ms, peak_mb=mb)
 
-    assert scaling._time_exponent([r(8, 1.0)]) == 2.0  # one point: the quadratic bound
-    assert scaling._time_exponent([r(8, 1.0), r(16, 2.9)]) == pytest.approx(math.log2(2.9))
-    assert scaling._time_exponent([r(8, 1.0), r(16, 1.0)]) == 1.0
-    assert scaling._time_exponent([r(8, 1.0), r(16, 64.0)]) == 2.0
+    assert scaling._estimate([r(8, 1.0)], 16, 1, "ms") == 4.0  # one point: the quadratic bound
+    assert scaling._estimate([r(8, 1.0), r(16, 2.9)], 32, 1, "ms") == pytest.approx(2.9**2)
     # constant tokens: half the batch at twice N and the same total time is linear per sample
-    assert scaling._time_exponent([r(8, 1.0, batch=4), r(16, 1.0, batch=2)]) == 1.0
-
-
-def test_memory_exponent_follows_the_measured_growth():
-    def r(n, mb):
-        return scaling.Row("p", "x", False, "fwd", n, 4, 1, 8, "float32", ms=1.0, peak_mb=mb)
-
+    halving = [r(8, 1.0, batch=4), r(16, 1.0, batch=2)]
+    assert scaling._estimate(halving, 32, 1, "ms") == pytest.approx(1.0)
     # A linear-time backend's memory: 289 -> 1142 MiB from N = 1,024 to 4,096 is N¹, so the
     # estimate at 16,384 is ~4.5 GiB, not the quadratic bound's 18 GiB.
-    rows = [r(1024, 289.0), r(4096, 1142.0)]
-    alpha = scaling._memory_exponent(rows)
-    assert alpha == pytest.approx(1.0, abs=0.02)
-    assert scaling._extrapolate(1142.0, rows[-1], 16384, 4, alpha) == pytest.approx(4568, rel=0.05)
-    assert scaling._memory_exponent([r(1024, 10.0), r(2048, 40.0)]) == 2.0  # quadratic stays 2
-    assert scaling._memory_exponent(rows[:1]) == 2.0  # one point: the safe bound
+    rows = [r(1024, 1.0, 289.0, 4), r(4096, 1.0, 1142.0, 4)]
+    assert scaling._estimate(rows, 16384, 4, "peak_mb") == pytest.approx(4568, rel=0.05)
+    quadratic = [r(1024, 1.0, 10.0), r(2048, 1.0, 40.0)]
+    assert scaling._estimate(quadratic, 4096, 1, "peak_mb") == pytest.approx(160.0)
 
 
 def test_series_skips_once_the_estimate_exceeds_the_budget():
