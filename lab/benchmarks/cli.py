@@ -4,7 +4,7 @@
 flags and the function that runs it (``run(args) -> str``: the markdown it prints on stdout). The
 subparsers are built from the rows; nothing else knows the commands. Every command logs progress
 on stderr and writes its CSV / markdown / PNG files, each recording the machine, versions and
-settings. Backends are ``name[:key=value,...]`` (see ``specs``).
+settings. Backends are ``name[:key=value,...]`` (see ``measure.parse_backend``).
 
 Examples::
 
@@ -34,36 +34,32 @@ from dataclasses import dataclass
 
 from attn_lightning.records.environment import command_line
 from lab.benchmarks import (
-    approximation_report,
+    approximation,
     decode,
     generation,
     kernel_shapes,
     latency,
-    learned_kernels,
     model_step,
     race,
     triton_static,
 )
-from lab.benchmarks.arguments import UsageError
+from lab.benchmarks.measure import UsageError
 from lab.benchmarks.report import PROG
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One subcommand: its help line, its flags and its run.
-
-    Attributes:
-        help: the one line shown in ``--help``'s list of commands.
-        add_arguments: adds the command's flags to its subparser.
-        run: runs the command on the parsed arguments (with ``command_line``, the command that
-            regenerates its results) and returns the markdown it prints.
-        description: the subcommand's own ``--help`` text (default: ``help``).
-    """
+    """One subcommand: its line in ``--help``, the function adding its flags to its subparser,
+    and its run (parsed arguments, ``command_line`` set, -> the markdown it prints). Its own
+    ``--help`` text is its module's docstring."""
 
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], str]
-    description: str | None = None
+
+    @property
+    def description(self) -> str:
+        return sys.modules[self.run.__module__].__doc__ or self.help
 
 
 COMMANDS: dict[str, Benchmark] = {
@@ -71,67 +67,49 @@ COMMANDS: dict[str, Benchmark] = {
         "forward / forward+backward time, peak memory and counted FLOPs vs N",
         latency.add_arguments,
         latency.run,
-        latency.__doc__,
     ),
-    "decode": Benchmark(
-        "per-token step() latency", decode.add_arguments, decode.run, decode.__doc__
-    ),
+    "decode": Benchmark("per-token step() latency", decode.add_arguments, decode.run),
     "approx": Benchmark(
-        "relative error vs exact softmax",
-        approximation_report.add_arguments,
-        approximation_report.run,
-        approximation_report.__doc__,
+        "relative error vs exact softmax", approximation.add_arguments, approximation.run
     ),
-    "kernels": Benchmark(
-        "similarity vs angle",
-        kernel_shapes.add_arguments,
-        kernel_shapes.run,
-        kernel_shapes.__doc__,
-    ),
+    "kernels": Benchmark("similarity vs angle", kernel_shapes.add_arguments, kernel_shapes.run),
     "learned": Benchmark(
         "learned polynomial coefficients and q'/k' LayerNorm scales of trained checkpoints",
-        learned_kernels.add_arguments,
-        learned_kernels.run,
-        learned_kernels.__doc__,
+        kernel_shapes.add_learned_arguments,
+        kernel_shapes.run_learned,
     ),
     "model": Benchmark(
         "tokens/s of a whole training step of the real models, and its attention share",
         model_step.add_arguments,
         model_step.run,
-        model_step.__doc__,
     ),
     "generation": Benchmark(
         "images/s of whole-image sampling (random or trained models), the histogram baseline, "
         "the decode-latency plot",
         generation.add_arguments,
         generation.run,
-        generation.__doc__,
     ),
     "triton-static": Benchmark(
         "our Triton causal product compiled for sm_90 on a CPU: launches, registers, spills, "
         "shared memory, wgmma, modelled bytes against the roofline",
         triton_static.add_arguments,
         triton_static.run,
-        triton_static.__doc__,
     ),
     "race": Benchmark(
         "ms per causal fwd+bwd of fla's op, flash and linear on each kernel at given shapes, each "
         "checked against the float32 torch kernel",
         race.add_arguments,
         race.run,
-        race.__doc__,
     ),
     "profile": Benchmark(
         "torch.profiler's top kernels of each race contender at one shape",
         race.add_profile_arguments,
         race.run_profile,
-        race.__doc__,
     ),
     "bandwidth": Benchmark(
         "the device's copy bandwidth (the memory roofline of the GPU report)",
         race.add_bandwidth_arguments,
         race.run_bandwidth,
-        race.__doc__,
     ),
 }
 
@@ -149,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_parser(
                 name,
                 help=command.help,
-                description=command.description or command.help,
+                description=command.description,
                 formatter_class=argparse.RawDescriptionHelpFormatter,
             )
         )

@@ -2,7 +2,8 @@
 KV cache; ``<out>/<tag>.{csv,md}`` with one row per (backend, context).
 
 The state is prefilled to the size of T tokens (random contents: only timing is measured), and
-each timed call steps the state the previous call returned, as a decoder does.
+each timed call steps the state the previous call returned, as a decoder does. ``plot_decode``
+draws the CSV (``generation --decode-csv``).
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ import argparse
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from attn_lightning.attention import Attention, FeatureMapAttention, State
 from attn_lightning.attention.ops.kv_cache import from_prefix
+from attn_lightning.records import read_csv
 from lab.benchmarks import report
-from lab.benchmarks.arguments import add_output, add_timing
-from lab.benchmarks.measure import median_seconds
-from lab.benchmarks.specs import BackendSpec
+from lab.benchmarks.measure import BackendSpec, add_output, add_timing, median_seconds
 
 log = logging.getLogger(__name__)
 
@@ -142,3 +143,35 @@ def run(args: argparse.Namespace) -> str:
     )
     report.write_report(args.out, args.tag or f"decode_{device.type}", meta, rows, text)
     return text + "\n"
+
+
+def plot_decode(csv_path: Path, png: Path) -> Path:
+    """Log-log plot of ms per decoded token against context length, one line per backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta, rows = read_csv(csv_path)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        points = [(int(r["context"]), float(r["ms"])) for r in rows if r["backend"] == backend]
+        points = [p for p in points if p[1] == p[1]]  # drop NaN (skipped points)
+        ax.plot(*zip(*points, strict=True), marker="o", label=backend)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length T (tokens already decoded)")
+    ax.set_ylabel("ms per decoded token (one step)")
+    first = rows[0]
+    ax.set_title(
+        f"decode latency, B={first['batch']}, H={first['heads']}, D={first['head_dim']}, "
+        f"{meta.get('device', '')}",
+        fontsize=9,
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return png

@@ -4,84 +4,164 @@
 formula is ``<name>_flops(shape, *, causal, <options>) -> FlopCount`` and ``attention_flops(name,
 shape, options)`` looks it up. A call is the backend's ``forward`` on ``q: (B, H, L, D)``,
 ``k: (B, H, S, D)``, ``v: (B, H, S, Dv)``, no padding mask, eval mode unless ``training=True``.
-Every count below is per batch·head and is multiplied by B·H. What is counted (matmuls as 2·m·n·k,
-LAPACK solves, element-wise work ignored) is said in ``flop_count``.
-
-Formulas per batch·head (F features, C = causal chunk, N' = N rounded up to a multiple of C,
-E = Dv + 1 when a normaliser column rides along, P = visible (query, key) pairs):
-
-* softmax, polynomial (exact): ``2·P·D`` (scores) ``+ 2·P·Dv`` (weights·V); P = L·S, or causal
-  L·(L+1)/2 — the pairs the algorithm needs; a dense-mask implementation (SDPA's math path,
-  ``polynomial``'s tiles) computes all L·S and discards the masked half.
-* feature map (linear F = D, performer F = m or 2m, polysketch F = r(r+1)/2, mean F = 1):
-  ``φ(q) + φ(k) + 2·S·F·Dv`` (state Σφ(k)vᵀ) ``+ 2·L·F·(Dv+1)`` (readout φ(q)ᵀ[S, z]);
-  causal (chunked): ``φ(q) + φ(k) + 2·N'·(C·F + C·E + 2·F·E)`` (in-chunk scores, in-chunk
-  weights·[V,1], chunk states, cross-chunk readout). φ: linear and mean 0 (element-wise);
-  performer 2·n·D·m per input (the projection Wx); polysketch random degree 4: 4·n·D·r (the
-  two Gaussian sketches) + 4·n·r·F (symmetric square), degree 2: 4·n·D·F with F = D(D+1)/2,
-  learned: per branch and level 2·n·d_in·8r + 2·n·8r·r, two branches, + 4·n·r·F.
-  Where ``evaluation`` takes the score-matrix form (short sequences; ``polysketch.
-  uses_kernel_form``): the sketch without its square, ``+ 2·L·S·w`` per squared term of width w
-  (r, or D for degree 2 and the learned polynomial's a_2 term) ``+ 2·L·S·Dv`` (weights·V).
-* polysketch ``local_block=b`` (nb blocks, E = Dv + 1): non-causal ``2·S·F·E`` (all-key state)
-  ``+ 2·m·b·F·E`` (own-block states, m = min(⌈L/b⌉, ⌈S/b⌉)) ``+ 2·m·b²·(D + E)`` (exact in-block
-  scores and weights·[V,1]) ``+ 2·⌈L/b⌉·b·F·E`` (far readout); causal ``2·N_b·(2·F·E + b·(D+E))``
-  with N_b = ⌈N/b⌉·b.
-* optimization (S' = S + R columns; R random tokens in training only, so **R = 0 in eval**, the
-  benchmark's mode; K iterations): matmul ``2·S'·D²`` (Gram DmᵀDm) ``+ 2·L·S'·D`` (DmᵀQ)
-  ``+ K·4·L·S'·D`` (each iteration's M·X = (X − (X Dm) P)/ρ: two products) ``+ 2·L·S·Dv``
-  (weights·V); solve, Woodbury: ``D³/3`` (Cholesky of ρI + DmᵀDm) ``+ 2·D²·S'`` (solve for
-  P = (ρI + DmᵀDm)⁻¹Dmᵀ); SVD: matmul ``+ 2·min(S', D)·D² + 4·D³ + 2·D²·S'`` (the inverse from
-  the singular vectors, its analytic-gradient term — exactly 0 in value but computed — and P),
-  solve ``6·m·n² + 20·n³`` (thin SVD of the S'×D dictionary, m = max, n = min). Element-wise:
-  the soft-threshold, the dual update and the |z|⁵ weights (~10·K·L·S') are ignored.
-* mean: the feature-map formula with F = 1.
-* pool (k = ``pool_size``, w = k on a 1-D window, k² on an h×w grid): 0 matmul, other
-  ``L·Dv·w`` (window sums); needs L = S.
-
-Projections are not part of a call (``MultiHeadAttention`` runs them): 2·n·E² each for Q, K
-(none with ``no_qk``), V and out — see ``sites``.
+Terms are written per batch·head and scaled by B·H (``count``). Counted: matmuls as 2·m·n·k
+(what ``FlopCounterMode`` measures, which the tests check term by term), LAPACK factorisations
+and solves by their textbook counts, and pool's window sums (its only work); element-wise work,
+non-product reductions, masks and copies are ignored. The formulas and the reasons are tabled
+in docs/benchmarks.md, "FLOPs per call". Projections (not part of a call) are in ``sites``.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from attn_lightning.attention.ops.polysketch_eval import uses_kernel_form
-from lab.benchmarks.flop_count import (
-    CallShape,
-    FlopCount,
-    causal_padded,
-    count,
-    feature_product,
-    format_flops,
-    no_causal_form,
-    symmetric,
-    visible_pairs,
-)
+from attn_lightning.attention.ops.polysketch_eval import score_widths, uses_kernel_form
 
-__all__ = [
-    "FORMULAS",
-    "CallShape",
-    "FlopCount",
-    "attention_flops",
-    "format_flops",
-    "linear_flops",
-    "mean_flops",
-    "optimization_flops",
-    "performer_feature_dim",
-    "performer_flops",
-    "polynomial_flops",
-    "polysketch_features",
-    "polysketch_flops",
-    "pool_flops",
-    "softmax_flops",
-]
+# A term's name -> its FLOPs (whole call: B·H included).
+Terms = Mapping[str, int]
 
 
-# ------------------------------------------------------------------------------- quadratic
+@dataclass(frozen=True)
+class CallShape:
+    """The shapes of one call: ``q: (B, H, L, D)``, ``k: (B, H, S, D)``, ``v: (B, H, S, Dv)``."""
+
+    batch: int
+    heads: int
+    queries: int
+    keys: int
+    head_dim: int
+    value_dim: int
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "heads", "queries", "keys", "head_dim", "value_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"CallShape.{name} must be an int >= 1, got {value!r}")
+
+    @classmethod
+    def self_attention(
+        cls, *, batch: int, heads: int, n: int, head_dim: int, value_dim: int | None = None
+    ) -> CallShape:
+        """L = S = n, Dv = D unless given (the latency protocols' shapes)."""
+        dv = head_dim if value_dim is None else value_dim
+        return cls(batch, heads, n, n, head_dim, dv)
+
+    @property
+    def groups(self) -> int:
+        """B·H: the independent (batch, head) problems of the call."""
+        return self.batch * self.heads
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """Forward FLOPs of one call (all batches and heads) by named term: ``matmul`` (2·m·n·k),
+    ``solve`` (LAPACK), ``other`` (non-matmul work where a backend has no product: pool)."""
+
+    matmul: Terms = field(default_factory=dict)
+    solve: Terms = field(default_factory=dict)
+    other: Terms = field(default_factory=dict)
+
+    @property
+    def matmul_total(self) -> int:
+        return sum(self.matmul.values())
+
+    @property
+    def total(self) -> int:
+        return self.matmul_total + sum(self.solve.values()) + sum(self.other.values())
+
+    def describe(self) -> str:
+        """``term = value`` for every nonzero term, largest first, in scientific notation."""
+        terms = {**self.matmul, **self.solve, **self.other}
+        ranked = sorted(terms.items(), key=lambda item: -item[1])
+        return "; ".join(f"{name} = {value:.3g}" for name, value in ranked if value)
+
+
+def count(
+    shape: CallShape,
+    matmul: Mapping[str, float],
+    solve: Mapping[str, float] | None = None,
+    other: Mapping[str, float] | None = None,
+) -> FlopCount:
+    """Per-(batch, head) terms × B·H, as ints (D³/3 is the only fractional count: rounded)."""
+
+    def scale(terms: Mapping[str, float] | None) -> dict[str, int]:
+        return {k: round(v * shape.groups) for k, v in (terms or {}).items()}
+
+    return FlopCount(scale(matmul), scale(solve), scale(other))
+
+
+def no_causal_form(name: str, causal: bool) -> None:
+    """Raise for a causal count of a backend that has no causal form."""
+    if causal:
+        raise ValueError(f"attention {name!r} has no causal form: no causal FLOP count either")
+
+
+def causal_padded(shape: CallShape, block: int) -> int:
+    """N rounded up to a multiple of ``block`` (the tokens a causal blocked kernel runs over);
+    ValueError when L != S (causal attention is self-attention)."""
+    if shape.queries != shape.keys:
+        raise ValueError(f"causal attention needs L == S, got L={shape.queries}, S={shape.keys}")
+    return -(-shape.queries // block) * block
+
+
+def visible_pairs(queries: int, keys: int, causal: bool) -> int:
+    """(query, key) pairs a query sees: all L·S, or causal (query i sees keys j ≤ i)."""
+    if not causal:
+        return queries * keys
+    if queries <= keys:
+        return queries * (queries + 1) // 2
+    return keys * (keys + 1) // 2 + (queries - keys) * keys
+
+
+def symmetric(r: int) -> int:
+    """r(r+1)/2: the features of ``symmetric_square`` of an r-vector."""
+    return r * (r + 1) // 2
+
+
+def feature_product(
+    shape: CallShape,
+    features: int,
+    phi: Mapping[str, float],
+    *,
+    causal: bool,
+    chunk_size: int,
+) -> FlopCount:
+    """φ(q), φ(k) (``phi``: per batch·head) + the kernel of ``linear_kernels`` that linear,
+    mean, Performer and PolySketch share: a state and a readout, or causal chunks of C."""
+    f, dv = features, shape.value_dim
+    e = dv + 1
+    if not causal:
+        terms = {
+            **phi,
+            "state φ(K)ᵀV": 2 * shape.keys * f * dv,
+            "readout φ(Q)[S, z]": 2 * shape.queries * f * e,
+        }
+        return count(shape, terms)
+    c = max(1, min(chunk_size, shape.queries))  # as ``causal_linear_attention``
+    padded = causal_padded(shape, c)
+    terms = {
+        **phi,
+        "chunk scores tril(Q_c K_cᵀ)": 2 * padded * c * f,
+        "chunk weights·[V, 1]": 2 * padded * c * e,
+        "chunk states K_cᵀ[V, 1]": 2 * padded * f * e,
+        "cross-chunk readout Q_c S_{c-1}": 2 * padded * f * e,
+    }
+    return count(shape, terms)
+
+
+def format_flops(value: float | None) -> str:
+    """``1.23 GFLOP`` style, with the unit that keeps 1-3 digits before the point."""
+    if value is None:
+        return "n/a"
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}FLOP"
+    return f"{value:.3g} FLOP"
+
+
 def softmax_flops(shape: CallShape, *, causal: bool = False) -> FlopCount:
     """``softmax(QKᵀ/√D) V``: 2·P·D + 2·P·Dv (P = visible pairs); the softmax is ignored."""
     pairs = visible_pairs(shape.queries, shape.keys, causal)
@@ -91,13 +171,6 @@ def softmax_flops(shape: CallShape, *, causal: bool = False) -> FlopCount:
     )
 
 
-def polynomial_flops(shape: CallShape, *, causal: bool = False) -> FlopCount:
-    """Exact power / learned polynomial: the products of softmax (the power and the Horner
-    polynomial are element-wise); the q/k LayerNorm is ignored."""
-    return softmax_flops(shape, causal=causal)
-
-
-# ----------------------------------------------------------------------------- feature map
 def linear_flops(shape: CallShape, *, causal: bool = False, chunk_size: int = 64) -> FlopCount:
     """Katharopoulos et al.: F = D, an element-wise φ (not counted)."""
     return feature_product(shape, shape.head_dim, {}, causal=causal, chunk_size=chunk_size)
@@ -137,11 +210,7 @@ def polysketch_features(
     learned_coefficients: bool = False,
     sketch_levels: int = 2,
 ) -> tuple[int, int]:
-    """(F, matmul FLOPs of φ per token) of ``PolySketchAttention.feature_map``.
-
-    Raises:
-        ValueError: a (sketch, degree) pair the backend does not have.
-    """
+    """(F, matmul FLOPs of φ per token) of ``PolySketchAttention.feature_map``."""
     d, r = head_dim, sketch_size
     square_x = 4 * d * symmetric(d)  # symmetric_square of x itself: two (D × D(D+1)/2) products
     square_s = 4 * r * symmetric(r)  # symmetric_square of the r-dim sketch
@@ -159,15 +228,6 @@ def polysketch_features(
         branch = sum(2 * n_in * 8 * r + 2 * 8 * r * r for n_in in inputs)
         return symmetric(r), 2 * branch + square_s
     raise ValueError(f"polysketch has no sketch={sketch!r} of degree {degree!r}")
-
-
-def _score_widths(
-    head_dim: int, degree: int, sketch_size: int, learned_coefficients: bool
-) -> tuple[int, ...]:
-    """As ``PolySketchAttention.score_widths``: the widths of the squared inner products."""
-    if learned_coefficients:
-        return (head_dim, sketch_size) if degree == 4 else (head_dim,)
-    return (head_dim,) if degree == 2 else (sketch_size,)
 
 
 def polysketch_flops(
@@ -196,7 +256,7 @@ def polysketch_flops(
     )
     phi = {"φ(q)": per_token * shape.queries, "φ(k)": per_token * shape.keys}
     if not local_block:
-        widths = _score_widths(shape.head_dim, degree, sketch_size, learned_coefficients)
+        widths = score_widths(shape.head_dim, degree, sketch_size, learned_coefficients)
         kernel = uses_kernel_form(
             evaluation,
             heads=shape.groups,
@@ -245,7 +305,6 @@ def polysketch_flops(
     return count(shape, terms)
 
 
-# ---------------------------------------------------------------- parameter-free mixers
 def pool_flops(
     shape: CallShape,
     *,
@@ -253,11 +312,8 @@ def pool_flops(
     pool_size: int = 3,
     grid: tuple[int, int] | None = None,
 ) -> FlopCount:
-    """PoolFormer's local average: no product; the window sums, L·Dv·w (w = k, or k² on a grid).
-
-    ``grid``: the (h, w) map the tokens lie on (DETR's encoder sets it); None: a window of k
-    consecutive tokens, the backend's behaviour without a grid (the latency benchmark's case).
-    """
+    """PoolFormer's window sums, L·Dv·w: w = k on ``grid`` None (k consecutive tokens, the
+    latency benchmark's case), k² on the (h, w) map DETR's encoder gives."""
     no_causal_form("pool", causal)
     if shape.queries != shape.keys:
         raise ValueError(f"pool needs L == S, got L={shape.queries}, S={shape.keys}")
@@ -277,14 +333,8 @@ def optimization_flops(
     dictionary: str = "values",
     training: bool = False,
 ) -> FlopCount:
-    """Lasso codes by K unrolled ADMM steps over the dictionary (see the module docstring).
-
-    ``training``: the R random tokens join the dictionary (S' = S + R); in eval (the default,
-    and the benchmark's mode) S' = S.
-
-    Raises:
-        ValueError: ``causal``; ``dictionary="values"`` with Dv != D (the backend refuses it).
-    """
+    """Lasso codes by K unrolled ADMM steps; in ``training`` the R random tokens join the
+    dictionary (S' = S + R), in eval (the benchmark's mode) S' = S."""
     no_causal_form("optimization", causal)
     d, length, s = shape.head_dim, shape.queries, shape.keys
     if dictionary == "values" and shape.value_dim != d:
@@ -312,14 +362,14 @@ def optimization_flops(
     return count(shape, matmul, solve)
 
 
-# ------------------------------------------------------------------------ one row a backend
 # Every registered backend has a row (tests/lab/benchmarks/test_flops.py checks it).
 FORMULAS: dict[str, Callable[..., FlopCount]] = {
     "linear": linear_flops,
     "mean": mean_flops,
     "optimization": optimization_flops,
     "performer": performer_flops,
-    "polynomial": polynomial_flops,
+    # exact power / learned polynomial: softmax's products (the polynomial is element-wise)
+    "polynomial": softmax_flops,
     "polysketch": polysketch_flops,
     "pool": pool_flops,
     "softmax": softmax_flops,
@@ -335,15 +385,9 @@ def attention_flops(
     training: bool = False,
     grid: tuple[int, int] | None = None,
 ) -> FlopCount | None:
-    """The count of backend ``name`` with its constructor ``options`` (None: no formula).
-
-    Options that do not change the count (eps, λ, ρ, the power, scale, norms, ...) are accepted
-    and ignored; the rest default to the backend's own defaults. ``training`` and ``grid`` reach
-    the backends they concern (optimization's random tokens, pool's spatial grid).
-
-    Returns:
-        None for a backend without a formula here (one registered by user code).
-    """
+    """The count of backend ``name`` with its constructor ``options``; None for a backend
+    without a formula (one registered by user code). Options that do not change the count are
+    ignored; ``training`` and ``grid`` reach the formulas that take them."""
     formula = FORMULAS.get(name)
     if formula is None:
         return None

@@ -29,8 +29,8 @@ from typing import Any
 from attn_lightning.attention.ops import dispatch, fla
 from attn_lightning.records import markdown_meta, markdown_table, read_csv
 from lab.benchmarks import decode, model_step, race, report
-from lab.benchmarks.arguments import DTYPES
 from lab.benchmarks.contenders import CONTENDERS, LINEAR_OUTPUTS, Shape
+from lab.benchmarks.measure import DTYPES
 from lab.benchmarks.race import KernelRow, KernelShare, read_rows
 
 log = logging.getLogger(__name__)

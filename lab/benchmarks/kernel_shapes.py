@@ -1,6 +1,7 @@
-"""``kernels``: each similarity as a function of the angle θ between two vectors.
+"""``kernels``: each similarity against the angle θ between two vectors; ``learned``: what the
+trained polynomial kernels learned, one row per layer and checkpoint.
 
-For x, y of norm ``norm`` (1: unit vectors) at angle θ, so that ``d = xᵀy = norm²·cos θ``:
+``kernels``: for x, y of norm ``norm`` (1: unit vectors) at angle θ, ``d = xᵀy = norm²·cos θ``:
 
 * softmax:              exp(d)
 * linear (elu+1):       φ(x)ᵀφ(y), φ = elu + 1, element-wise: depends on the vectors, not only
@@ -15,14 +16,26 @@ For x, y of norm ``norm`` (1: unit vectors) at angle θ, so that ``d = xᵀy = n
 
 Every curve is divided by its own value at θ = 0 (the exact exp(norm²) for the Performer
 estimate, so its bias shows), so the figure compares shapes: how fast each kernel decays.
+
+``learned`` reads a = softplus(logits) and the learnable LayerNorm scale γ of q' and k' beside it
+(``qk_norm.weight``: its norm, range and starting norm D^{-1/4}·√D). Scaling q', k' by c scales
+d by c², which sharpens the kernel as a temperature would, so each row also gives
+``c = (‖γ‖ / ‖γ₀‖)²`` and ``b_i = a_i · c^i``, the polynomial of the same kernel on q', k' at
+their initial scale (exact when γ is a multiple of its start; ``γ min … max`` shows how far).
+The run is the checkpoint's folder (``<variant>-s<seed>``). Writes ``<tag>.csv`` (a row per
+layer and checkpoint), ``<tag>_ranges.csv`` (per variant and layer, min – max over its runs) and
+``<tag>.md`` with both.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,26 +43,33 @@ from torch import Tensor
 
 from attn_lightning.attention.performer import draw_projection
 from attn_lightning.cli.checkpoints import read_weights
-from lab.benchmarks import plots, report
-from lab.benchmarks.arguments import UsageError, add_output
+from attn_lightning.records import files
+from lab.benchmarks import report
+from lab.benchmarks.measure import UsageError, add_output
 
 SUFFIX = "coefficient_logits"
 EVEN_SUFFIX = "even_coefficient_logits"
 
 
-def load_learned_coefficients(path: Path) -> dict[str, Tensor]:
-    """``{module path: a_0..a_p}`` for every ``*coefficient_logits`` tensor in a checkpoint.
-
-    Accepts a Lightning checkpoint (``{"state_dict": ...}``) or a bare state dict.
+def _state_dict(path: Path, flag: str) -> dict[str, Any]:
+    """The state dict of a Lightning checkpoint or of a bare state dict at ``path``.
 
     Raises:
-        UsageError: the file cannot be read (missing, corrupt, not a checkpoint) or holds no
-            key ending in ``coefficient_logits``.
+        UsageError: the file is missing, unreadable or holds no state dict (named with ``flag``).
     """
     obj, problem = read_weights(path)
-    if problem:
-        raise UsageError(f"--checkpoint {path} {problem}")
-    state = obj.get("state_dict", obj) if isinstance(obj, dict) else {}
+    if problem:  # a missing, truncated or foreign file: say which, and what it was
+        raise UsageError(f"{flag} {path} {problem}")
+    state = obj.get("state_dict", obj) if isinstance(obj, dict) else None
+    if not isinstance(state, dict):
+        raise UsageError(f"{flag} {path} holds no state dict (a Lightning checkpoint or one)")
+    return state
+
+
+def load_learned_coefficients(path: Path) -> dict[str, Tensor]:
+    """``{module path: a_0..a_p}`` for every ``*coefficient_logits`` tensor in a checkpoint
+    (Lightning's or a bare state dict); UsageError when there is none."""
+    state = _state_dict(path, "--checkpoint")
     found = {}
     for key, value in state.items():
         if not key.endswith(SUFFIX) or not isinstance(value, Tensor):
@@ -232,7 +252,7 @@ def run(args: argparse.Namespace) -> str:
     floor = 1e-8  # log panel: the power kernels reach 0 at 90°
     log_curves = [{**c, "y": [max(v, floor) for v in c["y"]], "lo": None} for c in curves]
     panel = {"xlabel": "angle θ between x and y (degrees)", "ylabel": "k(θ) / k(0)"}
-    plots.band_figure(
+    report.band_figure(
         [
             {**panel, "title": "normalised similarity", "curves": curves},
             {**panel, "title": "same, log scale", "ylog": True, "curves": log_curves},
@@ -241,4 +261,128 @@ def run(args: argparse.Namespace) -> str:
         title=f"kernel shapes, ‖x‖ = ‖y‖ = {args.norm:g}",
         caption=f"learned polynomial: {source}",
     )
+    return text + "\n"
+
+
+GAMMA = "qk_norm.weight"
+SEED_SUFFIX = re.compile(r"-s\d+$")  # a study's run folder: <variant>-s<seed>
+DEGREE = 4  # columns a0 … a4: the thesis's learned polynomial and the even linear-time form
+
+
+def learned_rows(path: Path) -> list[dict[str, Any]]:
+    """One row per attention with learned coefficients in the checkpoint at ``path``.
+
+    Raises:
+        UsageError: the file is missing or unreadable, or holds no ``*coefficient_logits``.
+    """
+    state = _state_dict(path, "--checkpoints")
+    rows = []
+    for key, logits in state.items():
+        if not key.endswith(SUFFIX) or not isinstance(logits, torch.Tensor):
+            continue
+        even = key.endswith(EVEN_SUFFIX)
+        prefix = key[: -len(EVEN_SUFFIX if even else SUFFIX)]
+        a = F.softplus(logits.double()).tolist()
+        degrees = [2 * i for i in range(len(a))] if even else list(range(len(a)))
+        row: dict[str, Any] = {
+            "run": path.parent.name,
+            "checkpoint": path.name,
+            "layer": prefix.rstrip("."),
+            "form": "linear-time, even" if even else "exact",
+        }
+        for i in range(DEGREE + 1):
+            row[f"a{i}"] = a[degrees.index(i)] if i in degrees else None
+        gamma = state.get(prefix + GAMMA)
+        if isinstance(gamma, torch.Tensor):
+            g = gamma.double()
+            dim = g.numel()
+            row.update(
+                gamma_norm=g.norm().item(),
+                gamma_min=g.min().item(),
+                gamma_max=g.max().item(),
+                gamma_norm_init=dim**-0.25 * math.sqrt(dim),
+            )
+            c = (row["gamma_norm"] / row["gamma_norm_init"]) ** 2
+            row["scale_c"] = c
+            for i in range(DEGREE + 1):
+                a_i = row[f"a{i}"]
+                row[f"b{i}"] = None if a_i is None else a_i * c**i
+        rows.append(row)
+    if not rows:
+        sample = ", ".join(list(state)[:5]) or "none"
+        raise UsageError(
+            f"no state_dict key ending in {SUFFIX!r} in {path} (an attention built with "
+            f"learned_coefficients=True); first keys: {sample}"
+        )
+    return rows
+
+
+def add_learned_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``learned``."""
+    add_output(parser)
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="Lightning checkpoints (or state dicts) of models with learned coefficients",
+    )
+
+
+def _cell(value: float | None, digits: int = 4) -> str:
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as markdown: run, layer, form, a0 … a4, ‖γ‖ (start), γ range."""
+    body = [
+        [
+            r["run"],
+            r["layer"],
+            r["form"],
+            *(_cell(r[f"a{i}"]) for i in range(DEGREE + 1)),
+            f"{_cell(r.get('gamma_norm'), 3)} ({_cell(r.get('gamma_norm_init'), 3)})",
+            f"{_cell(r.get('gamma_min'), 3)} … {_cell(r.get('gamma_max'), 3)}",
+            _cell(r.get("scale_c"), 3),
+            *(_cell(r.get(f"b{i}")) for i in range(DEGREE + 1)),
+        ]
+        for r in rows
+    ]
+    header = ["run", "layer", "form", *(f"a{i}" for i in range(DEGREE + 1))]
+    header += ["‖γ‖ (at start)", "γ min … max", "c", *(f"b{i}" for i in range(DEGREE + 1))]
+    return report.markdown_table(header, body)
+
+
+def ranges(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (variant, layer, form) over its runs (the run name less ``-s<seed>``): how many,
+    which seeds, and ``min – max`` of every coefficient and of ‖γ‖."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(SEED_SUFFIX.sub("", row["run"]), row["layer"], row["form"])].append(row)
+    out = []
+    for (variant, layer, form), members in groups.items():
+        entry: dict[str, Any] = {"variant": variant, "layer": layer, "form": form}
+        entry["runs"] = len(members)
+        keys = [f"{k}{i}" for k in "ab" for i in range(DEGREE + 1)]
+        for key in [*keys, "gamma_norm", "scale_c"]:
+            values = [m[key] for m in members if m.get(key) is not None]
+            entry[key] = f"{min(values):.3g} – {max(values):.3g}" if values else "–"
+        out.append(entry)
+    return out
+
+
+def run_learned(args: argparse.Namespace) -> str:
+    """Read every checkpoint (all before writing: one bad file writes nothing)."""
+    rows = [row for path in args.checkpoints for row in learned_rows(path)]
+    meta = report.environment(torch.device("cpu"), command=args.command_line)
+    spread = ranges(rows)
+    text = (
+        "## learned coefficients a = softplus(logits) (1/i! at initialisation), the q'/k' "
+        "LayerNorm scale γ, c = (‖γ‖/‖γ₀‖)² and b_i = a_i c^i, the coefficients at γ's "
+        "starting scale\n\n" + table(rows) + "\n\n## range over runs (min – max), per "
+        "variant and layer; ‖γ‖ starts at D^{1/4}\n\n" + files.markdown_records(spread)
+    )
+    tag = args.tag or "learned_kernels"
+    report.write_report(args.out, tag, meta, rows, text)
+    report.write_csv(args.out / f"{tag}_ranges.csv", spread, meta)
     return text + "\n"

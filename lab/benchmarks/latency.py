@@ -3,7 +3,7 @@ call against N, every backend, causal and not, under one of the ``protocols``.
 
 Measured by ``scaling`` (one budgeted series per backend, mask and mode); this module holds the
 command: its arguments, the tables (``report.scaling_table``, ``report.flops_table``), the notes
-printed under them, and the figures (``plots.scaling_figure``).
+printed under them, and the figures (``report.scaling_figure``).
 """
 
 from __future__ import annotations
@@ -17,17 +17,19 @@ from pathlib import Path
 import torch
 
 from attn_lightning.attention import attention_class
-from lab.benchmarks import plots, report, scaling
-from lab.benchmarks.arguments import (
+from lab.benchmarks import report, scaling
+from lab.benchmarks.measure import (
     DTYPES,
+    SDPA_KERNELS,
+    BackendSpec,
     add_output,
     add_timing,
+    available_memory_bytes,
     budget_settings,
+    matmul_gflops,
     timing_method,
 )
-from lab.benchmarks.measure import SDPA_KERNELS, available_memory_bytes, matmul_gflops
-from lab.benchmarks.protocols import MODES, PROTOCOLS, TimingProtocol
-from lab.benchmarks.specs import BackendSpec
+from lab.benchmarks.scaling import MODES, PROTOCOLS, TimingProtocol
 
 log = logging.getLogger("lab.benchmark")
 
@@ -148,7 +150,7 @@ def tables(
     unit = "ms per sample" if per_sample else "ms per call"
     parts = []
     for mode in modes:
-        title = plots.MODE_TITLES[mode]
+        title = report.MODE_TITLES[mode]
         value = "ms_per_sample" if per_sample else "ms"
         parts.append(
             f"## {title}: time ({unit}; speed-up vs softmax; achieved GFLOP/s)\n\n"
@@ -184,7 +186,7 @@ def figures(
     ):
         if value == "peak_mb" and not memory:
             continue
-        plots.scaling_figure(
+        report.scaling_figure(
             rows,
             out / f"{tag}_{name}.png",
             value=value,
@@ -195,7 +197,7 @@ def figures(
         )
     # One panel column: the forward count is the same on fwd and fwdbwd rows.
     counted = {(r.backend, r.causal, r.n): replace(r, mode="fwd") for r in rows}
-    plots.scaling_figure(
+    report.scaling_figure(
         list(counted.values()),
         out / f"{tag}_flops.png",
         value="fwd_flops",

@@ -1,4 +1,4 @@
-"""How one benchmark point is measured: wall time, peak memory, the matmul roofline.
+"""How one benchmark point is measured, and the command-line pieces the benchmarks share.
 
 Timing: ``time.perf_counter`` around each call on CPU; CUDA events on a GPU (recorded on the
 current stream, read after one synchronisation), which time the kernels rather than the launch.
@@ -8,25 +8,40 @@ started (inputs and parameters excluded; outputs, saved activations and, for for
 the input gradients included):
 
 * CUDA: ``torch.cuda.max_memory_allocated() - memory_allocated()`` after resetting the peak.
-* CPU: the call runs once under ``torch.profiler.profile(profile_memory=True)``; the profiler
-  records every allocation and free of torch's CPU allocator (bytes, signed, timestamped); the
-  peak of their running sum in time order is the figure. RSS-based measures are useless here
-  (malloc keeps freed pages; tracemalloc does not see torch's allocator).
+* CPU: the call runs once under ``torch.profiler.profile(profile_memory=True)``; the peak of the
+  running sum of its allocator events in time order is the figure. RSS-based measures are useless
+  here (malloc keeps freed pages; tracemalloc does not see torch's allocator).
+
+Backends on the command line are ``name[:key=value,...]`` (``parse_backend``: values parsed by
+``attention.parse_attention_spec``; unknown names and options fail before anything is timed). A
+run whose arguments parse but cannot be used raises ``UsageError``, which ``cli.main`` turns into
+a one-line usage error (exit status 2).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from attn_lightning.attention import Attention, FeatureMapAttention
+from attn_lightning.attention import (
+    Attention,
+    FeatureMapAttention,
+    attention_options,
+    available_attentions,
+    build_attention,
+    parse_attention_spec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,3 +211,123 @@ def is_out_of_memory(err: BaseException) -> bool:
         return True
     text = str(err).lower()
     return "out of memory" in text or "can't allocate memory" in text
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A backend as named on the command line: ``label`` is the spec string itself."""
+
+    label: str
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, *, head_dim: int) -> Attention:
+        return build_attention(self.name, head_dim=head_dim, **self.options)
+
+
+def parse_backend(spec: str) -> BackendSpec:
+    """Parse ``name[:key=value,...]`` and check the name and option keys against the registry.
+
+    The label stays the spec as written.
+
+    Raises:
+        ValueError: unknown backend, malformed ``key=value`` item or unknown option, naming the
+            allowed values.
+    """
+    options = parse_attention_spec(spec)
+    name = options.pop("name")
+    if name not in available_attentions():
+        raise ValueError(
+            f"unknown backend {name!r} in {spec!r}; available: {', '.join(available_attentions())}"
+        )
+    allowed = attention_options(name)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"unknown option {', '.join(map(repr, unknown))} for backend {name!r} in {spec!r}; "
+            f"allowed: {', '.join(allowed) or 'none'}"
+        )
+    return BackendSpec(label=spec.strip(), name=name, options=options)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class UsageError(ValueError):
+    """Arguments that parse but cannot be used together (or name a file that cannot be used)."""
+
+
+def default_device() -> str:
+    """``cuda`` where a GPU is visible, else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_backends() -> list[str]:
+    """Every registered backend with its defaults (softmax, the baseline, first)."""
+    return sorted(available_attentions(), key=lambda name: name != "softmax")
+
+
+def backend_arg(spec: str) -> BackendSpec:
+    """argparse ``type=`` of a backend spec: ``name[:key=value,...]`` checked by the registry."""
+    try:
+        return parse_backend(spec)
+    except ValueError as err:  # argparse shows ArgumentTypeError messages verbatim
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def add_backends(
+    parser: argparse.ArgumentParser, defaults: list[str], **kwargs: Any
+) -> argparse.Action:
+    """``--backends name[:key=value,...] ...`` defaulting to ``defaults`` (parsed now)."""
+    return parser.add_argument(
+        "--backends",
+        nargs="+",
+        type=backend_arg,
+        default=[parse_backend(spec) for spec in defaults],
+        **kwargs,
+    )
+
+
+def add_output(parser: argparse.ArgumentParser) -> None:
+    """``--out`` (folder of the CSV, markdown and PNG files) and ``--tag`` (their name stem)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/benchmarks"),
+        help="directory for the CSV, markdown and PNG files",
+    )
+    parser.add_argument("--tag", help="file name stem (default per subcommand)")
+
+
+def add_timing(parser: argparse.ArgumentParser) -> None:
+    """The flags of a timed attention call: backends, its shape (None: the command's default),
+    repeats, warm-up and device."""
+    add_backends(
+        parser,
+        default_backends(),
+        help="name[:key=value,...], e.g. polysketch:sketch_size=32 "
+        f"(default: {' '.join(default_backends())})",
+    )
+    parser.add_argument("--batch", type=int, help="B (default: the protocol's)")
+    parser.add_argument("--heads", type=int, help="H (default: the protocol's)")
+    parser.add_argument("--head-dim", type=int, help="D = Dv (default: the protocol's)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", default=default_device())
+
+
+def budget_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Settings`` fields of a budgeted series (``budget``) from ``--device``, ``--dtype``,
+    ``--repeats``, ``--warmup`` and ``--budget``."""
+    return {
+        "device": torch.device(args.device),
+        "dtype": DTYPES[args.dtype],
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "budget_s": args.budget,
+    }
+
+
+def timing_method(device: torch.device) -> str:
+    """How a point's time was taken, for the results' provenance."""
+    return "CUDA events" if device.type == "cuda" else "time.perf_counter"

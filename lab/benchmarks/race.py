@@ -45,8 +45,14 @@ from torch.profiler import ProfilerActivity, profile
 
 from attn_lightning.records import environment, markdown_table, read_csv, write_csv
 from lab.benchmarks import contenders, report
-from lab.benchmarks.arguments import DTYPES, add_output, timing_method
-from lab.benchmarks.measure import is_out_of_memory, synchronize, time_calls
+from lab.benchmarks.measure import (
+    DTYPES,
+    add_output,
+    is_out_of_memory,
+    synchronize,
+    time_calls,
+    timing_method,
+)
 
 log = logging.getLogger(__name__)
 

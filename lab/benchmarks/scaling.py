@@ -1,20 +1,24 @@
 """Latency and peak memory of one attention call against the sequence length N.
 
-Random q, k, v of shape (B, H, N, D), D = Dv, shaped by a ``protocols.TimingProtocol``.
+Random q, k, v of shape (B, H, N, D), D = Dv, shaped by a ``TimingProtocol`` (``PROTOCOLS``,
+three from the literature, overridable on the CLI):
+
+* ``small-batch`` (default): B = 4, H = 4, D = 64, N = 256 … 16,384: a few long sequences, the
+  setting of the library's speed targets.
+* ``fixed-batch``: one attention layer, H = 1, D = 64, B = 32, N = 128 … 6,000 (the setup of the
+  2024 blog reproduction "Linear Attention Is All You Need").
+* ``constant-tokens``: B·N = 2¹⁶ tokens, H = 1, D = 64, N = 2⁹ … 2¹⁶, cost reported per sample
+  (Katharopoulos et al. 2020, Fig. 1).
 
 Each point (backend, causal, mode, N) is the median of timed repeats after warm-up, within a
 per-point time budget (``measure.timed_point``); one more call measures peak memory (on CPU it is
-the first warm-up call). A series runs through ``budget.run_budgeted``: before a point runs, its
-cost is extrapolated from the last measured point of the same series as
-``value · (N/N₀)^α · (B/B₀)``, α of time and of memory each from the last two points (clamped to
-[1, 2]; 2, the quadratic upper bound, from a single point). A point whose estimated call time
-exceeds the budget, or whose estimated memory exceeds the limit, is skipped and recorded with the
-estimate ("too slow" / "OOM (est.)") instead of hanging the machine.
+the first warm-up call). A series runs through ``budget.run_budgeted``: a point's cost is
+extrapolated from the last measured point of its series as ``value · (N/N₀)^α · (B/B₀)`` (α of
+time and of memory each from the last two points, clamped to [1, 2]); a point estimated over the
+time budget or the memory limit is skipped with the estimate ("too slow" / "OOM (est.)").
 
-Every row, measured or skipped, carries ``fwd_flops``: the forward FLOPs of the call counted by
-``flops.attention_flops`` (eval mode, so optimization draws no random tokens), None for a
-backend without a formula. Backends without a causal form (optimization, pool) have no causal
-rows.
+Every row, measured or skipped, carries ``fwd_flops``, counted by ``flops.attention_flops`` (eval
+mode), None for a backend without a formula. Backends without a causal form have no causal rows.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from attn_lightning.attention import Attention
 from lab.benchmarks.budget import extrapolate, growth_exponent, run_budgeted
 from lab.benchmarks.flops import CallShape, attention_flops
 from lab.benchmarks.measure import (
+    BackendSpec,
     feature_dim,
     is_out_of_memory,
     minimal_flops,
@@ -37,8 +42,42 @@ from lab.benchmarks.measure import (
     sdpa_context,
     timed_point,
 )
-from lab.benchmarks.protocols import TimingProtocol
-from lab.benchmarks.specs import BackendSpec
+
+MODES = ("fwd", "fwdbwd")
+
+
+@dataclass(frozen=True)
+class TimingProtocol:
+    """Shapes of a scaling run; ``tokens`` set means B = tokens // N (constant B·N)."""
+
+    name: str
+    lengths: tuple[int, ...]
+    heads: int
+    head_dim: int
+    batch: int = 1
+    tokens: int | None = None
+
+    def batch_for(self, n: int) -> int:
+        return max(1, self.tokens // n) if self.tokens else self.batch
+
+    def describe(self) -> str:
+        batch = f"B·N={self.tokens}" if self.tokens else f"B={self.batch}"
+        lengths = ", ".join(map(str, self.lengths))
+        return f"{self.name}: {batch}, H={self.heads}, D={self.head_dim}, N = {lengths}"
+
+
+PROTOCOLS: dict[str, TimingProtocol] = {
+    "small-batch": TimingProtocol(
+        "small-batch", (256, 1024, 4096, 16384), heads=4, head_dim=64, batch=4
+    ),
+    "fixed-batch": TimingProtocol(
+        "fixed-batch", (128, 256, 512, 1024, 2048, 4096, 6000), heads=1, head_dim=64, batch=32
+    ),
+    "constant-tokens": TimingProtocol(
+        "constant-tokens", tuple(2**e for e in range(9, 17)), heads=1, head_dim=64, tokens=2**16
+    ),
+}
+
 
 log = logging.getLogger(__name__)
 
@@ -121,28 +160,16 @@ def make_call(
     return call
 
 
-def _extrapolate(value: float, last: Row, n: int, b: int, exponent: float = 2.0) -> float:
-    """``value · (N/N₀)^α · (B/B₀)``: cost ∝ B·N^α from the last measured point."""
-    return extrapolate(value, last.n, n, exponent) * (b / last.batch)
-
-
-def _time_exponent(measured: Sequence[Row]) -> float:
-    """α of per-sample time ∝ N^α from the last two measured points, clamped to [1, 2] (every
-    backend here is between linear and quadratic); 2, the safe bound, with fewer points."""
-    return _growth_exponent(measured, lambda row: row.ms)
-
-
-def _memory_exponent(measured: Sequence[Row]) -> float:
-    """α of per-sample peak memory ∝ N^α, as ``_time_exponent``. A fixed 2 would skip every
-    linear-time backend at large N: PolySketch's measured 1.1 GiB at N=4,096 became an
-    "estimated" 18 GiB at 16,384 when its memory grows as N (4.5 GiB)."""
-    return _growth_exponent(measured, lambda row: row.peak_mb)
-
-
-def _growth_exponent(measured: Sequence[Row], value: Callable[[Row], float | None]) -> float:
-    """``budget.growth_exponent`` of the per-sample values (constant tokens: B changes with N)."""
-    values = [(r, value(r)) for r in measured]
-    return growth_exponent([(r.n, None if v is None else v / r.batch) for r, v in values])
+def _estimate(measured: Sequence[Row], n: int, b: int, field: str) -> float:
+    """``field`` (``ms`` or ``peak_mb``) at (N, B) from the last measured point, as
+    ``value · (N/N₀)^α · (B/B₀)``: α of the per-sample value (B changes with N under constant
+    tokens) from the last two points (``budget.growth_exponent``). A fixed α = 2 would skip every
+    linear-memory backend at large N (PolySketch's 1.1 GiB at N 4,096 "estimated" 18 GiB at
+    16,384, where it needs 4.5)."""
+    values = [(r.n, getattr(r, field), r.batch) for r in measured]
+    exponent = growth_exponent([(m, None if v is None else v / mb) for m, v, mb in values])
+    last = measured[-1]
+    return extrapolate(getattr(last, field), last.n, n, exponent) * (b / last.batch)
 
 
 def _skip(measured: Sequence[Row], row: Row, settings: Settings) -> str | None:
@@ -151,13 +178,12 @@ def _skip(measured: Sequence[Row], row: Row, settings: Settings) -> str | None:
     last = measured[-1]
     if last.ms is None:  # measured rows always have a time
         return None
-    est_ms = _extrapolate(last.ms, last, row.n, row.batch, _time_exponent(measured))
+    est_ms = _estimate(measured, row.n, row.batch, "ms")
     if est_ms / 1e3 > settings.budget_s:
         row.est_ms = est_ms
         return f"too slow (est. {est_ms / 1e3:.3g} s/call)"
     if last.peak_mb is not None and settings.max_memory_bytes is not None:
-        exponent = _memory_exponent(measured)
-        est_mb = _extrapolate(last.peak_mb, last, row.n, row.batch, exponent)
+        est_mb = _estimate(measured, row.n, row.batch, "peak_mb")
         if est_mb * 2**20 > settings.max_memory_bytes:
             size = f"{est_mb:.3g} MiB" if est_mb < 1024 else f"{est_mb / 1024:.3g} GiB"
             return f"OOM (est. {size})"

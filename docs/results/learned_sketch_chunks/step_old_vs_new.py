@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attn_lightning.attention.ops import sketches
+from lab.benchmarks.measure import BackendSpec
 from lab.benchmarks.model_step import Settings, build_model
-from lab.benchmarks.specs import BackendSpec
 
 CHUNKED = sketches._FFSketch.forward
 

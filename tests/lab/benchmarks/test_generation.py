@@ -17,8 +17,8 @@ from attn_lightning.tasks.image import ImageGenerationTask
 from lab.benchmark import build_parser
 from lab.benchmark import main as benchmark_main
 from lab.benchmarks import generation
-from lab.benchmarks.generation import throughput as throughput_report
-from lab.benchmarks.generation.throughput import largest_batch
+from lab.benchmarks import throughput as throughput_report
+from lab.benchmarks.throughput import largest_batch
 from lab.results.references import ENV
 
 TINY = {
@@ -257,7 +257,7 @@ def test_ratios_divide_the_measured_rates_not_the_rounded_ones(tmp_path):
     # rounded to 3 decimals is 0.04) against linear's step 1.151 s: 21.53x, not 0.869 / 0.04.
     from argparse import Namespace
 
-    from lab.benchmarks.generation.throughput import _row
+    from lab.benchmarks.throughput import _row
 
     facts = {"run": "r", "train_step": 1, "model": "m", "requested_batch": 1}
     rows = [

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from attn_lightning.attention import build_attention
 from lab.benchmarks import approximation as approx
-from lab.benchmarks import decode, kernel_shapes, measure, protocols, report, scaling
-from lab.benchmarks.specs import parse_backend
+from lab.benchmarks import decode, kernel_shapes, measure, report, scaling
+from lab.benchmarks.measure import parse_backend
 
 
 # ---------------------------------------------------------------------------- specs
@@ -133,35 +133,26 @@ def test_sdpa_context_rejects_unknown_kernel():
 
 
 def test_protocol_batches():
-    constant = protocols.PROTOCOLS["constant-tokens"]
+    constant = scaling.PROTOCOLS["constant-tokens"]
     assert [constant.batch_for(n) * n for n in constant.lengths] == [2**16] * 8
-    assert protocols.PROTOCOLS["fixed-batch"].batch_for(6000) == 32
+    assert scaling.PROTOCOLS["fixed-batch"].batch_for(6000) == 32
 
 
-def test_time_exponent_is_clamped_between_linear_and_quadratic():
-    def r(n, ms, batch=1):
-        return scaling.Row("p", "x", False, "fwd", n, batch, 1, 8, "float32", ms=ms)
+def test_estimate_carries_the_per_sample_growth_of_the_last_two_points():
+    def r(n, ms, mb=None, batch=1):
+        return scaling.Row("p", "x", False, "fwd", n, batch, 1, 8, "float32", ms=ms, peak_mb=mb)
 
-    assert scaling._time_exponent([r(8, 1.0)]) == 2.0  # one point: the quadratic bound
-    assert scaling._time_exponent([r(8, 1.0), r(16, 2.9)]) == pytest.approx(math.log2(2.9))
-    assert scaling._time_exponent([r(8, 1.0), r(16, 1.0)]) == 1.0
-    assert scaling._time_exponent([r(8, 1.0), r(16, 64.0)]) == 2.0
+    assert scaling._estimate([r(8, 1.0)], 16, 1, "ms") == 4.0  # one point: the quadratic bound
+    assert scaling._estimate([r(8, 1.0), r(16, 2.9)], 32, 1, "ms") == pytest.approx(2.9**2)
     # constant tokens: half the batch at twice N and the same total time is linear per sample
-    assert scaling._time_exponent([r(8, 1.0, batch=4), r(16, 1.0, batch=2)]) == 1.0
-
-
-def test_memory_exponent_follows_the_measured_growth():
-    def r(n, mb):
-        return scaling.Row("p", "x", False, "fwd", n, 4, 1, 8, "float32", ms=1.0, peak_mb=mb)
-
+    halving = [r(8, 1.0, batch=4), r(16, 1.0, batch=2)]
+    assert scaling._estimate(halving, 32, 1, "ms") == pytest.approx(1.0)
     # A linear-time backend's memory: 289 -> 1142 MiB from N = 1,024 to 4,096 is N¹, so the
     # estimate at 16,384 is ~4.5 GiB, not the quadratic bound's 18 GiB.
-    rows = [r(1024, 289.0), r(4096, 1142.0)]
-    alpha = scaling._memory_exponent(rows)
-    assert alpha == pytest.approx(1.0, abs=0.02)
-    assert scaling._extrapolate(1142.0, rows[-1], 16384, 4, alpha) == pytest.approx(4568, rel=0.05)
-    assert scaling._memory_exponent([r(1024, 10.0), r(2048, 40.0)]) == 2.0  # quadratic stays 2
-    assert scaling._memory_exponent(rows[:1]) == 2.0  # one point: the safe bound
+    rows = [r(1024, 1.0, 289.0, 4), r(4096, 1.0, 1142.0, 4)]
+    assert scaling._estimate(rows, 16384, 4, "peak_mb") == pytest.approx(4568, rel=0.05)
+    quadratic = [r(1024, 1.0, 10.0), r(2048, 1.0, 40.0)]
+    assert scaling._estimate(quadratic, 4096, 1, "peak_mb") == pytest.approx(160.0)
 
 
 def test_series_skips_once_the_estimate_exceeds_the_budget():
@@ -173,7 +164,7 @@ def test_series_skips_once_the_estimate_exceeds_the_budget():
         budget_s=0.0,
         measure_memory=False,
     )
-    protocol = protocols.TimingProtocol("t", (8, 16, 32), heads=1, head_dim=8, batch=1)
+    protocol = scaling.TimingProtocol("t", (8, 16, 32), heads=1, head_dim=8, batch=1)
     spec = parse_backend("softmax")
     rows = scaling.run_series(
         spec,
@@ -195,24 +186,10 @@ def test_series_skips_once_the_estimate_exceeds_the_budget():
 def test_error_row_is_zero_for_an_exact_pair_and_positive_otherwise():
     settings = approx.ApproxSettings(length=8, heads=1, head_dim=4, draws=3)
     exact = approx.error_row(
-        "t",
-        "s",
-        parse_backend("polysketch:degree=2"),
-        reference="polynomial:degree=2",
-        x_name="x",
-        x=1,
-        settings=settings,
+        "t", "s", "polysketch:degree=2", "polynomial:degree=2", "x", 1, settings
     )
     assert exact.mean < 1e-10 and exact.draws == 3  # degree-2 "sketch" is the exact feature map
-    noisy = approx.error_row(
-        "t",
-        "s",
-        parse_backend("performer:num_features=4"),
-        reference="softmax",
-        x_name="x",
-        x=1,
-        settings=settings,
-    )
+    noisy = approx.error_row("t", "s", "performer:num_features=4", "softmax", "x", 1, settings)
     assert noisy.min > 0 and noisy.min <= noisy.mean <= noisy.max and noisy.std > 0
 
 

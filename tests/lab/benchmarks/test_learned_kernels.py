@@ -15,7 +15,7 @@ from attn_lightning.attention.polynomial import PolynomialAttention
 from attn_lightning.attention.polysketch import PolySketchAttention
 from attn_lightning.records.files import read_csv
 from lab.benchmarks.cli import main
-from lab.benchmarks.learned_kernels import learned_rows
+from lab.benchmarks.kernel_shapes import learned_rows
 
 
 class Model(nn.Module):

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from lab.benchmark import main
+from lab.benchmarks.measure import parse_backend
 from lab.benchmarks.model_step import AttentionTimer, Row, Settings, build_model
 from lab.benchmarks.report import crossover, crossover_table, read_csv
-from lab.benchmarks.specs import parse_backend
 
 COLUMNS = {
     "model",

@@ -1,5 +1,4 @@
-"""``generation``: image generation throughput per backend, the histogram baseline, and the
-decode-latency plot.
+"""``generation``: images/s of whole-image sampling per backend, and the histogram baseline.
 
     python -m lab.benchmark generation --image-size 28 --batch 32 \\
         --backends softmax linear performer:num_features=64 polysketch:sketch_size=32 \\
@@ -9,27 +8,18 @@ decode-latency plot.
         --batches 1 32 max [--memory-budget-gb 8] --out docs/results/image_throughput_trained
     python -m lab.benchmark generation --histogram --image-size 28 --levels 256
     python -m lab.benchmark generation --decode-csv out/decode/decode_cpu.csv \\
-        --decode-png docs/results/figures/decode_latency.png     # plot only
+        --decode-png docs/results/figures/decode_latency.png     # plot only (``decode``)
 
-Throughput (``throughput``): a ``PixelTransformer`` samples ``batch`` whole images of
-``image_size²`` pixels, unconditionally (no observed pixels, temperature 1), through
-``models/decoding.py``: ``step`` (recurrent state for kernel backends, a preallocated KV cache
-for softmax) or prefix recompute (the uncached reference). ``--backends``: randomly initialised
-models of the given sizes (speed does not depend on the weights), ``--recompute`` names the specs
-also timed uncached. ``--checkpoints``: the trained ``ImageGenerationTask`` checkpoints, each
-labelled by its backend spec and run folder, timed at every ``--batches`` entry with ``step``
-and, for softmax and the backends or runs named in ``--recompute``, prefix recompute. ``max`` is
-the largest batch that fits: the peak memory of a batch of 4 is measured, and the batch doubles
-from 32 while the projected peak stays within ``--memory-budget-gb`` (and ``--max-batch-limit``);
-a run that still runs out of memory is retried at half the batch. Reports images/s and ms per
-pixel (wall time of the whole batch / pixels), and each row's ratio to softmax's step (KV-cached)
-and to softmax's prefix recompute (uncached) at the same requested batch (the first softmax model
-given), beside the paper's published numbers. Writes ``<out>.csv`` and ``<out>.md``
-(``throughput.write_throughput``).
+A ``PixelTransformer`` samples ``batch`` whole images unconditionally (temperature 1) through
+``models/decoding.py``: ``step`` (recurrent state, or a preallocated KV cache for softmax) or
+prefix recompute (the uncached reference). ``--backends``: random-weight models (speed does not
+depend on the weights); ``--checkpoints``: trained ``ImageGenerationTask`` checkpoints at every
+``--batches`` entry, ``max`` being the largest batch whose peak memory, projected from a batch of
+4, fits ``--memory-budget-gb`` (halved again on a real out-of-memory). Measured and written by
+``throughput``: images/s set against softmax's step and prefix recompute at the same requested
+batch, with the paper's numbers beside them.
 Histogram (``histogram_report``): bits/dim of an independent per-pixel histogram fitted on the
 training split, on all pixels and on the held-out completion pixels.
-Decode plot (``plot_decode``): ms per decoded token against context length from the CSV that
-``python -m lab.benchmark decode`` writes.
 """
 
 from __future__ import annotations
@@ -48,10 +38,10 @@ from attn_lightning.cli.checkpoints import (
 )
 from attn_lightning.data.pixels import PixelDataModule, histogram_bits_per_dim
 from attn_lightning.models.pixel import PixelTransformer
-from attn_lightning.records import read_csv
 from attn_lightning.tasks.image import DEFAULT_OBSERVED_FRACTION, ImageGenerationTask
-from lab.benchmarks.arguments import UsageError
-from lab.benchmarks.generation.throughput import measure, measure_checkpoint, write_throughput
+from lab.benchmarks import decode
+from lab.benchmarks.measure import UsageError
+from lab.benchmarks.throughput import measure, measure_checkpoint, write_throughput
 
 log = logging.getLogger("lab.benchmarks.generation")
 
@@ -136,38 +126,6 @@ def histogram_report(args: argparse.Namespace) -> tuple[dict[str, float], str]:
     return result, line
 
 
-def plot_decode(csv_path: Path, png: Path) -> Path:
-    """Log-log plot of ms per decoded token against context length, one line per backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    meta, rows = read_csv(csv_path)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for backend in dict.fromkeys(r["backend"] for r in rows):
-        points = [(int(r["context"]), float(r["ms"])) for r in rows if r["backend"] == backend]
-        points = [p for p in points if p[1] == p[1]]  # drop NaN (skipped points)
-        ax.plot(*zip(*points, strict=True), marker="o", label=backend)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context length T (tokens already decoded)")
-    ax.set_ylabel("ms per decoded token (one step)")
-    first = rows[0]
-    ax.set_title(
-        f"decode latency, B={first['batch']}, H={first['heads']}, D={first['head_dim']}, "
-        f"{meta.get('device', '')}",
-        fontsize=9,
-    )
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    return png
-
-
 def _batch(text: str) -> str:
     if text != "max" and not (text.isdigit() and int(text) > 0):
         raise argparse.ArgumentTypeError(f"a batch is a positive int or 'max', got {text!r}")
@@ -245,7 +203,7 @@ def run(args: argparse.Namespace) -> str:
     if args.histogram:
         printed.append(histogram_report(args)[1])
     if args.decode_csv is not None:
-        log.info("wrote %s", plot_decode(args.decode_csv, args.decode_png))
+        log.info("wrote %s", decode.plot_decode(args.decode_csv, args.decode_png))
     if args.checkpoints:
         try:  # every checkpoint is read before any is timed: a bad path fails at once
             models = [load_pixel_model(path) for path in args.checkpoints]

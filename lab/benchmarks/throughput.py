@@ -1,19 +1,10 @@
-"""Images/s of whole-image sampling per backend: random-weight models and trained checkpoints.
+"""Images/s of whole-image sampling per backend (the ``generation`` command's measurement).
 
-A ``PixelTransformer`` samples ``batch`` whole images of ``image_size²`` pixels, unconditionally
-(no observed pixels, temperature 1), through ``models/decoding.py``: ``step`` (recurrent state
-for kernel backends, a preallocated KV cache for softmax) or prefix recompute (the uncached
-reference). ``measure``: a randomly initialised model of the given sizes (speed does not depend on
-the weights). ``measure_checkpoint``: a trained checkpoint at every requested batch, ``max`` being
-the largest batch that fits (``largest_batch``); a run that still runs out of memory is retried at
-half the batch. ``add_ratios``: each row against softmax's step and prefix recompute at the same
-requested batch.
-
-The report (``write_throughput``): ``<out>.csv`` (one row per timing) and ``<out>.md`` (the
-command, the machine, the published numbers it is set against, one table).
-
-The paper's numbers are data: ``docs/references/linear_transformers_generation.csv`` (its
-``# source:`` line cites them), read with ``results.references.reference``.
+``measure``: a random-weight model; ``measure_checkpoint``: a trained checkpoint at every
+requested batch (``largest_batch`` for ``max``; halved on a real out-of-memory); ``add_ratios``:
+each row against softmax's step and prefix recompute at the same requested batch;
+``write_throughput``: ``<out>.csv`` and ``<out>.md``, the paper's numbers beside the table (data:
+``docs/references/linear_transformers_generation.csv``, read by ``results.references``).
 """
 
 from __future__ import annotations
@@ -114,8 +105,7 @@ def shown(row: Row) -> Row:
     figures (0.04035, not 0.04), ms per pixel to 4 decimals; every other value as it is."""
     out = dict(row)
     for key, digits in (("seconds", 3), ("seconds_median", 3), ("ms_per_pixel", 4)):
-        if key in row:  # files from before the median was kept have none
-            out[key] = round(row[key], digits)
+        out[key] = round(row[key], digits)
     out["images_per_s"] = float(f"{row['images_per_s']:.4g}")
     return out
 
@@ -268,18 +258,15 @@ def paper_context(name: str = REFERENCE) -> str:
 def throughput_table(rows: Sequence[Row]) -> str:
     """The markdown table of the rows (with run and train step columns for checkpoints)."""
     checkpoint_mode = any("run" in r for r in rows)
-    # CSVs written before the median was kept have none: no column rather than an empty one.
-    with_median = any("seconds_median" in r for r in rows)
     header = ["backend", *(["run", "train step"] if checkpoint_mode else [])]
-    header += ["decoding", "batch", "pixels/image", "seconds/batch (best)"]
-    header += [*(["median"] if with_median else []), "images/s"]
+    header += ["decoding", "batch", "pixels/image", "seconds/batch (best)", "median", "images/s"]
     header += ["ms per pixel step", "× softmax KV cache", "× softmax recompute"]
     body = []
     for r in rows:
         batch = f"max → {r['batch']}" if r.get("requested_batch") == "max" else r["batch"]
         run = [r["run"], r["train_step"]] if checkpoint_mode else []
-        median = [r.get("seconds_median", "")] if with_median else []
-        timing = [r["tokens"], r["seconds"], *median, r["images_per_s"], r["ms_per_pixel"]]
+        timing = [r["tokens"], r["seconds"], r["seconds_median"], r["images_per_s"]]
+        timing.append(r["ms_per_pixel"])
         ratios = [r["vs_softmax_kv_cache"], r["vs_softmax_recompute"]]
         body.append([f"`{r['backend']}`", *run, METHODS[r["method"]], batch, *timing, *ratios])
     return markdown_table(header, body)
