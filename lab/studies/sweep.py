@@ -88,7 +88,6 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.records.environment import command_line
-from lab.results.curves import append_curves
 from lab.results.paired import comparisons
 from lab.results.records import (
     NOT_RUN,
@@ -99,15 +98,8 @@ from lab.results.records import (
     run_folder,
     study_runs_dir,
 )
-from lab.results.tables import Convergence, write_tables
-from lab.studies.arguments import (
-    add_run_arguments,
-    check_overrides,
-    log_to_stderr,
-    plan_argv,
-    study_parser,
-)
-from lab.studies.reports import REPORTS, plan_pages
+from lab.results.tables import Convergence, append_curves, write_tables
+from lab.studies.plans import REPORTS, plan_argv, plan_pages
 from lab.studies.runner import Runner, Variant
 from lab.studies.stages import Stage, plan_stages, source_checkpoint
 
@@ -128,17 +120,25 @@ __all__ = ["PLANS", "REPORTS", "build_parser", "main", "parse", "report"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The sweep CLI (see the module docstring)."""
-    parser = study_parser(PROG, __doc__)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add = parser.add_argument
     add("--config", action="append", help="base train.py config (repeatable; required)")
     add("--backends", nargs="+", default=[], help="attention variants: name[:key=value,...]")
     add("--variants", nargs="+", default=[], help="config overlay variants (YAML files)")
-    add_run_arguments(
-        parser,
-        experiment=None,
-        experiment_help="log/checkpoint folder (default: sweep-<out name>)",
-        out_required=False,  # a --plan gives it
+    add("--seeds", nargs="+", type=int, default=[0, 1, 2], help="each run's seed_everything")
+    add("--set", action="append", default=[], metavar="KEY=VALUE", help="train.py argument")
+    add("--jobs", type=int, default=1, help="training runs at once")
+    add(
+        "--resume",
+        action="store_true",
+        help="reuse a run's ok record where it exists, continue a stopped run from its "
+        "last.ckpt, train the others",
     )
+    add("--skip-runs", action="store_true", help="train nothing: tables from the records there")
+    add("--experiment", help="log/checkpoint folder (default: sweep-<out name>)")
+    add("--out", type=Path, help="output path without extension (default: a --plan's)")
     add("--metrics", nargs="+", default=None, help="table columns (default: test/ metrics)")
     add("--metric", default=None, help="convergence metric (needs --threshold)")
     add("--threshold", type=float, default=None, help="convergence threshold of --metric")
@@ -188,7 +188,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
         parser.error("give --backends and/or --variants")
     if (args.metric is None) != (args.threshold is None):
         parser.error("--metric and --threshold go together")
-    check_overrides(parser, args.set)
+    if bad := [o for o in args.set if "=" not in o]:
+        parser.error(f"--set expects KEY=VALUE, got {bad}")
     args.experiment = args.experiment or f"sweep-{args.out.name}"
     try:  # fail before the first run on a malformed spec, stage or page
         stages = plan_stages(
@@ -274,7 +275,7 @@ def _list_runs(
 
 def main(argv: list[str] | None = None) -> list[RunResult]:
     """Run the sweep CLI; returns the runs (in the order of the tables)."""
-    log_to_stderr()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     args, stages, command = parse(sys.argv[1:] if argv is None else argv)
     study, results_dir = args.out.name, args.out.parent
     records = study_runs_dir(study, results_dir)

@@ -25,9 +25,8 @@ from typing import Any
 import torch
 
 from attn_lightning.records import markdown_records, write_csv
-from lab.results.curves import append_curves
 from lab.results.records import NOT_RUN, RunResult, load_runs
-from lab.results.tables import column, write_tables
+from lab.results.tables import append_curves, column, write_tables
 from lab.studies.detection import costs, probe
 from lab.studies.detection.sensitivity import (
     ABLATIONS,
@@ -43,7 +42,7 @@ from lab.studies.detection.sensitivity import (
 from lab.studies.detection.variants import COMPARED, CONTROLS, comparisons, overlays
 
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
-CURVE = "val/mAP"  # <out>_curves.csv: every validation of every run (results.curves)
+CURVE = "val/mAP"  # <out>_curves.csv: every validation of every run (results.tables)
 log = logging.getLogger("lab.studies.detection")
 
 
@@ -62,7 +61,7 @@ def write(
     comparison with its control where both ran (``CONTROLS``: the control, what differs, the
     paired-by-seed Δ); ``label`` titles the variant column. With a ``grid``, the summary also
     holds each point's cells and ``<out>.md`` opens with the grid's own table, headed
-    ``heading`` (``_grid_head``); ``CURVE`` per run closes it (``results.curves``)."""
+    ``heading`` (``_grid_head``); ``CURVE`` per run closes it (``results.tables``)."""
     notes = []
     if costs:
         inputs = sorted({str(cost["input"]) for cost in costs.values()})

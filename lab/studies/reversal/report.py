@@ -22,11 +22,11 @@ from typing import Any
 
 from attn_lightning.records.environment import machine_line
 from attn_lightning.records.files import markdown_table, write_csv
-from lab.results.curves import curves_table
 from lab.results.paired import SEED_INTERVAL_NOTE
 from lab.results.records import OK, RunResult, run_label
 from lab.results.tables import (
     column,
+    curves_table,
     default_metrics,
     format_number,
     records_machine_line,

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.records.run_files import load_record
-from lab.results.curves import series
 from lab.results.paired import seed_deltas
 from lab.results.records import (
     OK,
@@ -39,7 +38,7 @@ from lab.results.records import (
     run_label,
     run_scalars,
 )
-from lab.results.tables import Convergence, median_iqr
+from lab.results.tables import Convergence, median_iqr, series
 from lab.studies.reversal.traces import (
     GROUPS,
     VAL_LOSS_TAG,

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.records.run_files import SPIKES, load_record
-from lab.results.curves import series
 from lab.results.records import RunResult, Scalars, run_scalars, run_spikes
+from lab.results.tables import series
 
 VAL_TAG = "val/token_acc"
 VAL_LOSS_TAG = "val/loss"  # what the checkpoint callback monitors (mode min)

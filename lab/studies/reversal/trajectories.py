@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_lightning.records.files import markdown_table, write_csv
-from lab.results.curves import series
+from lab.results.tables import series
 from lab.studies.reversal.runs import chosen_runs, finished
 from lab.studies.reversal.traces import (
     BURST_GAP,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab.studies.reports import REPORTS
+from lab.studies.plans import REPORTS
 from lab.studies.sweep import main
 
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from lab.results.records import run_label
-from lab.studies.reports import REPORTS
+from lab.studies.plans import REPORTS
 from lab.studies.sweep import main, parse
 from tests.lab.studies.test_sweep import FAKE_RECORD
 
