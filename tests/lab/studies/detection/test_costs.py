@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.studies.detection.costs import measure
+from lab.studies.detection.report import measure
 from lab.studies.detection.variants import overlays
 
 

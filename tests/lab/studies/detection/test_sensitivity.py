@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -11,18 +10,17 @@ import pytest
 import yaml
 
 from attn_lightning.attention.optimization import OptimizationAttention
-from lab.studies.detection import sensitivity
-from lab.studies.detection.costs import build_model
-from lab.studies.detection.report import write_page
-from lab.studies.detection.sensitivity import (
+from lab.studies.detection import variants
+from lab.studies.detection.report import build_model, write_page
+from lab.studies.detection.variants import (
     ABLATIONS,
+    CONFIGS,
     GRID,
     SENSITIVITY_DEFAULT,
     sensitivity_grid,
     sensitivity_sites,
 )
-from lab.studies.detection.variants import CONFIGS
-from lab.studies.runner import Variant, run_name
+from lab.studies.runner import Variant
 from tests.lab.studies.detection.runs import SMALL, tiny_runner
 
 ONE_AT_A_TIME = [
@@ -63,22 +61,6 @@ def test_one_at_a_time_grid_changes_one_option_of_the_site_spec():
         assert variant.configs == (str(CONFIGS / "optimization_decoder_cross.yaml"),)
         # The whole spec of the one site, the other options as the overlay has them.
         assert _site_specs(variant) == {"decoder_cross": {**SPEC, **point.options}}
-
-
-def test_full_grid_is_the_factorial_and_shares_names_with_the_one_at_a_time_grid():
-    full = sensitivity_grid(full=True)
-    assert len(full) == 3 * 3 * 2 == 18
-    assert full[0].variant.name == "optimization_decoder_cross"  # the reference first
-    combos = {tuple(p.options.values()) for p in full}
-    assert combos == set(itertools.product(*GRID.values()))
-    names = [p.variant.name for p in full]
-    assert len(set(names)) == 18
-    assert "optimization_decoder_cross@lam=0.03,iterations=5,random_tokens=0" in names
-    # Stable: the same point has the same name (and run files) in both grids and every call.
-    assert set(ONE_AT_A_TIME) <= set(names)
-    assert names == [p.variant.name for p in sensitivity_grid(full=True)]
-    labels = {run_name(p.variant, 0) for p in full}
-    assert "optimization_decoder_cross@lam-0.03_iterations-5_random_tokens-0-s0" in labels
 
 
 def test_a_grid_on_all_sites_overrides_every_site():
@@ -144,7 +126,7 @@ def test_bad_sites_are_named_with_what_is_allowed(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"a sensitivity page needs centre"):
         write_page([tmp_path], tmp_path / "t", grid="sensitivity", **page)
     # Sites that disagree on an option of the grid have no one point to vary around.
-    monkeypatch.setattr(sensitivity, "CONFIGS", tmp_path)
+    monkeypatch.setattr(variants, "CONFIGS", tmp_path)
     sites = {"decoder_self": {**SPEC, "lam": 0.1}, "decoder_cross": {**SPEC, "lam": 0.3}}
     (tmp_path / "mixed.yaml").write_text(yaml.safe_dump({"model": {"init_args": sites}}))
     with pytest.raises(ValueError, match=r"'mixed' sets lam differently per site"):

@@ -7,8 +7,7 @@ import torch
 
 from lab.benchmarks.flops import CallShape, attention_flops
 from lab.benchmarks.report import read_csv
-from lab.studies.detection.costs import build_model
-from lab.studies.detection.report import write_sites
+from lab.studies.detection.report import build_model, write_sites
 from lab.studies.detection.variants import overlays
 
 
