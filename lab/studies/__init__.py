@@ -3,6 +3,7 @@
 ``runner`` is the one runner (a (variant, seed) -> a ``train.py`` run -> its ``RunResult``, read
 from the run's record), ``sweep`` the one command on top of it; a plan (``configs/studies/``) is
 read by ``plans`` (its options, its ``pages:`` over the report kinds ``plans.REPORTS``) and
-``stages`` (its ``grid:`` and ``stages:``). A study's folder holds what its pages need beyond the
-common tables: its report kinds.
+``stages`` (its ``grid:`` and ``stages:``). What a study's pages need beyond the common tables
+are its report kinds: a module (``reversal``, ``trajectories`` over ``reversal_traces``) or a
+folder (``detection``, ``lora``, ``warm_start``; ``image`` holds its checkpoint grids).
 """

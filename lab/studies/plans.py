@@ -21,8 +21,8 @@ from lab.results.paired import write_paired
 from lab.studies.detection.report import write_page as write_detection
 from lab.studies.detection.report import write_probe, write_sites
 from lab.studies.lora.report import report as lora_report
-from lab.studies.reversal.report import report as reversal_report
-from lab.studies.reversal.trajectories import write_trajectories
+from lab.studies.reversal import report as reversal_report
+from lab.studies.trajectories import write_trajectories
 from lab.studies.warm_start.tables import write as write_warm_start
 
 

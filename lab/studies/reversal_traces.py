@@ -141,6 +141,26 @@ def spike_gradients(scalars: Scalars) -> list[SpikeGradient]:
     return records
 
 
+def curve_facts(scalars: Scalars, threshold: float) -> dict[str, Any]:
+    """The facts whose curves ``scalars`` holds (``reversal_traces``); a fact without its curve
+    is absent (``steps_to_threshold`` None: never reached)."""
+    facts: dict[str, Any] = {}
+    if VAL_TAG in scalars:
+        facts["steps_to_threshold"] = steps_to_threshold(scalars, threshold)
+        facts["val_curve"] = series(scalars, VAL_TAG)
+    spikes = spike_steps(scalars)
+    if spikes is not None:
+        facts["spikes"] = len(spikes)
+        facts["spike_gradients"] = spike_gradients(scalars)
+    if (norm := max_grad_norm(scalars)) is not None:
+        facts["max_grad_norm"] = norm
+    if (best := best_validation(scalars)) is not None:
+        facts["best_ckpt_step"] = best[0]
+    if VAL_LOSS_TAG in scalars:
+        facts["final_val_loss"] = scalars[VAL_LOSS_TAG][-1][1]
+    return facts
+
+
 LOSS_TAG = "train/loss"
 CONVERTED = "converted/"  # a converted record's own curve tags (module docstring)
 # The gradient logged at or last before a spike (``spike_gradients``), per spike row.
@@ -338,7 +358,7 @@ def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
 
 
 def load_trace(run: RunResult) -> RunTrace:
-    """The trace of a finished run (``runs.chosen_runs``) from its record folder."""
+    """The trace of a finished run (``reversal.chosen_runs``) from its record folder."""
     folder = Path(str(run.log_dir))
     spikes = run_spikes(folder) if (folder / SPIKES).is_file() else None
     return RunTrace(run, run_scalars(folder), spikes, str(load_record(folder).get("experiment")))
