@@ -112,7 +112,6 @@ STUDY_MODULES = {
     "runner.py",
     "sweep.py",
     "stages.py",
-    "plans.py",
     # report kinds of one module (a study with more has a folder)
     "reversal.py",
     "reversal_traces.py",
@@ -160,7 +159,7 @@ def test_no_study_folder_has_a_command_line():
     folders = [p for p in (LAB / "studies").iterdir() if (p / "__init__.py").is_file()]
     assert {p.name for p in folders} >= {"detection", "image", "lora", "warm_start"}
     # The sweep is the one command: a study is a plan (configs/studies/), and its folder holds
-    # the report kinds its pages select (studies.plans.REPORTS).
+    # the report kinds its pages select (studies.sweep.REPORTS).
     cli = ("__main__.py", "cli.py")
     with_cli = {f.name for f in folders if any((f / name).is_file() for name in cli)}
     assert not with_cli, f"studies/{sorted(with_cli)}: a CLI of its own"

@@ -28,7 +28,7 @@ from torch import nn
 
 from attn_lightning.records import markdown_meta, markdown_records, write_csv
 from lab.benchmarks import sites
-from lab.results.records import NOT_RUN, RunResult, load_runs
+from lab.results.records import RunResult, runs_of
 from lab.results.tables import append_curves, column, write_tables
 from lab.studies.detection import probe
 from lab.studies.detection.variants import (
@@ -163,14 +163,6 @@ def grid_points(grid: str, centre: str) -> tuple[list[GridPoint], list[str]]:
     return points, [CONTROLS[centre]] if grid == "ablation" and centre in CONTROLS else []
 
 
-def runs_of(roots: Sequence[Path], names: Sequence[str], seeds: Sequence[int]) -> list[RunResult]:
-    """The runs of ``names`` × ``seeds`` from the records under ``roots`` (the first folder's
-    where two hold one), in that order; one without a record is ``NOT_RUN``."""
-    found = {(r.variant, r.seed): r for root in reversed(roots) for r in load_runs(root)}
-    jobs = [(name, seed) for name in names for seed in seeds]
-    return [found.get(job) or RunResult(job[0], job[1], None, NOT_RUN) for job in jobs]
-
-
 def write_page(
     runs: Sequence[Path],
     out: Path,
@@ -193,7 +185,7 @@ def write_page(
         names, heading = [p.variant.name for p in points] + control, GRIDS[grid][1]
     if not names:
         raise ValueError("give variants: [...] or grid: sensitivity | ablation with a centre")
-    results = runs_of(runs, names, seeds)
+    results = runs_of(runs, [(name, seed) for name in names for seed in seeds])
     measured = {} if costs is None else _costs(Path(costs), names, command=command)
     write(out, results, measured, command=command, label=label, grid=points, heading=heading)
     return results

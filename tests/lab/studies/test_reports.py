@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab.studies.plans import REPORTS
-from lab.studies.sweep import main
+from lab.studies.sweep import REPORTS, main
 
 
 def _plan(tmp_path: Path, pages: dict, **options) -> list[str]:
