@@ -59,16 +59,10 @@ def sign_test(positive: int, negative: int) -> float:
 
 @dataclass(frozen=True)
 class SeedDeltas:
-    """Per-seed ``variant − control`` values, their signs, and a t-interval of the mean.
+    """Per-seed ``variant − control`` values, their signs (and ``sign_test``), and the ``LEVEL``
+    Student-t interval of the mean (``low``, ``high``: both the mean for one seed)."""
 
-    Attributes:
-        deltas: ``{seed: Δ}`` over the seeds both ran, in seed order.
-        low, high: the ``LEVEL`` Student-t interval of the mean Δ (both the mean for one seed).
-        positive, negative, zero: how many seeds have Δ > 0, < 0, = 0.
-        sign_p: the exact two-sided sign-test p-value of those signs (``sign_test``).
-    """
-
-    deltas: dict[int, float]
+    deltas: dict[int, float]  # {seed: Δ} over the seeds both ran, in seed order
     low: float
     high: float
 

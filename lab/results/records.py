@@ -111,11 +111,14 @@ def _result(folder: Path, record: dict[str, Any]) -> RunResult:
     )
 
 
-def record_folders(root: Path) -> list[Path]:
-    """Every folder under ``root`` (at any depth) that holds a ``record.json``, sorted."""
-    if not root.is_dir():
-        return []
-    return sorted(path.parent for path in root.rglob(RECORD))
+def record_folders(root: Path, *, required: bool = False) -> list[Path]:
+    """Every folder under ``root`` (at any depth) that holds a ``record.json``, sorted; with
+    ``required``, a FileNotFoundError naming ``root`` when there is none."""
+    found = sorted(path.parent for path in root.rglob(RECORD)) if root.is_dir() else []
+    if required and not found:
+        what = "holds no run record (record.json)" if root.is_dir() else "does not exist"
+        raise FileNotFoundError(f"runs folder {root} {what}")
+    return found
 
 
 def load_runs(root: Path, /, **tags: Any) -> list[RunResult]:

@@ -92,11 +92,7 @@ def chosen_runs(
     record, in the order of ``roots``. FileNotFoundError: a folder without records."""
     found: dict[tuple[str, int], RunResult] = {}
     for root in roots:
-        folders = record_folders(root)
-        if not folders:
-            what = "holds no run record (record.json)" if root.is_dir() else "does not exist"
-            raise FileNotFoundError(f"runs folder {root} {what}")
-        for folder in folders:
+        for folder in record_folders(root, required=True):
             run = read_run(folder, threshold)
             key = (run.variant, run.seed)
             if key not in found or (not finished(found[key]) and finished(run)):

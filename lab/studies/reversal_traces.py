@@ -8,16 +8,11 @@ test split was evaluated on, loss spikes and the gradients around them. Loss spi
 so a spike between two logs is compared with the gradient up to 19 steps before it, and the lag
 is reported with the ratio.
 
-``load_trace`` reads a finished run's ``curves.csv`` and ``spikes.csv`` into a ``RunTrace``;
-the row functions turn one trace into the lines of ``trajectories``' CSVs: final loss, loss
-spikes with their size and the gradient at them, and the learned coefficients over the steps.
-A record converted from the CSVs ``trajectories`` wrote before run records holds what those
-kept: coefficients every 250 steps, the spikes, and as ``converted/`` curve tags the values whose
-curves went with the logs: the final and lowest training loss and largest gradient norm
-(``converted/final_train_loss_last500``, ``converted/min_train_loss``,
-``converted/max_grad_norm`` at the last step) and the gradient logged at or before each spike
-(``converted/<column>`` at the spike's step; ``converted/top_group/<group>`` = that group's
-ratio). A value comes from the run's own curves when it has them, else from its converted tag.
+``load_trace`` reads a finished run's curves and spikes into a ``RunTrace``; the row functions
+turn one trace into the lines of ``trajectories``' CSVs. A record converted from the CSVs
+``trajectories`` wrote before run records holds, as ``converted/`` curve tags, the values whose
+curves stayed with the logs (``converted/min_train_loss``, ``converted/<column>`` at a spike's
+step, ``converted/top_group/<group>``); a value comes from the run's own curves when it has them.
 """
 
 from __future__ import annotations
@@ -88,22 +83,13 @@ def _ratio(value: float, median: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class SpikeGradient:
-    """The gradients logged at (or last before) a loss spike, relative to the run's medians.
-
-    Attributes:
-        spike_step: the flagged step.
-        grad_step: the last gradient-norm step ≤ ``spike_step`` (lag = the difference).
-        norm: global gradient norm at ``grad_step``.
-        ratio: ``norm`` / the run's median global norm.
-        group: the group with the largest norm / its own run median at ``grad_step``.
-        group_ratio: that group's ratio.
-    """
+    """The gradients logged at (or last before) a loss spike, relative to the run's medians."""
 
     spike_step: int
-    grad_step: int
-    norm: float
-    ratio: float | None
-    group: str | None
+    grad_step: int  # the last gradient-norm step <= spike_step
+    norm: float  # the global gradient norm at grad_step
+    ratio: float | None  # norm / the run's median global norm
+    group: str | None  # the group whose norm is furthest above its own run median there
     group_ratio: float | None
 
     @property
