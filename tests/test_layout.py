@@ -106,16 +106,16 @@ def test_tasks_hold_lightning_modules_only():
 MAX_LINES = 400
 # A CSV or markdown table written by hand: the results room (attn_lightning/records) owns these.
 HAND_WRITTEN = ("import csv", "csv.writer", "csv.DictWriter", '" | ".join', '"| " +', '"|---')
-# studies/: the runner, the sweep (its stages and report kinds), the shared flags; then one
-# folder per study.
+# studies/: the runner, the sweep, its plans' stages and report kinds; then one folder per study.
 STUDY_MODULES = {
     "__init__.py",
     "runner.py",
     "sweep.py",
-    "grid.py",
     "stages.py",
-    "reports.py",
-    "arguments.py",
+    # report kinds of one module (a study with more has a folder)
+    "reversal.py",
+    "reversal_traces.py",
+    "trajectories.py",
 }
 # attention/: the contract, the table, the references, the shared feature-map base, option checks
 # and one file per backend; every kernel lives in attention/ops/.
@@ -157,9 +157,9 @@ def test_no_study_folder_has_a_command_line():
     loose = {p.name for p in (LAB / "studies").glob("*.py")}
     assert loose == STUDY_MODULES, "a study module outside a study's folder"
     folders = [p for p in (LAB / "studies").iterdir() if (p / "__init__.py").is_file()]
-    assert {p.name for p in folders} >= {"detection", "image", "lora", "reversal", "warm_start"}
+    assert {p.name for p in folders} >= {"detection", "image", "lora", "warm_start"}
     # The sweep is the one command: a study is a plan (configs/studies/), and its folder holds
-    # the report kinds its pages select (studies.reports.REPORTS).
+    # the report kinds its pages select (studies.sweep.REPORTS).
     cli = ("__main__.py", "cli.py")
     with_cli = {f.name for f in folders if any((f / name).is_file() for name in cli)}
     assert not with_cli, f"studies/{sorted(with_cli)}: a CLI of its own"

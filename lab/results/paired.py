@@ -7,17 +7,9 @@ the mean Δ with a 95 % Student-t interval (``n − 1`` degrees of freedom), exa
 per-seed Δ, how many are positive / negative / zero, and the exact two-sided sign-test p-value
 of the signs, which assumes nothing about Δ's distribution.
 
-Not a percentile bootstrap: at the seed counts we can afford it does not cover what it claims.
-Its resampled means never leave [min Δ, max Δ], and by simulation its "95 %" interval of a mean
-covers 83 % at n = 5 and 90 % at n = 10 for normal Δ (74 % and 81 % for skewed Δ); the
-t-interval covers 95 % for normal Δ at any n (``tests/lab/results/test_paired`` simulates both). A
-t-interval may run past the metric's range (below −100 pp) when Δ is bimodal: that is its
-honest width at that n, not an error. docs/statistics.md says the same.
-
-Both report, not two overlapping ``mean ± std``. For unimodal outcomes (bits/dim, a detection
-mAP) a reader checking a claim also wants each seed's number and Δ (``seed_rows``,
-``delta_rows``): ``write_paired``, a plan page's ``paired`` report kind, writes both tables from
-folders of run records (``configs/studies/image28_mnist5k.yaml``).
+Not a percentile bootstrap: at n = 5 its "95 %" interval covers only ~83 % (docs/statistics.md;
+``tests/lab/results/test_paired`` simulates both). ``write_paired``, a plan page's ``paired``
+report kind, writes each seed's value and Δ (``seed_rows``, ``delta_rows``) from run records.
 """
 
 from __future__ import annotations
@@ -65,51 +57,12 @@ def sign_test(positive: int, negative: int) -> float:
     return min(1.0, 2.0 * float(stats.binom.cdf(min(positive, negative), n, 0.5)))
 
 
-def detectable_effect(values: Sequence[float], *, power: float = 0.8) -> float:
-    """The smallest true mean Δ that a two-sided ``LEVEL`` paired t-test on ``len(values)`` seeds
-    with this spread detects with probability ``power``: ``(t_{(1+LEVEL)/2} + t_{power}) · sd/√n``
-    (n − 1 degrees of freedom; the usual approximation of the noncentral t). What "not resolved"
-    could have seen: a Δ below it is not excluded."""
-    n = len(values)
-    if n < 2:
-        raise ValueError(f"a detectable effect needs at least 2 values, got {n}")
-    quantiles = stats.t.ppf((1 + LEVEL) / 2, n - 1) + stats.t.ppf(power, n - 1)
-    return float(quantiles) * statistics.stdev(values) / math.sqrt(n)
-
-
-def t_test(values: Sequence[float]) -> float:
-    """Two-sided one-sample t-test p-value of mean Δ = 0 (the interval's own test)."""
-    if len(values) < 2:
-        raise ValueError(f"a t-test needs at least 2 values, got {len(values)}")
-    if statistics.stdev(values) == 0:
-        return 1.0 if statistics.fmean(values) == 0 else 0.0
-    return float(stats.ttest_1samp(list(values), 0.0).pvalue)
-
-
-def holm(p_values: Mapping[str, float], *, alpha: float = 1 - LEVEL) -> set[str]:
-    """The names whose p-value survives Holm's step-down correction over the whole family: sorted
-    ascending, the i-th (from 0) is kept while ``p ≤ alpha / (m − i)``, and the first that fails
-    stops it (family-wise error ≤ ``alpha`` under any dependence)."""
-    kept: set[str] = set()
-    for i, (name, p) in enumerate(sorted(p_values.items(), key=lambda item: item[1])):
-        if p > alpha / (len(p_values) - i):
-            break
-        kept.add(name)
-    return kept
-
-
 @dataclass(frozen=True)
 class SeedDeltas:
-    """Per-seed ``variant − control`` values, their signs, and a t-interval of the mean.
+    """Per-seed ``variant − control`` values, their signs (and ``sign_test``), and the ``LEVEL``
+    Student-t interval of the mean (``low``, ``high``: both the mean for one seed)."""
 
-    Attributes:
-        deltas: ``{seed: Δ}`` over the seeds both ran, in seed order.
-        low, high: the ``LEVEL`` Student-t interval of the mean Δ (both the mean for one seed).
-        positive, negative, zero: how many seeds have Δ > 0, < 0, = 0.
-        sign_p: the exact two-sided sign-test p-value of those signs (``sign_test``).
-    """
-
-    deltas: dict[int, float]
+    deltas: dict[int, float]  # {seed: Δ} over the seeds both ran, in seed order
     low: float
     high: float
 

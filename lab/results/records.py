@@ -15,7 +15,7 @@ import gzip
 import hashlib
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,11 +111,14 @@ def _result(folder: Path, record: dict[str, Any]) -> RunResult:
     )
 
 
-def record_folders(root: Path) -> list[Path]:
-    """Every folder under ``root`` (at any depth) that holds a ``record.json``, sorted."""
-    if not root.is_dir():
-        return []
-    return sorted(path.parent for path in root.rglob(RECORD))
+def record_folders(root: Path, *, required: bool = False) -> list[Path]:
+    """Every folder under ``root`` (at any depth) that holds a ``record.json``, sorted; with
+    ``required``, a FileNotFoundError naming ``root`` when there is none."""
+    found = sorted(path.parent for path in root.rglob(RECORD)) if root.is_dir() else []
+    if required and not found:
+        what = "holds no run record (record.json)" if root.is_dir() else "does not exist"
+        raise FileNotFoundError(f"runs folder {root} {what}")
+    return found
 
 
 def load_runs(root: Path, /, **tags: Any) -> list[RunResult]:
@@ -127,6 +130,13 @@ def load_runs(root: Path, /, **tags: Any) -> list[RunResult]:
         if all((record.get("tags") or {}).get(k) == v for k, v in tags.items()):
             runs.append(_result(folder, record))
     return sorted(runs, key=lambda r: (r.variant, r.seed))
+
+
+def runs_of(roots: Sequence[Path], jobs: Iterable[tuple[str, int]]) -> list[RunResult]:
+    """The runs of ``jobs`` (variant, seed) from the records under ``roots`` alone (the first
+    folder's where two hold one), in job order; a job without a record is ``NOT_RUN``."""
+    found = {(r.variant, r.seed): r for root in reversed(roots) for r in load_runs(root)}
+    return [found.get(job) or RunResult(job[0], job[1], None, NOT_RUN) for job in jobs]
 
 
 def find_ok(roots: Iterable[Path], variant: str, seed: int, /, **tags: Any) -> RunResult | None:

@@ -1,23 +1,25 @@
-"""Tables of a study: mean ± std over seeds per variant, written as markdown and CSV.
+"""A study's tables (mean ± std over seeds per variant) and its runs' curves: markdown and CSV.
 
 Every study formats its cells here: ``mean ± std`` over the runs that finished, or, for outcomes
 that split into modes (a run converges or not), ``median [25th, 75th percentile]``; a metric's
 title, scale (100 for percentages) and decimals are its ``column`` (``KNOWN``). Unless the caller
 names them, the columns are the ``test/`` metrics the runs reported, so each task gets its own.
+Curves are long rows ``{variant, seed, optimizer_steps, <tag>}``: a record's ``step`` is the
+logger's, the optimiser step just taken, so ``optimizer_steps`` is ``step + 1``.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from attn_lightning.records.environment import machine_line
 from attn_lightning.records.files import markdown_table, write_csv
 from attn_lightning.records.run_files import load_record
-from lab.results.records import NOT_RUN, OK, STOPPED, RunResult
+from lab.results.records import NOT_RUN, OK, STOPPED, RunResult, Scalars, run_scalars
 
 
 @dataclass(frozen=True)
@@ -250,22 +252,9 @@ def write_tables(
     extra: Mapping[str, Mapping[str, Any]] | None = None,
     notes: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Write ``<out>.md`` (summary, per-run table, command), ``<out>.csv``, ``<out>_runs.csv``.
-
-    Args:
-        out: output path without extension.
-        results: the runs, in the order of the per-run table.
-        command: the command line that regenerates the tables.
-        metrics: metric keys shown as columns (default: ``default_metrics(results)``).
-        convergence: adds a "not converged" column when given.
-        label: title of the variant column (``backend`` or ``variant``).
-        jobs: runs that ran at once (stated in the machine line).
-        extra: per variant, more summary columns (title -> value), e.g. measured model costs.
-        notes: lines printed under the summary table.
-
-    Returns:
-        The summary rows (also in ``<out>.csv``).
-    """
+    """Write ``<out>.md`` (summary, per-run table, ``command``), ``<out>.csv`` (the summary
+    rows, returned) and ``<out>_runs.csv``; ``extra``: per variant, more summary columns (title ->
+    value, e.g. model costs); ``notes``: lines under the summary; ``jobs``: runs at once."""
     # Where the runs ran (their records'; this machine's when none says).
     machine = records_machine_line(results, jobs=jobs) or machine_line(jobs=jobs)
     # Asked for but never trained, or stopped part-way: named under the table, counted nowhere.
@@ -327,3 +316,67 @@ def write_tables(
     ]
     out.with_name(out.name + ".md").write_text("\n".join(lines) + "\n")
     return summary
+
+
+def series(scalars: Scalars, tag: str) -> list[tuple[int, float]]:
+    """The values of ``tag``, or of ``tag_step`` (Lightning's name for a per-step log), or []."""
+    for name in (tag, f"{tag}_step"):
+        if name in scalars:
+            return scalars[name]
+    return []
+
+
+def _shown_steps(steps: Sequence[int], max_columns: int) -> list[int]:
+    """At most ``max_columns`` of ``steps``, evenly spaced, the last always among them."""
+    stride = -(-len(steps) // max_columns)  # ceil
+    return sorted({*steps[len(steps) - 1 :: -stride][:max_columns]})
+
+
+def curves_table(
+    rows: Sequence[dict[str, Any]],
+    tag: str,
+    *,
+    max_columns: int | None = 8,
+    digits: int | None = None,
+) -> list[str]:
+    """Markdown lines: ``tag`` (in its column's scale and digits, or ``digits``) per run after
+    each shown number of optimiser steps (all with ``max_columns=None``); [] without rows."""
+    if not rows:
+        return []
+    shown = column(tag.replace("val/", "test/")) if tag.startswith("val/") else column(tag)
+    shown = shown if digits is None else replace(shown, digits=digits)
+    steps = sorted({row["optimizer_steps"] for row in rows})
+    steps = steps if max_columns is None else _shown_steps(steps, max_columns)
+    runs: dict[tuple[str, int], dict[int, float]] = {}
+    for row in rows:
+        runs.setdefault((row["variant"], row["seed"]), {})[row["optimizer_steps"]] = row[tag]
+    body = []
+    for (variant, seed), values in runs.items():
+        cells = [
+            f"{values[s] * shown.scale:.{shown.digits}f}" if s in values else "–" for s in steps
+        ]
+        body.append([f"`{variant}`", seed, *cells])
+    return markdown_table(["variant", "seed", *(str(s) for s in steps)], body).splitlines()
+
+
+def append_curves(out: Path, results: Sequence[RunResult], tag: str) -> None:
+    """Write ``<out>_curves.csv`` (every logged value of ``tag``, or ``tag_step``, of every
+    finished run with a record folder) and append its table to ``<out>.md`` (written by
+    ``write_tables``); nothing when no run logged ``tag``."""
+    rows = [
+        {"variant": r.variant, "seed": r.seed, "optimizer_steps": step + 1, tag: value}
+        for r in results
+        if r.status == OK and r.log_dir is not None
+        for step, value in series(run_scalars(Path(r.log_dir)), tag)
+    ]
+    if not rows:
+        return
+    path = write_csv(out.with_name(out.name + "_curves.csv"), rows)
+    lines = [
+        f"`{tag}` per run after the number of optimiser steps in each column "
+        f"(every logged value: `{path.name}`):\n",
+        *curves_table(rows, tag),
+        "",
+    ]
+    md = out.with_name(out.name + ".md")
+    md.write_text(md.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))

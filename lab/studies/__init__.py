@@ -1,12 +1,9 @@
-"""Studies: repeated real ``train.py`` runs over variants and seeds, and their tables.
+"""Studies: repeated real ``train.py`` runs over variants and seeds, and their pages.
 
-``runner`` is the one runner (a (variant, seed) -> a ``python -m attn_lightning.cli`` run -> its
-``RunResult``, read from the run's record), ``sweep`` the generic sweep CLI on top of it (plans:
-``configs/studies/``; a plan's ``grid:`` and ``stages:`` are read by ``stages``, its ``pages:``
-select report kinds over records, ``reports.REPORTS``, e.g. ``reversal``'s) and ``arguments``
-the command-line flags every study shares. A study is a plan run by the sweep (one
-command); a study's folder holds what its pages need beyond the common tables: ``reversal``'s and
-``warm_start``'s, ``detection``'s and ``lora``'s report kinds, ``image``'s paired tables and
-checkpoint grids. Their tables and CSVs are written by ``attn_lightning.records`` from run
-records.
+``runner`` is the one runner (a (variant, seed) -> a ``train.py`` run -> its ``RunResult``, read
+from the run's record), ``sweep`` the one command on top of it: it reads a plan
+(``configs/studies/``), its ``pages:`` over the report kinds ``sweep.REPORTS``, and ``stages``
+its ``grid:`` and ``stages:``. What a study's pages need beyond the common tables
+are its report kinds: a module (``reversal``, ``trajectories`` over ``reversal_traces``) or a
+folder (``detection``, ``lora``, ``warm_start``; ``image`` holds its checkpoint grids).
 """

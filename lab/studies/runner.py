@@ -113,43 +113,24 @@ def build_cli(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> A
 class Runner:
     """Runs variants of a base config stack through ``train.py`` and reads their run records.
 
-    Attributes:
-        configs: base config stack, before each variant's configs.
-        overrides: ``key=value`` arguments of every run (``--set``), after the variant's; one of
-            ``SAVE_DIR`` moves the runs' logs (and records) from ``logs/``.
-        experiment: ``--experiment`` of every run (logs/ and checkpoints/ folder).
-        study: the runs' ``study`` tag (default: ``experiment``).
-        tags: more tags of every run (e.g. ``{"task": "digits"}``), before the variant's ``info``.
-        record_roots: folders of committed records: a (variant, seed) with an ``ok`` record
-            there with this run's tags is taken from it, not trained (a study continued on
-            another machine trains only the rest).
-        publish: called with the folder of each ``ok`` run not taken from ``record_roots``;
-            returns where it copied the record (``records.publish_run``), the run's new
-            ``log_dir``.
-        train_script: a script to run instead of ``-m attn_lightning.cli`` (a stand-in in tests).
-        in_process: call ``attn_lightning.cli.main`` here instead (pays the imports once; one run
-            at a time).
-        resume: reuse a run's ``ok`` record in ``logs/``; a fit without one but with a
-            ``last.ckpt`` continues from it instead of starting over (``tests/test_resume.py``:
-            it equals the uninterrupted run). The folder is trusted to hold the same run: its
-            name is the experiment, variant and seed.
-        skip_runs: never train; read whatever records exist (tables from earlier runs).
-        blocked: the reason a run cannot start yet (its source run of an earlier stage did not
-            finish, its checkpoint is not here), or None; such a run is ``NOT_RUN``.
+    A (variant, seed) with an ``ok`` record with this run's tags under ``record_roots`` is taken
+    from it, not trained; ``publish`` copies each new ``ok`` run's record (``records.publish_run``)
+    and returns its new ``log_dir``. ``resume`` reuses an ``ok`` record in ``logs/`` and continues
+    a fit from its ``last.ckpt`` (``tests/test_resume.py``: it equals the uninterrupted run; the
+    folder, named by experiment, variant and seed, is trusted to hold the same run).
     """
 
-    configs: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()
+    configs: tuple[str, ...] = ()  # before each variant's
+    overrides: tuple[str, ...] = ()  # --set, after the variant's (SAVE_DIR moves logs/)
     experiment: str = "sweep"
-    study: str | None = None
-    tags: Mapping[str, Any] = field(default_factory=dict)
+    study: str | None = None  # the runs' study tag (default: experiment)
+    tags: Mapping[str, Any] = field(default_factory=dict)  # before the variant's info
     record_roots: tuple[Path, ...] = ()
     publish: Callable[[Path], Path] | None = None
-    train_script: Path | None = None
-    in_process: bool = False
+    train_script: Path | None = None  # instead of -m attn_lightning.cli (a stand-in in tests)
     resume: bool = False
-    skip_runs: bool = False
-    blocked: Callable[[Variant, int], str | None] | None = None
+    skip_runs: bool = False  # never train: whatever records exist
+    blocked: Callable[[Variant, int], str | None] | None = None  # why not yet: NOT_RUN
 
     def run_tags(self, variant: Variant, seed: int) -> dict[str, Any]:
         """The ``run_record.tags`` of one run: study, variant, seed, ``tags``, ``variant.info``."""
@@ -239,8 +220,7 @@ class Runner:
                     log.info("replacing the earlier run folder %s", stale)
                     shutil.rmtree(stale)
         start = time.perf_counter()
-        run = self._in_process if self.in_process else self._spawn
-        status = run(variant, seed, ckpt_path)
+        status = self._spawn(variant, seed, ckpt_path)
         seconds = time.perf_counter() - start
         result = self._read(variant, seed) if status == OK else None
         if result is None:
@@ -270,19 +250,6 @@ class Runner:
                 return CRASHED
         return OK
 
-    def _in_process(self, variant: Variant, seed: int, ckpt_path: Path | None) -> str:
-        from attn_lightning.cli import main as train_main
-
-        try:
-            with _train_argv():
-                train_main(self.train_args(variant, seed, ckpt_path=ckpt_path))
-        except (Exception, SystemExit) as error:  # one failed run must not end the study
-            log.warning(
-                "run %s failed: %s: %s", run_name(variant, seed), type(error).__name__, error
-            )
-            return CRASHED
-        return OK
-
     def run_all(
         self,
         jobs: Sequence[tuple[Variant, int]],
@@ -295,8 +262,6 @@ class Runner:
         ``on_result(result, finished)`` is called after each run with the runs finished so far
         (in job order), e.g. to rewrite the tables part-way through a long study.
         """
-        if self.in_process and parallel > 1:
-            raise ValueError("in-process runs go one at a time; use parallel=1")
         done: dict[int, RunResult] = {}
 
         def finish(index: int, result: RunResult) -> None:

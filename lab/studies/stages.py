@@ -1,19 +1,16 @@
-"""A plan's ``stages:`` section (with its ``grid:``, ``studies.grid``), checked into ``Stage``
-objects (the grammar is in ``studies.sweep``'s docstring).
+"""A plan's ``grid:`` and ``stages:`` sections, checked into ``Stage`` objects (the grammar is in
+``studies.sweep``'s docstring).
 
-A stage is a list of variants run over every seed (or its own ``seeds:``) with one config stack,
-``--set`` list and tags; a
-stage ``from`` another starts each run from a checkpoint (``checkpoint:``, ``last.ckpt`` or the
-best one) of the source stage's run with the same seed, or a pinned one (``seed:``), given as
-``start:`` says (``fit``: ``--init_from``, weights only; ``test``: ``--ckpt_path`` with the
-variant's attention as ``attention_override``; or a config option such as a LoRA task's
-``model.init_args.base_checkpoint``). The checkpoint's path is written with ``runner.SEED`` in
+A grid's combinations join each variant's label (``softmax,width=64``), overrides and tags. A
+stage ``from`` another gets its source checkpoint's path as an override with ``runner.SEED`` in
 it, so a variant stays one value for every seed and the runner fills the seed in.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,8 +18,93 @@ from typing import Any
 
 from attn_lightning.attention import parse_attention_spec
 from lab.results.records import folder_name, run_folder
-from lab.studies.grid import DOTTED, LABEL, TAG, check_grid, crossed
 from lab.studies.runner import CHECKPOINT_ROOT, SEED, Variant
+
+# A grid key is a dotted train.py option (model.init_args.width): one that names a config value.
+DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+TAG = re.compile(r"[A-Za-z_]\w*")  # a tag's name
+LABEL = re.compile(r"[\w.-]+")  # a grid value's label: safe in a run's folder name
+
+
+def override_value(value: object) -> str:
+    """A YAML value as train.py reads it after ``key=``: JSON for lists, maps, booleans, null."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One key of a grid: the option, the tag (and label) name of its values, and its values,
+    each with the text that shows it in labels and run names and its tag's value."""
+
+    key: str
+    name: str
+    values: tuple[Any, ...]
+    shown: tuple[str, ...]
+    tags: tuple[Any, ...]
+
+
+def check_grid(grid: object, where: str = "grid") -> list[Axis]:
+    """A ``grid:`` section as its axes, checked; a ValueError names the bad key or value."""
+    if not isinstance(grid, dict):
+        raise ValueError(f"{where}: give a mapping of dotted train.py options to lists of values")
+    axes = []
+    for key, values in grid.items():
+        if not isinstance(key, str) or not DOTTED.fullmatch(key):
+            raise ValueError(
+                f"{where}: key {key!r} is not a dotted train.py option (like model.init_args.width)"
+            )
+        name = key.rsplit(".", 1)[-1]
+        if isinstance(values, dict) and "values" in values:
+            if set(values) - {"tag", "values"}:
+                raise ValueError(f"{where}: {key}: give {{tag: NAME, values: ...}}, not {values!r}")
+            name = values.get("tag", name)
+            if not isinstance(name, str) or not TAG.fullmatch(name):
+                raise ValueError(f"{where}: {key}: tag {name!r} is not a word (like rank)")
+            values = values["values"]
+        if isinstance(values, dict) and values:
+            bad = [v for v in values if not isinstance(v, str) or not LABEL.fullmatch(v)]
+            if bad:
+                raise ValueError(
+                    f"{where}: {key}: value label {bad[0]!r} is not a word (like lora)"
+                )
+            labels = tuple(values)
+            axes.append(Axis(key, name, tuple(values.values()), labels, labels))
+            continue
+        if not isinstance(values, list) or not values:
+            raise ValueError(
+                f"{where}: {key}: give a non-empty list of values, not {values!r} (or "
+                "{tag: NAME, values: [...] or {label: value, ...}})"
+            )
+        shown = tuple(map(override_value, values))
+        axes.append(Axis(key, name, tuple(values), shown, tuple(values)))
+    return axes
+
+
+def crossed(variants: Sequence[Variant], grid: Sequence[Axis]) -> list[Variant]:
+    """Each variant with each combination of the grid's values, in that order; a combination's
+    values join the label (``softmax,width=64``) and the runs' tags (``info``: a labelled
+    value's label, else the value)."""
+    if not grid:
+        return list(variants)
+    names = [axis.name for axis in grid]
+    # The key's last part (or tag) labels it, unless two keys share it.
+    names = [n if names.count(n) == 1 else axis.key for n, axis in zip(names, grid)]
+    out = []
+    for variant in variants:
+        for cell in itertools.product(*(range(len(axis.values)) for axis in grid)):
+            shown = [f"{n}={axis.shown[i]}" for n, axis, i in zip(names, grid, cell)]
+            sets = [f"{axis.key}={override_value(axis.values[i])}" for axis, i in zip(grid, cell)]
+            tags = [axis.tags[i] for axis, i in zip(grid, cell)]
+            out.append(
+                replace(
+                    variant,
+                    name=",".join([variant.name, *shown]),
+                    overrides=(*variant.overrides, *sets),
+                    info={**variant.info, **dict(zip(names, tags))},
+                )
+            )
+    return out
+
 
 # A stage's keys; ``from`` is a word of YAML, not of Python, hence the dict below.
 STAGE_KEYS: tuple[str, ...] = ("from", "subcommand", "backends", "variants", "grid", "set")
@@ -41,29 +123,15 @@ OVERRIDE = "model.init_args.attention_override"  # a test stage's attention (the
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a plan: its runs are ``variants`` x the plan's seeds.
+    """One stage of a plan: its runs are ``variants`` x its seeds (None: the plan's)."""
 
-    Attributes:
-        name: the stage's name ("" for a plan without ``stages:``), its record and log folders'.
-        variants: its variants, in run order (a grid's combinations after each backend).
-        configs: its config stack.
-        overrides: the plan's ``set``, then the stage's (the later wins, as in train.py).
-        source: the stage its runs start from, or None.
-        sources: each variant's source variant in ``source`` (by name).
-        source_seed: the seed of every run's source run (None: the run's own seed).
-        checkpoint: the source runs' checkpoint it starts from (``CHECKPOINTS``).
-        start: where that checkpoint goes (``STARTS`` or a dotted config option).
-        tags: tags of every run (the runner's ``tags``), before its grid values.
-        seeds: its own seeds (None: the plan's).
-    """
-
-    name: str
+    name: str  # "" for a plan without stages:; its record and log folders'
     variants: tuple[Variant, ...]
     configs: tuple[str, ...]
-    overrides: tuple[str, ...]
+    overrides: tuple[str, ...]  # the plan's set, then the stage's (the later wins)
     source: str | None = None
-    sources: Mapping[str, str] = field(default_factory=dict)
-    source_seed: int | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)  # variant -> source's variant
+    source_seed: int | None = None  # a pinned source seed (None: the run's own)
     checkpoint: str = "last"
     start: str = "init_from"
     tags: Mapping[str, Any] = field(default_factory=dict)
@@ -83,11 +151,7 @@ def _backend(spec: str, subcommand: str) -> Variant:
 
 
 def _order(specs: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The stages in plan order, each after the stage it starts from.
-
-    Raises:
-        ValueError: naming a ``from`` that is no stage, or a cycle.
-    """
+    """The stages in plan order, each after its source (a ValueError: no such stage, a cycle)."""
     order: list[str] = []
     for name in specs:
         chain = [name]

@@ -7,8 +7,7 @@
         --metric test/token_acc --threshold 0.99
 
 The plan grammar (``configs/studies/<page>.yaml``; every key but ``grid``, ``stages`` and
-``pages`` is an option of this command by its long name; options given beside ``--plan``
-override the plan's)::
+``pages`` is an option of this command by its long name, overridden by those given beside it)::
 
     config: [configs/reversal/base.yaml]     # train.py's config stack
     backends: [softmax, performer:num_features=64]   # attention variants
@@ -21,7 +20,6 @@ override the plan's)::
       model.init_args.lora_r: {tag: rank, values: [1, 8]}        # tagged "rank", not "lora_r"
       model.init_args.target_modules: {tag: head, values: {all: [fc1, fc2, fc3], hidden: [fc1]}}
     stages:                                   # ordered; absent: one stage, the plan's variants
-                                              # (a stage's name: a folder name)
       base: {backends: [softmax]}
       zero_shot: {from: base, subcommand: test, backends: [linear]}
       finetune: {from: base, backends: [linear], set: [trainer.max_steps=200]}
@@ -29,93 +27,72 @@ override the plan's)::
       one_base: {from: {stage: base, seed: 0}, backends: [linear]}   # every seed from seed 0's
       adapt: {from: base, checkpoint: best, start: model.init_args.base_checkpoint,
               variants: [configs/lora/lora.yaml], tags: {adaptation: lora}}
-    pages: {...}                              # the study's own pages (below)
-
-A grid value list may be ``{tag: NAME, values: ...}``: NAME labels and tags its values instead
-of the key's last part, and ``values`` a mapping of labels (words) to values shows each value by
-its label (a list value would put brackets and quotes in labels; run folders replace such
-characters and add a digest, ``records.run_label``). A stage may give ``backends``/``variants``
-(both replace the plan's when either is given), ``grid`` and ``config`` (replace), ``set``
-(added after the plan's, so its keys win), ``subcommand`` (``fit``, default, or ``test``),
-``seeds`` (its own, e.g. one base for every seed) and ``tags`` (added to each run's tags: the
-words a report groups by; not ``study``, ``variant``, ``seed``, ``stage`` or a grid's).
-``from: STAGE`` starts each run from a checkpoint of STAGE's run with the same seed: of its
-variant with the same label, else the one with the same grid values (those of STAGE's grid),
-else its only one; ``from: {stage: S, variant: V, seed: N}`` names the variant and/or pins the
-seed. ``checkpoint:`` says which: ``last`` (default, ``last.ckpt``; not with
-``checkpoint.save_last=false`` in S's set) or ``best`` (S's best by its monitor, which S names
-with a plain ``checkpoint.filename=NAME`` in its set: ``NAME.ckpt``). ``start:`` says where it
-goes: ``init_from`` (a ``fit``'s default: weights only, new optimizer, step 0,
-``cli.warm_start``), ``ckpt_path`` (a ``test``'s default: scored with its backend as the model's
-``attention_override``) or a dotted config option (``model.init_args.base_checkpoint``: a LoRA
-task loads its base so; a ``test`` then scores the model as built, ``ckpt_path=initial``).
-Stages run in order, each after its source; a run whose source has no ``ok`` run (or whose
-checkpoint is not on this machine) is ``NOT_RUN``, its reason logged.
-
-Each (stage, variant, seed) is a ``train.py fit --test_after_fit`` (or ``test``) run of
-``studies.runner.Runner``; ``--seeds`` sets ``seed_everything``, the data seed stays the config's.
-Records: a run with an ``ok`` record in ``<out>/runs/<variant>-s<seed>/`` (a staged plan:
-``<out>/runs/<stage>/<variant>-s<seed>/``, logs and checkpoints under ``<experiment>-<stage>``)
-is taken, not trained, and each run that finishes ``ok`` is published there, so a sweep continued
-on another machine trains only the rest; ``--report-only`` trains nothing. ``--out`` is by default
-``docs/results/<plan name>``. Writes ``<out>.md``, ``<out>.csv`` (summary) and ``<out>_runs.csv``
-after every run (a staged plan's rows are ``<stage>/<variant>``); ``--dry-run`` lists every run:
-its stage, variant, seed, source checkpoint and command.
-
-A plan's ``pages:`` section adds the pages that a study's own question needs, each a report over
-run records (``REPORTS``), written once the runs are done (or with ``--report-only``)::
-
-    pages:
-      polynomial_len50_norm_p4:          # docs/results/<page>.md and its CSVs
-        report: reversal                 # a kind of REPORTS
+    pages:                                    # the study's own pages (below)
+      polynomial_len50_norm_p4:               # docs/results/<page>.md and its CSVs
+        report: reversal                      # a kind of REPORTS
         runs: [docs/results/polynomial_len50/runs]  # record folders (default: <out>/runs)
-        variants: [polynomial:degree=4,normalize=false, polynomial:degree=4]  # its options
-        control: polynomial:degree=4,normalize=false
+        control: polynomial:degree=4          # the page's other keys: its report's options
 
-A page named as the plan's own (``<out>``) replaces its sweep table.
+A grid's ``{tag: NAME, values: ...}`` tags its values NAME, and ``values`` as a mapping of
+labels (words) to values shows each value by its label (a list value would put brackets in run
+folders' names). A stage's ``backends``/``variants`` (either replaces both), ``grid``, ``config``
+and ``seeds`` replace the plan's; its ``set`` comes after the plan's; ``subcommand`` is ``fit``
+or ``test``; ``tags`` are added to its runs' (not ``study``, ``variant``, ``seed``, ``stage`` or a
+grid's). ``from: STAGE`` starts each run from STAGE's run of the same seed and variant label
+(else of the same grid values, else its only one); ``{stage, variant, seed}`` names the variant
+or pins the seed. ``checkpoint:`` ``last`` (default) or ``best`` (STAGE names it with a plain
+``checkpoint.filename=NAME``); ``start:`` ``init_from`` (a fit's default: weights only,
+``cli.warm_start``), ``ckpt_path`` (a test's: scored with its backend as ``attention_override``)
+or a dotted config option (``model.init_args.base_checkpoint``; a test then scores the model as
+built). A run whose source has no ``ok`` run (or checkpoint here) is ``NOT_RUN``, reason logged.
+
+Each (stage, variant, seed) is a ``train.py`` run of ``runner.Runner``. A run with an ``ok``
+record in ``<out>/runs/[<stage>/]<variant>-s<seed>/`` is taken, not trained, and each run that
+finishes ``ok`` is published there, so a sweep continued elsewhere trains only the rest. A page
+of ``pages:`` is a report kind (``REPORTS``: ``write(record folders, out, *, command, **the
+page's other keys)``); one named as the plan's own (``<out>``) replaces its sweep table.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import shlex
 import sys
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from attn_lightning.records.environment import command_line
-from lab.results.curves import append_curves
-from lab.results.paired import comparisons
+from lab.results.paired import comparisons, write_paired
 from lab.results.records import (
     NOT_RUN,
     OK,
     RunResult,
-    load_runs,
     publish_run,
     run_folder,
+    runs_of,
     study_runs_dir,
 )
-from lab.results.tables import Convergence, write_tables
-from lab.studies.arguments import (
-    add_run_arguments,
-    check_overrides,
-    log_to_stderr,
-    plan_argv,
-    study_parser,
-)
-from lab.studies.reports import REPORTS, plan_pages
+from lab.results.tables import Convergence, append_curves, write_tables
+from lab.studies.detection.report import write_page as write_detection
+from lab.studies.detection.report import write_probe, write_sites
+from lab.studies.lora.report import report as lora_report
+from lab.studies.reversal import report as reversal_report
 from lab.studies.runner import Runner, Variant
 from lab.studies.stages import Stage, plan_stages, source_checkpoint
+from lab.studies.trajectories import write_trajectories
+from lab.studies.warm_start.tables import write as write_warm_start
 
 log = logging.getLogger("lab.studies.sweep")
 PROG = "python -m lab.studies.sweep"
 PLANS = Path("configs/studies")
-# Options of one call, not of the study: a plan cannot set them, and the page's command omits
-# the two that change only where and how its files are made.
+# A call's own options: no plan sets them, and the page's command omits report-only and into.
 CALL_ONLY = ("plan", "report-only", "into", "dry-run")
 SECTIONS = ("grid", "stages", "pages")  # a plan's keys that are no option
 PAIRED_NOTE = (
@@ -123,22 +100,34 @@ PAIRED_NOTE = (
     "initialisation stream, batch order and data), mean [95 % Student-t interval] over the n "
     "seeds both finished; one seed has no interval."
 )
-__all__ = ["PLANS", "REPORTS", "build_parser", "main", "parse", "report"]
+REPORTS: dict[str, Callable[..., object]] = {
+    "detection": write_detection,  # table, controls, costs, grids
+    "detection_probe": write_probe,
+    "detection_sites": write_sites,
+    "lora": lora_report,  # the student's table, learning rates chosen on validation
+    "paired": write_paired,  # unimodal: mean ± std, Δ
+    "reversal": reversal_report,
+    "trajectories": write_trajectories,
+    "warm_start": write_warm_start,  # its conditions per backend, warm start vs scratch
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The sweep CLI (see the module docstring)."""
-    parser = study_parser(PROG, __doc__)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add = parser.add_argument
     add("--config", action="append", help="base train.py config (repeatable; required)")
     add("--backends", nargs="+", default=[], help="attention variants: name[:key=value,...]")
     add("--variants", nargs="+", default=[], help="config overlay variants (YAML files)")
-    add_run_arguments(
-        parser,
-        experiment=None,
-        experiment_help="log/checkpoint folder (default: sweep-<out name>)",
-        out_required=False,  # a --plan gives it
-    )
+    add("--seeds", nargs="+", type=int, default=[0, 1, 2], help="each run's seed_everything")
+    add("--set", action="append", default=[], metavar="KEY=VALUE", help="train.py argument")
+    add("--jobs", type=int, default=1, help="training runs at once")
+    add("--resume", action="store_true", help="reuse ok records, continue stopped runs")
+    add("--skip-runs", action="store_true", help="train nothing: tables from the records there")
+    add("--experiment", help="log/checkpoint folder (default: sweep-<out name>)")
+    add("--out", type=Path, help="output path without extension (default: a --plan's)")
     add("--metrics", nargs="+", default=None, help="table columns (default: test/ metrics)")
     add("--metric", default=None, help="convergence metric (needs --threshold)")
     add("--threshold", type=float, default=None, help="convergence threshold of --metric")
@@ -146,37 +135,90 @@ def build_parser() -> argparse.ArgumentParser:
     add("--train-script", type=Path, help="a script to run instead of attn_lightning.cli")
     add("--dry-run", action="store_true", help="print the commands only")
     add("--curve", metavar="TAG", help="also write <out>_curves.csv of this logged scalar")
-    add(
-        "--pair",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("VARIANT", "CONTROL"),
-        help="paired-by-seed Δ of VARIANT vs CONTROL, 95%% interval (repeatable)",
-    )
+    add("--pair", nargs=2, action="append", default=[], metavar=("VARIANT", "CONTROL"), help="Δ")
     add("--plan", type=Path, default=None, help="a plan file of these options (YAML)")
-    add(
-        "--records-also",
-        nargs="+",
-        type=Path,
-        default=[],
-        help="more folders of this study's committed records (its ok runs are not trained again)",
-    )
+    add("--records-also", nargs="+", type=Path, default=[], help="more committed records")
     add("--report-only", action="store_true", help="train nothing: the page from <out>/runs/")
     add("--into", type=Path, default=None, help="write the files here instead of beside --out")
     return parser
 
 
+def plan_argv(parser: argparse.ArgumentParser, path: Path) -> tuple[list[str], dict[str, Any]]:
+    """The arguments a plan file stands for (its keys: ``parser``'s long options but
+    ``CALL_ONLY``; a list for an option that takes several or repeats, true/false for a flag), so
+    a plan is checked as its command line is, and its ``SECTIONS`` as they are. ValueError: a
+    plan that is not a mapping, a key that is no option (naming the keys), a flag not a bool."""
+    plan = yaml.safe_load(path.read_text()) if path.is_file() else None
+    if not isinstance(plan, dict):
+        raise ValueError(f"plan {path} is not a YAML mapping of option names to values")
+    options: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        names = [o for o in action.option_strings if o.startswith("--")]
+        if names and names[0][2:] not in ("help", *CALL_ONLY):
+            options[names[0][2:]] = action
+    argv: list[str] = []
+    found = {key: plan.pop(key) for key in SECTIONS if key in plan}
+    for key, value in plan.items():
+        if key not in options:
+            allowed = ", ".join(sorted([*options, *SECTIONS]))
+            raise ValueError(f"plan {path}: unknown key {key!r}; the keys are {allowed}")
+        flag, action = f"--{key}", options[key]
+        if action.nargs == 0:  # store_true
+            if not isinstance(value, bool):
+                raise ValueError(f"plan {path}: {key} is a flag, give true or false, not {value!r}")
+            argv += [flag] if value else []
+        elif isinstance(action, argparse._AppendAction):
+            for item in value if isinstance(value, list) else [value]:
+                argv += [flag, *map(str, item if isinstance(item, list) else [item])]
+        else:
+            argv += [flag, *map(str, value if isinstance(value, list) else [value])]
+    return argv, found
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of a plan's ``pages:`` section: its name, writer, record folders and options."""
+
+    name: str
+    write: Callable[..., object]
+    runs: list[Path]
+    options: dict[str, Any]
+
+
+def plan_pages(pages: object, out: Path) -> list[Page]:
+    """A plan's ``pages:`` section, checked (default records: ``<out>/runs``); a ValueError
+    names the page and the report kind or option that is not one there is."""
+    if not isinstance(pages, dict) or not all(isinstance(s, dict) for s in pages.values()):
+        raise ValueError("pages: give a mapping of page names to {report: KIND, option: value}")
+    checked = []
+    for name, spec in pages.items():
+        options = dict(spec)
+        kind = options.pop("report", None)
+        if kind not in REPORTS:
+            raise ValueError(f"pages: {name}: report {kind!r}; the reports are {list(REPORTS)}")
+        write = REPORTS[kind]
+        runs = options.pop("runs", [out / "runs"])
+        runs = [runs] if isinstance(runs, str) else runs  # one folder, not its characters
+        keys = inspect.signature(write).parameters.values()  # its options: keyword-only
+        allowed = [k.name for k in keys if k.kind == k.KEYWORD_ONLY and k.name != "command"]
+        if (unknown := next((key for key in options if key not in allowed), None)) is not None:
+            raise ValueError(
+                f"pages: {name}: unknown key {unknown!r}; the keys of a {kind} page are "
+                f"report, runs, {', '.join(allowed)}"
+            )
+        checked.append(Page(str(name), write, [Path(r) for r in runs], options))
+    return checked
+
+
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
-    """The sweep's options (a plan's, then ``argv``'s; its pages in ``args.pages``), its stages
-    in run order and the page's command."""
+    """The options (a plan's, then ``argv``'s), its stages in run order and the page's command."""
     parser = build_parser()
     path = parser.parse_args(argv).plan
     planned: list[str] = []
     sections: dict[str, Any] = {}
     if path is not None:
         try:
-            planned, sections = plan_argv(parser, path, exclude=CALL_ONLY, sections=SECTIONS)
+            planned, sections = plan_argv(parser, path)
         except ValueError as error:
             parser.error(str(error))
         if "--out" not in planned:
@@ -188,7 +230,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
         parser.error("give --backends and/or --variants")
     if (args.metric is None) != (args.threshold is None):
         parser.error("--metric and --threshold go together")
-    check_overrides(parser, args.set)
+    if bad := [o for o in args.set if "=" not in o]:
+        parser.error(f"--set expects KEY=VALUE, got {bad}")
     args.experiment = args.experiment or f"sweep-{args.out.name}"
     try:  # fail before the first run on a malformed spec, stage or page
         stages = plan_stages(
@@ -242,8 +285,7 @@ def _blocked(
     variant: Variant,
     seed: int,
 ) -> str | None:
-    """Why a run of ``stage`` cannot start (``Runner.blocked``): its source run of the same seed
-    is not ``ok``, or its checkpoint is not here; None when it can."""
+    """Why a run of ``stage`` cannot start yet (``Runner.blocked``); None when it can."""
     assert stage.source is not None  # only started stages are asked
     name = stage.sources[variant.name]
     ckpt, of = source_checkpoint(stage, stages[stage.source], experiment, variant.name, seed)
@@ -257,29 +299,18 @@ def _blocked(
     return None
 
 
-def _list_runs(
-    stage: Stage, runner: Runner, stages: dict[str, Stage], seeds: Sequence[int], experiment: str
-) -> None:
-    """``--dry-run``: one line per run of ``stage``: stage, variant, seed, source, command."""
-    for variant in stage.variants:
-        for seed in seeds:
-            ckpt = "-"
-            if stage.source is not None:
-                source = stages[stage.source]
-                ckpt = str(source_checkpoint(stage, source, experiment, variant.name, seed)[0])
-            command = shlex.join(runner.command(variant, seed))
-            log.info("stage %s | %s | seed %d | from %s | %s", stage.name or "-", variant.name,
-                     seed, ckpt, command)  # fmt: skip
-
-
 def main(argv: list[str] | None = None) -> list[RunResult]:
     """Run the sweep CLI; returns the runs (in the order of the tables)."""
-    log_to_stderr()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     args, stages, command = parse(sys.argv[1:] if argv is None else argv)
     study, results_dir = args.out.name, args.out.parent
     records = study_runs_dir(study, results_dir)
     by_name = {stage.name: stage for stage in stages}
     done: dict[str, dict[tuple[str, int], RunResult]] = {}
+
+    def start(stage: Stage, variant: str, seed: int) -> Path:  # its source run's checkpoint
+        source = by_name[str(stage.source)]
+        return source_checkpoint(stage, source, args.experiment, variant, seed)[0]
 
     def runner(stage: Stage) -> Runner:
         return Runner(
@@ -302,13 +333,15 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         )
 
     if args.dry_run:
-        for stage in stages:
-            seeds = stage.seeds or args.seeds
-            _list_runs(stage, runner(stage), by_name, seeds, args.experiment)
+        for stage, variant in ((st, v) for st in stages for v in st.variants):
+            for seed in stage.seeds or args.seeds:  # stage, variant, seed, source, command
+                ckpt = "-" if stage.source is None else str(start(stage, variant.name, seed))
+                command = shlex.join(runner(stage).command(variant, seed))
+                log.info("stage %s | %s | seed %d | from %s | %s", stage.name or "-",
+                         variant.name, seed, ckpt, command)  # fmt: skip
         return []
-    convergence = (
-        None if args.metric is None else Convergence(args.metric, args.threshold, args.direction)
-    )
+    rule = (args.metric, args.threshold, args.direction)
+    convergence = None if args.metric is None else Convergence(*rule)
     out = args.out if args.into is None else args.into / study
     labels = [_label(stage, v) for stage in stages for v in stage.variants]
 
@@ -341,7 +374,7 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
 
         if args.report_only:
             roots = [root / stage.name for root in (records, *args.records_also)]
-            runs = report(roots, [(v.name, s) for v, s in jobs])
+            runs = runs_of(roots, [(v.name, s) for v, s in jobs])
         else:
             on_result = (lambda _, finished: tables(None, rows(finished))) if sweep_page else None
             runs = runner(stage).run_all(jobs, parallel=args.jobs, on_result=on_result)
@@ -360,13 +393,6 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
             build_parser().error(f"page {page.name}: {error}")
         log.info("wrote %s.md and its CSVs", out.with_name(page.name))
     return results
-
-
-def report(records: Sequence[Path], jobs: list[tuple[str, int]]) -> list[RunResult]:
-    """The runs of ``jobs`` (variant name, seed) from the records under ``records`` alone (the
-    first folder's where two hold one), in job order; a job without a record is ``NOT_RUN``."""
-    found = {(r.variant, r.seed): r for root in reversed(records) for r in load_runs(root)}
-    return [found.get(job) or RunResult(job[0], job[1], None, NOT_RUN) for job in jobs]
 
 
 if __name__ == "__main__":

@@ -1,49 +1,56 @@
-"""The detection study's report kinds: what a plan's ``pages:`` section names (``sweep.REPORTS``).
+"""The detection study's report kinds: what a plan's ``pages:`` section names (``plans.REPORTS``),
+each ``(record folders, out, *, command, **the page's options)``, and what a variant costs.
 
-The study is the plans ``configs/studies/detection*.yaml``, run by the sweep; these write their
-pages from the runs' records, each ``(record folders, out, *, command, **the page's options)``:
-
-* ``detection`` (``write_page``): the study's table (``write``: ``results.tables.write_tables``
-  with the costs, the controls of ``detection.variants`` and a grid's own table, under the
-  machine line of the runs' own records) over ``variants`` × ``seeds``, or with
-  ``grid: sensitivity | ablation`` the grid around ``centre`` (``detection.sensitivity``) and its
-  control; ``costs:`` a ``costs.json`` adds the cost
-  columns (``detection.costs``; a variant it lacks is measured once and added to it);
+* ``detection`` (``write_page``): the study's table (``results.tables.write_tables`` with the
+  costs, the controls of ``detection.variants`` and a grid's own table) over ``variants`` ×
+  ``seeds``, or with ``grid: sensitivity | ablation`` the grid around ``centre`` and its control;
+  ``costs:`` a ``costs.json`` adds the cost columns (a variant it lacks is measured once, on
+  this CPU, and added to it: a timing belongs to the machine that made it);
 * ``detection_probe`` (``write_probe``): the decoder cross-attention statistics of trained runs
   (``detection.probe``), kept per run as ``probe.csv`` beside its record;
 * ``detection_sites`` (``write_sites``): parameters and counted FLOPs per site of each variant's
-  untrained model (``detection.costs``): counts of the configs, no timing, so no machine line.
+  untrained model (``benchmarks.sites``): counts of the configs, no timing, so no machine line.
+
+A variant's model is built from its config stack by ``train.py``'s own parser, untrained (cost
+does not depend on the weights).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from attn_lightning.records import markdown_records, write_csv
-from lab.results.curves import append_curves
-from lab.results.records import NOT_RUN, RunResult, load_runs
-from lab.results.tables import column, write_tables
-from lab.studies.detection import costs, probe
-from lab.studies.detection.sensitivity import (
+from attn_lightning.records import markdown_meta, markdown_records, write_csv
+from lab.benchmarks import sites
+from lab.results.records import RunResult, runs_of
+from lab.results.tables import append_curves, column, write_tables
+from lab.studies.detection import probe
+from lab.studies.detection.variants import (
     ABLATIONS,
+    COMPARED,
+    CONFIGS,
+    CONTROLS,
     GRID,
     KEYS90,
     GridPoint,
+    comparisons,
     grid_table,
     optimization_sites,
+    overlays,
     sensitivity_cells,
     sensitivity_grid,
     title,
 )
-from lab.studies.detection.variants import COMPARED, CONTROLS, comparisons, overlays
+from lab.studies.runner import Variant, build_cli
 
 METRICS = ("test/mAP", "test/AP50", "test/AP75", "val/mAP")
-CURVE = "val/mAP"  # <out>_curves.csv: every validation of every run (results.curves)
+CURVE = "val/mAP"  # <out>_curves.csv: every validation of every run (results.tables)
 log = logging.getLogger("lab.studies.detection")
 
 
@@ -62,7 +69,7 @@ def write(
     comparison with its control where both ran (``CONTROLS``: the control, what differs, the
     paired-by-seed Δ); ``label`` titles the variant column. With a ``grid``, the summary also
     holds each point's cells and ``<out>.md`` opens with the grid's own table, headed
-    ``heading`` (``_grid_head``); ``CURVE`` per run closes it (``results.curves``)."""
+    ``heading`` (``_grid_head``); ``CURVE`` per run closes it (``results.tables``)."""
     notes = []
     if costs:
         inputs = sorted({str(cost["input"]) for cost in costs.values()})
@@ -156,14 +163,6 @@ def grid_points(grid: str, centre: str) -> tuple[list[GridPoint], list[str]]:
     return points, [CONTROLS[centre]] if grid == "ablation" and centre in CONTROLS else []
 
 
-def runs_of(roots: Sequence[Path], names: Sequence[str], seeds: Sequence[int]) -> list[RunResult]:
-    """The runs of ``names`` × ``seeds`` from the records under ``roots`` (the first folder's
-    where two hold one), in that order; one without a record is ``NOT_RUN``."""
-    found = {(r.variant, r.seed): r for root in reversed(roots) for r in load_runs(root)}
-    jobs = [(name, seed) for name in names for seed in seeds]
-    return [found.get(job) or RunResult(job[0], job[1], None, NOT_RUN) for job in jobs]
-
-
 def write_page(
     runs: Sequence[Path],
     out: Path,
@@ -186,7 +185,7 @@ def write_page(
         names, heading = [p.variant.name for p in points] + control, GRIDS[grid][1]
     if not names:
         raise ValueError("give variants: [...] or grid: sensitivity | ablation with a centre")
-    results = runs_of(runs, names, seeds)
+    results = runs_of(runs, [(name, seed) for name in names for seed in seeds])
     measured = {} if costs is None else _costs(Path(costs), names, command=command)
     write(out, results, measured, command=command, label=label, grid=points, heading=heading)
     return results
@@ -194,15 +193,13 @@ def write_page(
 
 def _costs(path: Path, names: Sequence[str], *, command: str) -> dict[str, dict[str, Any]]:
     # A timing belongs to the machine that made it: kept in the file, measured only when absent.
-    kept = costs.read_costs(path)
+    kept = read_costs(path)
     missing = [name for name in names if name not in kept]
     if missing:
         torch.set_num_threads(1)
-        new = {
-            v.name: costs.measure(v, overrides=(), batch=8, repeats=20) for v in overlays(missing)
-        }
-        costs.write_costs(path, new, command=command)
-        kept = costs.read_costs(path)
+        new = {v.name: measure(v, overrides=(), batch=8, repeats=20) for v in overlays(missing)}
+        write_costs(path, new, command=command)
+        kept = read_costs(path)
     return {name: kept[name] for name in names}
 
 
@@ -239,7 +236,89 @@ def write_probe(
 
 
 def write_sites(runs: Sequence[Path], out: Path, *, command: str, variants: Sequence[str]) -> None:
-    """The ``detection_sites`` page kind: ``<out>.md`` and ``<out>.csv`` (``costs.write_sites``)
-    of ``variants`` (names of ``configs/detection/``); ``runs`` is not read."""
+    """The ``detection_sites`` page kind: ``<out>.md`` and ``<out>.csv`` per site, then per
+    variant, of ``variants`` (names of ``configs/detection/``); ``runs`` is not read. Counts of
+    the configs, not measurements: no date or machine, so the page rebuilds byte for byte."""
     del runs  # counted from the configs: no run is needed
-    costs.write_sites(out, costs.site_costs(overlays(variants)), command=command)
+    rows: list[sites.SiteRow] = []
+    for variant in overlays(variants):  # one eval forward each, no timing
+        model, size = build_model(variant)
+        rows += sites.site_rows(variant.name, model, size)
+    meta = {
+        "command": command,
+        "flops": "forward, one image, eval mode (no random tokens); counted as in "
+        "lab.benchmarks.flops (matmuls 2·m·n·k + factorisations)",
+        "tokens": "L, S recorded from one forward of a blank image of the config's size",
+    }
+    write_csv(out.with_name(out.name + ".csv"), rows, meta, float_digits=6)
+    notes = {k: v for k, v in meta.items() if k != "command"}  # the command: a code block
+    text = (
+        "# Attention sites: parameters and FLOPs\n\nRegenerate with:\n\n"
+        f"```bash\n{command}\n```\n\n{markdown_meta(notes)}\n\n"
+        f"## Per site\n\n{sites.site_table(rows)}\n\n"
+        f"## Per variant (all sites and layers, one image)\n\n{sites.variant_table(rows)}\n\n"
+        "Attention params: the Q/K/V/out projections and any trainable backend tensors of the "
+        "site's layers. FLOPs / attention call: the backend's forward on one image, all heads. "
+        "Projection FLOPs: 2·n·E² per projection the site has (Q and out over the L queries, "
+        "K and V over the S keys). Eval mode: in training, optimization's R random tokens "
+        "join its dictionary (S' = S + R columns), which the other backends do not have.\n"
+    )
+    out.with_name(out.name + ".md").write_text(text)
+
+
+def build_model(variant: Variant, *, overrides: Sequence[str] = ()) -> tuple[nn.Module, int]:
+    """A variant's DETR (eval mode, untrained) and its input image size, built by ``train.py``'s
+    parser and constructors (seeded by the config's ``seed_everything``), without training."""
+    cli = build_cli([CONFIGS / "base.yaml", *variant.configs], [*variant.overrides, *overrides])
+    return cli.model.net.eval(), int(cli.datamodule.image_size)
+
+
+def measure(
+    variant: Variant, *, overrides: Sequence[str], batch: int, repeats: int
+) -> dict[str, Any]:
+    """Parameter counts, forward latency per image and peak forward memory of a variant.
+
+    Returns:
+        ``{attention params, total params, forward ms / image, peak forward MiB, input}``.
+    """
+    from attn_lightning.models.detr import attention_parameters
+    from lab.benchmarks.measure import median_seconds, peak_bytes
+
+    model, size = build_model(variant, overrides=overrides)
+    images = torch.rand(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
+    cpu = torch.device("cpu")
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(images)
+
+    seconds = median_seconds(forward, repeats=repeats, warmup=2, device=cpu)
+    peak = peak_bytes(forward, device=cpu)
+    return {
+        "attention params": attention_parameters(model),
+        "total params": sum(p.numel() for p in model.parameters()),
+        "forward ms / image": round(1e3 * seconds / batch, 3),
+        "peak forward MiB": None if peak is None else round(peak / 2**20, 1),
+        "input": f"{batch}×3×{size}×{size}",
+    }
+
+
+def read_costs(path: Path) -> dict[str, dict[str, Any]]:
+    """The measured costs per variant in ``path`` (``measure``'s dicts); {} without the file."""
+    if not path.is_file():
+        return {}
+    variants: dict[str, dict[str, Any]] = json.loads(path.read_text())["variants"]
+    return variants
+
+
+def write_costs(path: Path, costs: Mapping[str, Mapping[str, Any]], *, command: str) -> None:
+    """Add (or replace) ``costs`` per variant in ``path``, noting the measuring ``command``; the
+    other variants' entries stay as they were measured."""
+    doc: dict[str, Any] = (
+        json.loads(path.read_text()) if path.is_file() else {"commands": [], "variants": {}}
+    )
+    doc["variants"].update({name: dict(cost) for name, cost in costs.items()})
+    if command not in doc["commands"]:
+        doc["commands"].append(command)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")

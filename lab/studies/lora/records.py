@@ -130,11 +130,7 @@ def load_parts(roots: Sequence[Path]) -> dict[str, list[RunResult]]:
     """
     parts: dict[str, list[RunResult]] = {}
     for root in roots:
-        folders = record_folders(root)
-        if not folders:
-            what = "holds no run record (record.json)" if root.is_dir() else "does not exist"
-            raise FileNotFoundError(f"runs folder {root} {what}")
-        for folder in folders:
+        for folder in record_folders(root, required=True):
             run = read_run(folder)
             parts.setdefault(str(run.info.get("part", "")), []).append(run)
     names = sorted(parts, key=lambda part: (position(part, PARTS), part))

@@ -13,14 +13,11 @@ import pytest
 
 from lab.results.paired import (
     delta_rows,
-    detectable_effect,
-    holm,
     paired_delta,
     seed_deltas,
     seed_rows,
     sign_test,
     t_interval,
-    t_test,
     write_paired,
 )
 from lab.results.records import RunResult
@@ -184,33 +181,3 @@ def test_a_plan_page_over_a_folder_without_records_is_an_error_naming_it(tmp_pat
     assert f"page p: no run records (record.json) under `{tmp_path / 'none'}/`" in (
         capsys.readouterr().err
     )
-
-
-def test_detectable_effect_is_detected_at_about_its_power():
-    # Seeds whose Δ has sd 1 around the effect the function names for sd 1: the paired t-test
-    # rejects about 80 % of the time (the formula approximates the noncentral t; exact ≈ 0.78).
-    rng = np.random.default_rng(1)
-    n = 5
-    unit = np.array([-1.2, -0.5, 0.0, 0.6, 1.1])
-    effect = detectable_effect((unit / unit.std(ddof=1)).tolist())
-    rejected = [t_test((effect + row).tolist()) < 0.05 for row in rng.normal(0, 1, (2000, n))]
-    assert 0.70 <= float(np.mean(rejected)) <= 0.88
-    assert detectable_effect((3 * unit).tolist()) == pytest.approx(3 * detectable_effect(unit))
-    with pytest.raises(ValueError, match="at least 2 values, got 1"):
-        detectable_effect([1.0])
-
-
-def test_t_test_matches_the_interval():
-    values = [0.1, 0.3, 0.2, 0.4, 0.25]
-    low, _ = t_interval(values)
-    assert low > 0 and t_test(values) < 0.05
-    assert t_test([0.5, -0.5, 0.1]) > 0.05
-    assert t_test([0.0, 0.0]) == 1.0 and t_test([1.0, 1.0]) == 0.0
-
-
-def test_holm_steps_down_and_stops_at_the_first_failure():
-    # thresholds 0.05/4, /3, /2, /1 in order of p: 0.001 ≤ 0.0125 kept, 0.013 ≤ 0.0167 kept,
-    # 0.03 > 0.025 stops, so 0.04 (≤ 0.05 on its own) is not kept either.
-    assert holm({"a": 0.001, "b": 0.013, "c": 0.03, "d": 0.04}) == {"a", "b"}
-    assert holm({"a": 0.001, "b": 0.02, "c": 0.001}) == {"a", "b", "c"}
-    assert holm({"a": 0.03, "b": 0.04}) == set()  # 0.03 > 0.05 / 2

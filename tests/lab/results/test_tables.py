@@ -1,5 +1,6 @@
 """Study tables' arithmetic and cells: mean ± std, median [IQR], default columns, convergence,
-the machine line (the tables themselves: rebuilt from records by ``tests/docs/test_plan_pages``)."""
+the machine line, the curves table's columns (the tables themselves: rebuilt from records by
+``tests/docs/test_plan_pages``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from attn_lightning.records.run_files import write_record
 from lab.results.records import RunResult
 from lab.results.tables import (
     Convergence,
+    _shown_steps,
+    curves_table,
     default_metrics,
     format_mean_std,
     format_median_iqr,
@@ -104,3 +107,22 @@ def test_the_records_machine_line_names_where_the_runs_ran(tmp_path):
     # A crashed run or one without a record says nothing: this machine's line is used instead.
     assert records_machine_line([RunResult("v", 2, None, "crashed", log_dir=str(folder))]) is None
     assert records_machine_line([RunResult("v", 3, 1.0, "ok")]) is None
+
+
+def test_shown_steps_keep_the_last_and_at_most_max_columns():
+    assert _shown_steps([1, 2, 3], 8) == [1, 2, 3]
+    assert _shown_steps(list(range(20, 820, 20)), 8) == [100, 200, 300, 400, 500, 600, 700, 800]
+    shown = _shown_steps(list(range(1, 11)), 4)
+    assert shown[-1] == 10 and len(shown) <= 4
+
+
+def test_curves_table_can_show_every_step_with_its_own_digits():
+    rows = [
+        {"variant": "v", "seed": 0, "optimizer_steps": step, "val/token_acc": step / 100}
+        for step in range(10, 100, 10)
+    ]
+    header, _, row = curves_table(rows, "val/token_acc", max_columns=None, digits=1)
+    assert header.count("|") == 2 + 9 + 1  # every one of the 9 steps
+    assert row.startswith("| `v` | 0 | 10.0 | 20.0 |")
+    assert curves_table(rows, "val/token_acc")[0].count("|") <= 2 + 8 + 1  # at most 8 steps
+    assert "| 10.00 |" in curves_table(rows[:1], "val/token_acc")[2]  # its column's 2 digits

@@ -272,32 +272,6 @@ def test_sweep_rejects_metric_without_threshold(tmp_path):
         main(["--config", "c.yaml", "--out", str(tmp_path / "x")])
 
 
-def test_runner_in_process_runs_train_and_survives_a_crash(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    runner = Runner(
-        configs=(
-            str(ROOT / "configs" / "reversal" / "base.yaml"),
-            str(ROOT / "configs" / "presets" / "debug.yaml"),
-        ),
-        overrides=(
-            "data.init_args.train_size=32",
-            "data.init_args.val_size=16",
-            "data.init_args.test_size=16",
-            "data.init_args.batch_size=16",
-            "trainer.max_steps=2",
-        ),
-        experiment="inproc",
-        in_process=True,
-    )
-    jobs = [(Variant.from_attention("softmax"), 0), (Variant.from_attention("no_such_backend"), 0)]
-    seen = []
-    ok, crashed = runner.run_all(jobs, on_result=lambda r, done: seen.append(len(done)))
-    assert (ok.status, ok.global_step, crashed.status) == ("ok", 2, "crashed")
-    assert 0.0 <= ok.value("test/token_acc") <= 1.0 and seen == [1, 2]
-    assert ok.log_dir == str(Path("logs/inproc/softmax-s0")) and ok.seconds is not None
-    assert (tmp_path / ok.log_dir / "record.json").is_file()
-
-
 def _record(folder: Path, seed: int, status: str, **tags) -> None:
     folder.mkdir(parents=True)
     record = {"seed": seed, "status": status, "metrics": {"test": {"test/loss": seed / 4}}}

@@ -1,14 +1,18 @@
-"""The sweep on its study's records: plans, continuing elsewhere, --report-only, the machine."""
+"""The sweep on its study's records: plans, continuing elsewhere, --report-only, the machine;
+a plan's ``pages:`` and the clear errors of a page that is not one (the pages themselves are
+rebuilt from committed records: ``tests/docs/test_plan_pages.py``)."""
 
 from __future__ import annotations
 
 import csv
 import shutil
+from pathlib import Path
 
 import pytest
+import yaml
 
 from attn_lightning.records.run_files import write_record
-from lab.studies.sweep import main, parse
+from lab.studies.sweep import REPORTS, main, parse
 from tests.lab.studies.test_sweep import FAKE_OVERLAY_TRAIN
 
 # Its runs report their fit time, as a real record does (FitClock).
@@ -167,3 +171,43 @@ def test_records_also_are_runs_not_trained_again(tmp_path, monkeypatch):
     assert all(r.log_dir.startswith("later/page/runs/") for r in runs)
     report = main([*argv, "--records-also", "later/page/runs", "--report-only"])
     assert [r.metrics for r in report] == [r.metrics for r in runs]
+
+
+def _plan(tmp_path: Path, pages: dict, **options) -> list[str]:
+    """A plan of one backend whose pages are ``pages``; the argv of its ``--report-only`` run."""
+    plan = tmp_path / "page.yaml"
+    text = {"config": ["base.yaml"], "backends": ["softmax"], "pages": pages, **options}
+    plan.write_text(yaml.safe_dump(text))
+    return ["--plan", str(plan), "--out", str(tmp_path / "page"), "--report-only"]
+
+
+@pytest.mark.parametrize(
+    ("pages", "message"),
+    [
+        ({"x": {"report": "outcomes"}}, "pages: x: report 'outcomes'; the reports are"),
+        (
+            {"x": {"runs": ["a"]}},
+            f"pages: x: report None; the reports are {list(REPORTS)}",
+        ),
+        (
+            {"x": {"report": "reversal", "control_": "softmax"}},
+            "pages: x: unknown key 'control_'; the keys of a reversal page are report, runs, ",
+        ),
+        ({"x": "reversal"}, "pages: give a mapping of page names to {report: KIND"),
+    ],
+)
+def test_a_bad_page_is_one_clear_error_before_any_run(tmp_path, capsys, pages, message):
+    argv = _plan(tmp_path, pages)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv[:-1])  # not --report-only: nothing may train
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and "page.yaml" in err
+    assert not (tmp_path / "page").exists()
+
+
+def test_a_missing_runs_folder_is_an_error_naming_it(tmp_path, capsys):
+    missing = tmp_path / "nope" / "runs"
+    with pytest.raises(SystemExit):
+        main(_plan(tmp_path, {"x": {"report": "reversal", "runs": [str(missing)]}}))
+    assert f"page x: runs folder {missing} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "x.md").exists()

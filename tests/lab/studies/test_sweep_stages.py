@@ -11,8 +11,7 @@ import shutil
 import pytest
 
 from lab.results.records import run_label
-from lab.studies.reports import REPORTS
-from lab.studies.sweep import main, parse
+from lab.studies.sweep import REPORTS, main, parse
 from tests.lab.studies.test_sweep import FAKE_RECORD
 
 # A stand-in train.py whose "weights" are one number in last.ckpt: a fit adds its max_steps to

@@ -8,16 +8,11 @@ test split was evaluated on, loss spikes and the gradients around them. Loss spi
 so a spike between two logs is compared with the gradient up to 19 steps before it, and the lag
 is reported with the ratio.
 
-``load_trace`` reads a finished run's ``curves.csv`` and ``spikes.csv`` into a ``RunTrace``;
-the row functions turn one trace into the lines of ``trajectories``' CSVs: final loss, loss
-spikes with their size and the gradient at them, and the learned coefficients over the steps.
-A record converted from the CSVs ``trajectories`` wrote before run records holds what those
-kept: coefficients every 250 steps, the spikes, and as ``converted/`` curve tags the values whose
-curves went with the logs: the final and lowest training loss and largest gradient norm
-(``converted/final_train_loss_last500``, ``converted/min_train_loss``,
-``converted/max_grad_norm`` at the last step) and the gradient logged at or before each spike
-(``converted/<column>`` at the spike's step; ``converted/top_group/<group>`` = that group's
-ratio). A value comes from the run's own curves when it has them, else from its converted tag.
+``load_trace`` reads a finished run's curves and spikes into a ``RunTrace``; the row functions
+turn one trace into the lines of ``trajectories``' CSVs. A record converted from the CSVs
+``trajectories`` wrote before run records holds, as ``converted/`` curve tags, the values whose
+curves stayed with the logs (``converted/min_train_loss``, ``converted/<column>`` at a spike's
+step, ``converted/top_group/<group>``); a value comes from the run's own curves when it has them.
 """
 
 from __future__ import annotations
@@ -31,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from attn_lightning.records.run_files import SPIKES, load_record
-from lab.results.curves import series
 from lab.results.records import RunResult, Scalars, run_scalars, run_spikes
+from lab.results.tables import series
 
 VAL_TAG = "val/token_acc"
 VAL_LOSS_TAG = "val/loss"  # what the checkpoint callback monitors (mode min)
@@ -88,22 +83,13 @@ def _ratio(value: float, median: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class SpikeGradient:
-    """The gradients logged at (or last before) a loss spike, relative to the run's medians.
-
-    Attributes:
-        spike_step: the flagged step.
-        grad_step: the last gradient-norm step ≤ ``spike_step`` (lag = the difference).
-        norm: global gradient norm at ``grad_step``.
-        ratio: ``norm`` / the run's median global norm.
-        group: the group with the largest norm / its own run median at ``grad_step``.
-        group_ratio: that group's ratio.
-    """
+    """The gradients logged at (or last before) a loss spike, relative to the run's medians."""
 
     spike_step: int
-    grad_step: int
-    norm: float
-    ratio: float | None
-    group: str | None
+    grad_step: int  # the last gradient-norm step <= spike_step
+    norm: float  # the global gradient norm at grad_step
+    ratio: float | None  # norm / the run's median global norm
+    group: str | None  # the group whose norm is furthest above its own run median there
     group_ratio: float | None
 
     @property
@@ -139,6 +125,26 @@ def spike_gradients(scalars: Scalars) -> list[SpikeGradient]:
             SpikeGradient(spike, grad_step, norm, _ratio(norm, median), group, group_ratio)
         )
     return records
+
+
+def curve_facts(scalars: Scalars, threshold: float) -> dict[str, Any]:
+    """The facts whose curves ``scalars`` holds (``reversal_traces``); a fact without its curve
+    is absent (``steps_to_threshold`` None: never reached)."""
+    facts: dict[str, Any] = {}
+    if VAL_TAG in scalars:
+        facts["steps_to_threshold"] = steps_to_threshold(scalars, threshold)
+        facts["val_curve"] = series(scalars, VAL_TAG)
+    spikes = spike_steps(scalars)
+    if spikes is not None:
+        facts["spikes"] = len(spikes)
+        facts["spike_gradients"] = spike_gradients(scalars)
+    if (norm := max_grad_norm(scalars)) is not None:
+        facts["max_grad_norm"] = norm
+    if (best := best_validation(scalars)) is not None:
+        facts["best_ckpt_step"] = best[0]
+    if VAL_LOSS_TAG in scalars:
+        facts["final_val_loss"] = scalars[VAL_LOSS_TAG][-1][1]
+    return facts
 
 
 LOSS_TAG = "train/loss"
@@ -338,7 +344,7 @@ def coefficient_rows(trace: RunTrace, every: int) -> list[dict[str, Any]]:
 
 
 def load_trace(run: RunResult) -> RunTrace:
-    """The trace of a finished run (``runs.chosen_runs``) from its record folder."""
+    """The trace of a finished run (``reversal.chosen_runs``) from its record folder."""
     folder = Path(str(run.log_dir))
     spikes = run_spikes(folder) if (folder / SPIKES).is_file() else None
     return RunTrace(run, run_scalars(folder), spikes, str(load_record(folder).get("experiment")))

@@ -11,8 +11,8 @@ import pytest
 
 from attn_lightning.records.run_files import write_record
 from lab.results.records import Scalars
-from lab.studies.reversal.runs import chosen_runs
-from lab.studies.reversal.traces import (
+from lab.studies.reversal import chosen_runs
+from lab.studies.reversal_traces import (
     GROUPS,
     best_validation,
     burst_rows,
@@ -24,7 +24,7 @@ from lab.studies.reversal.traces import (
     steps_to_threshold,
     thin,
 )
-from lab.studies.reversal.trajectories import write_trajectories
+from lab.studies.trajectories import write_trajectories
 
 
 def fake_scalars(

@@ -1,15 +1,11 @@
-"""What long reversal runs did while training: final loss, loss spikes, learned coefficients.
+"""The ``trajectories`` report kind: what long reversal runs did while training (final loss,
+loss spikes and their bursts, learned coefficients), from each finished run's record
+(``reversal_traces``), where the ``reversal`` outcome tables say only where runs ended.
 
-The thesis's "x⁸ beats softmax", spiky losses and large learned coefficients came from
-~10,000-step runs at losses near 4e-6. The outcome tables (``report``) say where runs ended;
-this module says how they got there, from each finished run's record (``traces``), in
-``<out>_runs.csv`` (per run: final and lowest training loss, test loss, spikes, the largest spike
-and gradient norm), ``<out>_spikes.csv`` (per loss spike: its size and the gradient before and at
-it, ``traces.spike_rows``), ``<out>_bursts.csv`` (``traces.burst_rows``),
-``<out>_coefficients.csv`` (each learned coefficient every ``every`` steps and at the end; only
-with a learned-coefficient variant) and ``<out>.md`` (the tables per variant, median [min, max]
-over seeds, and the figures of ``figures``). Spikes are ``GradientTracker``'s: a step whose
-loss is above 3× the median of the 50 before.
+Writes ``<out>_runs.csv`` (per run), ``<out>_spikes.csv`` (per loss spike: its size and the
+gradient before and at it), ``<out>_bursts.csv``, ``<out>_coefficients.csv`` (each learned
+coefficient every ``every`` steps and at the end; only with a learned-coefficient variant) and
+``<out>.md`` (the tables per variant, median [min, max] over seeds, and the ``figures``).
 """
 
 from __future__ import annotations
@@ -21,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_lightning.records.files import markdown_table, write_csv
-from lab.results.curves import series
-from lab.studies.reversal.runs import chosen_runs, finished
-from lab.studies.reversal.traces import (
+from lab.results.tables import series
+from lab.studies.reversal import chosen_runs, finished
+from lab.studies.reversal_traces import (
     BURST_GAP,
     BURST_GRADIENT,
     LOGGED_GRADIENT,
