@@ -114,6 +114,7 @@ STUDY_MODULES = {
     "stages.py",
     # report kinds of one module (a study with more has a folder)
     "reversal.py",
+    "recall.py",
     "reversal_traces.py",
     "trajectories.py",
 }

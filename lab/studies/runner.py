@@ -77,7 +77,16 @@ class Variant:
 
     @classmethod
     def from_config(cls, path: str | Path) -> Variant:
-        """The variant named after a config overlay's file stem."""
+        """The variant named after a config overlay's file stem.
+
+        Raises:
+            ValueError: not a YAML file name (an attention spec is a ``backends`` entry).
+        """
+        if Path(path).suffix not in (".yaml", ".yml"):
+            raise ValueError(
+                f"variant {str(path)!r} is not a config overlay (a .yaml file); attention specs "
+                "(name:key=value) go to --backends"
+            )
         return cls(Path(path).stem, configs=(str(path),))
 
 

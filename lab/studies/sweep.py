@@ -6,8 +6,8 @@
         --seeds 0 1 2 --set trainer.max_steps=3000 --out docs/results/reversal_len50 \\
         --metric test/token_acc --threshold 0.99
 
-The plan grammar (``configs/studies/<page>.yaml``; every key but ``grid``, ``stages`` and
-``pages`` is an option of this command by its long name, overridden by those given beside it)::
+The plan grammar (``configs/studies/<page>.yaml``; every key but ``grid``, ``stages``, ``pages``
+is an option of this command by its long name, overridden by those given beside it)::
 
     config: [configs/reversal/base.yaml]     # train.py's config stack
     backends: [softmax, performer:num_features=64]   # attention variants
@@ -33,18 +33,17 @@ The plan grammar (``configs/studies/<page>.yaml``; every key but ``grid``, ``sta
         runs: [docs/results/polynomial_len50/runs]  # record folders (default: <out>/runs)
         control: polynomial:degree=4          # the page's other keys: its report's options
 
-A grid's ``{tag: NAME, values: ...}`` tags its values NAME, and ``values`` as a mapping of
-labels (words) to values shows each value by its label (a list value would put brackets in run
-folders' names). A stage's ``backends``/``variants`` (either replaces both), ``grid``, ``config``
-and ``seeds`` replace the plan's; its ``set`` comes after the plan's; ``subcommand`` is ``fit``
-or ``test``; ``tags`` are added to its runs' (not ``study``, ``variant``, ``seed``, ``stage`` or a
-grid's). ``from: STAGE`` starts each run from STAGE's run of the same seed and variant label
-(else of the same grid values, else its only one); ``{stage, variant, seed}`` names the variant
-or pins the seed. ``checkpoint:`` ``last`` (default) or ``best`` (STAGE names it with a plain
-``checkpoint.filename=NAME``); ``start:`` ``init_from`` (a fit's default: weights only,
-``cli.warm_start``), ``ckpt_path`` (a test's: scored with its backend as ``attention_override``)
-or a dotted config option (``model.init_args.base_checkpoint``; a test then scores the model as
-built). A run whose source has no ``ok`` run (or checkpoint here) is ``NOT_RUN``, reason logged.
+A grid's ``{tag: NAME, values: ...}`` tags its values NAME; ``values`` as a mapping shows each value
+by its label (no brackets in run folders' names). A stage's ``backends``/``variants`` (either
+replaces both), ``grid``, ``config`` and ``seeds`` replace the plan's; its ``set`` comes after the
+plan's; ``subcommand`` is ``fit`` or ``test``; ``tags`` are added to its runs' (not ``study``,
+``variant``, ``seed``, ``stage`` or a grid's). ``from: STAGE`` starts each run from STAGE's run of
+the same seed and variant label (else of the same grid values, else its only one); ``{stage,
+variant, seed}`` names the variant or pins the seed. ``checkpoint:`` ``last`` (default) or ``best``
+(STAGE names it with a plain ``checkpoint.filename=NAME``); ``start:`` ``init_from`` (a fit's
+default: weights only, ``cli.warm_start``), ``ckpt_path`` (a test's: scored with its backend as
+``attention_override``) or a dotted config option (``model.init_args.base_checkpoint``; a test then
+scores the model as built). Without an ``ok`` source run: ``NOT_RUN``.
 
 Each (stage, variant, seed) is a ``train.py`` run of ``runner.Runner``. A run with an ``ok``
 record in ``<out>/runs/[<stage>/]<variant>-s<seed>/`` is taken, not trained, and each run that
@@ -83,6 +82,7 @@ from lab.results.tables import Convergence, append_curves, write_tables
 from lab.studies.detection.report import write_page as write_detection
 from lab.studies.detection.report import write_probe, write_sites
 from lab.studies.lora.report import report as lora_report
+from lab.studies.recall import write_recall
 from lab.studies.reversal import report as reversal_report
 from lab.studies.runner import Runner, Variant
 from lab.studies.stages import Stage, plan_stages, source_checkpoint
@@ -106,6 +106,7 @@ REPORTS: dict[str, Callable[..., object]] = {
     "detection_sites": write_sites,
     "lora": lora_report,  # the student's table, learning rates chosen on validation
     "paired": write_paired,  # unimodal: mean ± std, Δ
+    "recall": write_recall,  # recall against recurrent state, lr chosen on validation
     "reversal": reversal_report,
     "trajectories": write_trajectories,
     "warm_start": write_warm_start,  # its conditions per backend, warm start vs scratch

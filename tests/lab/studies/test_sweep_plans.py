@@ -48,6 +48,15 @@ def test_a_plan_is_the_command_line_it_stands_for(tmp_path):
     assert command.endswith("--seeds 3 --set a=1")
 
 
+def test_a_variant_is_an_overlay_file_not_a_spec(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        parse(["--config", "c.yaml", "--variants", "performer:num_features=256", "--out", "x"])
+    err = capsys.readouterr().err
+    assert "variant 'performer:num_features=256' is not a config overlay (a .yaml file)" in err
+    assert "go to --backends" in err
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
