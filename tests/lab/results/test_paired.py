@@ -196,7 +196,7 @@ def test_a_plan_page_over_a_folder_without_records_is_an_error_naming_it(tmp_pat
 
 def test_detectable_effect_is_detected_at_about_its_power():
     # Δ with sd 1 around the effect named for sd 1: the t-test rejects about 80 % of the time
-    # (the formula approximates the noncentral t; exact ≈ 0.78).
+    # (the formula approximates the noncentral t; exact: 0.79).
     rng = np.random.default_rng(1)
     unit = np.array([-1.2, -0.5, 0.0, 0.6, 1.1])
     effect = detectable_effect((unit / unit.std(ddof=1)).tolist())
