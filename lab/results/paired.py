@@ -9,7 +9,10 @@ of the signs, which assumes nothing about Δ's distribution.
 
 Not a percentile bootstrap: at n = 5 its "95 %" interval covers only ~83 % (docs/statistics.md;
 ``tests/lab/results/test_paired`` simulates both). ``write_paired``, a plan page's ``paired``
-report kind, writes each seed's value and Δ (``seed_rows``, ``delta_rows``) from run records.
+report kind, writes each seed's value and Δ (``seed_rows``, ``delta_rows``) from run records,
+with the interval's own t-test p (``t_test``) and the smallest Δ it detects at 80 % power
+(``detectable_effect``): what "not resolved at this n" could have seen. ``holm`` adjusts a
+family of such p-values (detection's multiplicity table).
 """
 
 from __future__ import annotations
@@ -36,6 +39,17 @@ SEED_INTERVAL_NOTE = (
     "of the nonzero Δ"
 )
 
+# What a Δ table's "t p" and "detectable Δ" columns are (``t_test``, ``detectable_effect``).
+DETECTABLE_NOTE = (
+    "detectable Δ, 80 % power: the smallest true |mean Δ| that test detects with probability 0.8 "
+    "at this n and spread, (t_{0.975, n−1} + t_{0.8, n−1}) · sd(Δ) / √n — an interval that "
+    "includes 0 does not exclude a Δ below it (docs/statistics.md)."
+)
+POWER_NOTE = (
+    "t p: the two-sided paired t-test of mean Δ = 0 (below 0.05 exactly when the interval "
+    f"excludes 0), unadjusted for the other rows; {DETECTABLE_NOTE}"
+)
+
 
 def t_interval(values: Sequence[float]) -> tuple[float, float]:
     """``mean ± t_{(1+LEVEL)/2, n−1} · sd / √n`` of ``values``; (mean, mean) for one value."""
@@ -55,6 +69,49 @@ def sign_test(positive: int, negative: int) -> float:
     if n == 0:
         return 1.0
     return min(1.0, 2.0 * float(stats.binom.cdf(min(positive, negative), n, 0.5)))
+
+
+def t_test(values: Sequence[float]) -> float:
+    """Two-sided one-sample t-test p-value of mean Δ = 0 (the interval's own test: p < 1 − LEVEL
+    exactly when the interval excludes 0); a spread of 0 gives 1.0 at mean 0, else 0.0."""
+    if len(values) < 2:
+        raise ValueError(f"a t-test needs at least 2 values, got {len(values)}")
+    if statistics.stdev(values) == 0:
+        return 1.0 if statistics.fmean(values) == 0 else 0.0
+    return float(stats.ttest_1samp(list(values), 0.0).pvalue)
+
+
+def detectable_effect(values: Sequence[float], *, power: float = 0.8) -> float:
+    """The smallest true |mean Δ| that the two-sided ``LEVEL`` paired t-test on ``len(values)``
+    seeds with this spread detects with probability ``power``:
+    ``(t_{(1+LEVEL)/2, n−1} + t_{power, n−1}) · sd / √n`` (the usual approximation of the
+    noncentral t). What a "not resolved" interval could have seen: a smaller Δ is not excluded."""
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"a detectable effect needs at least 2 values, got {n}")
+    quantiles = stats.t.ppf((1 + LEVEL) / 2, n - 1) + stats.t.ppf(power, n - 1)
+    return float(quantiles) * statistics.stdev(values) / math.sqrt(n)
+
+
+def holm(
+    p_values: Mapping[str, float], *, alpha: float = 1 - LEVEL
+) -> dict[str, tuple[float, bool]]:
+    """Holm's step-down correction over the whole family: ``{name: (threshold, survives)}`` in
+    ascending order of p. The i-th (from 0) has threshold ``alpha / (m − i)``; names survive
+    while their p is ≤ their threshold, and the first that fails stops it (every later name
+    fails too, even one under its own threshold). Family-wise error ≤ ``alpha`` under any
+    dependence between the comparisons."""
+    out, failed = {}, False
+    for i, name in enumerate(sorted(p_values, key=lambda name: p_values[name])):
+        threshold = alpha / (len(p_values) - i)
+        failed = failed or p_values[name] > threshold
+        out[name] = (threshold, not failed)
+    return out
+
+
+def format_p(p: float) -> str:
+    """``0.030``; below 0.001 in powers of ten (``3e-08``), where three decimals would show 0."""
+    return f"{p:.3f}" if p >= 1e-3 else f"{p:.0e}"
 
 
 @dataclass(frozen=True)
@@ -225,8 +282,9 @@ def delta_rows(
     label: str,
 ) -> list[dict[str, Any]]:
     """Per variant in ``names`` other than ``control``: per metric, its Δ vs ``control`` on every
-    seed both finished, the sign count with its sign-test p, and the mean Δ with its 95 %
-    t-interval (one seed: no interval); ``–`` without a seed."""
+    seed both finished, the sign count with its sign-test p, the mean Δ with its 95 %
+    t-interval, the t-test p (``t_test``) and the smallest Δ detectable at 80 % power at that n
+    (``detectable_effect``); one seed has none of the last three, no seed ``–`` everywhere."""
     rows = []
     for name in names:
         if name == control:
@@ -235,23 +293,26 @@ def delta_rows(
         for key in metrics:
             shown = column(key)
             deltas = seed_deltas(per_seed(runs, name, key), per_seed(runs, control, key))
-            title = shown.title
-            if deltas is None:
-                row[f"{title} Δ per seed"] = row[f"{title} sign count"] = "–"
-                row[f"{title} mean Δ [95 % t]"] = "–"
-                continue
-            values = list(deltas.deltas.values())
-            row[f"{title} Δ per seed"] = _joined(
-                values, scale=shown.scale, digits=shown.digits, sign=True
+            title, spec = shown.title, f"+.{shown.digits}f"
+            cells = dict.fromkeys(
+                (f"{title} {c}" for c in ("Δ per seed", "sign count", "mean Δ [95 % t]")), "–"
             )
-            row[f"{title} sign count"] = sign_count(values)
-            spec = f"+.{shown.digits}f"
-            mean = format(deltas.mean * shown.scale, spec)
-            if deltas.n > 1:
+            cells[f"{title} t p"] = cells[f"{title} detectable Δ, 80 % power"] = "–"
+            if deltas is not None:
+                values = list(deltas.deltas.values())
+                cells[f"{title} Δ per seed"] = _joined(
+                    values, scale=shown.scale, digits=shown.digits, sign=True
+                )
+                cells[f"{title} sign count"] = sign_count(values)
+                cells[f"{title} mean Δ [95 % t]"] = format(deltas.mean * shown.scale, spec)
+            if deltas is not None and deltas.n > 1:
                 low, high = (format(x * shown.scale, spec) for x in (deltas.low, deltas.high))
-                mean += f" [{low}, {high}]"
-                row[f"{title} sign count"] += f", sign p {deltas.sign_p:.2f}"
-            row[f"{title} mean Δ [95 % t]"] = mean
+                cells[f"{title} mean Δ [95 % t]"] += f" [{low}, {high}]"
+                cells[f"{title} sign count"] += f", sign p {deltas.sign_p:.2f}"
+                cells[f"{title} t p"] = format_p(t_test(values))
+                effect = detectable_effect(values) * shown.scale
+                cells[f"{title} detectable Δ, 80 % power"] = f"{effect:.{shown.digits}f}"
+            row.update(cells)
         rows.append(row)
     return rows
 
@@ -303,7 +364,7 @@ def write_paired(
             "",
             f"Paired by seed (the same seed: the same data order and initialisation stream): "
             f"each backend's value minus `{control}`'s on every seed both finished, how many "
-            f"Δ are positive / negative, and the mean Δ [{SEED_INTERVAL_NOTE}].\n",
+            f"Δ are positive / negative, and the mean Δ [{SEED_INTERVAL_NOTE}]. {POWER_NOTE}\n",
             markdown_records(paired),
         ]
     written = [write_csv(out.with_name(out.name + ".csv"), per_variant)]  # makes the folder

@@ -5,7 +5,9 @@ each ``(record folders, out, *, command, **the page's options)``, and what a var
   costs, the controls of ``detection.variants`` and a grid's own table) over ``variants`` ×
   ``seeds``, or with ``grid: sensitivity | ablation`` the grid around ``centre`` and its control;
   ``costs:`` a ``costs.json`` adds the cost columns (a variant it lacks is measured once, on
-  this CPU, and added to it: a timing belongs to the machine that made it);
+  this CPU, and added to it: a timing belongs to the machine that made it); ``family:``
+  ``{variant: compared with}`` closes the page with the Holm table of every paired comparison
+  on it, these pairs included (``multiplicity_rows``);
 * ``detection_probe`` (``write_probe``): the decoder cross-attention statistics of trained runs
   (``detection.probe``), kept per run as ``probe.csv`` beside its record;
 * ``detection_sites`` (``write_sites``): parameters and counted FLOPs per site of each variant's
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from torch import nn
 
 from attn_lightning.records import markdown_meta, markdown_records, write_csv
 from lab.benchmarks import sites
+from lab.results import paired
 from lab.results.records import RunResult, runs_of
 from lab.results.tables import append_curves, column, write_tables
 from lab.studies.detection import probe
@@ -64,12 +68,15 @@ def write(
     label: str = "variant",
     grid: Sequence[GridPoint] = (),
     heading: str = "",
+    family: Mapping[str, str] | None = None,
 ) -> None:
     """The study's tables: ``METRICS`` mean ± std per variant, its cost columns and the
     comparison with its control where both ran (``CONTROLS``: the control, what differs, the
     paired-by-seed Δ); ``label`` titles the variant column. With a ``grid``, the summary also
     holds each point's cells and ``<out>.md`` opens with the grid's own table, headed
-    ``heading`` (``_grid_head``); ``CURVE`` per run closes it (``results.tables``)."""
+    ``heading`` (``_grid_head``); ``CURVE`` per run follows (``results.tables``). A ``family``
+    (``{variant: what it is compared with}`` beyond the controls, possibly empty) closes the
+    page with the multiplicity table of every comparison (``multiplicity_rows``)."""
     notes = []
     if costs:
         inputs = sorted({str(cost["input"]) for cost in costs.values()})
@@ -108,7 +115,63 @@ def write(
         md = out.with_name(out.name + ".md")
         md.write_text(_grid_head(results, grid, cells, heading) + md.read_text())
     append_curves(out, results, CURVE)
+    if family is not None:
+        _append_multiplicity(out, results, family)
     log.info("wrote %s.md and its CSVs", out)
+
+
+def multiplicity_rows(
+    results: Sequence[RunResult], more: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """The family of the page's paired comparisons: every ``CONTROLS`` pair both of whose runs
+    are shown, then ``more`` (``{variant: what it is compared with}``), each with its mean Δ of
+    ``COMPARED``, t-test p, Δ detectable at 80 % power and Holm threshold over the family, in
+    ascending order of p (``results.paired``). Pairs sharing fewer than 2 seeds are left out."""
+    shown, metric = {r.variant for r in results}, column(COMPARED)
+    unknown = sorted({*more, *more.values()} - shown)
+    if unknown:
+        raise ValueError(f"family names {unknown}, not shown on the page; it has {sorted(shown)}")
+    deltas: dict[str, list[float]] = {}
+    for variant, control in [*CONTROLS.items(), *more.items()]:
+        got = paired.seed_deltas(
+            *(paired.per_seed(results, v, COMPARED) for v in (variant, control))
+        )
+        if {variant, control} <= shown and got is not None and got.n > 1:
+            deltas[f"`{variant}` − `{control}`"] = list(got.deltas.values())
+    p_values = {name: paired.t_test(values) for name, values in deltas.items()}
+
+    def shown_as(value: float, sign: str = "") -> str:  # the main table's scale and decimals
+        return f"{value * metric.scale:{sign}.{metric.digits}f}"
+
+    return [
+        {
+            "comparison": name,
+            "n": len(deltas[name]),
+            f"mean Δ {metric.title}": shown_as(statistics.fmean(deltas[name]), "+"),
+            "t p": paired.format_p(p_values[name]),
+            "detectable Δ, 80 % power": shown_as(paired.detectable_effect(deltas[name])),
+            "Holm threshold": f"{threshold:.4f}",
+            "survives Holm": "yes" if survives else "no",
+        }
+        for name, (threshold, survives) in paired.holm(p_values).items()
+    ]
+
+
+def _append_multiplicity(out: Path, results: Sequence[RunResult], more: Mapping[str, str]) -> None:
+    # Last on the page, under its own heading: the tables above keep their numbers (#table-N).
+    rows = multiplicity_rows(results, more)
+    path = write_csv(out.with_name(out.name + "_multiplicity.csv"), rows)
+    text = (
+        f"## Multiplicity\n\nThe page's {len(rows)} paired comparisons as one family "
+        f"(`{path.name}`), in ascending order of p: each mean Δ, its two-sided t-test p (the "
+        f"interval's own test, unadjusted) and {paired.DETECTABLE_NOTE} Holm's step-down over the "
+        "family: the i-th p (from 0) of m is compared with 0.05 / (m − i), and the first over its "
+        "threshold stops it, so every later comparison fails too (family-wise error ≤ 0.05 "
+        "under any dependence).\n\n"
+        f"{markdown_records(rows)}\n"
+    )
+    md = out.with_name(out.name + ".md")
+    md.write_text(md.read_text().rstrip("\n") + "\n\n" + text)
 
 
 def _grid_head(
@@ -174,6 +237,7 @@ def write_page(
     centre: str | None = None,
     label: str = "variant",
     costs: str | None = None,
+    family: Mapping[str, str] | None = None,
 ) -> list[RunResult]:
     """The ``detection`` page kind (module docstring); returns its runs in table order."""
     names, heading = list(variants), ""
@@ -187,7 +251,16 @@ def write_page(
         raise ValueError("give variants: [...] or grid: sensitivity | ablation with a centre")
     results = runs_of(runs, [(name, seed) for name in names for seed in seeds])
     measured = {} if costs is None else _costs(Path(costs), names, command=command)
-    write(out, results, measured, command=command, label=label, grid=points, heading=heading)
+    write(
+        out,
+        results,
+        measured,
+        command=command,
+        label=label,
+        grid=points,
+        heading=heading,
+        family=family,
+    )
     return results
 
 

@@ -13,11 +13,15 @@ import pytest
 
 from lab.results.paired import (
     delta_rows,
+    detectable_effect,
+    format_p,
+    holm,
     paired_delta,
     seed_deltas,
     seed_rows,
     sign_test,
     t_interval,
+    t_test,
     write_paired,
 )
 from lab.results.records import RunResult
@@ -142,6 +146,12 @@ def test_delta_rows_give_the_t_interval_from_five_seeds():
     expected = t_interval([0.1, 0.3, 0.2, 0.4, 0.25])
     assert (low, high) == pytest.approx(expected, abs=1e-4)
     assert row["test bits/dim sign count"] == "5+ 0− of 5, sign p 0.06"
+    deltas = [0.1, 0.3, 0.2, 0.4, 0.25]
+    # t = 0.25 / (0.112 / √5) = 5.0 on 4 degrees of freedom: p ≈ 0.0075
+    assert float(row["test bits/dim t p"]) == pytest.approx(t_test(deltas), abs=1e-3)
+    assert t_test(deltas) == pytest.approx(0.0075, abs=2e-4)
+    effect = float(row["test bits/dim detectable Δ, 80 % power"])
+    assert effect == pytest.approx(detectable_effect(deltas), abs=1e-4)
 
 
 def test_delta_rows_pair_only_seeds_both_finished():
@@ -149,6 +159,7 @@ def test_delta_rows_pair_only_seeds_both_finished():
     (row,) = delta_rows(runs, ["softmax", "linear"], "softmax", [KEY], label="backend")
     assert row["test bits/dim Δ per seed"] == "+1.0000"
     assert row["test bits/dim sign count"] == "1+ 0− of 1"
+    assert row["test bits/dim t p"] == row["test bits/dim detectable Δ, 80 % power"] == "–"
 
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "results"
@@ -181,3 +192,35 @@ def test_a_plan_page_over_a_folder_without_records_is_an_error_naming_it(tmp_pat
     assert f"page p: no run records (record.json) under `{tmp_path / 'none'}/`" in (
         capsys.readouterr().err
     )
+
+
+def test_detectable_effect_is_detected_at_about_its_power():
+    # Δ with sd 1 around the effect named for sd 1: the t-test rejects about 80 % of the time
+    # (the formula approximates the noncentral t; exact: 0.79).
+    rng = np.random.default_rng(1)
+    unit = np.array([-1.2, -0.5, 0.0, 0.6, 1.1])
+    effect = detectable_effect((unit / unit.std(ddof=1)).tolist())
+    rejected = [t_test((effect + row).tolist()) < 0.05 for row in rng.normal(0, 1, (2000, 5))]
+    assert 0.70 <= float(np.mean(rejected)) <= 0.88
+    assert detectable_effect((3 * unit).tolist()) == pytest.approx(3 * effect * unit.std(ddof=1))
+    with pytest.raises(ValueError, match="at least 2 values, got 1"):
+        detectable_effect([1.0])
+
+
+def test_t_test_agrees_with_the_interval():
+    values = [0.1, 0.3, 0.2, 0.4, 0.25]
+    assert t_interval(values)[0] > 0 and t_test(values) < 0.05
+    assert t_interval([0.5, -0.5, 0.1])[0] < 0 < t_interval([0.5, -0.5, 0.1])[1]
+    assert t_test([0.5, -0.5, 0.1]) > 0.05
+    assert t_test([0.0, 0.0]) == 1.0 and t_test([1.0, 1.0]) == 0.0
+    assert (format_p(0.0297), format_p(5.2e-8)) == ("0.030", "5e-08")
+
+
+def test_holm_steps_down_and_stops_at_the_first_failure():
+    # thresholds 0.05/4, /3, /2, /1 in order of p: 0.001 ≤ 0.0125 kept, 0.013 ≤ 0.0167 kept,
+    # 0.03 > 0.025 stops, so 0.04 (≤ 0.05 on its own) is not kept either.
+    got = holm({"d": 0.04, "a": 0.001, "c": 0.03, "b": 0.013})
+    assert list(got) == ["a", "b", "c", "d"]
+    assert [t for t, _ in got.values()] == pytest.approx([0.0125, 0.05 / 3, 0.025, 0.05])
+    assert [kept for _, kept in got.values()] == [True, True, False, False]
+    assert all(kept for _, kept in holm({"a": 0.001, "b": 0.02, "c": 0.001}).values())

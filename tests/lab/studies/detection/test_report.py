@@ -1,7 +1,7 @@
 """The detection report kinds: refusals (a page without runs, a probe run without its rows or
-checkpoint), each variant's model built through train.py's parser and measured, and the
-``detection_sites`` counts taken from that model (the committed pages are rebuilt from their
-records: ``tests/docs/test_plan_pages.py``)."""
+checkpoint), each variant's model built through train.py's parser and measured, the
+``detection_sites`` counts taken from that model, and the multiplicity table's family and Holm
+order (the committed pages are rebuilt from their records: ``tests/docs/test_plan_pages.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ import torch
 from attn_lightning.records import write_csv
 from lab.benchmarks.flops import CallShape, attention_flops
 from lab.benchmarks.report import read_csv
-from lab.studies.detection.report import build_model, measure, write_page, write_probe, write_sites
+from lab.results import paired
+from lab.results.records import RunResult
+from lab.studies.detection.report import (
+    build_model,
+    measure,
+    multiplicity_rows,
+    write_page,
+    write_probe,
+    write_sites,
+)
 from lab.studies.detection.variants import overlays
 from tests.lab.studies.detection.runs import fake_record
 
@@ -19,6 +28,39 @@ from tests.lab.studies.detection.runs import fake_record
 def test_a_page_without_runs_to_show_is_refused(tmp_path):
     with pytest.raises(ValueError, match="give variants"):
         write_page([tmp_path], tmp_path / "p", command="c", seeds=[0])
+
+
+def test_the_multiplicity_family_is_every_shown_control_pair_and_the_pairs_named(tmp_path):
+    maps = {
+        "softmax": [0.80, 0.81, 0.82, 0.80, 0.81],
+        "softmax_no_qk_all": [0.76, 0.78, 0.77, 0.75, 0.79],  # control: softmax
+        "optimization_all": [0.01, 0.02, 0.01, 0.00, 0.02],  # control: softmax_no_qk_all
+        "pool_encoder_self": [0.9] * 5,  # its control (softmax_no_qk_encoder_self) not shown
+    }
+    results = [
+        RunResult(name, seed, 1.0, "ok", {"test/mAP": value})
+        for name, values in maps.items()
+        for seed, value in enumerate(values)
+    ]
+    rows = multiplicity_rows(results, {"optimization_all": "softmax"})
+    deltas = {
+        "`softmax_no_qk_all` − `softmax`": [-0.04, -0.03, -0.05, -0.05, -0.02],
+        "`optimization_all` − `softmax_no_qk_all`": [-0.75, -0.76, -0.76, -0.75, -0.77],
+        "`optimization_all` − `softmax`": [-0.79, -0.79, -0.81, -0.80, -0.79],
+    }
+    p_values = {name: paired.t_test(d) for name, d in deltas.items()}
+    assert [r["comparison"] for r in rows] == sorted(p_values, key=lambda n: p_values[n])
+    assert [r["Holm threshold"] for r in rows] == ["0.0167", "0.0250", "0.0500"]
+    assert [r["survives Holm"] for r in rows] == ["yes"] * 3  # all far below 0.0167
+    last = rows[-1]
+    assert last["comparison"] == "`softmax_no_qk_all` − `softmax`"
+    assert last["mean Δ test mAP"] == "-0.038"
+    assert float(last["t p"]) == pytest.approx(p_values[last["comparison"]], abs=1e-3)
+    assert float(last["detectable Δ, 80 % power"]) == pytest.approx(
+        paired.detectable_effect(deltas[last["comparison"]]), abs=1e-3
+    )
+    with pytest.raises(ValueError, match=r"family names \['mean'\], not shown on the page"):
+        multiplicity_rows(results, {"mean": "softmax"})
 
 
 def test_probe_page_reads_the_rows_kept_beside_each_record(tmp_path):
