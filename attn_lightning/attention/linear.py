@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attn_lightning.attention.base import check_choice
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.options import check_choice
 
 
 def _elu_plus_one_values(x: Tensor, *, blocked: bool) -> Tensor:

@@ -33,10 +33,10 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from attn_lightning.callbacks.clock import FitClock
-from attn_lightning.callbacks.diagnostics import collect_diagnostics
+from attn_lightning.callbacks.backends import collect_diagnostics
 from attn_lightning.callbacks.gradients import GradientTracker, SpikeRow
 from attn_lightning.callbacks.nonfinite import NonFiniteTraining
+from attn_lightning.callbacks.resume import FitClock
 from attn_lightning.callbacks.run_facts import best_checkpoint, identity, run_folder, scalars
 from attn_lightning.records import run_files as files
 

@@ -28,9 +28,9 @@ subcommand: ``records``. ``<subcommand> --help`` is short, ``--help <group>``/``
 With ``--ckpt_path``, LightningCLI (2.5.5+, checked on 2.6) parses the checkpoint's saved model
 hyper-parameters *over* the config and the command line: ``--model.init_args.attention`` or a
 model size given with a checkpoint is replaced by the checkpoint's value (one warning line
-names what it replaced: ``checkpoint_options``). Use ``--model.init_args.attention_override``
-(not saved as a hyper-parameter, so it survives) to evaluate a checkpoint with other backend
-options. DataModule and trainer arguments are not
+names what it replaced: ``checkpoints.say_replaced``). Use
+``--model.init_args.attention_override`` (not saved as a hyper-parameter, so it survives) to
+evaluate a checkpoint with other backend options. DataModule and trainer arguments are not
 affected. A backend overlay given without its ``base.yaml`` fails before parsing
 (``config_checks``).
 """
@@ -55,17 +55,16 @@ from lightning.pytorch.cli import (
 )
 
 from attn_lightning.callbacks import FitClock, RunCheckpoint
-from attn_lightning.cli.checkpoint_options import model_options, say_replaced
 from attn_lightning.cli.checkpoints import (
     check_classes,
     check_evaluated_weights,
     load_checkpoint,
+    model_options,
+    say_replaced,
 )
-from attn_lightning.cli.config_checks import check_command_line, expand_help_names
-from attn_lightning.cli.debug import debug_checks, enable_debug_checks
+from attn_lightning.cli.config_checks import check_command_line, debug_requested, expand_help_names
 from attn_lightning.cli.errors import AppArgumentParser, constructor_error, trainer_refusals
-from attn_lightning.cli.first_mistakes import debug_requested
-from attn_lightning.cli.fresh_runs import discard_unused, prepare_run_folder
+from attn_lightning.cli.fresh_runs import check_writable_folders, discard_unused, prepare_run_folder
 from attn_lightning.cli.help import (
     CKPT_PATH_HELP,
     DESCRIPTION,
@@ -73,20 +72,24 @@ from attn_lightning.cli.help import (
     help_request,
     print_help,
 )
-from attn_lightning.cli.noise import quiet, quiet_own_resume
 from attn_lightning.cli.options import AcceptedLinks, add_app_arguments, linked_size_given
+from attn_lightning.cli.process import (
+    debug_checks,
+    enable_debug_checks,
+    quiet,
+    quiet_own_resume,
+    set_threads,
+)
 from attn_lightning.cli.progress import progress_callbacks, terminal
 from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
     RunConfigSaver,
+    check_names,
     continue_run,
     purge_replayed_steps,
     resolve_named_checkpoint,
 )
-from attn_lightning.cli.run_names import check_names
-from attn_lightning.cli.threads import set_threads
 from attn_lightning.cli.warm_start import warm_start_from_config
-from attn_lightning.cli.writable import check_writable_folders
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 log = logging.getLogger("attn_lightning")
