@@ -19,22 +19,23 @@ from attn_lightning.callbacks.backends import (
     redraw_generator,
 )
 from attn_lightning.callbacks.checkpoints import RunCheckpoint
-from attn_lightning.callbacks.detections import DetectionImages, Detector
 from attn_lightning.callbacks.gradients import (
     GradientTracker,
     LossSpikeDetector,
     ParameterGroups,
 )
-from attn_lightning.callbacks.images import ImageGrids
-from attn_lightning.callbacks.nonfinite import NonFiniteStop, NonFiniteTraining
 from attn_lightning.callbacks.predictions import PredictionSaver, PredictionWriter
 from attn_lightning.callbacks.resume import AtomicCheckpointIO, FitClock, is_partial
 from attn_lightning.callbacks.run_record import RunRecord
 from attn_lightning.callbacks.samples import (
+    DetectionImages,
+    Detector,
+    ImageGrids,
     SamplePredictions,
     SampleRows,
     ValidationBatchLogger,
 )
+from attn_lightning.callbacks.stopping import NonFiniteStop, NonFiniteTraining
 from attn_lightning.data.image_grids import ImageSampler
 
 __all__ = [

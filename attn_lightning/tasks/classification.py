@@ -125,9 +125,6 @@ class ClassifierSteps(pl.LightningModule):
         return [path]
 
 
-__all__ = ["SPLITS", "ClassifierSteps", "accuracy_metrics"]
-
-
 class ImageClassificationTask(ClassifierSteps, AttentionTask):
     """Cross-entropy training of a ``VisionTransformer`` with any attention backend.
 
@@ -175,4 +172,4 @@ class ImageClassificationTask(ClassifierSteps, AttentionTask):
         return self.net(image)
 
 
-__all__ = ["ClassifierSteps", "ImageClassificationTask", "accuracy_metrics"]
+__all__ = ["SPLITS", "ClassifierSteps", "ImageClassificationTask", "accuracy_metrics"]
