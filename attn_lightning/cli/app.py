@@ -1,29 +1,14 @@
 """The training application: ``LightningCLI`` with this project's defaults.
 
 ``python train.py {fit,validate,test,predict} --config base.yaml [--config more.yaml ...]``.
-Tasks and DataModules are chosen by ``class_path``; every run also gets, configurable from YAML
-under their own top-level keys:
-
-* ``checkpoint``: ``RunCheckpoint`` -> ``checkpoints/<experiment>/<run>/`` with ``last.ckpt`` and
-  the best checkpoint by ``val/loss``;
-* ``feature_redraw``, ``sample_predictions``, ``image_grids``, ``detection_images``,
-  ``adapter_export``, ``lr_monitor``: see ``attn_lightning.callbacks`` (a task without a
-  callback's hook is skipped);
-* ``gradient_tracker``: ``GradientTracker``, ``grad/*`` norms and ``train/loss_spike(s)``;
-* ``nonfinite_stop``: ``NonFiniteStop``, skips NaN/inf steps and stops a run of them (exit 3);
-* ``attention_diagnostics``: ``AttentionDiagnostics``, each backend's ``diagnostics()`` (learned
-  polynomial coefficients, ...) as ``attention/<layer>/<key>``;
-* ``run_record``: ``RunRecord``, ``record.json``/``curves.csv``/``spikes.csv`` beside the logs;
-* a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
-
-Top-level options: ``experiment`` and ``run_name`` name the logger (and so the checkpoint folder;
-without ``run_name`` runs are ``version_0``, ``version_1``, ...; a fresh fit into a folder that
-holds a run is refused, one without a checkpoint is started afresh: ``run_folders``);
-``metrics_file`` writes the final metrics as JSON (the sweep reads it); ``test_after_fit`` tests
-the best checkpoint after fitting; ``threads`` sets torch's CPU threads (``threads``); all of them
-and the callbacks are added by ``options``. After each
-subcommand: ``records``. ``<subcommand> --help`` is short, ``--help <group>``/``all`` in full
-(``help``).
+Tasks and DataModules are chosen by ``class_path``. Every run also gets the always-on callbacks
+(``checkpoint``: ``RunCheckpoint`` -> ``checkpoints/<experiment>/<run>/``, ``run_record``,
+``gradient_tracker``, ``nonfinite_stop``, ``attention_diagnostics``, ...), each configurable
+from YAML under its own top-level key, and a ``TensorBoardLogger`` under
+``logs/<experiment>/<run>/``; they and the top-level options (``experiment``, ``run_name``,
+``metrics_file``, ``test_after_fit``, ``threads``, ...) are added by ``options``. Run folders:
+``run_folders``, ``fresh_runs``; after each subcommand: ``records``; ``<subcommand> --help`` is
+short, ``--help <group>``/``all`` in full (``help``).
 
 With ``--ckpt_path``, LightningCLI (2.5.5+, checked on 2.6) parses the checkpoint's saved model
 hyper-parameters *over* the config and the command line: ``--model.init_args.attention`` or a

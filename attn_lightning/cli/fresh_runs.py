@@ -8,12 +8,10 @@ an unwritable checkpoint folder at the first save, after the training it was to 
 unwritable ``logs/`` ended in a 36-line ``PermissionError`` traceback from TensorBoard's writer.
 
 A folder without a checkpoint is not a run: a fit that stopped before its first save (an error,
-Ctrl-C, ``kill -9``) leaves one, and retrying it starts afresh there. Deleting what such a fit
-writes by file name alone deleted a user's own ``config.yaml``, ``hparams.yaml`` and
-``record.json`` in any folder a fit was pointed at (a ``--checkpoint.dirpath`` of their own, a
-``..`` run folder), and raised ``FileNotFoundError`` after the files were gone when the log and
-checkpoint folders were one. So a fit marks the log folder it creates (``MARKER``), only files a
-fit writes are ever removed, only from a marked folder, and each one removed is named. (A
+Ctrl-C, ``kill -9``) leaves one, and retrying it starts afresh there. A user's own
+``config.yaml`` or ``record.json`` in a folder a fit is pointed at must survive that, so a fit
+marks the log folder it creates (``MARKER``), only files a fit writes are ever removed, only from
+a marked folder, and each one removed is named. (A
 checkpoint folder of its own needs no mark: a fit writes nothing there before its first
 checkpoint but that checkpoint's temporary file, whose name is this project's alone; and a
 marked one would set off Lightning's "Checkpoint directory exists and is not empty".)

@@ -3,13 +3,10 @@ to its TensorBoard run without a second point for the steps it replays, a checkp
 folder continues (fit) or is evaluated beside (validate/test/predict) that run, and each start of
 a run saves its config beside the logs (once, while the settings stay the same).
 
-Without this, a fresh ``fit --run_name X`` over an old ``X`` wrote ``last-v1.ckpt`` beside the old
-``last.ckpt`` (so "resume from last.ckpt" restored the wrong run) and both runs' events went into
-one TensorBoard folder (a fresh fit's folders are checked in ``fresh_runs``). And "resume with
---ckpt_path checkpoints/exp/r/last.ckpt", followed without ``--run_name r``, finished the run in a
-new ``version_0`` (checkpoints and TensorBoard split over two folders); ``--ckpt_path last``,
-which Lightning resolves from a checkpoint callback that has saved nothing yet, started a fit
-from step 0 inside the existing run (``last-v1.ckpt`` beside ``last.ckpt``).
+So "resume from last.ckpt" never finds another run's ``last-v1.ckpt`` beside its own (a fresh
+fit's folders are checked in ``fresh_runs``), a resume given only ``--ckpt_path`` stays in its
+run's folder instead of a new ``version_0``, and ``--ckpt_path last`` (which Lightning resolves
+from a callback that has saved nothing yet) resumes the run instead of starting it from step 0.
 
 ``--experiment`` and ``--run_name`` name one folder each, never paths: a path put a run's folders
 elsewhere (``../../x`` or ``/abs/x`` outside ``logs/`` and ``checkpoints/``, ``a/b`` inside another
