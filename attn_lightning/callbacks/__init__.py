@@ -10,7 +10,6 @@ Each callback that needs something of the task names it as a ``runtime_checkable
 skips tasks without it.
 """
 
-from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
 from attn_lightning.callbacks.backends import (
     AttentionDiagnostics,
     FeatureRedraw,
@@ -19,12 +18,17 @@ from attn_lightning.callbacks.backends import (
     redraw_generator,
 )
 from attn_lightning.callbacks.checkpoints import RunCheckpoint
+from attn_lightning.callbacks.exports import (
+    AdapterExport,
+    AdapterExporter,
+    PredictionSaver,
+    PredictionWriter,
+)
 from attn_lightning.callbacks.gradients import (
     GradientTracker,
     LossSpikeDetector,
     ParameterGroups,
 )
-from attn_lightning.callbacks.predictions import PredictionSaver, PredictionWriter
 from attn_lightning.callbacks.resume import AtomicCheckpointIO, FitClock, is_partial
 from attn_lightning.callbacks.run_record import RunRecord
 from attn_lightning.callbacks.samples import (

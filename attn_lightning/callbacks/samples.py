@@ -34,7 +34,7 @@ from attn_lightning.data.image_grids import (
     grid_generator,
     sample_grid,
 )
-from attn_lightning.models.box_ops import to_pixel_corners
+from attn_lightning.models.detr import to_pixel_corners
 from attn_lightning.records import markdown_records
 
 
