@@ -8,12 +8,12 @@
 See ``attn_lightning/cli/app.py`` for the defaults every run gets and how ``--ckpt_path`` treats
 model arguments given on the command line. Configuration errors are one ``error:`` line (exit 2);
 ``--debug`` shows the full report. A typo'd subcommand or a config file that is missing or not
-YAML is answered before torch and Lightning load (``attn_lightning/cli/first_mistakes.py``).
+YAML is answered before torch and Lightning load (``attn_lightning/cli/config_checks.py``).
 """
 
 import sys
 
-from attn_lightning.cli.first_mistakes import answer_first_mistakes
+from attn_lightning.cli.config_checks import answer_first_mistakes
 
 if __name__ == "__main__":
     answer_first_mistakes(sys.argv[1:])

@@ -126,7 +126,6 @@ ATTENTION_MODULES = {
     "registry.py",
     "naive.py",
     "feature_map.py",
-    "options.py",
 }
 
 

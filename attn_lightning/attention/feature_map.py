@@ -17,7 +17,17 @@ import abc
 import torch
 from torch import Tensor
 
-from attn_lightning.attention.base import Attention, Layout, Mask, State, accumulation_dtype
+from attn_lightning.attention.base import (
+    Attention,
+    Layout,
+    Mask,
+    State,
+    accumulation_dtype,
+    check_choice,
+    check_eps,
+    check_int,
+    check_state_request,
+)
 from attn_lightning.attention.ops import dispatch, fla
 from attn_lightning.attention.ops.linear_kernels import (
     DEFAULT_EPS,
@@ -25,12 +35,6 @@ from attn_lightning.attention.ops.linear_kernels import (
     linear_attention,
     linear_attention_step,
     product_dtype,
-)
-from attn_lightning.attention.options import (
-    check_choice,
-    check_eps,
-    check_int,
-    check_state_request,
 )
 
 

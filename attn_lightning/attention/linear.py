@@ -11,20 +11,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attn_lightning.attention.base import check_choice
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.options import check_choice
 
 
 def _elu_plus_one_values(x: Tensor, *, blocked: bool) -> Tensor:
     """``elu(x) + 1``: ``exp(min(x, 0)) + max(x, 0)`` in row blocks (``blocked``), or ``elu + 1``.
 
-    The blocked form is for the CPU, where PyTorch's elu goes through a scalar expm1 (~7× slower:
-    the feature map cost as much as the whole attention kernel), and where adding ``max(x, 0)``
-    in row blocks of ~4 MB saves an N-sized temporary (at N = 16,384 every N-sized allocation is a
-    fresh mmap whose page faults cost as much as the op itself). Elsewhere it is two kernels: on a
-    GPU the blocks were one launch each (128 clamps a call at H = 32, D = 128, N = 4,096 on an
-    H100), and elu is vectorised there.
+    The blocked form is for the CPU, where PyTorch's elu goes through a scalar expm1, and where
+    adding ``max(x, 0)`` in row blocks of ~4 MB saves an N-sized temporary (a fresh mmap, whose
+    page faults cost as much as the op). Elsewhere it is two kernels: on a GPU each block would be
+    a launch, and elu is vectorised there.
     """
     if not blocked:
         return F.elu(x).add_(1.0)

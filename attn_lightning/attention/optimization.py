@@ -25,14 +25,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.base import Attention, Layout, Mask, accumulation_dtype
+from attn_lightning.attention.base import (
+    Attention,
+    Layout,
+    Mask,
+    accumulation_dtype,
+    check_choice,
+    check_int,
+)
 from attn_lightning.attention.ops.lasso import (
     SOLVERS,
     admm_codes,
     nonzero_coefficients,
     power_weights,
 )
-from attn_lightning.attention.options import check_choice, check_int
 
 DICTIONARIES = ("values", "keys")
 # The paper's count is not known (its body was not available). 8 columns are a sizeable share of

@@ -18,9 +18,9 @@ import warnings
 import torch
 from torch import Tensor
 
+from attn_lightning.attention.base import check_choice, check_int
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.options import check_choice, check_int
 
 KERNELS = ("positive", "hyperbolic", "trigonometric")
 PROJECTIONS = ("orthogonal", "iid")

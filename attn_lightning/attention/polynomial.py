@@ -25,12 +25,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.base import Attention, Layout, Mask, State, accumulation_dtype
+from attn_lightning.attention.base import (
+    Attention,
+    Layout,
+    Mask,
+    State,
+    accumulation_dtype,
+    check_eps,
+    check_state_request,
+)
 from attn_lightning.attention.ops import kv_cache
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.power_exact import blocked_keys, exact_power_attention
 from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
-from attn_lightning.attention.options import check_eps, check_state_request
 
 
 def taylor_logits(degrees: list[int]) -> Tensor:

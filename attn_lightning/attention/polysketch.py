@@ -40,7 +40,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.base import Layout, Mask, State, accumulation_dtype
+from attn_lightning.attention.base import (
+    Layout,
+    Mask,
+    State,
+    accumulation_dtype,
+    check_choice,
+    check_int,
+    check_state_request,
+)
 from attn_lightning.attention.feature_map import FeatureMapAttention
 from attn_lightning.attention.ops import dispatch, polysketch_eval
 from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
@@ -48,7 +56,6 @@ from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS, uses_kernel_form
 from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
 from attn_lightning.attention.ops.sketches import SKETCHES, RandomPolySketch, symmetric_square
-from attn_lightning.attention.options import check_choice, check_int, check_state_request
 from attn_lightning.attention.polynomial import taylor_logits
 
 SKETCH_KINDS = ("random", "learned")

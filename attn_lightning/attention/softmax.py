@@ -14,9 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.base import Attention, Layout, Mask, State
+from attn_lightning.attention.base import Attention, Layout, Mask, State, check_state_request
 from attn_lightning.attention.ops import kv_cache
-from attn_lightning.attention.options import check_state_request
 
 
 class SoftmaxAttention(Attention):

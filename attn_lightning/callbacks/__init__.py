@@ -10,31 +10,36 @@ Each callback that needs something of the task names it as a ``runtime_checkable
 skips tasks without it.
 """
 
-from attn_lightning.callbacks.adapters import AdapterExport, AdapterExporter
-from attn_lightning.callbacks.atomic_io import AtomicCheckpointIO, is_partial
+from attn_lightning.callbacks.backends import (
+    AttentionDiagnostics,
+    FeatureRedraw,
+    collect_diagnostics,
+    redraw_all_features,
+    redraw_generator,
+)
 from attn_lightning.callbacks.checkpoints import RunCheckpoint
-from attn_lightning.callbacks.clock import FitClock
-from attn_lightning.callbacks.detections import DetectionImages, Detector
-from attn_lightning.callbacks.diagnostics import AttentionDiagnostics, collect_diagnostics
+from attn_lightning.callbacks.exports import (
+    AdapterExport,
+    AdapterExporter,
+    PredictionSaver,
+    PredictionWriter,
+)
 from attn_lightning.callbacks.gradients import (
     GradientTracker,
     LossSpikeDetector,
     ParameterGroups,
 )
-from attn_lightning.callbacks.images import ImageGrids
-from attn_lightning.callbacks.nonfinite import NonFiniteStop, NonFiniteTraining
-from attn_lightning.callbacks.predictions import PredictionSaver, PredictionWriter
+from attn_lightning.callbacks.resume import AtomicCheckpointIO, FitClock, is_partial
 from attn_lightning.callbacks.run_record import RunRecord
 from attn_lightning.callbacks.samples import (
+    DetectionImages,
+    Detector,
+    ImageGrids,
     SamplePredictions,
     SampleRows,
     ValidationBatchLogger,
 )
-from attn_lightning.callbacks.training import (
-    FeatureRedraw,
-    redraw_all_features,
-    redraw_generator,
-)
+from attn_lightning.callbacks.stopping import NonFiniteStop, NonFiniteTraining
 from attn_lightning.data.image_grids import ImageSampler
 
 __all__ = [

@@ -24,9 +24,9 @@
   there: the paths its state saved name the old folder, and Lightning would drop them (its next
   ``last.ckpt`` became ``last-v1.ckpt`` beside the one resumed from, and the summary named the
   old folder's best checkpoint).
-* **Atomic writes** (``atomic_io.AtomicCheckpointIO``).
+* **Atomic writes** (``resume.AtomicCheckpointIO``).
 
-The states of the task's torchmetrics metrics are saved too (``metric_states``), so the
+The states of the task's torchmetrics metrics are saved too (``resume.metric_states``), so the
 train-epoch averages of a run resumed mid-epoch cover the whole epoch.
 """
 
@@ -44,8 +44,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 from torchmetrics import Metric
 
-from attn_lightning.callbacks.atomic_io import AtomicCheckpointIO, is_partial
-from attn_lightning.callbacks.metric_states import metric_states, restore_metric_states
+from attn_lightning.callbacks.resume import (
+    AtomicCheckpointIO,
+    is_partial,
+    metric_states,
+    restore_metric_states,
+)
 from attn_lightning.callbacks.stopping import SignalStop
 
 log = logging.getLogger("attn_lightning")

@@ -1,10 +1,10 @@
 """The training application behind ``train.py``: ``LightningCLI`` with this project's defaults
-(``app``), its entry with one-line errors (``entry``, ``errors``), the mistakes answered before
-torch and Lightning load (``first_mistakes``), the checks of a command line and a checkpoint
-before anything is built (``config_checks``, ``checkpoints``), run folders (``run_folders``) and
-what a run shows while and after it runs (``progress``).
+(``app``), its entry with one-line errors (``entry``, ``errors``), the checks of a command line
+(answered before torch and Lightning load) and a checkpoint before anything is built
+(``config_checks``, ``checkpoints``), run folders (``run_folders``) and what a run shows while
+and after it runs (``progress``).
 
-Importing this package loads none of them: ``train.py`` imports ``first_mistakes`` (standard
+Importing this package loads none of them: ``train.py`` imports ``config_checks`` (standard
 library and PyYAML only) and answers a typo'd subcommand or a bad config file before the ~11 s of
 torch and Lightning imports. The names below load their module when first used.
 """

@@ -10,7 +10,7 @@ and Lightning load as ``train.py`` does; the study runner spawns runs this way.
 
 import sys
 
-from attn_lightning.cli.first_mistakes import answer_first_mistakes
+from attn_lightning.cli.config_checks import answer_first_mistakes
 
 if __name__ == "__main__":
     answer_first_mistakes(sys.argv[1:])

@@ -1,36 +1,21 @@
 """The training application: ``LightningCLI`` with this project's defaults.
 
 ``python train.py {fit,validate,test,predict} --config base.yaml [--config more.yaml ...]``.
-Tasks and DataModules are chosen by ``class_path``; every run also gets, configurable from YAML
-under their own top-level keys:
-
-* ``checkpoint``: ``RunCheckpoint`` -> ``checkpoints/<experiment>/<run>/`` with ``last.ckpt`` and
-  the best checkpoint by ``val/loss``;
-* ``feature_redraw``, ``sample_predictions``, ``image_grids``, ``detection_images``,
-  ``adapter_export``, ``lr_monitor``: see ``attn_lightning.callbacks`` (a task without a
-  callback's hook is skipped);
-* ``gradient_tracker``: ``GradientTracker``, ``grad/*`` norms and ``train/loss_spike(s)``;
-* ``nonfinite_stop``: ``NonFiniteStop``, skips NaN/inf steps and stops a run of them (exit 3);
-* ``attention_diagnostics``: ``AttentionDiagnostics``, each backend's ``diagnostics()`` (learned
-  polynomial coefficients, ...) as ``attention/<layer>/<key>``;
-* ``run_record``: ``RunRecord``, ``record.json``/``curves.csv``/``spikes.csv`` beside the logs;
-* a ``TensorBoardLogger`` under ``logs/<experiment>/<run>/`` (``trainer.logger`` replaces it).
-
-Top-level options: ``experiment`` and ``run_name`` name the logger (and so the checkpoint folder;
-without ``run_name`` runs are ``version_0``, ``version_1``, ...; a fresh fit into a folder that
-holds a run is refused, one without a checkpoint is started afresh: ``run_folders``);
-``metrics_file`` writes the final metrics as JSON (the sweep reads it); ``test_after_fit`` tests
-the best checkpoint after fitting; ``threads`` sets torch's CPU threads (``threads``); all of them
-and the callbacks are added by ``options``. After each
-subcommand: ``records``. ``<subcommand> --help`` is short, ``--help <group>``/``all`` in full
-(``help``).
+Tasks and DataModules are chosen by ``class_path``. Every run also gets the always-on callbacks
+(``checkpoint``: ``RunCheckpoint`` -> ``checkpoints/<experiment>/<run>/``, ``run_record``,
+``gradient_tracker``, ``nonfinite_stop``, ``attention_diagnostics``, ...), each configurable
+from YAML under its own top-level key, and a ``TensorBoardLogger`` under
+``logs/<experiment>/<run>/``; they and the top-level options (``experiment``, ``run_name``,
+``metrics_file``, ``test_after_fit``, ``threads``, ...) are added by ``options``. Run folders:
+``run_folders``, ``fresh_runs``; after each subcommand: ``records``; ``<subcommand> --help`` is
+short, ``--help <group>``/``all`` in full (``help``).
 
 With ``--ckpt_path``, LightningCLI (2.5.5+, checked on 2.6) parses the checkpoint's saved model
 hyper-parameters *over* the config and the command line: ``--model.init_args.attention`` or a
 model size given with a checkpoint is replaced by the checkpoint's value (one warning line
-names what it replaced: ``checkpoint_options``). Use ``--model.init_args.attention_override``
-(not saved as a hyper-parameter, so it survives) to evaluate a checkpoint with other backend
-options. DataModule and trainer arguments are not
+names what it replaced: ``checkpoints.say_replaced``). Use
+``--model.init_args.attention_override`` (not saved as a hyper-parameter, so it survives) to
+evaluate a checkpoint with other backend options. DataModule and trainer arguments are not
 affected. A backend overlay given without its ``base.yaml`` fails before parsing
 (``config_checks``).
 """
@@ -55,17 +40,16 @@ from lightning.pytorch.cli import (
 )
 
 from attn_lightning.callbacks import FitClock, RunCheckpoint
-from attn_lightning.cli.checkpoint_options import model_options, say_replaced
 from attn_lightning.cli.checkpoints import (
     check_classes,
     check_evaluated_weights,
     load_checkpoint,
+    model_options,
+    say_replaced,
 )
-from attn_lightning.cli.config_checks import check_command_line, expand_help_names
-from attn_lightning.cli.debug import debug_checks, enable_debug_checks
+from attn_lightning.cli.config_checks import check_command_line, debug_requested, expand_help_names
 from attn_lightning.cli.errors import AppArgumentParser, constructor_error, trainer_refusals
-from attn_lightning.cli.first_mistakes import debug_requested
-from attn_lightning.cli.fresh_runs import discard_unused, prepare_run_folder
+from attn_lightning.cli.fresh_runs import check_writable_folders, discard_unused, prepare_run_folder
 from attn_lightning.cli.help import (
     CKPT_PATH_HELP,
     DESCRIPTION,
@@ -73,20 +57,24 @@ from attn_lightning.cli.help import (
     help_request,
     print_help,
 )
-from attn_lightning.cli.noise import quiet, quiet_own_resume
 from attn_lightning.cli.options import AcceptedLinks, add_app_arguments, linked_size_given
+from attn_lightning.cli.process import (
+    debug_checks,
+    enable_debug_checks,
+    quiet,
+    quiet_own_resume,
+    set_threads,
+)
 from attn_lightning.cli.progress import progress_callbacks, terminal
 from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
     RunConfigSaver,
+    check_names,
     continue_run,
     purge_replayed_steps,
     resolve_named_checkpoint,
 )
-from attn_lightning.cli.run_names import check_names
-from attn_lightning.cli.threads import set_threads
 from attn_lightning.cli.warm_start import warm_start_from_config
-from attn_lightning.cli.writable import check_writable_folders
 
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 log = logging.getLogger("attn_lightning")

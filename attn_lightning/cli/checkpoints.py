@@ -1,19 +1,28 @@
 """Reading ``--ckpt_path`` before anything is built: a clear error for a missing, corrupt or
 foreign file, for a checkpoint of another task or DataModule than the config's, and for an
-evaluation without a checkpoint (``--ckpt_path initial`` evaluates the initial weights on purpose).
+evaluation without a checkpoint (``--ckpt_path initial`` evaluates the initial weights on purpose);
+and the model options the checkpoint replaced, said once.
 
 Lightning would otherwise parse a reversal checkpoint's task over an image config and fail late
 (``KeyError: 'source'``), and answer a file of random bytes with "re-run torch.load with
 weights_only=False" — an unsafe hint for a file nobody should unpickle.
+
+With ``--ckpt_path`` LightningCLI parses the checkpoint's saved model hyper-parameters over the
+configs and the command line (``app``): an attention or a model size given with a checkpoint is
+replaced by the checkpoint's value. Evaluating or resuming needs that (its weights fit only its
+own sizes), but a replaced value should not vanish without a word: ``say_replaced`` names them.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+from jsonargparse import Namespace
 
 
 class CheckpointError(ValueError):
@@ -201,3 +210,60 @@ def load_task(
     task = task_class(**saved)
     task.load_state_dict(checkpoint["state_dict"])
     return task.to(map_location).eval()
+
+
+log = logging.getLogger("attn_lightning")
+
+# Shown per replaced option at most (a long list or dict is cut here).
+SHOWN = 60
+
+
+def model_options(model: Any) -> dict[str, Any]:
+    """A parsed ``model`` section's init args as plain values (``{}`` without any)."""
+    if isinstance(model, Namespace):
+        model = model.as_dict()
+    init_args = model.get("init_args") if isinstance(model, Mapping) else None
+    return dict(init_args) if isinstance(init_args, Mapping) else {}
+
+
+def _flat(options: Mapping[str, Any], where: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in options.items():
+        here = f"{where}.{key}" if where else str(key)
+        if isinstance(value, Mapping) and value and key != "attention":
+            yield from _flat(value, here)
+        else:
+            yield here, value
+
+
+def replaced_options(
+    before: Mapping[str, Any], after: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """``(dotted option, configured value, checkpoint's value)`` of every model option given a
+    value (not None: None is "from the data", linked later) that the checkpoint changed (an
+    attention spec compared whole), in the config's order."""
+    old, new = dict(_flat(before)), dict(_flat(after))
+    return [
+        (key, value, new[key])
+        for key, value in old.items()
+        if value is not None and new.get(key, value) != value
+    ]
+
+
+def say_replaced(before: Mapping[str, Any], after: Mapping[str, Any], ckpt_path: str) -> None:
+    """Log one line naming the model options the checkpoint at ``ckpt_path`` replaced (none:
+    nothing)."""
+    replaced = replaced_options(before, after)
+    if not replaced:
+        return
+
+    def shown(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+    changes = ", ".join(f"{key} {shown(old)} -> {shown(new)}" for key, old, new in replaced)
+    log.warning(
+        "--ckpt_path %s: the model is built with the checkpoint's options, replacing the given "
+        "%s (--model.init_args.attention_override evaluates other backend options)",
+        ckpt_path,
+        changes,
+    )

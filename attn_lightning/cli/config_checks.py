@@ -1,17 +1,26 @@
-"""Checks of the command line before LightningCLI parses it: config files that are missing or
-not YAML mappings, lone overlays.
+"""Checks of the command line before LightningCLI parses it, with the standard library and PyYAML
+alone: an unknown subcommand, config files that are missing or not YAML mappings, lone overlays.
 
-jsonargparse reports both mistakes as a long "does not validate against any of the Union
-subtypes" block that names neither the file nor the fix; these checks name both.
+Importing ``lightning.pytorch`` takes ~11 s on a laptop-class CPU; a typo'd subcommand, a config
+path that does not exist or a YAML syntax error should not wait for it, and jsonargparse reports a
+bad config as a long "does not validate against any of the Union subtypes" block that names
+neither the file nor the fix. ``answer_first_mistakes`` prints the same one ``error:`` line (exit
+2) that the CLI prints for any configuration error, naming both. Nothing here imports torch or
+Lightning (``tests/cli/test_config_checks.py`` checks it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import difflib
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from attn_lightning.cli.help import SUBCOMMANDS
 
 
 def config_files(args: Sequence[str]) -> list[Path]:
@@ -189,3 +198,42 @@ def _lone_overlay(loaded: list[tuple[Path, Any]], args: Sequence[str]) -> str | 
                     f"it is an overlay; stack it on its experiment's base config: {fix}"
                 )
     return None
+
+
+DEBUG_ENV = "ATTN_LIGHTNING_DEBUG"
+HINT = "run with --help for the options, or add --debug for the full report"
+
+
+def debug_requested(args: Sequence[str] | None) -> bool:
+    """``--debug`` on the command line or ``ATTN_LIGHTNING_DEBUG`` set to a true value."""
+    if os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes"):
+        return True
+    return args is not None and any(a == "--debug" or a == "--debug=true" for a in args)
+
+
+def nearest(word: str, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``word`` (difflib ratio ≥ 0.6), or None."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def first_mistake(args: Sequence[str]) -> str | None:
+    """An unknown subcommand (``args[0]`` when it is not an option) or the first config file's
+    mistake (``read_configs``), as one message; None when neither."""
+    if args and not args[0].startswith("-") and args[0] not in SUBCOMMANDS:
+        guess = nearest(args[0], SUBCOMMANDS)
+        return f"unknown subcommand {args[0]!r}; one of: {', '.join(SUBCOMMANDS)}" + (
+            f" (did you mean {guess!r}?)" if guess else ""
+        )
+    return read_configs(args)[1]
+
+
+def answer_first_mistakes(args: Sequence[str]) -> None:
+    """Exit 2 with one ``error:`` line if ``args`` hold one of the ``first_mistake``s (unless
+    ``--debug`` asks for LightningCLI's full report); return otherwise."""
+    if debug_requested(args):
+        return
+    message = first_mistake(args)
+    if message:
+        sys.stderr.write(f"error: {message}\n{HINT}\n")
+        raise SystemExit(2)

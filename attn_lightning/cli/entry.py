@@ -12,8 +12,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from attn_lightning.callbacks import NonFiniteTraining, RunCheckpoint
 from attn_lightning.cli.app import main
+from attn_lightning.cli.config_checks import HINT, answer_first_mistakes, debug_requested
 from attn_lightning.cli.errors import one_line, trainer_error
-from attn_lightning.cli.first_mistakes import HINT, answer_first_mistakes, debug_requested
 from attn_lightning.cli.progress import RunStarted
 
 log = logging.getLogger("attn_lightning")

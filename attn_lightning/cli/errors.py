@@ -20,8 +20,7 @@ from typing import Any, NoReturn
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from attn_lightning.cli.config_checks import config_files, key_location
-from attn_lightning.cli.first_mistakes import HINT, nearest
+from attn_lightning.cli.config_checks import HINT, config_files, key_location, nearest
 
 
 def accepted_options(cls: type) -> list[str]:

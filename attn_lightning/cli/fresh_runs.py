@@ -1,13 +1,17 @@
-"""A fresh ``fit``'s run folders: refused when they hold a run, cleared when they hold what a
-stopped attempt of this project wrote, and made with a mark that says so.
+"""The folders a run writes, checked before anything is built (every subcommand with a logger,
+and a fit's checkpoint folder), and a fresh ``fit``'s run folders: refused when they hold a run,
+cleared when they hold what a stopped attempt of this project wrote, and made with a mark that
+says so.
+
+An unwritable folder is one line naming the option, the folder and why (exit 2): Lightning found
+an unwritable checkpoint folder at the first save, after the training it was to keep, and an
+unwritable ``logs/`` ended in a 36-line ``PermissionError`` traceback from TensorBoard's writer.
 
 A folder without a checkpoint is not a run: a fit that stopped before its first save (an error,
-Ctrl-C, ``kill -9``) leaves one, and retrying it starts afresh there. Deleting what such a fit
-writes by file name alone deleted a user's own ``config.yaml``, ``hparams.yaml`` and
-``record.json`` in any folder a fit was pointed at (a ``--checkpoint.dirpath`` of their own, a
-``..`` run folder), and raised ``FileNotFoundError`` after the files were gone when the log and
-checkpoint folders were one. So a fit marks the log folder it creates (``MARKER``), only files a
-fit writes are ever removed, only from a marked folder, and each one removed is named. (A
+Ctrl-C, ``kill -9``) leaves one, and retrying it starts afresh there. A user's own
+``config.yaml`` or ``record.json`` in a folder a fit is pointed at must survive that, so a fit
+marks the log folder it creates (``MARKER``), only files a fit writes are ever removed, only from
+a marked folder, and each one removed is named. (A
 checkpoint folder of its own needs no mark: a fit writes nothing there before its first
 checkpoint but that checkpoint's temporary file, whose name is this project's alone; and a
 marked one would set off Lightning's "Checkpoint directory exists and is not empty".)
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,80 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from attn_lightning.callbacks import is_partial
 from attn_lightning.cli.run_folders import RunFolderError, log_folder, run_folders
 from attn_lightning.records.run_files import RUN_RECORD_FILES
+
+
+def check_writable_folders(config: Any, subcommand: str | None) -> None:
+    """RunFolderError when a folder the run will write cannot be written, before anything is
+    built or logged: a fit's checkpoint folder (``checkpoint.dirpath``, else ``checkpoint.root``)
+    and the logger's folder (``trainer.logger.init_args.save_dir``).
+
+    Missing folders are created and a probe file written and removed; what the check created is
+    removed again. Remote paths (``s3://``) are not checked. Only global rank 0 looks (as
+    ``prepare_run_folder``).
+    """
+    if getattr(rank_zero_only, "rank", 0) > 0:
+        return
+    checks: list[tuple[str, Any, Path, str]] = []
+    if subcommand == "fit":
+        checkpoint = config.get("checkpoint") or {}
+        option, value = "checkpoint.dirpath", checkpoint.get("dirpath")
+        if not value:
+            option, value = "checkpoint.root", checkpoint.get("root") or "checkpoints"
+        checks.append((option, value, Path(str(value)), "checkpoints"))
+    logs = log_folder(config)
+    if logs is not None:
+        checks.append(("trainer.logger.init_args.save_dir", logs[0], logs[1], "logs"))
+    for option, value, folder, what in checks:
+        if "://" in str(value):
+            continue
+        problem = _unwritable(folder)
+        if problem:
+            raise RunFolderError(
+                f"--{option} {str(value)!r} cannot hold {what}: {problem}; give a folder this "
+                f"user can write"
+            )
+
+
+def _unwritable(folder: Path, attempts: int = 3) -> str | None:
+    """Why files cannot be written into ``folder``, or None when they can.
+
+    Two runs started together (a sweep, a resume test) probe the same folder at once: a folder
+    the other made between our look and our ``mkdir``, or one it removed again under our probe,
+    is not a reason to refuse, so those races are retried.
+    """
+    created: list[Path] = []
+    action = ""
+    try:
+        for _ in range(attempts):
+            try:
+                for path in reversed([folder, *folder.parents]):
+                    if path.is_dir():
+                        continue
+                    if path.exists():
+                        return f"{path} is a file, not a folder"
+                    action = f"creating {path}"
+                    try:
+                        path.mkdir()
+                    except FileExistsError:
+                        if path.is_dir():  # another process made it just now
+                            continue
+                        raise
+                    created.append(path)
+                action = f"writing a file into {folder}"
+                probe = folder / f".write-test.{os.getpid()}"
+                probe.write_bytes(b"")
+                probe.unlink()
+                return None
+            except FileNotFoundError as e:  # another probe removed a folder it had made
+                last: OSError = e
+        return f"{action} failed ({last.strerror or last})"
+    except OSError as e:
+        return f"{action} failed ({e.strerror or e})"
+    finally:
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
 
 log = logging.getLogger("attn_lightning")
 

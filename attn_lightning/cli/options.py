@@ -92,7 +92,7 @@ def add_app_arguments(parser: LightningArgumentParser) -> None:
         type=int | None,
         default=None,
         help="torch CPU threads per process (default: OMP_NUM_THREADS when set, else half "
-        "the CPUs: a shared machine stays fast; see attn_lightning.cli.threads).",
+        "the CPUs: a shared machine stays fast; see attn_lightning.cli.process).",
     )
     parser.add_argument(
         "--debug",

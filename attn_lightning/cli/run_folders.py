@@ -3,13 +3,15 @@ to its TensorBoard run without a second point for the steps it replays, a checkp
 folder continues (fit) or is evaluated beside (validate/test/predict) that run, and each start of
 a run saves its config beside the logs (once, while the settings stay the same).
 
-Without this, a fresh ``fit --run_name X`` over an old ``X`` wrote ``last-v1.ckpt`` beside the old
-``last.ckpt`` (so "resume from last.ckpt" restored the wrong run) and both runs' events went into
-one TensorBoard folder (a fresh fit's folders are checked in ``fresh_runs``). And "resume with
---ckpt_path checkpoints/exp/r/last.ckpt", followed without ``--run_name r``, finished the run in a
-new ``version_0`` (checkpoints and TensorBoard split over two folders); ``--ckpt_path last``,
-which Lightning resolves from a checkpoint callback that has saved nothing yet, started a fit
-from step 0 inside the existing run (``last-v1.ckpt`` beside ``last.ckpt``).
+So "resume from last.ckpt" never finds another run's ``last-v1.ckpt`` beside its own (a fresh
+fit's folders are checked in ``fresh_runs``), a resume given only ``--ckpt_path`` stays in its
+run's folder instead of a new ``version_0``, and ``--ckpt_path last`` (which Lightning resolves
+from a callback that has saved nothing yet) resumes the run instead of starting it from step 0.
+
+``--experiment`` and ``--run_name`` name one folder each, never paths: a path put a run's folders
+elsewhere (``../../x`` or ``/abs/x`` outside ``logs/`` and ``checkpoints/``, ``a/b`` inside another
+run's folder) and ``--run_name ""`` silently became ``version_N``. So a name may not be empty,
+``.`` or ``..``, or hold ``/`` or ``\\`` (a run folder copied to Windows keeps its meaning).
 """
 
 from __future__ import annotations
@@ -248,3 +250,43 @@ def _settings(text: str) -> Any:
         args = logger["init_args"]
         logger["init_args"] = {k: v for k, v in args.items() if k not in LOGGER_IDENTITY}
     return data
+
+
+NAMES = ("experiment", "run_name")
+SEPARATORS = ("/", "\\")
+RULE = "names one folder under logs/ and checkpoints/: not empty, not '.' or '..', no '/' or '\\'"
+
+
+def name_problem(value: str) -> str | None:
+    """Why ``value`` is not a run or experiment name, or None when it is one."""
+    if value.strip() == "":
+        return "is empty"
+    if value in (".", ".."):
+        return f"is {value!r}, which names no folder of its own"
+    separator = next((s for s in SEPARATORS if s in value), None)
+    if separator is not None:
+        return f"holds {separator!r}, a path separator"
+    return None
+
+
+def check_names(config: Any) -> str | None:
+    """The one-line error for the first of ``--experiment``/``--run_name`` that is not a name,
+    or None (an option left unset is fine: ``default`` and ``version_N``)."""
+    for option in NAMES:
+        value = config.get(option)
+        if value is None:
+            continue
+        problem = name_problem(str(value))
+        if problem:
+            what = "a run name" if option == "run_name" else "an experiment name"
+            return (
+                f"--{option} {str(value)!r} {problem}; {what} {RULE} "
+                f"(e.g. --{option} {_example(str(value))})"
+            )
+    return None
+
+
+def _example(value: str) -> str:
+    """A name close to ``value``: its path's parts joined by '-' (``a/b`` -> ``a-b``)."""
+    parts = [p for p in value.replace("\\", "/").split("/") if p not in ("", ".", "..")]
+    return "-".join(parts) or "my-run"

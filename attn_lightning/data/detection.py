@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
 from attn_lightning.data.scenes import Example, SceneSpec, SyntheticScenes, synthetic_category_id
-from attn_lightning.models.box_ops import pixel_scale, xywh_to_cxcywh
+from attn_lightning.models.detr import pixel_scale, xywh_to_cxcywh
 
 SOURCES = ("synthetic", "coco")
 

@@ -27,7 +27,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from attn_lightning.data.base import SPLITS
-from attn_lightning.models.box_ops import cxcywh_to_xywh, pixel_scale, xyxy_to_cxcywh
+from attn_lightning.models.detr import cxcywh_to_xywh, pixel_scale, xyxy_to_cxcywh
 
 SHAPES = ("square", "disc", "triangle", "ring", "plus")
 Example = tuple[Tensor, dict[str, Any]]

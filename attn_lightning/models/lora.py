@@ -5,7 +5,7 @@ LoRA (Hu et al. 2021) replaces a frozen ``W`` by ``W + (α/r)·B·A`` with ``A: 
 A ``d_in → d_out`` layer gains ``r·(d_in + d_out)`` trainable parameters.
 
 No Lightning here: the tasks (``attn_lightning.tasks.adaptation``) and the adapter-export
-callback (``attn_lightning.callbacks.adapters``) are built on these helpers.
+callback (``attn_lightning.callbacks.exports``) are built on these helpers.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 from torchvision.ops import generalized_box_iou
 
-from attn_lightning.models.box_ops import cxcywh_to_xyxy
+from attn_lightning.models.detr import cxcywh_to_xyxy
 
 Target = Mapping[str, Tensor]
 Indices = list[tuple[Tensor, Tensor]]

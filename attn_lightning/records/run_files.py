@@ -24,7 +24,7 @@ from attn_lightning.records.files import write_csv
 
 log = logging.getLogger("attn_lightning")
 
-PARTIAL = ".partial"  # as callbacks.atomic_io.PARTIAL (this layer cannot import that one)
+PARTIAL = ".partial"  # as callbacks.resume.PARTIAL (this layer cannot import that one)
 SCHEMA = 1  # record.json's "schema": raised when a field changes meaning or is removed
 RECORD = "record.json"
 CURVES = "curves.csv"

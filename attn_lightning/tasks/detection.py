@@ -24,8 +24,13 @@ from torchmetrics.detection import MeanAveragePrecision
 
 from attn_lightning.attention import resolve_attention
 from attn_lightning.data.scenes import synthetic_category_id
-from attn_lightning.models.box_ops import to_coco_xywh, to_pixel_corners
-from attn_lightning.models.detr import DETR, SITES, attention_parameters
+from attn_lightning.models.detr import (
+    DETR,
+    SITES,
+    attention_parameters,
+    to_coco_xywh,
+    to_pixel_corners,
+)
 from attn_lightning.models.matcher import HungarianMatcher, SetCriterion
 from attn_lightning.models.specs import DetrSpec
 from attn_lightning.models.transformer import Projections

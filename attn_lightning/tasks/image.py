@@ -10,7 +10,7 @@ maximum likelihood. Metrics per split (``train/``, ``val/``, ``test/``):
 
 Sampling (unconditional, and completion of the first k pixels) is ``sample_pixels``: recurrent
 ``step`` where every backend has it, else prefix recompute; the ``ImageGrids`` callback
-(``attn_lightning.callbacks.images``) logs both as image grids each validation epoch, and
+(``attn_lightning.callbacks.samples``) logs both as image grids each validation epoch, and
 ``lab.studies.image.samples.write_grids`` writes them as PNG from a checkpoint.
 """
 

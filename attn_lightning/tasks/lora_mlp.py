@@ -21,7 +21,7 @@ from attn_lightning.models.mlp import MLP
 from attn_lightning.models.specs import MLPSpec
 from attn_lightning.tasks.adaptation import AdaptedTask
 from attn_lightning.tasks.base import require_from_data
-from attn_lightning.tasks.classifier_steps import ClassifierSteps, accuracy_metrics
+from attn_lightning.tasks.classification import ClassifierSteps, accuracy_metrics
 
 
 class LoRAClassifierTask(ClassifierSteps, AdaptedTask):

@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torchmetrics import MeanMetric
 
 from attn_lightning.callbacks import AtomicCheckpointIO, RunCheckpoint, is_partial
-from attn_lightning.callbacks.metric_states import metric_states, restore_metric_states
+from attn_lightning.callbacks.resume import metric_states, restore_metric_states
 from tests.runs import CONFIGS, train
 
 # 64 examples in batches of 8: 8 steps an epoch.

@@ -12,8 +12,8 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from attn_lightning.attention.base import CHECK_FINITE_ENV, check_finite
 from attn_lightning.cli import command_line
+from attn_lightning.cli.config_checks import nearest
 from attn_lightning.cli.errors import class_options, condense, trainer_error
-from attn_lightning.cli.first_mistakes import nearest
 from tests.cli.one_line import BASE, ROOT, TINY, fails_in_one_line
 
 UNION_ERROR = """Parser key "model":

@@ -1,6 +1,7 @@
 """Run folders and checkpoints: a fresh fit never mixes into an existing run, a resume appends to
 its TensorBoard run with one point per step, a checkpoint of another experiment is refused, and
-every subcommand ends with where its outputs went."""
+every subcommand ends with where its outputs went; ``--experiment`` and ``--run_name`` name one
+folder, never paths, and a run without a logger gets its own folder by the same rule."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from attn_lightning.cli import command_line, main
 from attn_lightning.cli.checkpoints import CheckpointError
 from attn_lightning.cli.progress import PlainProgress, StepProgressBar, progress_callbacks
-from attn_lightning.cli.run_folders import RunFolderError
+from attn_lightning.cli.run_folders import RunFolderError, name_problem
+from tests.cli.one_line import fails_in_one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 REVERSAL = ["--config", str(ROOT / "configs" / "reversal" / "base.yaml")]
@@ -342,3 +344,53 @@ def test_a_run_whose_folders_moved_resumes_in_place(tmp_path, caplog):
         Path("checkpoints") / "exp" / "moved" / "best-step=4.ckpt"
     )
     assert "exp/r/" not in caplog.text
+
+
+pytestmark = pytest.mark.usefixtures("cli_workdir")
+FIT = ["fit", *REVERSAL, *TINY, "--trainer.max_steps=1"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        ("run_name", "../../x", "holds '/'"),
+        ("run_name", "{tmp}/abs", "holds '/'"),
+        ("run_name", "a/b", "holds '/'"),
+        ("run_name", "a\\b", "holds '\\\\'"),
+        ("run_name", "", "is empty"),
+        ("run_name", ".", "is '.'"),
+        ("experiment", "..", "is '..'"),
+        ("experiment", "{tmp}/abs", "holds '/'"),
+    ],
+)
+def test_a_name_that_is_a_path_is_one_line_and_writes_nothing(
+    tmp_path, capsys, option, value, problem
+):
+    value = value.format(tmp=tmp_path)  # an absolute path, kept inside the test's folder
+    line = fails_in_one_line([*FIT, f"--{option}={value}"], capsys)
+    assert f"--{option} {value!r} {problem}" in line and "names one folder" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_names_that_are_names_pass():
+    assert all(name_problem(n) is None for n in ("r1", "my run", "v.2", "..x", "version_0"))
+
+
+def test_runs_without_a_logger_get_their_own_folders(tmp_path):
+    # All of them went to checkpoints/default/run/, the second as last-v1.ckpt beside the first.
+    unlogged = [*FIT, "--trainer.logger=false"]
+    main(unlogged)
+    main([*unlogged, "--experiment=other"])
+    main([*unlogged, "--run_name=r"])
+    found = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("last*.ckpt"))
+    assert found == [
+        "checkpoints/exp/r/last.ckpt",
+        "checkpoints/exp/version_0/last.ckpt",
+        "checkpoints/other/version_0/last.ckpt",
+    ]
+    with pytest.raises(RunFolderError, match="checkpoints/exp/r' already holds a run"):
+        main([*unlogged, "--run_name=r"])
+    last = tmp_path / "checkpoints" / "exp" / "version_0" / "last.ckpt"
+    cli = main([*unlogged, "--trainer.max_steps=2", f"--ckpt_path={last}"])  # resumed there
+    assert cli.trainer.global_step == 2
+    assert sorted(p.name for p in last.parent.glob("last*")) == ["last.ckpt"]

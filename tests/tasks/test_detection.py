@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from attn_lightning.callbacks.detections import draw_detections
+from attn_lightning.callbacks.samples import draw_detections
 from attn_lightning.cli import main
 from attn_lightning.tasks.detection import DetectionTask, site_specs
 

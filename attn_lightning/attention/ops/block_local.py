@@ -51,8 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.base import State
-from attn_lightning.attention.options import check_int
+from attn_lightning.attention.base import State, check_int
 
 
 def block_mixed_attention(

@@ -19,11 +19,8 @@ Tiles (``chunk_tiles``): the work is done tile by tile, a tile being about ``til
 several whole heads, or consecutive chunks of one head, with the prefix state (forward) or the
 suffix sum R (backward) carried from one tile to the next; a tile's temporaries (scores, chunk
 states, their prefix sums) stay in cache between the matmuls that make them and those that read
-them. Measured on the 2-core CPU of docs/benchmarks.md
-(B=4, H=4, F=E=64, the normalised product alone, fwd+bwd): 113 → 95 ms at N = 4,096 and
-764 → 601 ms at N = 16,384 against doing all chunks at once; 4,096 tokens per tile was the best
-of 1,024…8,192. Off the CPU the default is one tile: a GPU's cost is kernel launches, not cache
-misses.
+them (on the CPU of docs/benchmarks.md, 4,096 tokens a tile cut fwd+bwd by 16-21 % against all
+chunks at once). Off the CPU the default is one tile: a GPU's cost is kernel launches.
 
 Exact: no term from a later position is ever added (and later subtracted), so the future cannot
 leak even numerically. Cost ≈ 2·N·(C·(F+E) + 2·F·E) flops forward, twice that backward.

@@ -22,14 +22,10 @@ References, all causal (only positions every row that reads them sees, so no lat
 an earlier output, even by rounding): for chunk c's rows, m_c = the mean of the values before
 chunk c (v's first value for chunk 0); for chunk c's own states, read only by later chunks, the
 mean through the end of chunk c. Any reference is exact in value (float64 gradcheck); these sit
-near out_i when attention is spread out, where the cancellation is worst. Measured on CPU
-against float64 (elu+1 features, F = E = 32, C = 64; relative error of dq): values of mean 2σ,
-uncentred bf16 GEMMs 0.10 at N = 256, 0.22 at 2,048, 0.41 at 8,192; centred 1.9e-2, 1.3e-2,
-1.4e-2 (float32 products on the same bf16 inputs: 4.6e-3, 4.3e-3, 4.2e-3); zero-mean values,
-1.0e-2 uncentred and 1.2e-2 to 1.7e-2 centred. What remains is the first chunk's rows, whose only
-causal reference is v_0 (after it: 5e-3); outputs 2e-3 to 9e-3. A mean through the end of each
-chunk for its rows too gave 8e-3 everywhere, but would let a large later value of the chunk move
-its earlier outputs by rounding.
+near out_i when attention is spread out, where the cancellation is worst: for values of mean 2σ
+dq's relative error against float64 grows with N uncentred (0.10 at N = 256, 0.41 at 8,192) and
+stays ~1.5e-2 centred (CPU, elu+1, F = E = 32, C = 64). A mean through the end of each chunk for
+its rows too would let a large later value of the chunk move its earlier outputs by rounding.
 
 The prefix states, the suffix sums and the normaliser are float32; every matmul is a bf16 GEMM
 (tensor cores on a GPU). Cost over the plain product: one pass over v for the references, a

@@ -11,16 +11,12 @@ what the adapter does with each:
 * ``scale`` defaults to ``K^{-1/2}``: we pass 1.0 (any scale is inside φ);
 * ``normalize=True`` divides by ``scale·q_iᵀΣ_{j≤i}k_j + 1e-10`` with the cumulative sum in k's
   dtype and no offset. We call ``normalize=False`` and divide by our own normaliser,
-  ``c + eps + φ(q_i)ᵀΣ_{j≤i}φ(k_j)`` in float32 (float32 at least, as ``linear_kernels``), so
-  PolySketch's ``1 +``, ``eps``, a float32 normaliser under bf16/fp16 and "a query that sees no
-  key gives 0" hold exactly as with the torch kernel. It is summed in float32 from the
-  features fla multiplies (rounded to bf16 for a bf16 call), so numerator and normaliser weigh
-  the same scores: an output stays a weighted average of values, where the unrounded features'
-  normaliser would scale it by their ratio. It is computed by chunks (``causal_normaliser``):
-  a single cumsum along N is a strided scan that dominated this path's CUDA time on an H100.
-  Not as a ones-column appended to v: in bf16 that sum would pass through fla's bf16 state
-  copies and output (no longer the float32 normaliser of the contract), and Dv + 1 is odd (fla's
-  bf16 dv kernel asserts even V).
+  ``c + eps + φ(q_i)ᵀΣ_{j≤i}φ(k_j)`` in float32 (as ``linear_kernels``), so PolySketch's ``1 +``,
+  ``eps`` and "a query that sees no key gives 0" hold exactly as with the torch kernel. It is
+  summed by chunks (``causal_normaliser``) from the features fla multiplies (rounded to bf16 for
+  a bf16 call), so numerator and normaliser weigh the same scores and an output stays a weighted
+  average of values. (A ones-column appended to v would pass through fla's bf16 state copies,
+  and make Dv + 1 odd, which fla's bf16 dv kernel refuses.)
 
 Precision: bf16 inputs run in bf16 (fla accumulates its state in float32, and keeps a bf16 copy
 of it per chunk for the read-out); fp16 and fp32 inputs run in float32, which Triton computes as
@@ -28,14 +24,12 @@ TF32 on Ampere and later (fp16 features would overflow: Performer's key features
 ``e^{‖ω‖²/2}``). Which kernel a call runs is ``ops/dispatch.py``'s rule; this module only adapts
 fla.
 
-Widths (bf16 only, ``fla_widths``): fla-core 0.6.0's bf16 backward gives a wrong dv (NaN or
-O(1) error) when the value tile of its dv kernel (``chunk_bwd_dv``: ``min(max(next_pow2(V), 16),
-128)``) is narrower than the key tile; fp32 is right everywhere. So in bf16 v is zero-padded to
-the key tile when its own is narrower (Performer F = 64, Dv = 16 -> 64), and K and V to even
-widths (fla asserts it in bf16). Zero channels are exact: a zero feature adds nothing to any
-score, a zero value channel is sliced off. The measurements behind the rule: docs/benchmarks.md,
-"Results: GPU". ``tests/attention/test_fla_cuda.py`` checks every shipped config's (F, Dv); its
-strict-xfail sentinel on fla's raw op fails the day fla's dv is right, and this padding can go.
+Widths (bf16 only, ``fla_widths``): fla-core 0.6.0's bf16 backward gives a wrong dv when the
+value tile of its dv kernel is narrower than the key tile (measured: docs/benchmarks.md,
+"Results: GPU"), so in bf16 v is zero-padded to the key tile when its own is narrower, and K and
+V to even widths (fla asserts it). Zero channels are exact: a zero feature adds nothing to any
+score, a zero value channel is sliced off. ``tests/attention/test_fla_cuda.py``'s strict-xfail
+sentinel on fla's raw op fails the day fla's dv is right, and this padding can go.
 
 Only the causal product runs here. The non-causal product is two GEMMs (``linear_attention``) and
 a decode ``step`` one rank-1 update: nothing for a fused kernel to save, so both kernels share

@@ -4,8 +4,7 @@
 linear-time form, ``φ = symmetric_square(s)`` through the shared linear kernels, O(N·r²·Dv).
 ``kernel``: the (L, S) score matrix directly, ``sim = ⟨s(q'), s(k')⟩²`` (plus the learned even
 polynomial's other terms), in O(L·S·(r + Dv)) — far cheaper while the sequence is short next to
-the feature count r(r+1)/2: at r = 64 (2,080 features) and 100 tokens a training step of the
-length-50 reversal model took 25.8 s in the feature form and 1.0 s in this one. ``auto`` takes
+the feature count r(r+1)/2 (r = 64: 2,080 features against 100 tokens). ``auto`` takes
 the form with the lower estimated cost (``uses_kernel_form``), and the feature form whenever the
 score matrix would exceed ``KERNEL_MAX_ELEMENTS``. Both give the same outputs up to rounding.
 
@@ -27,9 +26,8 @@ EVALUATIONS = ("auto", "features", "kernel")
 # entries (128 MiB each) ``auto`` keeps the feature form, whose memory is linear in N.
 KERNEL_MAX_ELEMENTS = 2**25
 # The score form's element-wise passes over (L, S) (square, mask, row sum, divide and their
-# backward), in matmul-FLOP equivalents per score entry. Measured on the 2-core CPU (B = 4, H = 4,
-# D = 64, fwd + bwd): at N = 1,024 and r = 32 the feature form was faster non-causal (289 vs
-# 340 ms) and slower causal (374 vs 340 ms); any value in (73, 148) reproduces both choices.
+# backward), in matmul-FLOP equivalents per score entry: any value in (73, 148) reproduces the
+# faster form measured on the CPU at N = 1,024, r = 32 (the feature form non-causal, this causal).
 SCORE_ENTRY_COST = 100
 
 
@@ -91,8 +89,7 @@ def sketch_score_attention(
     """``Σ_j ⟨sq_i, sk_j⟩² v_j / (offset + Σ_j ⟨sq_i, sk_j⟩²)`` over the visible keys.
 
     The plain sketch's scores are the degree-2 power kernel on the sketches, so this is the tiled
-    ``power_exact`` Function (same values, gradients by hand, no (B, H, L, S) tensor kept; 2-4×
-    faster in training than autograd over the formula at 513 tokens).
+    ``power_exact`` Function (same values, gradients by hand, no (B, H, L, S) tensor kept).
     """
     blocked = blocked_keys(sq, sk, causal=causal, key_padding_mask=key_padding_mask)
     return exact_power_attention(sq, sk, v, blocked=blocked, degree=2, offset=offset)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attn_lightning.attention.options import check_choice
+from attn_lightning.attention.base import check_choice
 
 LN_EPS = 1e-5  # torch's and flax's LayerNorm default
 QK_NORMS = ("learned", "fixed", "none")

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from attn_lightning.attention.options import check_int
+from attn_lightning.attention.base import check_int
 
 
 def symmetric_square(s: Tensor) -> Tensor:

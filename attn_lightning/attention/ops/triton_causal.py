@@ -28,8 +28,7 @@ them for the backward.
 
 Readout and backward run on values centred per chunk (m_c, the mean of the values before chunk
 c; exact in value, as ``centred_product``): in bf16 the uncentred terms are of size z·|v̄| and
-cancel, and their rounding cost dq a relative error of 0.10 against float64 at N = 128 for values
-of mean 2σ (centred: 0.025; the torch kernel 0.018; interpreter, F 16, Dv 8, C 32).
+cancel, and their rounding would cost dq its precision (measured: docs/benchmarks.md).
 
 Fused feature map (``elu_features``, ``linear``'s default φ = elu + 1): the kernels take raw q
 and k and apply φ to each tile as they load it (float32, rounded once to the inputs' dtype, as
@@ -48,8 +47,7 @@ is ``linear_attention_step``'s state after the N tokens (``return_state=True``).
 Precision: bf16 and fp16 inputs run half ``tl.dot`` operands (tensor cores, ``wgmma`` on
 Hopper) with float32 accumulation; the chunk states, their prefix sums, the normaliser and the
 backward's dDen are float32, and a state is rounded to the inputs' dtype only as a dot operand (as
-the torch kernel does): stored in bf16, S made dq 8× less accurate for values of mean 5, as dq's
-``S − z m_cᵀ`` cancels its rounded z·|m| part (``test_bfloat16_dq_with_the_whole_prefix_...``).
+the torch kernel does; stored in bf16, dq's ``S − z m_cᵀ`` would cancel its rounded z·|m| part).
 Where a rounded operand would cost the result its accuracy it goes in as
 two (hi + lo, ``SPLIT``): dO/den in the suffix sums R, and R in dK's ``V' Rᵀ`` (the term that
 cancels against ``R m_c`` for values with a mean). Numerator and normaliser use the same rounded
@@ -59,9 +57,8 @@ operand may hold: the centred state ``S' = Σ_{j<c} φ(k_j)(v_j − m_c)ᵀ`` gr
 and past 65,504 becomes inf in fp16 (bf16 has float32's range). float32 inputs run ``tl.dot``
 as 3xTF32 (``input_precision="tf32x3"``: hi + lo TF32 parts, three tensor-core products,
 float32's accuracy, which the contract asks for; plain TF32 would err by ~2⁻¹¹, "ieee" compiles
-to scalar FMAs that spill 10–17 KB per thread at D 64). Compiled for sm_90 it still spills in
-``grad_qk`` (420 B per thread at D 64) and, at D 128, ``readout`` (760 B; ``lab/benchmarks/
-triton_static``): bf16 and fp16 are the fast paths. float64 has no kernel: refused, as ``fla`` does.
+to scalar FMAs that spill); it still spills on sm_90 (``lab/benchmarks/triton_static``): bf16 and
+fp16 are the fast paths. float64 has no kernel: refused, as ``fla`` does.
 
 Launch: q, k, v and dO are read in place with their strides (the model's ``(B, N, H, D)``
 projections, transposed, are not copied) when their last stride is 1 and their width a multiple
@@ -82,13 +79,8 @@ runs, never timed.
 
 Devices: CUDA tensors run the compiled kernels. CPU tensors run them through Triton's interpreter
 when ``TRITON_INTERPRET=1`` (``triton.knobs.runtime.interpret``) is on — slow, for tests — and are
-refused otherwise. ``auto`` never takes this kernel: it has not been timed on a GPU yet (its speed
-targets are unmeasured), see ``dispatch.AUTO_TAKES_FLA``.
-
-Tests: outputs, gradients, normaliser, padding, zero-key queries and the final state under the
-interpreter against float64 and the torch kernel (``tests/attention/ops/test_triton_causal*.py``),
-and an sm_90 compile of every kernel (``test_triton_causal_compile.py``); compiled runs on a GPU:
-``tests/attention/test_triton_cuda.py`` where one is present (history: docs/benchmarks.md).
+refused otherwise. ``auto`` never takes this kernel: it has not been timed on a GPU yet, see
+``dispatch.AUTO_TAKES_FLA``; its measurements and history: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Prediction files: ``train.py predict`` hands every example's prediction to the task to save.
+"""What a run exports beside its checkpoints: prediction files (``train.py predict`` hands every
+example's prediction to the task to save) and, after a fit, the task's peft adapter
+(``AdapterExport``).
 
 Lightning keeps what ``predict_step`` returns per batch; ``PredictionWriter`` splits those batches
 into one prediction per example, pairs each with its dataset index, and at the end of the predict
@@ -27,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import lightning.pytorch as pl
 import torch.distributed as dist
-from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from torch import Tensor
 
 log = logging.getLogger(__name__)
@@ -203,7 +205,45 @@ def _gather_to_rank_zero(
     return [pairs[i] for i in order], order
 
 
+@runtime_checkable
+class AdapterExporter(Protocol):
+    """A task that can write its adapter (``AdaptedTask`` and so the LoRA tasks)."""
+
+    def export_adapter(self, directory: str | Path) -> bool:
+        """Write the adapter into ``directory``; False when there is none (nothing written)."""
+        ...
+
+
+class AdapterExport(Callback):
+    """After fitting, write the model's peft adapter beside the run's checkpoints.
+
+    ``<checkpoint dir>/adapter/`` (peft's ``save_pretrained`` format: ``adapter_config.json`` +
+    ``adapter_model.safetensors``) holds the last weights; reload them onto the base model with
+    ``PeftModel.from_pretrained(base, dir)``. The task provides ``export_adapter(dir)``
+    (``AdapterExporter``); other tasks, runs without adapters (``adaptation`` ``base`` or
+    ``full``) and runs without a checkpoint folder write nothing.
+
+    Args:
+        dirname: sub-folder of the checkpoint directory.
+    """
+
+    def __init__(self, *, dirname: str = "adapter") -> None:
+        self.dirname = dirname
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)
+        if not isinstance(pl_module, AdapterExporter) or dirpath is None:
+            return
+        if not trainer.is_global_zero:
+            return
+        target = Path(dirpath) / self.dirname
+        if pl_module.export_adapter(target):
+            log.info("wrote the LoRA adapter to %s", target)
+
+
 __all__ = [
+    "AdapterExport",
+    "AdapterExporter",
     "PredictionSaver",
     "PredictionWriter",
     "close_process_group_at_exit",

@@ -1,5 +1,6 @@
-"""PredictionWriter: examples in dataset order, the folder it writes to, tasks without the hook,
-and one set of files from two DDP processes."""
+"""Exports. PredictionWriter: examples in dataset order, the folder it writes to, tasks without the
+hook, and one set of files from two DDP processes. AdapterExport: writes through the task's
+export_adapter, skips tasks without it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import pytest
@@ -16,8 +18,9 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from attn_lightning.callbacks import PredictionSaver, PredictionWriter, predictions
-from attn_lightning.callbacks.predictions import in_dataset_order, unbatch
+from attn_lightning.callbacks import AdapterExport, PredictionSaver, PredictionWriter, exports
+from attn_lightning.callbacks.exports import in_dataset_order, unbatch
+from attn_lightning.tasks import LoRAClassifierTask
 
 
 class Doubler(pl.LightningModule):
@@ -90,7 +93,7 @@ def test_in_dataset_order_sorts_and_drops_repeats():
 def test_writes_under_the_logger_run_folder(tmp_path, caplog):
     writer = PredictionWriter()
     assert isinstance(Doubler(), PredictionSaver) and not isinstance(Silent(), PredictionSaver)
-    with caplog.at_level(logging.INFO, logger="attn_lightning.callbacks.predictions"):
+    with caplog.at_level(logging.INFO, logger="attn_lightning.callbacks.exports"):
         _trainer(tmp_path, writer).predict(Doubler(size=10))
     folder = tmp_path / "logs" / "exp" / "run" / "predictions"
     assert writer.folder == folder and writer.written == [folder / "rows.csv"]
@@ -127,7 +130,7 @@ def test_the_process_group_is_destroyed_at_exit(tmp_path):
     script = f"""
 import atexit, os
 import torch.distributed as dist
-from attn_lightning.callbacks.predictions import close_process_group_at_exit
+from attn_lightning.callbacks.exports import close_process_group_at_exit
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{29400 + os.getpid() % 500}")
 dist.init_process_group("gloo", rank=0, world_size=1)
 atexit.register(lambda: print("alive at exit:", dist.is_initialized()))
@@ -144,7 +147,7 @@ close_process_group_at_exit()  # once per process
 
 def test_ddp_setup_registers_the_destroy(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(predictions, "close_process_group_at_exit", lambda: calls.append(1))
+    monkeypatch.setattr(exports, "close_process_group_at_exit", lambda: calls.append(1))
     trainer = _trainer(tmp_path, PredictionWriter())
     monkeypatch.setattr(type(trainer), "world_size", property(lambda self: 2))
     PredictionWriter().setup(trainer, Doubler(), "predict")
@@ -159,3 +162,24 @@ def test_ddp_ranks_are_gathered_into_one_file(tmp_path):
     trainer.predict(Doubler(size=11), return_predictions=False)
     rows = _rows(tmp_path / "logs" / "exp" / "run" / "predictions" / "rows.csv")
     assert rows == [[i, i, 2 * i] for i in range(11)]
+
+
+def _adapter_trainer(dirpath, rank_zero=True):
+    checkpoint = SimpleNamespace(dirpath=None if dirpath is None else str(dirpath))
+    return SimpleNamespace(checkpoint_callback=checkpoint, is_global_zero=rank_zero)
+
+
+def test_adapter_written_beside_the_checkpoints(tmp_path):
+    task = LoRAClassifierTask(adaptation="lora_scratch", lora_r=1)
+    AdapterExport(dirname="lora").on_fit_end(_adapter_trainer(tmp_path), task)
+    assert (tmp_path / "lora" / "adapter_config.json").is_file()
+
+
+def test_nothing_written_without_adapter_folder_or_rank_zero(tmp_path):
+    callback = AdapterExport()
+    callback.on_fit_end(_adapter_trainer(tmp_path), LoRAClassifierTask(adaptation="base"))
+    callback.on_fit_end(_adapter_trainer(tmp_path), object())  # a task without export_adapter
+    adapted = LoRAClassifierTask(adaptation="lora_scratch", lora_r=1)
+    callback.on_fit_end(_adapter_trainer(tmp_path, rank_zero=False), adapted)
+    callback.on_fit_end(_adapter_trainer(None), adapted)
+    assert not list(tmp_path.iterdir())

@@ -1,4 +1,5 @@
-"""FitClock: a run's fit seconds carried through its checkpoints into a resumed process."""
+"""Resuming as if not stopped: FitClock carries a run's fit seconds through its checkpoints into a
+resumed process."""
 
 from __future__ import annotations
 
