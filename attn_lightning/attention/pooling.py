@@ -19,11 +19,6 @@ from torch import Tensor
 
 from attn_lightning.attention.base import Attention, Layout, Mask, accumulation_dtype
 
-_SPATIAL_SHAPE_REMOVED = (
-    "PoolAttention.spatial_shape was removed: pass the token grid per call, "
-    "attn(q, k, v, grid=(rows, cols))"
-)
-
 
 class PoolAttention(Attention):
     """Average of the values in a local window around each token, minus the token's own value.
@@ -68,17 +63,6 @@ class PoolAttention(Attention):
             )
         self.pool_size = pool_size
         self.subtract_input = bool(subtract_input)
-
-    # The grid was once an attribute the model set before each forward. Setting it now raises:
-    # it would otherwise add an attribute nobody reads, and pool over the 1-D sequence silently.
-    @property
-    def spatial_shape(self) -> None:
-        """Removed: pass ``grid=(rows, cols)`` to forward."""
-        raise AttributeError(_SPATIAL_SHAPE_REMOVED)
-
-    @spatial_shape.setter
-    def spatial_shape(self, value: object) -> None:
-        raise AttributeError(_SPATIAL_SHAPE_REMOVED)
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout

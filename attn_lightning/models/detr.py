@@ -28,7 +28,6 @@ through torchvision's ``box_convert``; the scaling to pixels is here, once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -65,17 +64,6 @@ def split_site(spec: Mapping[str, Any]) -> tuple[dict[str, Any], Projections]:
     except ValueError as err:
         raise ValueError(f"site {err}") from None
     return {k: v for k, v in spec.items() if k != "projections"}, projections
-
-
-def _rename_old_encoder_keys(
-    module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any
-) -> None:
-    """Load-state-dict pre-hook: ``encoder.<i>.self_attn.*`` -> ``encoder.<i>.attn.*``."""
-    # Checkpoints from before DETR was built from EncoderBlock named that attention self_attn.
-    old = re.compile(rf"^{re.escape(prefix)}encoder\.(\d+)\.self_attn\.")
-    for key in [k for k in state_dict if old.match(k)]:
-        new = old.sub(lambda m: f"{prefix}encoder.{m[1]}.attn.", key)
-        state_dict[new] = state_dict.pop(key)
 
 
 class BoxMLP(nn.Sequential):
@@ -168,7 +156,6 @@ class DETR(nn.Module):
         self.query_embed = nn.Embedding(num_queries, d_model)
         self.class_head = nn.Linear(d_model, num_classes + 1)
         self.box_head = BoxMLP(d_model, d_model)
-        self.register_load_state_dict_pre_hook(_rename_old_encoder_keys)
 
     def forward(self, images: Tensor) -> dict[str, Any]:
         """``images: (B, 3, H, W)`` -> dict:

@@ -133,20 +133,6 @@ def test_paper_defaults_learnable_norm_and_two_level_bias_free_learned_sketch():
     assert learned.sketch.branch1[1].fc1.in_features == 4  # level 2 maps r -> 8r -> r
 
 
-def test_earlier_single_level_learned_sketch_checkpoints_load():
-    earlier = {"sketch": "learned", "sketch_levels": 1, "sketch_bias": True, "norm": "fixed"}
-    old = build_attention("polysketch", head_dim=D, sketch_size=4, **earlier)
-    state = {
-        k.replace("branch1.0.", "branch1.").replace("branch2.0.", "branch2."): v
-        for k, v in old.state_dict().items()
-    }
-    assert "sketch.branch1.norm.weight" in state  # the earlier key layout
-    new = build_attention("polysketch", head_dim=D, sketch_size=4, **earlier)
-    new.load_state_dict(state)
-    q, k, v = qkv(3, 4, dtype=torch.float32)
-    torch.testing.assert_close(new(q, k, v), old(q, k, v), rtol=0, atol=0)
-
-
 def test_learned_even_coefficients_start_at_inverse_factorials_and_are_logged():
     attn = build_attention("polysketch", head_dim=D, sketch_size=4, learned_coefficients=True)
     torch.testing.assert_close(attn.coefficients.detach(), torch.tensor([1.0, 0.5, 1 / 24]))

@@ -70,13 +70,6 @@ def test_is_poolformer_token_mixer_on_the_feature_map():
     assert not torch.allclose(attn(q, k, v), want)
 
 
-def test_the_grid_attribute_is_gone_and_setting_it_says_so():
-    attn = build_attention("pool", head_dim=D)
-    with pytest.raises(AttributeError, match=r"spatial_shape was removed.*grid=\(rows, cols\)"):
-        attn.spatial_shape = (2, 3)
-    assert not hasattr(attn, "spatial_shape")
-
-
 def test_ignores_q_and_k_and_has_no_parameters():
     attn = build_attention("pool", head_dim=D)
     q, k, v = values(6, seed=2)
@@ -85,7 +78,7 @@ def test_ignores_q_and_k_and_has_no_parameters():
     assert sum(p.numel() for p in attn.parameters()) == 0
     assert not attn.supports_causal and not attn.supports_recurrence
     assert not attn.supports_cross_attention and attn.positional
-    assert "pool_size=3" in repr(attn) and "spatial_shape" not in repr(attn)
+    assert "pool_size=3" in repr(attn)
 
 
 def test_low_precision_computes_in_float32():

@@ -218,23 +218,6 @@ def test_no_encoder_ablation():
     assert model(torch.rand(1, 3, 32, 32))["pred_logits"].shape == (1, 6, 4)
 
 
-def test_checkpoints_with_the_old_encoder_attention_name_still_load():
-    # Before DETR was built from EncoderBlock, the encoder's attention was ``self_attn``.
-    wrapped = torch.nn.ModuleDict({"net": tiny()})  # a prefix, as inside a LightningModule
-    old = {
-        k.replace(".attn.", ".self_attn.") if k.startswith("net.encoder.") else k: v
-        for k, v in wrapped.state_dict().items()
-    }
-    assert any(".encoder.0.self_attn.q_proj" in k for k in old)
-    fresh = torch.nn.ModuleDict({"net": tiny(d_ff=64)})
-    torch.nn.init.zeros_(fresh["net"].encoder[0].attn.q_proj.weight)
-    fresh.load_state_dict(old)  # strict
-    images = torch.rand(1, 3, 32, 32)
-    torch.testing.assert_close(
-        fresh["net"](images)["pred_boxes"], wrapped["net"](images)["pred_boxes"]
-    )
-
-
 @pytest.mark.parametrize(
     "spec",
     [{**PAPER, "random_tokens": 0}, {**PAPER, "projections": True, "dictionary": "keys"}],

@@ -283,16 +283,6 @@ class LearnedPolySketch(nn.Module):
         self.branch1 = nn.Sequential(*(_FFSketch(d, sketch_size, bias=bias) for d in dims))
         self.branch2 = nn.Sequential(*(_FFSketch(d, sketch_size, bias=bias) for d in dims))
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
-        # Earlier single-level checkpoints stored ``branch1.norm.weight``; one level is now
-        # ``branch1.0.norm.weight``. Rename so they load with ``sketch_levels=1, sketch_bias=True``.
-        for branch in ("branch1", "branch2"):
-            for key in [k for k in state_dict if k.startswith(f"{prefix}{branch}.")]:
-                rest = key[len(f"{prefix}{branch}.") :]
-                if rest.split(".")[0] in ("norm", "fc1", "fc2"):
-                    state_dict[f"{prefix}{branch}.0.{rest}"] = state_dict.pop(key)
-        super()._load_from_state_dict(state_dict, prefix, *args)
-
     def forward(self, x: Tensor) -> Tensor:
         root_r = math.sqrt(self.sketch_size)
         return torch.tanh(self.branch1(x) * self.branch2(x) / root_r) * root_r  # (B, H, N, r)
