@@ -13,6 +13,10 @@ that ``polynomial`` and ``polysketch`` share.
 * ``linear_kernels``: feature-map attention, non-causal, causal (chunked) and one recurrent step.
 * ``fla``: flash-linear-attention's fused kernel as the CUDA causal product of the feature-map
   backends (``implementation: auto | torch | fla``), imported on first use.
+* ``fla_autotune``: how much first-call autotuning fla's chunk kernels do (``full``/``reduced``).
+* ``dispatch``: which causal product runs (``implementation: auto | torch | fla | triton``).
+* ``triton_causal`` (+ ``_kernels``, ``_grads``): our chunk-parallel causal product as fused Triton
+  kernels (``implementation: triton``), forward and backward.
 * ``causal_normaliser``: the adapter's float32 normaliser ``φ(q_i)ᵀΣ_{j≤i}φ(k_j)`` by chunks.
 * ``power_exact``: exact normalised power / learned-polynomial attention by tiles.
 * ``block_local``: PolySketch's mixed form, exact inside blocks and features between them.

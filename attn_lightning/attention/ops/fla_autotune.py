@@ -14,8 +14,9 @@ installed. The kernels compute the same thing either way; only the chosen tiling
 so a reduced run times fla at most as fast as a full one: a speed-up over SDPA measured with it is
 conservative. (A compiler bug that depends on the config would differ too: the first GPU run's
 wrong bf16 dv was seen under ``reduced`` only, docs/benchmarks.md "Results: GPU".)
-``gpu-report --fla-autotune reduced`` sets it for its stages, fla's own op (the anchor) included,
-so the adapter-vs-op comparison stays like for like.
+The GPU report (``lab/benchmarks/gpu_report.py``) runs every stage with ``reduced`` unless the
+variable is set, fla's own op (the anchor) included, so the adapter-vs-op comparison stays like for
+like.
 """
 
 from __future__ import annotations
