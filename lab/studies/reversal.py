@@ -5,10 +5,9 @@ Every folder holding a ``record.json`` under the page's folders is one run; what
 report's word for it: ``ok`` (test metrics present), ``no test`` (an ok record without them) or
 ``unfinished`` (a record not ``ok``: running, stopped or crashed).
 
-Outcomes over seeds are bimodal (a run converges or not), so a summary row gives converged k/n
-and ``median [25th, 75th percentile]`` over the finished runs rather than mean ± std. ``report``
-writes ``<out>.md`` (outcome, dynamics, per-run and paired tables, the validation curves),
-``<out>.csv`` (the summary), ``<out>_runs.csv``, ``<out>_curves.csv`` and ``<out>_paired.csv``.
+Outcomes over seeds are bimodal, so a row gives converged k/n and ``median [25th, 75th
+percentile]``, not mean ± std. ``report`` writes ``<out>.md`` (outcome, dynamics, per-run, paired
+tables, validation curves), ``<out>.csv``, ``<out>_runs.csv``, ``_curves.csv``, ``_paired.csv``.
 
 Records converted from a committed ``<out>_runs.csv`` have no curves: what the CSV said is read
 here and only here (``read_run``): a fact whose curve the record lacks is the metric of the same
@@ -135,8 +134,8 @@ def summarize_variant(name: str, runs: Sequence[RunResult], threshold: float) ->
     }
     for key in METRICS:
         _put_median_iqr(row, key, [v for r in done if (v := r.value(key)) is not None])
-    reached = _facts(done, "steps_to_threshold")
-    row["reached"] = len(reached)
+    reached = _facts(done, "steps_to_threshold")  # None: no run knows (converted, no curves)
+    row["reached"] = len(reached) if any("steps_to_threshold" in r.info for r in done) else None
     _put_median_iqr(row, "steps_to_threshold", reached)
     spikes = _facts(done, "spikes")
     _put_median_iqr(row, "spikes", spikes)
@@ -145,7 +144,8 @@ def summarize_variant(name: str, runs: Sequence[RunResult], threshold: float) ->
     ratios = [g.ratio for g in records if g.ratio is not None]
     # Unknown (None) when a run had spikes but no gradient curves to read them from.
     known = all("spike_gradients" in r.info or not r.info.get("spikes") for r in done)
-    row["spike_records"] = len(records) if known else None
+    traced = any("spikes" in r.info for r in done)
+    row["spike_records"] = len(records) if known and traced else None
     row["spike_grad_ratio_median"] = statistics.median(ratios) if ratios else None
     row["spike_grad_lag_median"] = statistics.median([g.lag for g in records]) if records else None
     groups = Counter(g.group for g in records if g.group is not None)
@@ -243,7 +243,8 @@ def dynamics_table(summary: Sequence[dict[str, Any]], threshold: float) -> str:
         top = row["spike_top_group"]
         steps = summary_cell(row, "steps_to_threshold", iqr=True, digits=0)
         spikes = summary_cell(row, "spikes", iqr=True, digits=1)  # 0.5 must not read as 0
-        cells = [f"`{row['variant']}`", steps, f"{row['reached']}/{row['runs']}", spikes]
+        reached = "–" if row["reached"] is None else f"{row['reached']}/{row['runs']}"
+        cells = [f"`{row['variant']}`", steps, reached, spikes]
         cells += [cell(row["spikes_max"], ".0f"), cell(row["spike_records"], ".0f")]
         cells += [cell(row["spike_grad_ratio_median"], ".2f")]
         cells += [cell(row["spike_grad_lag_median"], ".0f")]
@@ -296,6 +297,7 @@ def report_markdown(
             outcome_table(summary),
         ]
     else:
+        converted = any("steps_to_threshold" not in r.info for r in runs if finished(r))
         lines += [
             "Cells are median [25th, 75th percentile] over the finished runs (quartiles "
             "interpolated linearly). Unfinished: a run whose record is not ok (running, stopped "
@@ -309,7 +311,9 @@ def report_markdown(
             "spike, the global gradient norm (before clipping) at the last gradient log at or "
             "before it, over the run's median norm (median over all spikes; lag: median steps "
             "between that log and the spike), and the group whose norm is furthest above its own "
-            "run median there (most frequent, with its count).\n",
+            "run median there (most frequent, with its count)."
+            + (" A run converted from a per-run CSV without them: –." if converted else "")
+            + "\n",
             dynamics_table(summary, threshold),
         ]
     caption = RUNS_CAPTION if has_checkpoint_facts(runs) else "Per run:"
