@@ -111,7 +111,9 @@ STUDY_MODULES = {
     "__init__.py",
     "runner.py",
     "sweep.py",
+    "plan.py",
     "stages.py",
+    "select.py",
     # report kinds of one module (a study with more has a folder)
     "reversal.py",
     "recall.py",

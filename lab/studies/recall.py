@@ -16,6 +16,7 @@ import contextlib
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from attn_lightning.records import markdown_table, write_csv
@@ -48,11 +49,22 @@ def _by_lr(runs: Sequence[RunResult]) -> dict[str, dict[float, list[RunResult]]]
 
 
 def chosen_lr(per_lr: dict[float, list[RunResult]], select: str) -> float:
-    """The learning rate of the highest mean ``select`` over its seeds (ties: the smaller)."""
+    """The learning rate of the highest mean ``select`` over the seeds that have it at every
+    learning rate (a plan's ``select:`` seeds; ties: the smaller), so that the seeds run only at
+    the chosen rate do not choose it again.
+
+    Raises:
+        ValueError: no seed has ``select`` at every learning rate.
+    """
+    seeds = [{r.seed for r in runs if r.value(select) is not None} for runs in per_lr.values()]
+    tuning = set.intersection(*seeds)
+    if not tuning:
+        raise ValueError(f"no seed has {select} at every learning rate {sorted(per_lr)}")
 
     def score(lr: float) -> float:
-        values = [v for r in per_lr[lr] if (v := r.value(select)) is not None]
-        return sum(values) / len(values) if values else float("-inf")
+        return fmean(
+            v for r in per_lr[lr] if r.seed in tuning and (v := r.value(select)) is not None
+        )
 
     return max(sorted(per_lr), key=lambda lr: (score(lr), -lr))
 
@@ -153,12 +165,12 @@ def _write_page(
             f"Regenerate with:\n\n```bash\n{command}\n```\n",
             *([f"{machine}\n"] if machine else []),
             f"Recall against the recurrent state, sorted by state. Per variant, the learning rate "
-            f"with the highest mean `{select}` over its seeds (never a test metric; ties: the "
-            f"smaller); `{metric}` at it over the seeds run. State: the floats each layer keeps to "
-            "decode the next token after the whole sequence, per batch row, every head — the KV "
-            "cache for softmax (2·N·D a head) and exact polynomial attention, F·Dv + F for a "
-            "feature map of F features — counted by the model the runs trained "
-            "(`TransformerEncoder.state_sizes`). Figure: `" + out.name + ".png`.\n",
+            f"with the highest mean `{select}` over the seeds run at every rate (never a test "
+            f"metric; ties: the smaller); `{metric}` at it over every seed run there. State: the "
+            "floats each layer keeps to decode the next token after the whole sequence, per batch "
+            "row, every head — the KV cache for softmax (2·N·D a head) and exact polynomial "
+            "attention, F·Dv + F for a feature map of F features — counted by the model the runs "
+            "trained (`TransformerEncoder.state_sizes`). Figure: `" + out.name + ".png`.\n",
             markdown_table(header, body),
             "",
         ]

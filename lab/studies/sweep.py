@@ -6,8 +6,8 @@
         --seeds 0 1 2 --set trainer.max_steps=3000 --out docs/results/reversal_len50 \\
         --metric test/token_acc --threshold 0.99
 
-The plan grammar (``configs/studies/<page>.yaml``; every key but ``grid``, ``stages``, ``pages``
-is an option of this command by its long name, overridden by those given beside it)::
+The plan grammar (``configs/studies/<page>.yaml``; every key but ``grid``, ``stages``, ``pages``,
+``select`` is an option of this command by its long name, overridden by those given beside it)::
 
     config: [configs/reversal/base.yaml]     # train.py's config stack
     backends: [softmax, performer:num_features=64]   # attention variants
@@ -19,6 +19,7 @@ is an option of this command by its long name, overridden by those given beside 
       data.init_args.num_kv_pairs: [4, 8]     # "softmax,width=64,num_kv_pairs=4"
       model.init_args.lora_r: {tag: rank, values: [1, 8]}        # tagged "rank", not "lora_r"
       model.init_args.target_modules: {tag: head, values: {all: [fc1, fc2, fc3], hidden: [fc1]}}
+    select: {keys: [model.init_args.lr], metric: val/query_acc, seeds: [0]}  # (studies.select)
     stages:                                   # ordered; absent: one stage, the plan's variants
       base: {backends: [softmax]}
       zero_shot: {from: base, subcommand: test, backends: [linear]}
@@ -55,17 +56,14 @@ page's other keys)``); one named as the plan's own (``<out>``) replaces its swee
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from attn_lightning.records.environment import command_line
 from lab.results.paired import comparisons, write_paired
@@ -82,9 +80,11 @@ from lab.results.tables import Convergence, append_curves, write_tables
 from lab.studies.detection.report import write_page as write_detection
 from lab.studies.detection.report import write_probe, write_sites
 from lab.studies.lora.report import report as lora_report
+from lab.studies.plan import SECTIONS, plan_argv, plan_pages
 from lab.studies.recall import write_recall
 from lab.studies.reversal import report as reversal_report
 from lab.studies.runner import Runner, Variant
+from lab.studies.select import check_select, run_selected
 from lab.studies.stages import Stage, plan_stages, source_checkpoint
 from lab.studies.trajectories import write_trajectories
 from lab.studies.warm_start.tables import write as write_warm_start
@@ -92,9 +92,6 @@ from lab.studies.warm_start.tables import write as write_warm_start
 log = logging.getLogger("lab.studies.sweep")
 PROG = "python -m lab.studies.sweep"
 PLANS = Path("configs/studies")
-# A call's own options: no plan sets them, and the page's command omits report-only and into.
-CALL_ONLY = ("plan", "report-only", "into", "dry-run")
-SECTIONS = ("grid", "stages", "pages")  # a plan's keys that are no option
 PAIRED_NOTE = (
     "Δ vs control: per seed, the variant's value minus its control's (same seed: same "
     "initialisation stream, batch order and data), mean [95 % Student-t interval] over the n "
@@ -144,73 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def plan_argv(parser: argparse.ArgumentParser, path: Path) -> tuple[list[str], dict[str, Any]]:
-    """The arguments a plan file stands for (its keys: ``parser``'s long options but
-    ``CALL_ONLY``; a list for an option that takes several or repeats, true/false for a flag), so
-    a plan is checked as its command line is, and its ``SECTIONS`` as they are. ValueError: a
-    plan that is not a mapping, a key that is no option (naming the keys), a flag not a bool."""
-    plan = yaml.safe_load(path.read_text()) if path.is_file() else None
-    if not isinstance(plan, dict):
-        raise ValueError(f"plan {path} is not a YAML mapping of option names to values")
-    options: dict[str, argparse.Action] = {}
-    for action in parser._actions:
-        names = [o for o in action.option_strings if o.startswith("--")]
-        if names and names[0][2:] not in ("help", *CALL_ONLY):
-            options[names[0][2:]] = action
-    argv: list[str] = []
-    found = {key: plan.pop(key) for key in SECTIONS if key in plan}
-    for key, value in plan.items():
-        if key not in options:
-            allowed = ", ".join(sorted([*options, *SECTIONS]))
-            raise ValueError(f"plan {path}: unknown key {key!r}; the keys are {allowed}")
-        flag, action = f"--{key}", options[key]
-        if action.nargs == 0:  # store_true
-            if not isinstance(value, bool):
-                raise ValueError(f"plan {path}: {key} is a flag, give true or false, not {value!r}")
-            argv += [flag] if value else []
-        elif isinstance(action, argparse._AppendAction):
-            for item in value if isinstance(value, list) else [value]:
-                argv += [flag, *map(str, item if isinstance(item, list) else [item])]
-        else:
-            argv += [flag, *map(str, value if isinstance(value, list) else [value])]
-    return argv, found
-
-
-@dataclass(frozen=True)
-class Page:
-    """A page of a plan's ``pages:`` section: its name, writer, record folders and options."""
-
-    name: str
-    write: Callable[..., object]
-    runs: list[Path]
-    options: dict[str, Any]
-
-
-def plan_pages(pages: object, out: Path) -> list[Page]:
-    """A plan's ``pages:`` section, checked (default records: ``<out>/runs``); a ValueError
-    names the page and the report kind or option that is not one there is."""
-    if not isinstance(pages, dict) or not all(isinstance(s, dict) for s in pages.values()):
-        raise ValueError("pages: give a mapping of page names to {report: KIND, option: value}")
-    checked = []
-    for name, spec in pages.items():
-        options = dict(spec)
-        kind = options.pop("report", None)
-        if kind not in REPORTS:
-            raise ValueError(f"pages: {name}: report {kind!r}; the reports are {list(REPORTS)}")
-        write = REPORTS[kind]
-        runs = options.pop("runs", [out / "runs"])
-        runs = [runs] if isinstance(runs, str) else runs  # one folder, not its characters
-        keys = inspect.signature(write).parameters.values()  # its options: keyword-only
-        allowed = [k.name for k in keys if k.kind == k.KEYWORD_ONLY and k.name != "command"]
-        if (unknown := next((key for key in options if key not in allowed), None)) is not None:
-            raise ValueError(
-                f"pages: {name}: unknown key {unknown!r}; the keys of a {kind} page are "
-                f"report, runs, {', '.join(allowed)}"
-            )
-        checked.append(Page(str(name), write, [Path(r) for r in runs], options))
-    return checked
-
-
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
     """The options (a plan's, then ``argv``'s), its stages in run order and the page's command."""
     parser = build_parser()
@@ -234,7 +164,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
     if bad := [o for o in args.set if "=" not in o]:
         parser.error(f"--set expects KEY=VALUE, got {bad}")
     args.experiment = args.experiment or f"sweep-{args.out.name}"
-    try:  # fail before the first run on a malformed spec, stage or page
+    try:  # fail before the first run on a malformed spec, stage, page or select
         stages = plan_stages(
             sections.get("stages"),
             configs=args.config or [],
@@ -244,7 +174,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
             grid=sections.get("grid"),
             experiment=args.experiment,
         )
-        args.pages = plan_pages(sections.get("pages", {}), args.out)
+        args.pages = plan_pages(sections.get("pages", {}), args.out, REPORTS)
+        specs = (sections.get("stages") or {}).values()  # checked by plan_stages
+        grids = [sections.get("grid") or {}, *(s.get("grid") or {} for s in specs)]
+        args.select = check_select(
+            sections.get("select"), [k for g in grids for k in g], args.seeds
+        )
     except ValueError as error:
         section = str(error).startswith(SECTIONS)
         parser.error(f"plan {path}: {error}" if path and section else str(error))
@@ -334,12 +269,17 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         )
 
     if args.dry_run:
-        for stage, variant in ((st, v) for st in stages for v in st.variants):
-            for seed in stage.seeds or args.seeds:  # stage, variant, seed, source, command
-                ckpt = "-" if stage.source is None else str(start(stage, variant.name, seed))
-                command = shlex.join(runner(stage).command(variant, seed))
-                log.info("stage %s | %s | seed %d | from %s | %s", stage.name or "-",
-                         variant.name, seed, ckpt, command)  # fmt: skip
+        for stage in stages:  # with select: the tuning seeds' runs (the rest wait for them)
+
+            def show(jobs: list[tuple[Variant, int]], stage: Stage = stage) -> list[RunResult]:
+                for variant, seed in jobs:  # stage, variant, seed, source, command
+                    ckpt = "-" if stage.source is None else str(start(stage, variant.name, seed))
+                    command = shlex.join(runner(stage).command(variant, seed))
+                    log.info("stage %s | %s | seed %d | from %s | %s", stage.name or "-",
+                             variant.name, seed, ckpt, command)  # fmt: skip
+                return [RunResult(v.name, s, None, NOT_RUN) for v, s in jobs]
+
+            run_selected(stage.variants, stage.seeds or args.seeds, args.select, show)
         return []
     rule = (args.metric, args.threshold, args.direction)
     convergence = None if args.metric is None else Convergence(*rule)
@@ -365,20 +305,31 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
     sweep_page = all(page.name != study for page in args.pages)  # else a page replaces it
     results: list[RunResult] = []
     for stage in stages:
-        jobs = [(v, s) for v in stage.variants for s in stage.seeds or args.seeds]
-        earlier = list(results)
+        earlier, ran = list(results), list[RunResult]()  # ran: this stage's (select: 2 rounds)
 
         def rows(
             finished: Sequence[RunResult], stage: Stage = stage, earlier: list[RunResult] = earlier
         ) -> list[RunResult]:
             return [*earlier, *(replace(r, variant=_label(stage, r.variant)) for r in finished)]
 
-        if args.report_only:
-            roots = [root / stage.name for root in (records, *args.records_also)]
-            runs = runs_of(roots, [(v.name, s) for v, s in jobs])
-        else:
-            on_result = (lambda _, finished: tables(None, rows(finished))) if sweep_page else None
-            runs = runner(stage).run_all(jobs, parallel=args.jobs, on_result=on_result)
+        def run(
+            jobs: list[tuple[Variant, int]],
+            stage: Stage = stage,
+            ran: list[RunResult] = ran,
+            rows=rows,
+        ) -> list[RunResult]:
+            if args.report_only:
+                roots = [root / stage.name for root in (records, *args.records_also)]
+                got = runs_of(roots, [(v.name, s) for v, s in jobs])
+            else:
+                on_result = (
+                    (lambda _, now: tables(None, rows([*ran, *now]))) if sweep_page else None
+                )
+                got = runner(stage).run_all(jobs, parallel=args.jobs, on_result=on_result)
+            ran += got
+            return got
+
+        runs = run_selected(stage.variants, stage.seeds or args.seeds, args.select, run)
         done[stage.name] = {(r.variant, r.seed): r for r in runs}
         results = rows(runs)
     if args.report_only and sweep_page:

@@ -28,7 +28,16 @@ def test_the_rate_is_chosen_on_validation_never_on_test():
         1e-2: [_run(1e-2, 0, 0.5, 1.0), _run(1e-2, 1, 0.6, 1.0)],  # best on test, not on val
         1e-4: [_run(1e-4, 0, None, 1.0)],  # no validation value: never chosen
     }
-    assert chosen_lr(per_lr, "val/query_acc") == 1e-3
+    assert chosen_lr({lr: per_lr[lr] for lr in (1e-3, 1e-2)}, "val/query_acc") == 1e-3
+    with pytest.raises(ValueError, match=r"no seed has val/query_acc at every learning rate"):
+        chosen_lr(per_lr, "val/query_acc")
+
+
+def test_seeds_run_at_the_chosen_rate_alone_do_not_choose_it():
+    # Seed 0 ran the grid and chose 1e-2; seeds 1 and 2 ran there only (a plan's select:).
+    per_lr = {1e-3: [_run(1e-3, 0, 0.8, 0.0)]}
+    per_lr[1e-2] = [_run(1e-2, 0, 0.9, 1.0), _run(1e-2, 1, 0.1, 1.0), _run(1e-2, 2, 0.1, 1.0)]
+    assert chosen_lr(per_lr, "val/query_acc") == 1e-2
 
 
 def test_a_tie_takes_the_smaller_rate():
