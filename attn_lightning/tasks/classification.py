@@ -25,12 +25,11 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from attn_lightning.attention import resolve_attention
+from attn_lightning.data.base import SPLITS
 from attn_lightning.models.specs import VitSpec
 from attn_lightning.models.vit import VisionTransformer
 from attn_lightning.records import write_csv
 from attn_lightning.tasks.base import AttentionTask, require_from_data
-
-SPLITS = ("train", "val", "test")
 
 
 def accuracy_metrics(num_classes: int) -> nn.ModuleDict:
@@ -172,4 +171,4 @@ class ImageClassificationTask(ClassifierSteps, AttentionTask):
         return self.net(image)
 
 
-__all__ = ["SPLITS", "ClassifierSteps", "ImageClassificationTask", "accuracy_metrics"]
+__all__ = ["ClassifierSteps", "ImageClassificationTask", "accuracy_metrics"]
