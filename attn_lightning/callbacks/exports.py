@@ -197,12 +197,8 @@ def _gather_to_rank_zero(
     dist.gather_object((examples, indices), gathered, dst=0)
     if gathered is None:
         return examples, indices
-    pairs: dict[int, Any] = {}
-    for rank_examples, rank_indices in gathered:
-        for index, example in zip(rank_indices, rank_examples, strict=True):
-            pairs.setdefault(index, example)
-    order = sorted(pairs)
-    return [pairs[i] for i in order], order
+    # Each rank's examples as one batch: sorted by index, an example two ranks saw kept once.
+    return in_dataset_order([e for e, _ in gathered], [i for _, i in gathered])
 
 
 @runtime_checkable
