@@ -84,8 +84,7 @@ class SequenceReversalTask(AttentionTask):
             input: 2n for the decoder, n for the encoder).
         attention: backend dict, e.g. ``{name: performer, num_features: 128}``; default softmax.
         attention_override: keys replacing ``attention``'s at build time, not saved as a
-            hyper-parameter (evaluate a checkpoint with other backend options; see module
-            ``attn_lightning.tasks.base``).
+            hyper-parameter: a checkpoint evaluated with other options (``tasks.base``).
         mode: ``decoder`` (causal, ``x SEP y``) or ``encoder`` (bidirectional).
         num_symbols: digits 0..num_symbols-1; linked from the DataModule by the CLI.
         seq_len: n, the data's sequence length (linked from the DataModule by the CLI; None:
