@@ -171,23 +171,10 @@ class RunStarted(Callback):
 
     started: bool = False
 
-    def _mark(self) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         type(self).started = True
 
-    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
-
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
-
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
+    on_sanity_check_start = on_validation_start = on_test_start = on_predict_start = on_train_start
 
 
 def progress_callbacks(callbacks: Sequence[Callback], *, terminal: bool) -> list[Callback]:
