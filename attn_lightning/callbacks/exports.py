@@ -179,10 +179,11 @@ def close_process_group_at_exit() -> None:
     if _REGISTERED:
         return
     _REGISTERED = True
-    atexit.register(_destroy_process_group)
+    atexit.register(destroy_process_group)
 
 
-def _destroy_process_group() -> None:
+def destroy_process_group() -> None:
+    """Destroy this process's ``torch.distributed`` group, if it has one (see above)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -243,6 +244,7 @@ __all__ = [
     "PredictionSaver",
     "PredictionWriter",
     "close_process_group_at_exit",
+    "destroy_process_group",
     "in_dataset_order",
     "unbatch",
 ]
