@@ -79,5 +79,4 @@ class SplitDataModule(pl.LightningDataModule, Generic[D]):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
 
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+    predict_dataloader = test_dataloader  # predict runs over the test split
