@@ -215,6 +215,9 @@ class AttentionTask(pl.LightningModule):
             metric_attribute=f"_log_means.{key}",
         )
 
+    def _metric(self, key: str) -> MeanMetric:
+        return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module
+
     def log_accuracy(
         self, split: str, correct: Tensor, names: tuple[str, str], *, prog_bar: bool = False
     ) -> None:
@@ -222,7 +225,7 @@ class AttentionTask(pl.LightningModule):
         progress bar if ``prog_bar``), and ``<split>/<names[1]>``, the fraction of its rows all
         True, through ``self.metrics`` (``split_means``): per epoch, and per step in training."""
         for name, value in zip(names, (correct.float(), correct.all(dim=1).float()), strict=True):
-            metric = cast(MeanMetric, self.metrics[f"{split}_{name}"])  # ModuleDict: Module-typed
+            metric = self._metric(f"{split}_{name}")
             metric(value)  # calling (not .update) also gives the batch value logged on_step
             self.log(
                 f"{split}/{name}",

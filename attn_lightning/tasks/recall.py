@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import MeanMetric
 
 from attn_lightning.attention import resolve_attention
 from attn_lightning.models.sequence import SequenceTransformer
@@ -91,9 +90,6 @@ class AssociativeRecallTask(AttentionTask):
         )
         require_causal(self.net, why="associative recall (a causal language model) needs")
         self.metrics = split_means(METRICS)
-
-    def _metric(self, key: str) -> MeanMetric:
-        return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module
 
     def forward(self, inputs: Tensor, positions: Tensor) -> Tensor:
         """Logits ``(B, P, V)`` at the query ``positions: (B, P)`` of ``inputs: (B, L)``."""

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchmetrics import MeanMetric
 
 from attn_lightning.attention import resolve_attention
 from attn_lightning.models.decoding import METHODS, generate
@@ -150,9 +149,6 @@ class SequenceReversalTask(AttentionTask):
                 why=f"mode='decoder' needs; use mode='encoder' (allowed modes: {', '.join(MODES)})",
             )
         self.metrics = split_means((*TEACHER_FORCED, *GENERATED))
-
-    def _metric(self, key: str) -> MeanMetric:
-        return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module
 
     # ------------------------------------------------------------------ model
     def forward(self, source: Tensor, target: Tensor) -> Tensor:
