@@ -179,10 +179,11 @@ def close_process_group_at_exit() -> None:
     if _REGISTERED:
         return
     _REGISTERED = True
-    atexit.register(_destroy_process_group)
+    atexit.register(destroy_process_group)
 
 
-def _destroy_process_group() -> None:
+def destroy_process_group() -> None:
+    """Destroy this process's ``torch.distributed`` group, if it has one (see above)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -197,12 +198,8 @@ def _gather_to_rank_zero(
     dist.gather_object((examples, indices), gathered, dst=0)
     if gathered is None:
         return examples, indices
-    pairs: dict[int, Any] = {}
-    for rank_examples, rank_indices in gathered:
-        for index, example in zip(rank_indices, rank_examples, strict=True):
-            pairs.setdefault(index, example)
-    order = sorted(pairs)
-    return [pairs[i] for i in order], order
+    # Each rank's examples as one batch: sorted by index, an example two ranks saw kept once.
+    return in_dataset_order([e for e, _ in gathered], [i for _, i in gathered])
 
 
 @runtime_checkable
@@ -247,6 +244,7 @@ __all__ = [
     "PredictionSaver",
     "PredictionWriter",
     "close_process_group_at_exit",
+    "destroy_process_group",
     "in_dataset_order",
     "unbatch",
 ]

@@ -27,6 +27,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -126,12 +127,12 @@ def best_checkpoint(trainer: pl.Trainer, noted: dict[str, Any]) -> dict[str, Any
     }
 
 
-def scalars(metrics: dict[str, Any]) -> dict[str, float]:
-    """The one-number metrics as floats, sorted by name."""
+def scalars(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """The one-number metrics whose names start with ``prefix``, as floats, sorted by name."""
     return {
         k: float(v)
         for k, v in sorted(metrics.items())
-        if not isinstance(v, torch.Tensor) or v.numel() == 1
+        if k.startswith(prefix) and (not isinstance(v, torch.Tensor) or v.numel() == 1)
     }
 
 

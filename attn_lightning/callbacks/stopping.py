@@ -148,9 +148,6 @@ class SignalStop:
             previous(signum, frame)
 
 
-log = logging.getLogger("attn_lightning")
-
-
 class NonFiniteTraining(RuntimeError):
     """A run stopped by ``NonFiniteStop``; the message is one line for the user."""
 

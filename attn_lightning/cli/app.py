@@ -68,6 +68,7 @@ from attn_lightning.cli.process import (
 from attn_lightning.cli.progress import progress_callbacks, terminal
 from attn_lightning.cli.records import AfterRun
 from attn_lightning.cli.run_folders import (
+    NAMED_CHECKPOINTS,
     RunConfigSaver,
     check_names,
     continue_run,
@@ -157,7 +158,7 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         check_evaluated_weights(self.config.subcommand, config)  # "initial" becomes None
         resolve_named_checkpoint(config, self.config.subcommand)  # "last"/"best": the run's
         ckpt_path = config.get("ckpt_path")
-        if not ckpt_path or ckpt_path in ("best", "last", "hpc", "registry"):
+        if not ckpt_path or ckpt_path in NAMED_CHECKPOINTS:
             return
         ckpt = load_checkpoint(ckpt_path)
         check_classes(ckpt, ckpt_path, config)

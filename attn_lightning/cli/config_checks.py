@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,34 +132,33 @@ def yaml_error(path: Path, error: yaml.YAMLError) -> str:
 HELP_PACKAGES = {"model": "attn_lightning.tasks", "data": "attn_lightning.data"}
 
 
+def _help_names(args: Sequence[str]) -> Iterator[tuple[int, str, str, str]]:
+    """``(index, flag, package, name)`` of each class name without a dot given to
+    ``--model.help`` or ``--data.help``, ``args[index]`` being the name or ``<flag>=<name>``."""
+    for i, arg in enumerate(args):
+        for section, package in HELP_PACKAGES.items():
+            flag = f"--{section}.help"
+            at, name = (i + 1, args[i + 1]) if arg == flag and i + 1 < len(args) else (i, None)
+            if arg.startswith(flag + "="):
+                name = arg.split("=", 1)[1]
+            if name is not None and "." not in name:
+                yield at, flag, package, name
+
+
 def expand_help_names(args: Sequence[str]) -> list[str]:
     """``--model.help SequenceReversalTask`` -> ``--model.help attn_lightning.tasks.Sequence…``
     (jsonargparse takes only a dotted path there); other arguments unchanged."""
     out = list(args)
-    for i, arg in enumerate(out):
-        for section, package in HELP_PACKAGES.items():
-            flag = f"--{section}.help"
-            if arg == flag and i + 1 < len(out) and "." not in out[i + 1]:
-                if out[i + 1] in _exported(package):
-                    out[i + 1] = f"{package}.{out[i + 1]}"
-            elif arg.startswith(flag + "=") and "." not in arg.split("=", 1)[1]:
-                name = arg.split("=", 1)[1]
-                if name in _exported(package):
-                    out[i] = f"{flag}={package}.{name}"
+    for i, flag, package, name in _help_names(args):
+        if name in _exported(package):
+            out[i] = f"{flag}={package}.{name}" if out[i].startswith(flag) else f"{package}.{name}"
     return out
 
 
 def _short_help_name(args: Sequence[str]) -> str | None:
     """An unknown class name given to ``--model.help``/``--data.help`` (after expansion)."""
-    expanded = expand_help_names(args)
-    for i, arg in enumerate(expanded):
-        for section, package in HELP_PACKAGES.items():
-            flag = f"--{section}.help"
-            name = expanded[i + 1] if arg == flag and i + 1 < len(expanded) else None
-            if arg.startswith(flag + "="):
-                name = arg.split("=", 1)[1]
-            if name is not None and "." not in name:
-                return f"{flag}: unknown class {name!r}; one of: {', '.join(_exported(package))}"
+    for _, flag, package, name in _help_names(expand_help_names(args)):
+        return f"{flag}: unknown class {name!r}; one of: {', '.join(_exported(package))}"
     return None
 
 

@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from attn_lightning.callbacks import NonFiniteTraining, RunCheckpoint
+from attn_lightning.callbacks.exports import destroy_process_group
 from attn_lightning.cli.app import main
 from attn_lightning.cli.config_checks import HINT, answer_first_mistakes, debug_requested
 from attn_lightning.cli.errors import one_line, trainer_error
@@ -67,7 +68,8 @@ def command_line(args: list[str] | None = None) -> None:
         stop = signal.SIGINT if RunCheckpoint.last_stop == "Ctrl-C" else signal.SIGTERM
         raise SystemExit(128 + stop) from None
     finally:
-        _close_process_group()
+        # Lightning leaves the DDP group open after fit (``exports.close_process_group_at_exit``).
+        destroy_process_group()
 
 
 class StderrHandler(logging.StreamHandler):
@@ -89,16 +91,3 @@ class StderrHandler(logging.StreamHandler):
 def _rank_zero() -> bool:
     """Whether this process is rank 0 (or the only one)."""
     return getattr(rank_zero_only, "rank", 0) == 0  # set by Lightning for each process
-
-
-def _close_process_group() -> None:
-    """Destroy the DDP process group before the interpreter exits.
-
-    Lightning leaves it open after ``fit``. Left to interpreter shutdown, gloo's worker threads are
-    sometimes destroyed while still joinable and the process aborts ("terminate called without an
-    active exception", exit -6) after a run that finished; seen on 2-process CPU DDP in CI.
-    """
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()

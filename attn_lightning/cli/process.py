@@ -34,6 +34,7 @@ import torch
 
 from attn_lightning.attention import set_check_finite
 from attn_lightning.attention.base import CHECK_FINITE_ENV, check_finite_enabled
+from attn_lightning.cli.run_folders import NAMED_CHECKPOINTS
 
 log = logging.getLogger("attn_lightning")
 OMP_ENV = "OMP_NUM_THREADS"
@@ -105,8 +106,6 @@ PYTREE_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 _ABSENT_ACCELERATOR = re.compile(r"[A-Z]PU available: False\b")
 # ``ModelCheckpoint.__warn_if_dir_not_empty`` (Lightning 2.6), before the folder's name.
 NOT_EMPTY_WARNING = "Checkpoint directory "
-# ``--ckpt_path`` values Lightning resolves itself (no file path to compare).
-_SPECIAL_CKPT_PATHS = ("best", "last", "hpc", "registry")
 
 
 class _DropNoise(logging.Filter):
@@ -137,7 +136,7 @@ def quiet_own_resume(ckpt_path: str | os.PathLike[str] | None) -> None:
     warning about any other folder still shows. Nothing for no path or Lightning's own
     ``best``/``last``/``hpc``/``registry``.
     """
-    if not ckpt_path or str(ckpt_path) in _SPECIAL_CKPT_PATHS:
+    if not ckpt_path or str(ckpt_path) in NAMED_CHECKPOINTS:
         return
     folder = Path(ckpt_path).parent
     real = os.path.realpath(folder)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.callbacks import (
     Callback,
     ModelSummary,
@@ -30,6 +29,8 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.model_summary import get_human_readable_count
+
+from attn_lightning.callbacks.run_record import scalars
 
 log = logging.getLogger("attn_lightning")
 
@@ -132,7 +133,7 @@ def validation_line(trainer: pl.Trainer) -> str | None:
     fitting = trainer.state.fn == TrainerFn.FITTING
     if trainer.sanity_checking or not fitting or not trainer.is_global_zero:
         return None
-    items = _metric_items(_scalars(trainer.callback_metrics), prefix="val/")
+    items = _metric_items(scalars(trainer.callback_metrics), prefix="val/")
     if not items:
         return None
     return f"validation at step {trainer.global_step} · {' · '.join(items)}"
@@ -171,23 +172,10 @@ class RunStarted(Callback):
 
     started: bool = False
 
-    def _mark(self) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         type(self).started = True
 
-    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
-
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
-
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark()
+    on_sanity_check_start = on_validation_start = on_test_start = on_predict_start = on_train_start
 
 
 def progress_callbacks(callbacks: Sequence[Callback], *, terminal: bool) -> list[Callback]:
@@ -236,7 +224,7 @@ def summary_lines(
     if log_dir:
         lines.append(f"  logs: {log_dir}   (tensorboard --logdir {Path(log_dir).parent})")
     lines += [f"  predictions: {p}" for p in predictions]
-    final = {k: v for k, v in _scalars(metrics).items() if k.startswith(("val/", "test/"))}
+    final = {k: v for k, v in scalars(metrics).items() if k.startswith(("val/", "test/"))}
     items = _metric_items(final, prefix="")
     if items:
         lines.append("  metrics: " + ", ".join(items))
@@ -246,14 +234,6 @@ def summary_lines(
 def terminal() -> bool:
     """Whether progress goes to a terminal (Lightning's bars write to stderr)."""
     return sys.stderr.isatty()
-
-
-def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
-    return {
-        k: float(v)
-        for k, v in sorted(metrics.items())
-        if not isinstance(v, torch.Tensor) or v.numel() == 1
-    }
 
 
 def _step_values(metrics: Mapping[str, Any]) -> dict[str, Any]:

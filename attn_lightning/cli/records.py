@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from attn_lightning.callbacks import FitClock, collect_diagnostics
+from attn_lightning.callbacks.run_record import scalars
 from attn_lightning.cli.progress import summary_lines
 
 log = logging.getLogger("attn_lightning")
@@ -130,12 +129,3 @@ class AfterRun:
         record = {"subcommand": self.subcommand, **record}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-
-
-def scalars(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    """The one-number metrics whose names start with ``prefix``, as floats, sorted by name."""
-    return {
-        k: float(v)
-        for k, v in sorted(metrics.items())
-        if k.startswith(prefix) and (not isinstance(v, torch.Tensor) or v.numel() == 1)
-    }

@@ -31,13 +31,31 @@ class SplitDataModule(pl.LightningDataModule, Generic[D]):
     one would have (``data/sampling.py``). Validation, test and predict (the test split) are in
     order; under DDP each rank gets its own unpadded shard, so no sample counts twice. The loaders
     shard themselves (Lightning keeps a ``DistributedSampler`` it is given).
-    Subclasses set ``batch_size`` and ``num_workers`` and may override ``collate``.
+    Subclasses set ``batch_size`` and ``num_workers`` (``keep_splits`` for generated splits) and
+    may override ``collate``.
     """
 
     datasets: dict[str, D]
     batch_size: int
     num_workers: int
+    seed: int
+    split_sizes: dict[str, int]
     collate: Callable[[list[Any]], Any] | None = None
+
+    def keep_splits(
+        self, sizes: tuple[int, int, int], batch_size: int, seed: int, num_workers: int
+    ) -> None:
+        """Check the (train, val, test) example counts and the batch size (positive ints), keep
+        them with the data seed and the loader's workers; no split is built yet."""
+        named = {f"{split}_size": size for split, size in zip(SPLITS, sizes, strict=True)}
+        check_positive_ints(**named, batch_size=batch_size)
+        self.split_sizes = dict(zip(SPLITS, sizes, strict=True))
+        self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
+        self.datasets = {}
+
+    def split_seed(self, split: str) -> int:
+        """The seed ``split`` is generated from: ``seed·3 + i`` for the i-th of ``SPLITS``."""
+        return self.seed * len(SPLITS) + SPLITS.index(split)
 
     def _loader(self, split: str, *, shuffle: bool) -> DataLoader:
         trainer = self.trainer
@@ -61,5 +79,4 @@ class SplitDataModule(pl.LightningDataModule, Generic[D]):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
 
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+    predict_dataloader = test_dataloader  # predict runs over the test split

@@ -132,25 +132,21 @@ class DetectionDataModule(SplitDataModule[Dataset]):
         splits = {s: s for s in SPLITS} | dict(coco_splits or {})
         if set(splits) != set(SPLITS):
             raise ValueError(f"coco_splits keys must be among {SPLITS}, got {sorted(splits)}")
+        self.keep_splits((train_size, val_size, test_size), batch_size, seed, num_workers)
         self.save_hyperparameters()
         self.source, self.root, self.splits = source, root, splits
         self.scenes = scenes
         # The facts the CLI links into the task (cli/options.py) are read as attributes.
         self.image_size = scenes.image_size
         self._category_ids: list[int] | None = None
-        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
-        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
-        self.datasets = {}
 
     def setup(self, stage: str | None = None) -> None:
-        for index, split in enumerate(SPLITS):
+        for split in SPLITS:
             if split in self.datasets:
                 continue
             if self.source == "synthetic":
                 self.datasets[split] = SyntheticScenes(
-                    size=self.sizes[split],
-                    seed=self.seed * len(SPLITS) + index,
-                    spec=self.scenes,
+                    size=self.split_sizes[split], seed=self.split_seed(split), spec=self.scenes
                 )
             else:
                 self.datasets[split] = CocoScenes(

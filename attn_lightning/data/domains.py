@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule, check_positive_ints
-from attn_lightning.data.images import SOURCES, ImageSource, check_download
+from attn_lightning.data.images import ImageSource, check_source
 
 DOMAINS = ("original", "quantized", "rotated", "inverted")
 # Input normalisation after the shift. ``mnist``: torchvision's customary MNIST transform
@@ -103,14 +103,12 @@ class DomainImageDataModule(ImageSource, SplitDataModule[TensorDataset]):
             raise ValueError(
                 f"unknown normalize {normalize!r}; allowed: {', '.join(NORMALIZATIONS)}"
             )
-        if source not in SOURCES:
-            raise ValueError(f"unknown image source {source!r}; allowed: {', '.join(SOURCES)}")
+        check_source(source, download)
         if domain not in DOMAINS:
             raise ValueError(f"unknown domain {domain!r}; allowed: {', '.join(DOMAINS)}")
         if not isinstance(levels, int) or levels < 2:
             raise ValueError(f"levels must be an int >= 2, got {levels!r}")
         check_positive_ints(image_size=image_size, batch_size=batch_size)
-        check_download(source, download)
         self.save_hyperparameters()
         self.source, self.root, self.image_size = source, root, image_size
         self.download = download

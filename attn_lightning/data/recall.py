@@ -248,9 +248,7 @@ class AssociativeRecallDataModule(SplitDataModule[RecallDataset]):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        check_positive_ints(
-            train_size=train_size, val_size=val_size, test_size=test_size, batch_size=batch_size
-        )
+        self.keep_splits((train_size, val_size, test_size), batch_size, seed, num_workers)
         self.sizes = RecallSizes(
             vocab_size=vocab_size,
             seq_len=seq_len,
@@ -261,19 +259,14 @@ class AssociativeRecallDataModule(SplitDataModule[RecallDataset]):
         self.save_hyperparameters()
         self.vocab_size = vocab_size  # linked into the task by the CLI
         self.seq_len = seq_len
-        self.split_sizes = {"train": train_size, "val": val_size, "test": test_size}
-        self.batch_size = batch_size
-        self.seed = seed
-        self.num_workers = num_workers
-        self.datasets = {}
 
     def setup(self, stage: str | None = None) -> None:
         # Every split every stage (cheap), in order: val and test avoid the splits before them.
         if len(self.datasets) == len(SPLITS):
             return
         seen: set[bytes] = set()
-        for index, split in enumerate(SPLITS):
-            generator = torch.Generator().manual_seed(self.seed * len(SPLITS) + index)
+        for split in SPLITS:
+            generator = torch.Generator().manual_seed(self.split_seed(split))
 
             def draw(n: int, generator: torch.Generator = generator) -> RecallExamples:
                 return multiquery_ar(self.sizes, num_examples=n, generator=generator)

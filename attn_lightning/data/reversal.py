@@ -60,14 +60,8 @@ class SequenceReversalDataModule(SplitDataModule[ReversalDataset]):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        check_positive_ints(
-            num_symbols=num_symbols,
-            seq_len=seq_len,
-            train_size=train_size,
-            val_size=val_size,
-            test_size=test_size,
-            batch_size=batch_size,
-        )
+        check_positive_ints(num_symbols=num_symbols, seq_len=seq_len)
+        self.keep_splits((train_size, val_size, test_size), batch_size, seed, num_workers)
         if num_symbols < 2:
             raise ValueError(
                 f"num_symbols must be >= 2 for reversal to be learnable, got {num_symbols}"
@@ -75,21 +69,16 @@ class SequenceReversalDataModule(SplitDataModule[ReversalDataset]):
         self.save_hyperparameters()
         self.num_symbols = num_symbols
         self.seq_len = seq_len
-        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
-        self.batch_size = batch_size
-        self.seed = seed
-        self.num_workers = num_workers
-        self.datasets = {}
 
     def setup(self, stage: str | None = None) -> None:
         # Cheap to generate, so every stage builds every split (validate/test after fit reuse them).
-        for index, split in enumerate(SPLITS):
+        for split in SPLITS:
             if split not in self.datasets:
                 self.datasets[split] = ReversalDataset(
-                    size=self.sizes[split],
+                    size=self.split_sizes[split],
                     seq_len=self.seq_len,
                     num_symbols=self.num_symbols,
-                    seed=self.seed * len(SPLITS) + index,
+                    seed=self.split_seed(split),
                 )
 
 

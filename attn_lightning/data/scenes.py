@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
+from torchvision.ops import box_iou
 
 from attn_lightning.data.base import SPLITS
 from attn_lightning.models.detr import cxcywh_to_xywh, pixel_scale, xyxy_to_cxcywh
@@ -109,7 +110,7 @@ def render_scene(generator: torch.Generator, spec: SceneSpec) -> tuple[Tensor, T
             box = torch.tensor(
                 [cols.min(), rows.min(), cols.max() + 1, rows.max() + 1], dtype=torch.float32
             )  # xyxy in pixels
-            if boxes and _max_iou(box, torch.stack(boxes)) > 0.1:
+            if boxes and float(box_iou(box[None], torch.stack(boxes)).max()) > 0.1:
                 continue
             colour = 0.4 + 0.6 * torch.rand(3, 1, 1, generator=generator)
             image = torch.where(mask, colour, image)
@@ -118,15 +119,6 @@ def render_scene(generator: torch.Generator, spec: SceneSpec) -> tuple[Tensor, T
             break
     xyxy = torch.stack(boxes) / s if boxes else torch.zeros(0, 4)
     return image, xyxy_to_cxcywh(xyxy), torch.tensor(labels, dtype=torch.int64)
-
-
-def _max_iou(box: Tensor, others: Tensor) -> float:
-    lt = torch.maximum(box[:2], others[:, :2])
-    rb = torch.minimum(box[2:], others[:, 2:])
-    inter = (rb - lt).clamp(min=0).prod(dim=1)
-    area = (box[2:] - box[:2]).prod()
-    areas = (others[:, 2:] - others[:, :2]).prod(dim=1)
-    return float((inter / (area + areas - inter)).max())
 
 
 class SyntheticScenes(Dataset):

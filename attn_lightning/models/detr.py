@@ -104,17 +104,9 @@ class DETR(nn.Module):
         sites: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__()
-        num_queries, d_model = spec.num_queries, spec.d_model
-        num_encoder_layers, num_decoder_layers = spec.num_encoder_layers, spec.num_decoder_layers
-        if num_classes < 1 or num_queries < 1:
-            raise ValueError(
-                f"num_classes and num_queries must be >= 1, got {num_classes}, {num_queries}"
-            )
-        if num_encoder_layers < 0 or num_decoder_layers < 1:
-            raise ValueError(
-                f"need num_encoder_layers >= 0 and num_decoder_layers >= 1, "
-                f"got {num_encoder_layers}, {num_decoder_layers}"
-            )
+        d_model = spec.d_model
+        if num_classes < 1:  # the spec's sizes were checked when it was made (check_sizes)
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         sites = dict(sites or {})
         unknown = sorted(set(sites) - set(SITES))
         if unknown:
@@ -139,9 +131,9 @@ class DETR(nn.Module):
         decoder_cross, cross_projections = split_site(self.sites["decoder_cross"])
         self.encoder = nn.ModuleList(
             EncoderBlock(spec, attention=encoder_self, projections=encoder_projections)
-            for _ in range(num_encoder_layers)
+            for _ in range(spec.num_encoder_layers)
         )
-        self.encoder_norm = nn.LayerNorm(d_model) if num_encoder_layers else nn.Identity()
+        self.encoder_norm = nn.LayerNorm(d_model) if spec.num_encoder_layers else nn.Identity()
         self.decoder = nn.ModuleList(
             DecoderBlock(
                 spec,
@@ -150,10 +142,10 @@ class DETR(nn.Module):
                 cross_attention=decoder_cross,
                 cross_projections=cross_projections,
             )
-            for _ in range(num_decoder_layers)
+            for _ in range(spec.num_decoder_layers)
         )
         self.decoder_norm = nn.LayerNorm(d_model)
-        self.query_embed = nn.Embedding(num_queries, d_model)
+        self.query_embed = nn.Embedding(spec.num_queries, d_model)
         self.class_head = nn.Linear(d_model, num_classes + 1)
         self.box_head = BoxMLP(d_model, d_model)
 

@@ -38,7 +38,6 @@ from attn_lightning.models.hybrid import layer_attentions
 LayerState = tuple[State | None, ...]
 # Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
 Projections = bool | Literal["no_qk"]
-PROJECTIONS: tuple[Projections, ...] = (True, False, "no_qk")
 
 
 def check_projections(projections: object) -> Projections:

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from attn_lightning.attention import Attention
+from attn_lightning.data.base import SPLITS
 from attn_lightning.models.specs import as_spec, spec_dict
 
 
@@ -60,6 +61,12 @@ def require_causal(model: nn.Module, *, why: str) -> None:
     for module in model.modules():
         if isinstance(module, Attention) and not module.supports_causal:
             raise ValueError(f"attention {module.name!r} has no causal form, which {why}")
+
+
+def split_means(names: tuple[str, ...]) -> nn.ModuleDict:
+    """A ``MeanMetric`` per split and name, keyed ``<split>_<name>`` (nn.Module has a ``train()``
+    method, so a ModuleDict cannot take the split alone as a key)."""
+    return nn.ModuleDict({f"{split}_{name}": MeanMetric() for split in SPLITS for name in names})
 
 
 def rng_states() -> dict[str, Any]:
@@ -98,6 +105,7 @@ class AttentionTask(pl.LightningModule):
 
     hp_metrics: tuple[str, ...] = ()
     net_spec: ClassVar[type | None] = None  # the spec type of ``net`` (models.specs)
+    metrics: nn.ModuleDict  # a task's own per-split metrics, keyed ``<split>_<name>``
 
     def __init__(self) -> None:
         super().__init__()
@@ -206,6 +214,27 @@ class AttentionTask(pl.LightningModule):
             batch_size=batch_size,
             metric_attribute=f"_log_means.{key}",
         )
+
+    def _metric(self, key: str) -> MeanMetric:
+        return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module
+
+    def log_accuracy(
+        self, split: str, correct: Tensor, names: tuple[str, str], *, prog_bar: bool = False
+    ) -> None:
+        """Log ``<split>/<names[0]>``, the fraction of ``correct: (B, n)`` that is True (on the
+        progress bar if ``prog_bar``), and ``<split>/<names[1]>``, the fraction of its rows all
+        True, through ``self.metrics`` (``split_means``): per epoch, and per step in training."""
+        for name, value in zip(names, (correct.float(), correct.all(dim=1).float()), strict=True):
+            metric = self._metric(f"{split}_{name}")
+            metric(value)  # calling (not .update) also gives the batch value logged on_step
+            self.log(
+                f"{split}/{name}",
+                metric,
+                prog_bar=prog_bar and name == names[0],
+                on_step=split == "train",
+                on_epoch=True,
+                batch_size=correct.shape[0],
+            )
 
     def on_fit_start(self) -> None:
         for logger in self.loggers:

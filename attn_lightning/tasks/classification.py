@@ -25,12 +25,11 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from attn_lightning.attention import resolve_attention
+from attn_lightning.data.base import SPLITS
 from attn_lightning.models.specs import VitSpec
 from attn_lightning.models.vit import VisionTransformer
 from attn_lightning.records import write_csv
 from attn_lightning.tasks.base import AttentionTask, require_from_data
-
-SPLITS = ("train", "val", "test")
 
 
 def accuracy_metrics(num_classes: int) -> nn.ModuleDict:
@@ -134,8 +133,7 @@ class ImageClassificationTask(ClassifierSteps, AttentionTask):
             ``true`` (Q, K, V, out), ``no_qk`` (V and out: the paper's form) or ``false``).
         attention: backend dict, e.g. ``{name: optimization, iterations: 10}``; default softmax.
         attention_override: keys replacing ``attention``'s at build time, not saved as a
-            hyper-parameter (evaluate a checkpoint with other backend options; see module
-            ``attn_lightning.tasks.base``).
+            hyper-parameter: a checkpoint evaluated with other options (``tasks.base``).
         image_size: side of the images; linked from the DataModule by the CLI.
         num_classes: classes of the head; linked from the DataModule by the CLI.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW and its warm-up + cosine schedule.
@@ -172,4 +170,4 @@ class ImageClassificationTask(ClassifierSteps, AttentionTask):
         return self.net(image)
 
 
-__all__ = ["SPLITS", "ClassifierSteps", "ImageClassificationTask", "accuracy_metrics"]
+__all__ = ["ClassifierSteps", "ImageClassificationTask", "accuracy_metrics"]

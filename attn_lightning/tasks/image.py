@@ -33,7 +33,6 @@ from attn_lightning.tasks.base import (
     require_from_data,
 )
 
-SPLITS = ("train", "val", "test")
 DEFAULT_OBSERVED_FRACTION = 0.38  # the paper observes 300 of 784 pixels (38%)
 
 

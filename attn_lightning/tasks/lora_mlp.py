@@ -1,14 +1,8 @@
 """LoRA adaptation of a small MLP classifier to shifted image domains (peft).
 
-The four ``adaptation``s of ``AdaptedTask`` (``attn_lightning.tasks.adaptation``):
-
-* ``base``: train the MLP from scratch (on the original domain, to make the base checkpoint);
-* ``full``: load ``base_checkpoint`` and fine-tune every weight;
-* ``lora``: load ``base_checkpoint``, freeze it and train peft LoRA adapters
-  ``W + (α/r)·B·A`` on ``target_modules``; the head is adapted (in ``target_modules``), trained
-  whole (in ``modules_to_save``) or frozen (in neither);
-* ``lora_scratch``: the same adapters on a *random* frozen base (no checkpoint): how far the
-  low-rank update alone gets.
+What trains is ``AdaptedTask``'s ``adaptation`` (``attn_lightning.tasks.adaptation``); the base is
+trained on the original domain. Under ``lora`` the head is adapted (in ``target_modules``), trained
+whole (in ``modules_to_save``) or frozen (in neither).
 
 Logged per split: ``loss``, ``acc`` (torchmetrics) and ``trainable_params``.
 """

@@ -3,14 +3,9 @@
 The base is a ``SequenceReversalTask`` checkpoint (``base_checkpoint``); the shifted task is
 ``ShiftedReversalDataModule``'s "reverse, then add ``shift`` mod V": the attention pattern the
 base learnt (position n+t reads x_{n+1−t}) stays right, the values it copies must be relabelled.
-``adaptation`` (``attn_lightning.tasks.adaptation``) picks what trains:
-
-* ``base``: everything, from random initialisation (plain reversal training);
-* ``full``: every weight, starting from the checkpoint;
-* ``lora``: peft LoRA adapters on ``target_modules`` (default ``q_proj`` and ``v_proj`` of every
-  layer), the checkpoint frozen; 2·L·r·(d_in + d_out) = 4·L·r·d_model trainable parameters for L
-  layers;
-* ``lora_scratch``: the same adapters on a random frozen transformer.
+``adaptation`` (``attn_lightning.tasks.adaptation``) picks what trains; ``lora``'s adapters sit on
+``target_modules`` (default ``q_proj`` and ``v_proj`` of every layer): 2·L·r·(d_in + d_out) =
+4·L·r·d_model trainable parameters for L layers.
 
 Everything else (options, metrics, decoding, logging) is ``SequenceReversalTask``'s.
 """

@@ -23,25 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torchmetrics import MeanMetric
+from torch import Tensor
 
 from attn_lightning.attention import resolve_attention
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.specs import SequenceSpec
 from attn_lightning.records import write_csv
-from attn_lightning.tasks.base import (
-    AttentionTask,
-    require_causal,
-    require_from_data,
-)
-from attn_lightning.tasks.reversal import measured_cross_entropy
+from attn_lightning.tasks.base import AttentionTask, require_causal, require_from_data, split_means
+from attn_lightning.tasks.reversal import token_step
 
-SPLITS = ("train", "val", "test")
 METRICS = ("query_acc", "example_acc")
 PREDICTION_FIELDS = ("index", "position", "query", "prediction", "target", "correct")
 
@@ -96,13 +89,7 @@ class AssociativeRecallTask(AttentionTask):
             spec, vocab_size=vocab_size, max_len=spec.max_len, attention=self.attention_config
         )
         require_causal(self.net, why="associative recall (a causal language model) needs")
-        # nn.Module has a train() method, so ModuleDict cannot take "train" as a key: "<split>_".
-        self.metrics = nn.ModuleDict(
-            {f"{split}_{name}": MeanMetric() for split in SPLITS for name in METRICS}
-        )
-
-    def _metric(self, key: str) -> MeanMetric:
-        return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module
+        self.metrics = split_means(METRICS)
 
     def forward(self, inputs: Tensor, positions: Tensor) -> Tensor:
         """Logits ``(B, P, V)`` at the query ``positions: (B, P)`` of ``inputs: (B, L)``."""
@@ -113,25 +100,9 @@ class AssociativeRecallTask(AttentionTask):
         positions = batch["positions"]  # (B, P)
         target = batch["labels"].gather(1, positions)  # (B, P): the values asked for
         logits = self(batch["inputs"], positions)  # (B, P, V)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
-        measured = measured_cross_entropy(logits.flatten(0, 1), target.flatten())
-        correct = logits.argmax(dim=-1) == target  # (B, P)
-        # Every example has P queries, so the mean over examples of per-query means is the mean
-        # over queries. Calling the metric (not .update) also gives the batch value on_step.
-        self._metric(f"{split}_query_acc")(correct.float())
-        self._metric(f"{split}_example_acc")(correct.all(dim=1).float())
-        size = positions.shape[0]
-        self.log_mean(f"{split}/loss", measured, batch_size=size, prog_bar=True)
-        for name in METRICS:
-            self.log(
-                f"{split}/{name}",
-                self._metric(f"{split}_{name}"),
-                prog_bar=name == "query_acc",
-                on_step=split == "train",
-                on_epoch=True,
-                batch_size=size,
-            )
-        return {"loss": loss, "measured_loss": measured}
+        # query_acc: every example has P queries, so the mean over the (B, P) answers is the mean
+        # over queries.
+        return token_step(self, split, logits, target, METRICS)
 
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         return self._shared_step(batch, "train")

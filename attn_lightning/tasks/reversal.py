@@ -23,26 +23,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-from torchmetrics import MeanMetric
+from torch import Tensor
 
 from attn_lightning.attention import resolve_attention
 from attn_lightning.models.decoding import METHODS, generate
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.specs import SequenceSpec
 from attn_lightning.records import write_csv
-from attn_lightning.tasks.base import (
-    AttentionTask,
-    require_causal,
-    require_from_data,
-)
+from attn_lightning.tasks.base import AttentionTask, require_causal, require_from_data, split_means
 
 MODES = ("decoder", "encoder")
-SPLITS = ("train", "val", "test")
+TEACHER_FORCED = ("token_acc", "exact_acc")
+GENERATED = ("gen_token_acc", "gen_exact_acc")
 PREDICTION_FIELDS = ("index", "source", "prediction", "target", "correct")
 
 
@@ -62,6 +58,22 @@ def measured_cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(logits.detach().to(dtype), target)
 
 
+def token_step(
+    task: AttentionTask, split: str, logits: Tensor, target: Tensor, names: tuple[str, str]
+) -> dict[str, Tensor]:
+    """The cross-entropy of ``logits: (B, n, V)`` for ``target: (B, n)``, logged as ``<split>/loss``
+    (``measured_cross_entropy``) with the argmax's accuracies (``AttentionTask.log_accuracy``).
+
+    Returns:
+        ``{"loss": the float32 loss to train on, "measured_loss": the one logged}``.
+    """
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
+    measured = measured_cross_entropy(logits.flatten(0, 1), target.flatten())
+    task.log_mean(f"{split}/loss", measured, batch_size=target.shape[0], prog_bar=True)
+    task.log_accuracy(split, logits.argmax(dim=-1) == target, names, prog_bar=True)
+    return {"loss": loss, "measured_loss": measured}
+
+
 class SequenceReversalTask(AttentionTask):
     """Sequence reversal with any attention backend.
 
@@ -71,8 +83,7 @@ class SequenceReversalTask(AttentionTask):
             input: 2n for the decoder, n for the encoder).
         attention: backend dict, e.g. ``{name: performer, num_features: 128}``; default softmax.
         attention_override: keys replacing ``attention``'s at build time, not saved as a
-            hyper-parameter (evaluate a checkpoint with other backend options; see module
-            ``attn_lightning.tasks.base``).
+            hyper-parameter: a checkpoint evaluated with other options (``tasks.base``).
         mode: ``decoder`` (causal, ``x SEP y``) or ``encoder`` (bidirectional).
         num_symbols: digits 0..num_symbols-1; linked from the DataModule by the CLI.
         seq_len: n, the data's sequence length (linked from the DataModule by the CLI; None:
@@ -137,17 +148,7 @@ class SequenceReversalTask(AttentionTask):
                 self.net,
                 why=f"mode='decoder' needs; use mode='encoder' (allowed modes: {', '.join(MODES)})",
             )
-        # nn.Module has a train() method, so ModuleDict cannot take "train" as a key: "<split>_".
-        self.metrics = nn.ModuleDict(
-            {
-                f"{split}_{name}": MeanMetric()
-                for split in SPLITS
-                for name in ("token_acc", "exact_acc", "gen_token_acc", "gen_exact_acc")
-            }
-        )
-
-    def _metric(self, key: str) -> MeanMetric:
-        return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module
+        self.metrics = split_means((*TEACHER_FORCED, *GENERATED))
 
     # ------------------------------------------------------------------ model
     def forward(self, source: Tensor, target: Tensor) -> Tensor:
@@ -171,40 +172,12 @@ class SequenceReversalTask(AttentionTask):
     # ------------------------------------------------------------------ steps
     def _shared_step(self, batch: dict[str, Tensor], split: str) -> dict[str, Tensor]:
         """``{"loss": the float32 loss to train on, "measured_loss": the one logged}``."""
-        source, target = batch["source"], batch["target"]
-        logits = self(source, target)  # (B, n, V)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
-        measured = measured_cross_entropy(logits.flatten(0, 1), target.flatten())
-        correct = logits.argmax(dim=-1) == target  # (B, n)
-        # Calling the metric (not .update) also gives the batch value logged on_step in training.
-        self._metric(f"{split}_token_acc")(correct.float())
-        self._metric(f"{split}_exact_acc")(correct.all(dim=1).float())
-        on_step = split == "train"
-        size = source.shape[0]
-        self.log_mean(f"{split}/loss", measured, batch_size=size, prog_bar=True)
-        for name in ("token_acc", "exact_acc"):
-            self.log(
-                f"{split}/{name}",
-                self._metric(f"{split}_{name}"),
-                prog_bar=name == "token_acc",
-                on_step=on_step,
-                on_epoch=True,
-                batch_size=size,
-            )
-        return {"loss": loss, "measured_loss": measured}
+        logits = self(batch["source"], batch["target"])  # (B, n, V)
+        return token_step(self, split, logits, batch["target"], TEACHER_FORCED)
 
     def _generation_metrics(self, batch: dict[str, Tensor], split: str) -> None:
-        predicted = self.predict_reversal(batch["source"])  # (B, n)
-        correct = predicted == batch["target"]
-        self._metric(f"{split}_gen_token_acc").update(correct.float())
-        self._metric(f"{split}_gen_exact_acc").update(correct.all(dim=1).float())
-        for name in ("gen_token_acc", "gen_exact_acc"):
-            self.log(
-                f"{split}/{name}",
-                self._metric(f"{split}_{name}"),
-                on_epoch=True,
-                batch_size=batch["source"].shape[0],
-            )
+        correct = self.predict_reversal(batch["source"]) == batch["target"]  # (B, n)
+        self.log_accuracy(split, correct, GENERATED)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         # "measured_loss" is what GradientTracker's spike detector watches (see the function).
