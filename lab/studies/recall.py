@@ -91,7 +91,9 @@ def write_recall(
         record_folders(root, required=True)
     runs = [r for root in roots for r in load_runs(root) if r.status == "ok"]
     rows: list[dict[str, Any]] = []
-    for name, per_lr in _by_lr(runs).items():
+    grouped = _by_lr(runs)
+    rates = len({lr for per_lr in grouped.values() for lr in per_lr})  # the grid, as far as run
+    for name, per_lr in grouped.items():
         overlay = Path(overlays) / f"{name}.yaml"
         if not overlay.is_file():
             raise FileNotFoundError(f"variant {name!r}: no overlay {overlay.as_posix()}")
@@ -105,6 +107,7 @@ def write_recall(
                 "state_floats_per_layer": " / ".join(str(n) for n in layers),
                 "state_floats": sum(layers),
                 "lr": lr,
+                "rates": f"{len(per_lr)}/{rates}",  # < rates: the variant's grid is unfinished
                 "seeds": " ".join(str(r.seed) for r in chosen),
                 "converged": sum(v >= threshold for v in values),
                 metric: values,
@@ -143,8 +146,8 @@ def _write_page(
     threshold: float,
     machine: str | None,
 ) -> Path:
-    header = ["variant", "state floats per layer", "state floats", "lr (chosen)", "seeds",
-              f"{metric} ≥ {threshold}", f"{metric}, median [IQR]", "per seed",
+    header = ["variant", "state floats per layer", "state floats", "lr (chosen)", "rates run",
+              "seeds", f"{metric} ≥ {threshold}", f"{metric}, median [IQR]", "per seed",
               *(f"{key}, median [IQR]" for key in also)]  # fmt: skip
     body = [
         [
@@ -152,6 +155,7 @@ def _write_page(
             row["state_floats_per_layer"],
             f"{row['state_floats']:,}",
             f"{row['lr']:g}",
+            row["rates"],
             row["seeds"],
             f"{row['converged']}/{len(row[metric])}",
             _cell(row[metric]),
@@ -166,7 +170,9 @@ def _write_page(
             *([f"{machine}\n"] if machine else []),
             f"Recall against the recurrent state, sorted by state. Per variant, the learning rate "
             f"with the highest mean `{select}` over the seeds run at every rate (never a test "
-            f"metric; ties: the smaller); `{metric}` at it over every seed run there. State: the "
+            f"metric; ties: the smaller); `{metric}` at it over every seed run there; "
+            "rates run: the learning rates it has runs at, of those any variant has (fewer: its "
+            "grid is unfinished, the choice provisional). State: the "
             "floats each layer keeps to decode the next token after the whole sequence, per batch "
             "row, every head — the KV cache for softmax (2·N·D a head) and exact polynomial "
             "attention, F·Dv + F for a feature map of F features — counted by the model the runs "
