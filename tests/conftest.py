@@ -6,9 +6,18 @@ import os
 import sys
 
 import pytest
+import torch
 
 from lab.benchmarks.gpu_report import FAILURES_AT_ONCE
 from tests.elsewhere import pass_for_another_machine
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker gets its share of the CPUs for torch: two workers with
+    torch's default (every CPU) each would oversubscribe the cores they share."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if workers.isdigit() and int(workers) > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -62,7 +62,8 @@ DECODE = "decode --contexts 1024 4096 16384 65536 --backends softmax linear perf
 DECODE += "--heads 4 --head-dim 64 --device cuda --repeats 50 --warmup 5 --tag decode_b1"
 PROFILE = "profile --device cuda --dtype bfloat16 --warmup 3 --shape 4x32x4096x128 "
 PROFILE += "--contenders flash fla-op linear:fla linear:torch"
-TESTS = "pytest tests/attention/test_fla_cuda.py -v -p no:cacheprovider -rfE -k"  # -v: as they end
+# -n 0: one process on the one GPU; -v: failures named as they end.
+TESTS = "pytest tests/attention/test_fla_cuda.py -n 0 -v -p no:cacheprovider -rfE -k"
 
 
 # (stage, cap s, what, its command: lab.benchmark's or pytest's) in order of value; fla's own op

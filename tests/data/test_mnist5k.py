@@ -123,7 +123,11 @@ def test_a_package_without_the_file_says_where_it_looked(monkeypatch, tmp_path):
         mnist5k.csv_path()
 
 
-@pytest.mark.parametrize("content", [b"not gzip", gzip.compress(b"1,2,3\n4,5,6\n")])
+@pytest.mark.parametrize(
+    "content",
+    [b"not gzip", gzip.compress(b"1,2,3\n4,5,6\n", mtime=0)],
+    ids=["not-gzip", "wrong-shape"],
+)
 def test_a_damaged_file_is_one_clear_error(tmp_path, content):
     path = tmp_path / "mnist_5k.csv.gz"
     path.write_bytes(content)
