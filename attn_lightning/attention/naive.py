@@ -120,6 +120,24 @@ def naive_linear(
     )
 
 
+def naive_taylor(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    feature_dim: int | None = None,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """Based's Taylor kernel as its scores: ``sim = 1 + s + s²/2``, ``s = ⟨q', k'⟩/√d'`` with q',
+    k' the first ``feature_dim`` coordinates (None: all), offset 0."""
+    d = q.shape[-1] if feature_dim is None else feature_dim
+    s = q.to(F64)[..., :d] @ k.to(F64)[..., :d].transpose(-1, -2) / math.sqrt(d)
+    allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
+    return normalised_mix(1 + s + s.square() / 2, v, allowed, offset=0.0, eps=eps)
+
+
 def naive_mean(
     q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None
 ) -> Tensor:

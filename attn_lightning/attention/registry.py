@@ -21,6 +21,7 @@ from attn_lightning.attention.polynomial import PolynomialAttention
 from attn_lightning.attention.polysketch import PolySketchAttention
 from attn_lightning.attention.pooling import PoolAttention
 from attn_lightning.attention.softmax import SoftmaxAttention
+from attn_lightning.attention.taylor import TaylorAttention
 
 # The table: every backend a config can name. ``register_attention`` adds user backends to it.
 ATTENTIONS: dict[str, type[Attention]] = {
@@ -32,6 +33,7 @@ ATTENTIONS: dict[str, type[Attention]] = {
     "polysketch": PolySketchAttention,
     "pool": PoolAttention,
     "softmax": SoftmaxAttention,
+    "taylor": TaylorAttention,
 }
 
 A = TypeVar("A", bound=type[Attention])

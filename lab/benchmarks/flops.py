@@ -72,12 +72,6 @@ class FlopCount:
     def total(self) -> int:
         return self.matmul_total + sum(self.solve.values()) + sum(self.other.values())
 
-    def describe(self) -> str:
-        """``term = value`` for every nonzero term, largest first, in scientific notation."""
-        terms = {**self.matmul, **self.solve, **self.other}
-        ranked = sorted(terms.items(), key=lambda item: -item[1])
-        return "; ".join(f"{name} = {value:.3g}" for name, value in ranked if value)
-
 
 def count(
     shape: CallShape,
@@ -181,6 +175,14 @@ def mean_flops(shape: CallShape, *, causal: bool = False, chunk_size: int = 64) 
     return feature_product(shape, 1, {}, causal=causal, chunk_size=chunk_size)
 
 
+def taylor_flops(shape: CallShape, *, causal: bool = False, feature_dim: int | None = None,
+                 chunk_size: int = 64) -> FlopCount:  # fmt: skip
+    """Based: F = 1 + d' + d'(d'+1)/2; φ's symmetric square is two (d' × d'(d'+1)/2) products."""
+    d, n = shape.head_dim if feature_dim is None else feature_dim, shape.queries + shape.keys
+    phi = {"φ(q), φ(k)": 4 * d * symmetric(d) * n}
+    return feature_product(shape, 1 + d + symmetric(d), phi, causal=causal, chunk_size=chunk_size)
+
+
 def performer_feature_dim(num_features: int, kernel: str) -> int:
     """F: m for ``positive``, 2m for ``hyperbolic``/``trigonometric`` (``PerformerAttention``)."""
     return num_features if kernel == "positive" else 2 * num_features
@@ -254,7 +256,7 @@ def polysketch_flops(
         learned_coefficients=learned_coefficients,
         sketch_levels=sketch_levels,
     )
-    phi = {"φ(q)": per_token * shape.queries, "φ(k)": per_token * shape.keys}
+    phi = {"φ(q), φ(k)": per_token * (shape.queries + shape.keys)}
     if not local_block:
         widths = score_widths(shape.head_dim, degree, sketch_size, learned_coefficients)
         kernel = uses_kernel_form(
@@ -275,8 +277,7 @@ def polysketch_flops(
         sketch_cost = per_token - squares
         pairs = shape.queries * shape.keys
         terms = {
-            "s(q)": sketch_cost * shape.queries,
-            "s(k)": sketch_cost * shape.keys,
+            "s(q), s(k)": sketch_cost * (shape.queries + shape.keys),
             **{f"scores ⟨·,·⟩ (width {w})": 2 * pairs * w for w in widths},
             "weights·V": 2 * pairs * shape.value_dim,
         }
@@ -362,17 +363,16 @@ def optimization_flops(
     return count(shape, matmul, solve)
 
 
-# Every registered backend has a row (tests/lab/benchmarks/test_flops.py checks it).
 FORMULAS: dict[str, Callable[..., FlopCount]] = {
     "linear": linear_flops,
     "mean": mean_flops,
     "optimization": optimization_flops,
     "performer": performer_flops,
-    # exact power / learned polynomial: softmax's products (the polynomial is element-wise)
-    "polynomial": softmax_flops,
+    "polynomial": softmax_flops,  # softmax's products; the polynomial is element-wise
     "polysketch": polysketch_flops,
     "pool": pool_flops,
     "softmax": softmax_flops,
+    "taylor": taylor_flops,
 }
 
 

@@ -50,6 +50,11 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
         {"normalize": True, "random_tokens": 0},
     ],
     "pool": [{"pool_size": 5, "subtract_input": False}],
+    # feature_dim < D reads a prefix of q and k; the fused Triton kernel on its features.
+    "taylor": [
+        {"feature_dim": 3},
+        {"implementation": "triton", "chunk_size": 4, "feature_dim": 3},
+    ],
 }
 
 

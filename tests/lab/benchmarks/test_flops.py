@@ -66,6 +66,8 @@ NON_CAUSAL = [
     ("optimization", {"solver": "svd"}),
     ("optimization", {"dictionary": "keys", "iterations": 3}),
     ("pool", {}),
+    ("taylor", {}),
+    ("taylor", {"feature_dim": 3}),
 ]
 
 
@@ -119,7 +121,12 @@ def test_causal_softmax_counts_the_visible_pairs():
 
 @pytest.mark.parametrize(
     ("name", "options", "n"),
-    [("linear", {}, 40), ("linear", {"chunk_size": 16}, 40), ("mean", {}, 20)],
+    [
+        ("linear", {}, 40),
+        ("linear", {"chunk_size": 16}, 40),
+        ("mean", {}, 20),
+        ("taylor", {"feature_dim": 3}, 40),
+    ],
     ids=str,
 )
 def test_causal_feature_map_matches_the_counter_but_for_the_in_place_readout(name, options, n):
@@ -208,11 +215,7 @@ def test_errors_and_unknown_backends():
     )
 
 
-def test_format_and_describe():
+def test_format_flops():
     assert flops.format_flops(1.5e9) == "1.5 GFLOP"
     assert flops.format_flops(999) == "999 FLOP"
     assert flops.format_flops(None) == "n/a"
-    text = flops.softmax_flops(
-        CallShape.self_attention(batch=1, heads=1, n=4, head_dim=2)
-    ).describe()
-    assert text == "scores QKᵀ = 64; weights·V = 64"

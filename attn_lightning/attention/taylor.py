@@ -1,0 +1,90 @@
+"""Taylor attention: Based's second-order Taylor feature map of exp, in linear time.
+
+Arora, Eyuboglu, Zhang et al., "Simple linear attention language models balance the
+recall-throughput tradeoff" (Based), ICML 2024, arXiv 2402.18668::
+
+    sim(q, k) = 1 + s + s²/2,   s = ⟨q', k'⟩ / √d'   (exp(s) to second order)
+    φ(x) = [1,  x / d'^{1/4},  sym(x ⊗ x) / (√2 · √d')]     so that   φ(q')ᵀφ(k') = sim(q, k)
+
+with q', k' the first ``feature_dim`` = d' coordinates of each head's q and k (all D when None),
+``sym`` the compressed symmetric square of ``ops/sketches.py`` (d'(d'+1)/2 entries for the d'²
+of ``x ⊗ x``), and the usual normaliser ``out_i = Σ_j sim_ij v_j / Σ_j sim_ij``. ``1 + s + s²/2
+= ((s + 1)² + 1) / 2 ≥ 1/2``: every score is positive although φ has negative entries, so no
+clamp is needed; F = 1 + d' + d'(d'+1)/2 features, an F·Dv + F decode state.
+
+Based projects q and k to d' per head (its ``feature_dim``, 16 in the paper's language models)
+with their own maps from the model width. Taking the first d' coordinates of the model's own q and
+k projections is the same function class with the same parameters for the coordinates used (the
+rest of those rows get no gradient), and adds no parameters or initialisation of its own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from attn_lightning.attention.base import check_int
+from attn_lightning.attention.feature_map import FeatureMapAttention
+from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.sketches import symmetric_square
+
+
+def taylor_feature_dim(feature_dim: int) -> int:
+    """F = 1 + d' + d'(d'+1)/2: the constant, the linear and the symmetric quadratic features."""
+    return 1 + feature_dim + feature_dim * (feature_dim + 1) // 2
+
+
+class TaylorAttention(FeatureMapAttention):
+    """Linear attention with Based's second-order Taylor features (module docstring).
+
+    Args:
+        head_dim: D.
+        feature_dim: d', the coordinates of q and k the kernel reads (None: all D; Based: 16).
+        chunk_size: tokens per chunk in the causal kernel.
+        eps: added to the normaliser.
+        implementation: the causal kernel, ``auto``, ``torch``, ``fla`` or ``triton``.
+
+    Raises:
+        ValueError: ``feature_dim`` not an int in 1 .. ``head_dim``.
+    """
+
+    name = "taylor"
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        feature_dim: int | None = None,
+        chunk_size: int = 64,
+        eps: float = DEFAULT_EPS,
+        implementation: str = "auto",
+    ) -> None:
+        super().__init__(
+            head_dim=head_dim, chunk_size=chunk_size, eps=eps, implementation=implementation
+        )
+        what = "coordinates of q and k the kernel reads; None: all"
+        d = (
+            head_dim
+            if feature_dim is None
+            else check_int("feature_dim", feature_dim, minimum=1, what=what)
+        )
+        if d > head_dim:
+            raise ValueError(
+                f"feature_dim must be <= head_dim = {head_dim} ({what}), got {feature_dim!r}"
+            )
+        self.feature_dim_in = d
+
+    @property
+    def feature_dim(self) -> int:
+        return taylor_feature_dim(self.feature_dim_in)
+
+    def feature_map(self, x: Tensor, *, is_query: bool) -> Tensor:
+        d = self.feature_dim_in
+        x = x[..., :d]
+        quadratic = symmetric_square(x) * (1.0 / (math.sqrt(2.0) * math.sqrt(d)))
+        return torch.cat([x.new_ones(*x.shape[:-1], 1), x * d**-0.25, quadratic], dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, feature_dim={self.feature_dim_in}"
