@@ -201,9 +201,13 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[Stage], str]:
     args.compared = args.metric or (args.metrics[0] if args.metrics else None)
     if args.pair and not args.compared:
         parser.error("--pair needs the metric to compare: give --metric or --metrics")
-    # --report-only and --into change no number: the page's command leaves them out.
-    after = ["", *argv]
-    own = [a for a, b in zip(argv, after) if a != "--report-only" and "--into" not in (a[:6], b)]
+    # --report-only, --into and --jobs change no number: the page's command leaves them out.
+    valued = ("--into", "--jobs")
+    own = [
+        a
+        for a, before in zip(argv, ["", *argv])
+        if a != "--report-only" and before not in valued and a.split("=")[0] not in valued
+    ]
     return args, stages, command_line(PROG, own)
 
 

@@ -40,12 +40,13 @@ def test_a_plan_is_the_command_line_it_stands_for(tmp_path):
     assert (args.seeds, args.pair, args.resume) == ([0, 1], [["large", "small"]], True)
     assert str(args.out) == "docs/results/page"  # by default the page named after the plan
     assert command == f"python -m lab.studies.sweep --plan {plan}"
-    # The command line overrides it (repeatable options add to it); --report-only and --into
-    # change no number, so the page's command leaves them out.
-    argv = ["--into", "x", "--plan", str(plan), "--seeds", "3", "--set", "a=1", "--report-only"]
-    args, _, command = parse(argv)
-    assert args.seeds == [3] and args.set == ["trainer.max_steps=5", "a=1"]
-    assert command.endswith("--seeds 3 --set a=1")
+    # The command line overrides it (repeatable options add to it); --report-only, --into and
+    # --jobs change no number, so the page's command leaves them out.
+    argv = ["--into", "x", "--plan", str(plan), "--jobs", "2", "--seeds", "3", "--set", "a=1"]
+    for extra in (["--report-only"], ["--jobs=3"]):
+        args, _, command = parse([*argv, *extra])
+        assert args.seeds == [3] and args.set == ["trainer.max_steps=5", "a=1"]
+        assert command == f"python -m lab.studies.sweep --plan {plan} --seeds 3 --set a=1"
 
 
 def test_a_variant_is_an_overlay_file_not_a_spec(tmp_path, monkeypatch, capsys):
