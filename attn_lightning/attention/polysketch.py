@@ -23,7 +23,7 @@ Two more forms on the same features:
 
 Evaluation (``evaluation``): the same function two ways, ``features`` (the linear-time form
 above) or ``kernel`` (the (L, S) score matrix, O(L·S·(r + Dv)), far cheaper at short lengths);
-``auto`` (default) takes the cheaper by the cost model of ``ops/polysketch_eval.py``. Both give
+``auto`` (default) takes the cheaper by the cost model of ``ops/score_form.py``. Both give
 the same outputs up to rounding (tested in float64); ``step()`` always uses the features (the
 O(r²·Dv) decode state). Not used with ``local_block``.
 
@@ -50,11 +50,11 @@ from attn_lightning.attention.base import (
     check_state_request,
 )
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.ops import dispatch, polysketch_eval
+from attn_lightning.attention.ops import dispatch, score_form
 from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
-from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS, uses_kernel_form
 from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
+from attn_lightning.attention.ops.score_form import EVALUATIONS, uses_kernel_form
 from attn_lightning.attention.ops.sketches import SKETCHES, RandomPolySketch, symmetric_square
 from attn_lightning.attention.polynomial import taylor_logits
 
@@ -220,15 +220,15 @@ class PolySketchAttention(FeatureMapAttention):
 
     # ------------------------------------------------------------------ kernel form
     def score_widths(self) -> tuple[int, ...]:
-        """Widths of the squared inner products in the score (``polysketch_eval.score_widths``)."""
-        return polysketch_eval.score_widths(
+        """Widths of the squared inner products in the score (``score_form.score_widths``)."""
+        return score_form.score_widths(
             self.head_dim, self.degree, self.sketch_size, self.learned_coefficients
         )
 
     def _attend_kernel(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        """The feature form's output from the (L, S) scores (``ops/polysketch_eval.py``), in the
+        """The feature form's output from the (L, S) scores (``ops/score_form.py``), in the
         accumulation dtype with autocast off."""
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
         mask, offset = key_padding_mask, self.normalizer_offset + self.eps
@@ -237,13 +237,13 @@ class PolySketchAttention(FeatureMapAttention):
             va = v.to(acc)
             if self.even_coefficient_logits is None:
                 sq, sk = self.sketch(qn), self.sketch(kn)
-                out = polysketch_eval.sketch_score_attention(
+                out = score_form.sketch_score_attention(
                     sq, sk, va, causal=causal, key_padding_mask=mask, offset=offset
                 )
             else:
                 sketches = (self.sketch(qn), self.sketch(kn)) if self.degree == 4 else None
-                sim = polysketch_eval.even_polynomial_scores(qn, kn, self.coefficients, sketches)
-                out = polysketch_eval.score_matrix_attention(
+                sim = score_form.even_polynomial_scores(qn, kn, self.coefficients, sketches)
+                out = score_form.score_matrix_attention(
                     sim, va, causal=causal, key_padding_mask=mask, offset=offset
                 )
         return out.to(v.dtype)

@@ -12,6 +12,12 @@ of ``x ⊗ x``), and the usual normaliser ``out_i = Σ_j sim_ij v_j / Σ_j sim_i
 = ((s + 1)² + 1) / 2 ≥ 1/2``: every score is positive although φ has negative entries, so no
 clamp is needed; F = 1 + d' + d'(d'+1)/2 features, an F·Dv + F decode state.
 
+Evaluation (``evaluation``, as PolySketch's): ``features`` (the linear-time form above),
+``kernel`` (the (L, S) scores ``1 + s + s²/2`` directly, O(L·S·(d' + Dv)): at d' = 16, F = 153
+features against a few hundred tokens it is the cheaper form) or ``auto`` (default: the cheaper
+by the cost model of ``ops/score_form.py``). Same outputs up to rounding; ``step()`` always uses
+the features (the F·Dv + F decode state).
+
 Based projects q and k to d' per head (its ``feature_dim``, 16 in the paper's language models)
 with their own maps from the model width. Taking the first d' coordinates of the model's own q and
 k projections is the same function class with the same parameters for the coordinates used (the
@@ -25,9 +31,21 @@ import math
 import torch
 from torch import Tensor
 
-from attn_lightning.attention.base import check_int
+from attn_lightning.attention.base import (
+    Layout,
+    Mask,
+    accumulation_dtype,
+    check_choice,
+    check_int,
+)
 from attn_lightning.attention.feature_map import FeatureMapAttention
+from attn_lightning.attention.ops import dispatch
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
+from attn_lightning.attention.ops.score_form import (
+    EVALUATIONS,
+    taylor_score_attention,
+    uses_kernel_form,
+)
 from attn_lightning.attention.ops.sketches import symmetric_square
 
 
@@ -42,12 +60,15 @@ class TaylorAttention(FeatureMapAttention):
     Args:
         head_dim: D.
         feature_dim: d', the coordinates of q and k the kernel reads (None: all D; Based: 16).
+        evaluation: ``auto``, ``features`` or ``kernel`` (module docstring): how forward computes
+            the kernel.
         chunk_size: tokens per chunk in the causal kernel.
         eps: added to the normaliser.
-        implementation: the causal kernel, ``auto``, ``torch``, ``fla`` or ``triton``.
+        implementation: the feature form's causal kernel, ``auto``, ``torch``, ``fla`` or
+            ``triton``.
 
     Raises:
-        ValueError: ``feature_dim`` not an int in 1 .. ``head_dim``.
+        ValueError: ``feature_dim`` not an int in 1 .. ``head_dim``; an unknown ``evaluation``.
     """
 
     name = "taylor"
@@ -57,6 +78,7 @@ class TaylorAttention(FeatureMapAttention):
         *,
         head_dim: int,
         feature_dim: int | None = None,
+        evaluation: str = "auto",
         chunk_size: int = 64,
         eps: float = DEFAULT_EPS,
         implementation: str = "auto",
@@ -75,6 +97,7 @@ class TaylorAttention(FeatureMapAttention):
                 f"feature_dim must be <= head_dim = {head_dim} ({what}), got {feature_dim!r}"
             )
         self.feature_dim_in = d
+        self.evaluation = check_choice("evaluation", evaluation, EVALUATIONS, backend=self.name)
 
     @property
     def feature_dim(self) -> int:
@@ -86,5 +109,40 @@ class TaylorAttention(FeatureMapAttention):
         quadratic = symmetric_square(x) * (1.0 / (math.sqrt(2.0) * math.sqrt(d)))
         return torch.cat([x.new_ones(*x.shape[:-1], 1), x * d**-0.25, quadratic], dim=-1)
 
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
+    ) -> Tensor:
+        d = self.feature_dim_in
+        kernel_form = uses_kernel_form(
+            self.evaluation,
+            heads=q.shape[0] * q.shape[1],
+            queries=q.shape[2],
+            keys=k.shape[2],
+            value_dim=v.shape[-1],
+            widths=(d,),
+            causal=causal,
+            chunk_size=self.chunk_size,
+            features=self.feature_dim,
+        )
+        if not kernel_form:
+            return super()._attend(
+                q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid
+            )
+        dispatch.resolve(self.implementation, v, backend=self.name)  # refuses as the features do
+        acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            out = taylor_score_attention(
+                q[..., :d].to(acc),
+                k[..., :d].to(acc),
+                v.to(acc),
+                causal=causal,
+                key_padding_mask=key_padding_mask,
+                offset=self.normalizer_offset + self.eps,
+            )
+        return out.to(v.dtype)
+
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, feature_dim={self.feature_dim_in}"
+        return (
+            f"head_dim={self.head_dim}, feature_dim={self.feature_dim_in}, "
+            f"evaluation={self.evaluation!r}"
+        )

@@ -22,7 +22,7 @@ from attn_lightning.records import environment as _environment
 from attn_lightning.records import files
 from attn_lightning.records.environment import command_line
 from attn_lightning.records.files import markdown_meta, markdown_table, read_csv
-from lab.benchmarks import flops
+from lab.benchmarks import flop_count
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -138,7 +138,7 @@ def flops_table(rows: Sequence[Any]) -> str:
             if r is None:
                 cells.append("")
                 continue
-            cell = flops.format_flops(r.fwd_flops)
+            cell = flop_count.format_flops(r.fwd_flops)
             if r.fwd_flops and r.mode == "fwd" and r.ms:
                 cell += f" [{r.fwd_flops / (r.ms * 1e-3) / 1e9:.3g} GF/s]"
             cells.append(cell)

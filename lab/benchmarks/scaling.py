@@ -32,7 +32,8 @@ import torch
 
 from attn_lightning.attention import Attention
 from lab.benchmarks.budget import extrapolate, growth_exponent, run_budgeted
-from lab.benchmarks.flops import CallShape, attention_flops
+from lab.benchmarks.flop_count import CallShape
+from lab.benchmarks.flops import attention_flops
 from lab.benchmarks.measure import (
     BackendSpec,
     feature_dim,

@@ -27,7 +27,8 @@ from torch import Tensor, nn
 from attn_lightning.models.detr import DETR, SITES, split_site
 from attn_lightning.models.transformer import MultiHeadAttention
 from lab.benchmarks import report
-from lab.benchmarks.flops import CallShape, attention_flops
+from lab.benchmarks.flop_count import CallShape
+from lab.benchmarks.flops import attention_flops
 
 PROJECTION_LABELS = {True: "all", "no_qk": "no_qk", False: "none"}
 

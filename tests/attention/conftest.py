@@ -50,10 +50,12 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
         {"normalize": True, "random_tokens": 0},
     ],
     "pool": [{"pool_size": 5, "subtract_input": False}],
-    # feature_dim < D reads a prefix of q and k; the fused Triton kernel on its features.
+    # feature_dim < D reads a prefix of q and k; auto takes the (L, S) score form at these short
+    # lengths, so the feature form (and the fused Triton kernel on its features) explicitly.
     "taylor": [
         {"feature_dim": 3},
-        {"implementation": "triton", "chunk_size": 4, "feature_dim": 3},
+        {"feature_dim": 3, "evaluation": "features", "chunk_size": 3},
+        {"implementation": "triton", "chunk_size": 4, "feature_dim": 3, "evaluation": "features"},
     ],
 }
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from attn_lightning.attention import FeatureMapAttention, build_attention
 from attn_lightning.attention.naive import naive_bounded, naive_polysketch, naive_random_sketch
 from attn_lightning.attention.ops import sketches
-from attn_lightning.attention.ops.polysketch_eval import EVALUATIONS
+from attn_lightning.attention.ops.score_form import EVALUATIONS
 from attn_lightning.attention.ops.sketches import LearnedPolySketch
 from attn_lightning.attention.polysketch import PolySketchAttention
 from tests.attention.parity import (

@@ -17,15 +17,22 @@ from tests.attention.test_linear import grads, inputs
 @pytest.mark.parametrize("feature_dim", [None, 3])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("chunk_size", [1, 4, 64])
-def test_outputs_and_gradients_match_naive_reference(feature_dim, causal, masked, chunk_size):
+@pytest.mark.parametrize(
+    ("evaluation", "chunk_size"),
+    [("features", 1), ("features", 4), ("features", 64), ("kernel", 4)],
+)
+def test_outputs_and_gradients_match_naive_reference(
+    feature_dim, causal, masked, evaluation, chunk_size
+):
     n = 11  # not a multiple of the chunk: exercises the padded tail
     q, k, v = inputs(n, n if causal else n + 3)
     mask = None
     if masked:
         mask = torch.ones(2, k.shape[2], dtype=torch.bool)
         mask[0, 3] = mask[1, -4:] = False
-    attn = build_attention("taylor", head_dim=6, feature_dim=feature_dim, chunk_size=chunk_size)
+    attn = build_attention(
+        "taylor", head_dim=6, feature_dim=feature_dim, evaluation=evaluation, chunk_size=chunk_size
+    )
     out = attn(q, k, v, causal=causal, key_padding_mask=mask)
     ref = naive_taylor(q, k, v, feature_dim=feature_dim, causal=causal, key_padding_mask=mask)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
@@ -71,3 +78,35 @@ def test_decode_state_is_features_times_values_plus_features():
 def test_a_bad_feature_dim_is_named_with_what_is_allowed(feature_dim, message):
     with pytest.raises(ValueError, match=message):
         build_attention("taylor", head_dim=6, feature_dim=feature_dim)
+
+
+def test_auto_takes_the_score_form_at_recall_lengths_and_the_features_when_long(monkeypatch):
+    # d' = 16 (F = 153), Dv 32: MQAR's 64 tokens want the (L, S) scores, 4,096 tokens the features.
+    attn = build_attention("taylor", head_dim=32, feature_dim=16)
+    q, k, v = (torch.randn(1, 1, n, 32) for n in (64, 64, 64))
+    forms = []
+    monkeypatch.setattr(
+        "attn_lightning.attention.taylor.taylor_score_attention",
+        lambda *a, **kw: forms.append("kernel") or torch.zeros_like(v),
+    )
+    attn(q, k, v, causal=True)
+    assert forms == ["kernel"]
+    long = torch.randn(1, 1, 4096, 32)
+    attn(long, long, long, causal=True)  # the feature form: the score form is not called
+    assert forms == ["kernel"]
+
+
+def test_step_uses_the_features_whatever_the_evaluation():
+    q, k, v = (t.detach() for t in inputs(7, 7))
+    attn = build_attention("taylor", head_dim=6, feature_dim=4, evaluation="kernel")
+    parallel = attn(q, k, v, causal=True)
+    state, outs = None, []
+    for i in range(q.shape[2]):
+        out, state = attn.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1], state)
+        outs.append(out)
+    torch.testing.assert_close(torch.cat(outs, dim=2), parallel, rtol=1e-10, atol=1e-12)
+
+
+def test_an_unknown_evaluation_is_named_with_what_is_allowed():
+    with pytest.raises(ValueError, match=r"unknown evaluation 'dense'.*auto, features, kernel"):
+        build_attention("taylor", head_dim=6, evaluation="dense")

@@ -20,7 +20,7 @@ that ``polynomial`` and ``polysketch`` share.
 * ``causal_normaliser``: the adapter's float32 normaliser ``φ(q_i)ᵀΣ_{j≤i}φ(k_j)`` by chunks.
 * ``power_exact``: exact normalised power / learned-polynomial attention by tiles.
 * ``block_local``: PolySketch's mixed form, exact inside blocks and features between them.
-* ``polysketch_eval``: PolySketch's score-matrix form and the cost model choosing it.
+* ``score_form``: the (L, S) score form of PolySketch and Taylor, and the cost model choosing it.
 * ``lasso``: optimization attention's lasso codes by unrolled ADMM and their power weights.
 * ``kv_cache``: the preallocated KV cache of the exact backends' ``step``.
 * ``sketches``: the sketch maps s (random, learned) and ``symmetric_square`` of PolySketch.

@@ -1,11 +1,12 @@
-"""PolySketch's score-matrix form, and the cost model that chooses it over the feature form.
+"""The (L, S) score form of the polynomial feature maps, and the cost model that chooses it.
 
-``polysketch`` computes one function two ways (its ``evaluation`` option). ``features``: the
-linear-time form, ``φ = symmetric_square(s)`` through the shared linear kernels, O(N·r²·Dv).
-``kernel``: the (L, S) score matrix directly, ``sim = ⟨s(q'), s(k')⟩²`` (plus the learned even
-polynomial's other terms), in O(L·S·(r + Dv)) — far cheaper while the sequence is short next to
-the feature count r(r+1)/2 (r = 64: 2,080 features against 100 tokens). ``auto`` takes
-the form with the lower estimated cost (``uses_kernel_form``), and the feature form whenever the
+``polysketch`` and ``taylor`` compute one function two ways (their ``evaluation`` option).
+``features``: the linear-time form, φ through the shared linear kernels, O(N·F·Dv) with F
+quadratic in a width (PolySketch: r(r+1)/2 for the sketch's r; Taylor: 1 + d' + d'(d'+1)/2).
+``kernel``: the (L, S) score matrix directly — PolySketch ``⟨s(q'), s(k')⟩²`` (plus the learned
+even polynomial's other terms), Taylor ``1 + s + s²/2`` — in O(L·S·(w + Dv)), far cheaper while
+the sequence is short next to F (r = 64: 2,080 features against 100 tokens). ``auto`` takes the
+form with the lower estimated cost (``uses_kernel_form``), and the feature form whenever the
 score matrix would exceed ``KERNEL_MAX_ELEMENTS``. Both give the same outputs up to rounding.
 
 Shapes: ``sq, sk: (B, H, L|S, r)`` sketches, ``qn, kn: (B, H, L|S, D)`` normalised inputs,
@@ -52,21 +53,24 @@ def uses_kernel_form(
     widths: tuple[int, ...],
     causal: bool,
     chunk_size: int,
+    features: int | None = None,
 ) -> bool:
     """Whether ``evaluation`` means the (L, S) score-matrix form for this call.
 
     ``widths`` are the inner-product widths of the score's squared terms (r for the sketch, D for
-    the exact degree-2 term). ``auto``: the kernel form when its cost is lower — matmul FLOPs,
-    plus ``SCORE_ENTRY_COST`` per score entry for its element-wise passes — and its score matrix
-    (``heads`` = B·H of them) stays within ``KERNEL_MAX_ELEMENTS``. Both costs leave out the
-    sketch s(x) itself, which both forms compute.
+    the exact degree-2 term, d' for Taylor); ``features`` the feature form's F (None: the widths'
+    symmetric squares, plus a_0's constant when there are several). ``auto``: the kernel form
+    when its cost is lower — matmul FLOPs, plus ``SCORE_ENTRY_COST`` per score entry for its
+    element-wise passes — and its score matrix (``heads`` = B·H of them) stays within
+    ``KERNEL_MAX_ELEMENTS``. Both costs leave out the sketch s(x) itself, which both forms
+    compute.
     """
     if evaluation != "auto":
         return evaluation == "kernel"
     if heads * queries * keys > KERNEL_MAX_ELEMENTS:
         return False
     e = value_dim + 1
-    f = sum(w * (w + 1) // 2 for w in widths) + (len(widths) > 1)  # + a_0's constant feature
+    f = features or sum(w * (w + 1) // 2 for w in widths) + (len(widths) > 1)  # + a_0's 1
     squares = 4 * (queries + keys) * sum(w * (w + 1) // 2 * w for w in widths)
     if causal:
         c = max(1, min(chunk_size, queries))
@@ -126,3 +130,21 @@ def score_matrix_attention(
     den = sim.sum(-1, keepdim=True) + offset
     den = den.masked_fill(den == 0, 1.0)
     return (sim @ v) / den
+
+
+def taylor_score_attention(
+    qd: Tensor,
+    kd: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+    offset: float,
+) -> Tensor:
+    """Based's Taylor kernel as its scores: ``sim = 1 + s + s²/2``, ``s = ⟨q', k'⟩/√d'`` for
+    ``qd, kd: (B, H, L|S, d')``, then ``score_matrix_attention``."""
+    s = (qd @ kd.transpose(-1, -2)).mul_(qd.shape[-1] ** -0.5)
+    sim = torch.addcmul(s + 1.0, s, s, value=0.5)  # keeps s alone for backward
+    return score_matrix_attention(
+        sim, v, causal=causal, key_padding_mask=key_padding_mask, offset=offset
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attn_lightning.attention import build_attention
-from attn_lightning.attention.ops.polysketch_eval import (
+from attn_lightning.attention.ops.score_form import (
     KERNEL_MAX_ELEMENTS,
     score_widths,
     uses_kernel_form,

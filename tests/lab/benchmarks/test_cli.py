@@ -11,7 +11,8 @@ import torch
 
 from lab.benchmark import build_parser, main
 from lab.benchmarks.cli import COMMANDS
-from lab.benchmarks.flops import CallShape, attention_flops
+from lab.benchmarks.flop_count import CallShape
+from lab.benchmarks.flops import attention_flops
 from lab.benchmarks.report import read_csv
 
 TINY = ["--repeats", "1", "--warmup", "1", "--matmul-size", "64", "--device", "cpu"]

@@ -22,8 +22,9 @@ from attn_lightning.attention import (
     available_attentions,
     build_attention,
 )
-from lab.benchmarks import flops, measure
-from lab.benchmarks.flops import CallShape, attention_flops
+from lab.benchmarks import flop_count, flops, measure
+from lab.benchmarks.flop_count import CallShape
+from lab.benchmarks.flops import attention_flops
 
 B, H, D = 2, 3, 8
 
@@ -216,6 +217,6 @@ def test_errors_and_unknown_backends():
 
 
 def test_format_flops():
-    assert flops.format_flops(1.5e9) == "1.5 GFLOP"
-    assert flops.format_flops(999) == "999 FLOP"
-    assert flops.format_flops(None) == "n/a"
+    assert flop_count.format_flops(1.5e9) == "1.5 GFLOP"
+    assert flop_count.format_flops(999) == "999 FLOP"
+    assert flop_count.format_flops(None) == "n/a"

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from attn_lightning.records import write_csv
-from lab.benchmarks.flops import CallShape, attention_flops
+from lab.benchmarks.flop_count import CallShape
+from lab.benchmarks.flops import attention_flops
 from lab.benchmarks.report import read_csv
 from lab.results import paired
 from lab.results.records import RunResult
