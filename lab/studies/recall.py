@@ -1,7 +1,9 @@
-"""The recall study's report kind ``recall`` (plans ``configs/studies/recall_*.yaml``): for each
-variant, the learning rate chosen on validation, test recall at it over seeds, and the recurrent
-state each layer keeps after the whole sequence — the x-axis of the Based paper's recall-vs-state
-figure (Arora et al. 2024) — as a table sorted by state and a figure.
+"""The recall study's report kinds (plans ``configs/studies/recall_*.yaml``). ``recall``: for
+each variant, the learning rate chosen on validation, test recall at it over seeds, and the
+recurrent state each layer keeps after the whole sequence — the x-axis of the Based paper's
+recall-vs-state figure (Arora et al. 2024) — as a table sorted by state and a figure.
+``recall_widths``: the same per model width, from one plan's records per width, the figure a line
+per variant through its widths on the state axis.
 
 A variant's runs are labelled ``<overlay>,lr=<lr>`` by the plan's grid; ``<overlay>`` is the stem
 of its config overlay under ``overlays``. The state is the model's own count
@@ -69,27 +71,24 @@ def chosen_lr(per_lr: dict[float, list[RunResult]], select: str) -> float:
     return max(sorted(per_lr), key=lambda lr: (score(lr), -lr))
 
 
-def write_recall(
-    roots: Sequence[Path],
-    out: Path,
+def recall_rows(
+    runs: Sequence[RunResult],
     *,
-    command: str,
     configs: Sequence[str],
     overlays: str,
-    select: str = "val/query_acc",
-    metric: str = "test/query_acc",
-    threshold: float = 0.99,
-    also: Sequence[str] = ("test/example_acc",),
-) -> list[Path]:
-    """Write ``<out>.md``, ``<out>.csv`` and ``<out>.png`` from the ok runs under ``roots``.
+    select: str,
+    metric: str,
+    threshold: float,
+    also: Sequence[str],
+) -> list[dict[str, Any]]:
+    """A row per variant of one setting's ``runs``: the learning rate chosen on ``select``, the
+    seeds run at it, their ``metric`` and ``also`` values, and the state of the model the plan's
+    ``configs`` and the variant's overlay build; sorted by state.
 
     Raises:
-        FileNotFoundError: no run record under ``roots``, or a variant's overlay file missing.
+        FileNotFoundError: a variant's overlay file missing.
         ValueError: a run label without its learning rate.
     """
-    for root in roots:
-        record_folders(root, required=True)
-    runs = [r for root in roots for r in load_runs(root) if r.status == "ok"]
     rows: list[dict[str, Any]] = []
     grouped = _by_lr(runs)
     rates = len({lr for per_lr in grouped.values() for lr in per_lr})  # the grid, as far as run
@@ -114,7 +113,44 @@ def write_recall(
                 **{key: [v for r in chosen if (v := r.value(key)) is not None] for key in also},
             }
         )
-    rows.sort(key=lambda row: (row["state_floats"], row["variant"]))
+    return sorted(rows, key=lambda row: (row["state_floats"], row["variant"]))
+
+
+def _ok_runs(roots: Sequence[Path]) -> list[RunResult]:
+    for root in roots:
+        record_folders(root, required=True)
+    return [r for root in roots for r in load_runs(root) if r.status == "ok"]
+
+
+def write_recall(
+    roots: Sequence[Path],
+    out: Path,
+    *,
+    command: str,
+    configs: Sequence[str],
+    overlays: str,
+    select: str = "val/query_acc",
+    metric: str = "test/query_acc",
+    threshold: float = 0.99,
+    also: Sequence[str] = ("test/example_acc",),
+) -> list[Path]:
+    """Write ``<out>.md``, ``<out>.csv`` and ``<out>.png`` from the ok runs under ``roots``.
+
+    Raises:
+        FileNotFoundError: no run record under ``roots``, or a variant's overlay file missing.
+        ValueError: a run label without its learning rate.
+    """
+    runs = _ok_runs(roots)
+    rows = recall_rows(
+        runs,
+        configs=configs,
+        overlays=overlays,
+        select=select,
+        metric=metric,
+        threshold=threshold,
+        also=also,
+    )
+    machine = records_machine_line(runs)
     return [
         _write_page(
             rows,
@@ -124,7 +160,7 @@ def write_recall(
             metric=metric,
             also=also,
             threshold=threshold,
-            machine=records_machine_line(runs),
+            machine=machine,
         ),
         _write_csv(rows, out, metric=metric, also=also),
         _write_figure(rows, out, metric=metric),
@@ -218,6 +254,125 @@ def _write_figure(rows: Sequence[dict[str, Any]], out: Path, *, metric: str) -> 
     ax.set_xlabel("recurrent state (floats per sequence, all layers)")
     ax.set_ylabel(f"{metric} (median, IQR bars)")
     ax.set_ylim(0, 1.05)
+    path = out.with_name(out.name + ".png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def write_recall_widths(
+    roots: Sequence[Path],
+    out: Path,
+    *,
+    command: str,
+    widths: dict[int, list[str]],
+    overlays: str,
+    select: str = "val/query_acc",
+    metric: str = "test/query_acc",
+    threshold: float = 0.99,
+) -> list[Path]:
+    """Recall against model width and state, a line per variant through its widths:
+    ``<out>.md``, ``.csv`` and ``.png`` from one records folder per width,
+    ``roots[i]`` the runs of the i-th of ``widths`` (width -> the config stack its plan trained).
+    Each width's learning rate is chosen on its own validation, as its own page does.
+
+    Raises:
+        ValueError: not one folder per width; a run label without its learning rate.
+        FileNotFoundError: a folder without records, or a variant's overlay file missing.
+    """
+    if len(roots) != len(widths):
+        raise ValueError(
+            f"runs: one records folder per width, in the order of widths {list(widths)}; "
+            f"got {len(roots)} folders: {[r.as_posix() for r in roots]}"
+        )
+    rows, runs = [], []
+    for (width, configs), root in zip(widths.items(), roots, strict=True):
+        ran = _ok_runs([root])
+        runs += ran
+        found = recall_rows(
+            ran,
+            configs=configs,
+            overlays=overlays,
+            select=select,
+            metric=metric,
+            threshold=threshold,
+            also=(),
+        )
+        rows += [{"width": width, **row} for row in found]
+    first: dict[str, int] = {}  # variants in the order of their state at their smallest width
+    for row in sorted(rows, key=lambda r: (r["width"], r["state_floats"], r["variant"])):
+        first.setdefault(row["variant"], len(first))
+    rows.sort(key=lambda r: (first[r["variant"]], r["width"]))
+    header = [
+        "variant",
+        "width",
+        "state floats",
+        "lr (chosen)",
+        "rates run",
+        "seeds",
+        f"{metric} ≥ {threshold}",
+        f"{metric}, median [IQR]",
+        "per seed",
+    ]
+    body = [
+        [
+            f"`{r['variant']}`",
+            str(r["width"]),
+            f"{r['state_floats']:,}",
+            f"{r['lr']:g}",
+            r["rates"],
+            r["seeds"],
+            f"{r['converged']}/{len(r[metric])}",
+            _cell(r[metric]),
+            " / ".join(f"{v:.3f}" for v in r[metric]),
+        ]
+        for r in rows
+    ]
+    machine = records_machine_line(runs)
+    text = "\n".join(
+        [
+            f"Regenerate with:\n\n```bash\n{command}\n```\n",
+            *([f"{machine}\n"] if machine else []),
+            "Recall against model width and recurrent state: a row per variant and width, the "
+            f"learning rate chosen per width on `{select}` as on each width's own page (rates "
+            "run: fewer than the grid's, the choice provisional); state as there (floats per "
+            f"batch row, all layers). Figure: `{out.name}.png`, a line per variant.\n",
+            markdown_table(header, body),
+            "",
+        ]
+    )
+    page = out.with_suffix(".md")
+    page.write_text(text)
+    flat = [{**r, metric: " ".join(f"{v:.4f}" for v in r[metric])} for r in rows]
+    return [page, write_csv(out.with_suffix(".csv"), flat), _write_width_figure(rows, out, metric)]
+
+
+def _write_width_figure(rows: Sequence[dict[str, Any]], out: Path, metric: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        points = [
+            (r["state_floats"], median, r["width"])
+            for r in rows
+            if r["variant"] == variant and (median := median_iqr(r[metric])[0]) is not None
+        ]
+        if not points:
+            continue
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=variant)
+        for x, y, width in points:
+            ax.annotate(str(width), (x, y), textcoords="offset points", xytext=(3, -9), fontsize=7)
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("recurrent state (floats per sequence, all layers); points: model width")
+    ax.set_ylabel(f"{metric} (median over seeds)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7, loc="center right")
     path = out.with_name(out.name + ".png")
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})

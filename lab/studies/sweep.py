@@ -81,7 +81,7 @@ from lab.studies.detection.report import write_page as write_detection
 from lab.studies.detection.report import write_probe, write_sites
 from lab.studies.lora.report import report as lora_report
 from lab.studies.plan import SECTIONS, plan_argv, plan_pages
-from lab.studies.recall import write_recall
+from lab.studies.recall import write_recall, write_recall_widths
 from lab.studies.reversal import report as reversal_report
 from lab.studies.runner import Runner, Variant
 from lab.studies.select import check_select, run_selected
@@ -104,6 +104,7 @@ REPORTS: dict[str, Callable[..., object]] = {
     "lora": lora_report,  # the student's table, learning rates chosen on validation
     "paired": write_paired,  # unimodal: mean ± std, Δ
     "recall": write_recall,  # recall against recurrent state, lr chosen on validation
+    "recall_widths": write_recall_widths,  # the same, a line per variant through its widths
     "reversal": reversal_report,
     "trajectories": write_trajectories,
     "warm_start": write_warm_start,  # its conditions per backend, warm start vs scratch

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab.results.records import RunResult
-from lab.studies.recall import chosen_lr, state_floats, write_recall
+from lab.studies.recall import chosen_lr, state_floats, write_recall, write_recall_widths
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = [str(ROOT / "configs/recall/base.yaml"), str(ROOT / "configs/presets/cpu.yaml")]
@@ -69,3 +69,38 @@ def test_refusals_name_the_value(tmp_path):
     overlay = re.escape("variant 'nowhere': no overlay x/nowhere.yaml")
     with pytest.raises(FileNotFoundError, match=overlay):
         write_recall([tmp_path / "b"], tmp_path / "p", command="c", configs=BASE, overlays="x")
+
+
+
+def _graded(root: Path, label: str, seed: int, val: float, test: float) -> None:
+    _record(root, label, seed)
+    record_file = root / f"{label.replace(',', '_').replace('=', '-')}-s{seed}" / "record.json"
+    record = json.loads(record_file.read_text())
+    record["metrics"] = {"fit": {"val/query_acc": val}, "test": {"test/query_acc": test}}
+    record_file.write_text(json.dumps(record))
+
+
+def test_widths_page_chooses_each_widths_rate_on_its_own_validation(tmp_path):
+    # Width 64: linear's validation picks 1e-3 (test 0.25); width 128 picks 1e-2 (test 0.3).
+    for lr, val, test in ((1e-3, 0.4, 0.25), (1e-2, 0.3, 0.9)):
+        _graded(tmp_path / "w64", f"linear,lr={lr}", 0, val, test)
+    for lr, val, test in ((1e-3, 0.2, 0.9), (1e-2, 0.5, 0.3)):
+        _graded(tmp_path / "w128", f"linear,lr={lr}", 0, val, test)
+    _graded(tmp_path / "w128", "softmax,lr=0.01", 0, 1.0, 1.0)  # at one width only: still a row
+    widths = {64: BASE, 128: [BASE[0], str(ROOT / "configs/recall/width128.yaml"), BASE[1]]}
+    roots = [tmp_path / "w64", tmp_path / "w128"]
+    overlays = str(ROOT / "configs/recall")
+    page, csv, figure = write_recall_widths(
+        roots, tmp_path / "p", command="c", widths=widths, overlays=overlays
+    )
+    rows = [line.split(" | ") for line in page.read_text().splitlines() if line.startswith("| `")]
+    # linear first (the smaller state), through its widths; elu+1 keeps F·Dv + F a head, 2 layers.
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        ("| `linear`", "64", f"{2 * 2 * (32 * 32 + 32):,}", "0.001"),
+        ("| `linear`", "128", f"{2 * 2 * (64 * 64 + 64):,}", "0.01"),
+        ("| `softmax`", "128", f"{2 * 2 * 2 * 64 * 64:,}", "0.01"),
+    ]
+    assert [r[-1] for r in rows] == ["0.250 |", "0.300 |", "1.000 |"]
+    assert csv.is_file() and figure.stat().st_size > 0
+    with pytest.raises(ValueError, match=r"one records folder per width, in the order of widths"):
+        write_recall_widths(roots[:1], tmp_path / "p", command="c", widths=widths, overlays="x")
