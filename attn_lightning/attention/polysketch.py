@@ -54,7 +54,7 @@ from attn_lightning.attention.ops import dispatch, score_form
 from attn_lightning.attention.ops.block_local import block_mixed_attention, block_mixed_step
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.qk_norm import QKNorm, check_norm
-from attn_lightning.attention.ops.score_form import EVALUATIONS, uses_kernel_form
+from attn_lightning.attention.ops.score_form import EVALUATIONS, kernel_form_for
 from attn_lightning.attention.ops.sketches import SKETCHES, RandomPolySketch, symmetric_square
 from attn_lightning.attention.polynomial import taylor_logits
 
@@ -271,12 +271,11 @@ class PolySketchAttention(FeatureMapAttention):
     ) -> Tensor:
         dispatch.resolve(self.implementation, v, backend=self.name)  # refuses whichever form runs
         if not self.local_block:
-            kernel_form = uses_kernel_form(
+            kernel_form = kernel_form_for(
                 self.evaluation,
-                heads=q.shape[0] * q.shape[1],
-                queries=q.shape[2],
-                keys=k.shape[2],
-                value_dim=v.shape[-1],
+                q,
+                k,
+                v,
                 widths=self.score_widths(),
                 causal=causal,
                 chunk_size=self.chunk_size,

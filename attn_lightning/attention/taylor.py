@@ -43,8 +43,8 @@ from attn_lightning.attention.ops import dispatch
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.score_form import (
     EVALUATIONS,
+    kernel_form_for,
     taylor_score_attention,
-    uses_kernel_form,
 )
 from attn_lightning.attention.ops.sketches import symmetric_square
 
@@ -113,12 +113,11 @@ class TaylorAttention(FeatureMapAttention):
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         d = self.feature_dim_in
-        kernel_form = uses_kernel_form(
+        kernel_form = kernel_form_for(
             self.evaluation,
-            heads=q.shape[0] * q.shape[1],
-            queries=q.shape[2],
-            keys=k.shape[2],
-            value_dim=v.shape[-1],
+            q,
+            k,
+            v,
             widths=(d,),
             causal=causal,
             chunk_size=self.chunk_size,

@@ -171,6 +171,14 @@ def _cell(values: Sequence[float]) -> str:
     return format_median_iqr(*median_iqr(values), digits=3)
 
 
+def _chosen_cells(row: dict[str, Any], metric: str) -> list[str]:
+    """A row's chosen rate and the seeds run at it: lr, rates run, seeds, converged, median
+    [IQR] and the value per seed."""
+    values = row[metric]
+    return [f"{row['lr']:g}", row["rates"], row["seeds"], f"{row['converged']}/{len(values)}",
+            _cell(values), " / ".join(f"{v:.3f}" for v in values)]  # fmt: skip
+
+
 def _write_page(
     rows: Sequence[dict[str, Any]],
     out: Path,
@@ -190,12 +198,7 @@ def _write_page(
             f"`{row['variant']}`",
             row["state_floats_per_layer"],
             f"{row['state_floats']:,}",
-            f"{row['lr']:g}",
-            row["rates"],
-            row["seeds"],
-            f"{row['converged']}/{len(row[metric])}",
-            _cell(row[metric]),
-            " / ".join(f"{v:.3f}" for v in row[metric]),
+            *_chosen_cells(row, metric),
             *(_cell(row[key]) for key in also),
         ]
         for row in rows
@@ -316,17 +319,7 @@ def write_recall_widths(
         "per seed",
     ]
     body = [
-        [
-            f"`{r['variant']}`",
-            str(r["width"]),
-            f"{r['state_floats']:,}",
-            f"{r['lr']:g}",
-            r["rates"],
-            r["seeds"],
-            f"{r['converged']}/{len(r[metric])}",
-            _cell(r[metric]),
-            " / ".join(f"{v:.3f}" for v in r[metric]),
-        ]
+        [f"`{r['variant']}`", str(r["width"]), f"{r['state_floats']:,}", *_chosen_cells(r, metric)]
         for r in rows
     ]
     machine = records_machine_line(runs)

@@ -81,6 +81,31 @@ def uses_kernel_form(
     return kernel < squares + product
 
 
+def kernel_form_for(
+    evaluation: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    widths: tuple[int, ...],
+    causal: bool,
+    chunk_size: int,
+    features: int | None = None,
+) -> bool:
+    """``uses_kernel_form`` for a call on ``q: (B, H, L, D)``, ``k``, ``v: (B, H, S, Dv)``."""
+    return uses_kernel_form(
+        evaluation,
+        heads=q.shape[0] * q.shape[1],
+        queries=q.shape[2],
+        keys=k.shape[2],
+        value_dim=v.shape[-1],
+        widths=widths,
+        causal=causal,
+        chunk_size=chunk_size,
+        features=features,
+    )
+
+
 def sketch_score_attention(
     sq: Tensor,
     sk: Tensor,
