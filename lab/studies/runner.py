@@ -191,11 +191,15 @@ class Runner:
         result.variant, result.seed = variant.name, seed
         return result
 
+    def committed(self, variant: Variant, seed: int) -> RunResult | None:
+        """The run's ok record under ``record_roots`` (taken, never re-run), or None."""
+        return find_ok(self.record_roots, variant.name, seed, **self.run_tags(variant, seed))
+
     def run(self, variant: Variant, seed: int) -> RunResult:
         """Train (or reuse) one run and read its record."""
         label = run_name(variant, seed)
         info = {**self.tags, **variant.info}  # a run's tags but the runner's own three
-        done = find_ok(self.record_roots, variant.name, seed, **self.run_tags(variant, seed))
+        done = self.committed(variant, seed)
         if done is not None:
             log.info("run %s: taken from the committed record %s", label, done.log_dir)
             return done

@@ -274,15 +274,24 @@ def main(argv: list[str] | None = None) -> list[RunResult]:
         )
 
     if args.dry_run:
-        for stage in stages:  # with select: the tuning seeds' runs (the rest wait for them)
+        # The runs left to train; a committed record is taken (and with select: chooses, so the
+        # other seeds' runs show once their tuning seeds' records are in).
+        for stage in stages:
 
             def show(jobs: list[tuple[Variant, int]], stage: Stage = stage) -> list[RunResult]:
+                shown = []
                 for variant, seed in jobs:  # stage, variant, seed, source, command
+                    if (done := runner(stage).committed(variant, seed)) is not None:
+                        log.info("stage %s | %s | seed %d | taken from %s", stage.name or "-",
+                                 variant.name, seed, done.log_dir)  # fmt: skip
+                        shown.append(done)
+                        continue
                     ckpt = "-" if stage.source is None else str(start(stage, variant.name, seed))
                     command = shlex.join(runner(stage).command(variant, seed))
                     log.info("stage %s | %s | seed %d | from %s | %s", stage.name or "-",
                              variant.name, seed, ckpt, command)  # fmt: skip
-                return [RunResult(v.name, s, None, NOT_RUN) for v, s in jobs]
+                    shown.append(RunResult(variant.name, seed, None, NOT_RUN))
+                return shown
 
             run_selected(stage.variants, stage.seeds or args.seeds, args.select, show)
         return []

@@ -61,8 +61,14 @@ def test_other_seeds_run_only_at_the_cell_chosen_on_validation(tmp_path, monkeyp
     caplog.clear()
     caplog.set_level(logging.INFO)
     main([*_argv(tmp_path), "--dry-run", "--out", "res/other"])
-    shown = re.findall(r"\| seed (\d) \|", caplog.text)
+    shown = re.findall(r"\| seed (\d) \| from", caplog.text)
     assert shown == ["0"] * 6
+    # Where the records are, it takes them (and they choose): nothing is left to train.
+    caplog.clear()
+    main([*_argv(tmp_path), "--dry-run"])
+    assert re.findall(r"\| seed \d \| from", caplog.text) == []
+    taken = re.findall(r"\| (\S+) \| seed (\d) \| taken from res/page/runs/", caplog.text)
+    assert taken == [(v, str(s)) for v, s in ran]
 
 
 def _run(name: str, seed: int, val: float | None) -> RunResult:
