@@ -16,7 +16,9 @@ Evaluation (``evaluation``, as PolySketch's): ``features`` (the linear-time form
 ``kernel`` (the (L, S) scores ``1 + s + s²/2`` directly, O(L·S·(d' + Dv)): at d' = 16, F = 153
 features against a few hundred tokens it is the cheaper form) or ``auto`` (default: the cheaper
 by the cost model of ``ops/score_form.py``). Same outputs up to rounding; ``step()`` always uses
-the features (the F·Dv + F decode state).
+the features (the F·Dv + F decode state). With ``implementation: fla`` the score form of a causal
+call without a padding mask runs fla's parallel Based kernel (``ops/fla.py``: tiles, no (L, S)
+matrix held; d' ≤ 128), and the feature form fla's linear-attention kernel on φ.
 
 Based projects q and k to d' per head (its ``feature_dim``, 16 in the paper's language models)
 with their own maps from the model width. Taking the first d' coordinates of the model's own q and
@@ -39,7 +41,7 @@ from attn_lightning.attention.base import (
     check_int,
 )
 from attn_lightning.attention.feature_map import FeatureMapAttention
-from attn_lightning.attention.ops import dispatch
+from attn_lightning.attention.ops import dispatch, fla
 from attn_lightning.attention.ops.linear_kernels import DEFAULT_EPS
 from attn_lightning.attention.ops.score_form import (
     EVALUATIONS,
@@ -64,8 +66,8 @@ class TaylorAttention(FeatureMapAttention):
             the kernel.
         chunk_size: tokens per chunk in the causal kernel.
         eps: added to the normaliser.
-        implementation: the feature form's causal kernel, ``auto``, ``torch``, ``fla`` or
-            ``triton``.
+        implementation: the causal kernel, ``auto``, ``torch``, ``fla`` or ``triton`` (the feature
+            form's; ``fla`` also the score form's, module docstring).
 
     Raises:
         ValueError: ``feature_dim`` not an int in 1 .. ``head_dim``; an unknown ``evaluation``.
@@ -127,7 +129,10 @@ class TaylorAttention(FeatureMapAttention):
             return super()._attend(
                 q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid
             )
-        dispatch.resolve(self.implementation, v, backend=self.name)  # refuses as the features do
+        kernel = dispatch.resolve(self.implementation, v, backend=self.name)  # as the features
+        offset = self.normalizer_offset + self.eps
+        if kernel == "fla" and causal and key_padding_mask is None:
+            return fla.fla_taylor_attention(q[..., :d], k[..., :d], v, eps=offset)
         acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))
         with torch.autocast(device_type=q.device.type, enabled=False):
             out = taylor_score_attention(
@@ -136,7 +141,7 @@ class TaylorAttention(FeatureMapAttention):
                 v.to(acc),
                 causal=causal,
                 key_padding_mask=key_padding_mask,
-                offset=self.normalizer_offset + self.eps,
+                offset=offset,
             )
         return out.to(v.dtype)
 

@@ -57,7 +57,9 @@ LATENCY = "latency --protocol constant-tokens --tokens 65536 --heads 4 --head-di
 LATENCY += "1024 4096 16384 32768 65536 --device cuda --repeats 5 --warmup 2 --budget 1 --dtype "
 LATENCY += "bfloat16 --tag latency --backends softmax linear:implementation=torch "
 LATENCY += "linear:implementation=fla performer:implementation=torch mean:implementation=torch "
-LATENCY += "polysketch:evaluation=features,implementation=torch"
+LATENCY += "polysketch:evaluation=features,implementation=torch "
+LATENCY += "taylor:feature_dim=16,evaluation=kernel,implementation=fla "  # fla's Based kernel
+LATENCY += "taylor:feature_dim=16,evaluation=features,implementation=fla"
 DECODE = "decode --contexts 1024 4096 16384 65536 --backends softmax linear performer --batch 1 "
 DECODE += "--heads 4 --head-dim 64 --device cuda --repeats 50 --warmup 5 --tag decode_b1"
 PROFILE = "profile --device cuda --dtype bfloat16 --warmup 3 --shape 4x32x4096x128 "

@@ -41,6 +41,9 @@ BACKENDS = [
     ("performer", {"kernel": "hyperbolic", "num_features": 32}),
     ("polysketch", {"sketch_size": 8, "evaluation": "features"}),
     ("polysketch", {"learned_coefficients": True, "sketch_size": 8, "evaluation": "features"}),
+    ("taylor", {"feature_dim": 16, "evaluation": "features"}),
+    # The score form: causal and unpadded, fla's parallel Based kernel (ops/fla.py), else ours.
+    ("taylor", {"feature_dim": 16, "evaluation": "kernel"}),
     ("mean", {}),
 ]
 IDS = [name + "".join(f"-{k}={v}" for k, v in opts.items()) for name, opts in BACKENDS]

@@ -179,3 +179,42 @@ def fla_causal_linear_attention(
         # [B, T, H, Dv], padded channels dropped; a bf16 numerator is promoted in the division.
         out = num[..., :value_dim] / den
         return out.transpose(1, 2).to(v.dtype)
+
+
+# fla's Based op: (q, k, v, scale) -> (Σ_{j≤i} sim_ij v_j, Σ_{j≤i} sim_ij); (B, H, T, ·) tensors.
+BasedOp = Callable[[Tensor, Tensor, Tensor, float], tuple[Tensor, Tensor]]
+
+
+def based_op() -> BasedOp:
+    """fla's ``triton_parallel_based`` (imported here, on first use): Based's causal Taylor
+    scores ``1 + s + s²/2``, ``s = scale·q_iᵀk_j``, by tiles that never hold the (T, T) matrix,
+    forward and backward, returning the numerator and the normaliser separately."""
+    from fla.ops.based.parallel import triton_parallel_based
+
+    return triton_parallel_based
+
+
+def fla_taylor_attention(
+    qd: Tensor, kd: Tensor, v: Tensor, *, eps: float, op: BasedOp | None = None
+) -> Tensor:
+    """``taylor``'s causal score form with fla's parallel Based kernel (no padding mask: fla's
+    kernel has none, and a masked key still adds the constant 1 however its k is zeroed).
+
+    Args:
+        qd, kd: ``(B, H, N, d')``, the coordinates the kernel reads (d' ≤ 128, fla's limit).
+        v: ``(B, H, N, Dv)``; the output has its dtype.
+        eps: the normaliser is ``eps + Σ_{j≤i} sim_ij`` (fla's own ``use_norm`` adds 1e-6).
+        op: the ``(B, H, T, ·)`` op (default fla's ``triton_parallel_based``; the CPU tests pass
+            one written from fla's naive reference, with the same signature).
+
+    Returns:
+        ``(B, H, N, Dv)``: ``Σ_{j≤i} sim_ij v_j / (eps + Σ_{j≤i} sim_ij)``, the normaliser ≥ 1/2.
+    """
+    compute = torch.bfloat16 if v.dtype == torch.bfloat16 else torch.float32
+    op = based_op() if op is None else op
+    with torch.autocast(device_type=v.device.type, enabled=False):
+        q_c, k_c, v_c = (x.to(compute, memory_format=torch.contiguous_format) for x in (qd, kd, v))
+        num, den = op(q_c, k_c, v_c, qd.shape[-1] ** -0.5)
+        # Every query sees itself and each score is ≥ 1/2: no 0/0. Divided in float32.
+        out = num.float() / (den.float()[..., None] + eps)
+        return out.to(v.dtype)

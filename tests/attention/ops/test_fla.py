@@ -193,6 +193,7 @@ WIRING = [
     ("performer", {"kernel": "hyperbolic", "num_features": 8}),
     ("polysketch", {"sketch_size": 4, "evaluation": "features"}),  # offset 1
     ("polysketch", {"learned_coefficients": True, "sketch_size": 4, "evaluation": "features"}),
+    ("taylor", {"feature_dim": 3, "evaluation": "features"}),  # its score form: test_fla_based
     ("mean", {}),
 ]
 

@@ -71,7 +71,6 @@ def test_refusals_name_the_value(tmp_path):
         write_recall([tmp_path / "b"], tmp_path / "p", command="c", configs=BASE, overlays="x")
 
 
-
 def _graded(root: Path, label: str, seed: int, val: float, test: float) -> None:
     _record(root, label, seed)
     record_file = root / f"{label.replace(',', '_').replace('=', '-')}-s{seed}" / "record.json"
