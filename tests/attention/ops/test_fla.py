@@ -36,10 +36,11 @@ def fla_file(relative: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / relative
 
 
-def fla_naive() -> ModuleType:
-    """fla's ``naive.py`` as a standalone module (skips the test when fla-core is missing)."""
-    path = fla_file("ops/linear_attn/naive.py")
-    module_spec = importlib.util.spec_from_file_location("fla_linear_attn_naive", path)
+def fla_naive(relative: str = "ops/linear_attn/naive.py") -> ModuleType:
+    """An fla ``naive.py`` as a standalone module (skips the test when fla-core is missing)."""
+    path = fla_file(relative)
+    name = "fla_" + relative.removeprefix("ops/").replace("/", "_").removesuffix(".py")
+    module_spec = importlib.util.spec_from_file_location(name, path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)

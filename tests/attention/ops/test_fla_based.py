@@ -8,12 +8,10 @@ imported, so the interpreter must be on before that, and this test process is le
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
-from types import ModuleType
 
 import pytest
 import torch
@@ -21,24 +19,15 @@ import torch
 from attn_lightning.attention import build_attention
 from attn_lightning.attention.naive import naive_taylor
 from attn_lightning.attention.ops import dispatch, fla
-from tests.attention.ops.test_fla import fla_file
+from tests.attention.ops.test_fla import fla_file, fla_naive
 
 B, H, N, D, DV = 2, 3, 37, 6, 5  # N not a multiple of fla's 32- and 128-token tiles
-
-
-def _based_naive() -> ModuleType:
-    path = fla_file("ops/based/naive.py")
-    spec = importlib.util.spec_from_file_location("fla_based_naive", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _reference_op():
     """fla's naive Based attention with the kernel's signature: (q, k, v, scale) -> (Σ sim·v,
     Σ sim), (B, H, T, ·) tensors (the normaliser from a ones value column, unnormalised)."""
-    naive = _based_naive().naive_parallel_based
+    naive = fla_naive("ops/based/naive.py").naive_parallel_based
 
     def op(q, k, v, scale):
         num = naive(q, k, v, scale=scale, use_norm=False)
