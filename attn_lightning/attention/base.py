@@ -152,7 +152,8 @@ class Attention(nn.Module, abc.ABC):
         ``grid``: ``(rows, cols)`` of the S key tokens on a 2-D map (raster order), or None.
 
         Raises:
-            ValueError: bad shapes, mask or grid (``rows · cols != S``), naming the values.
+            ValueError: bad shapes, mask or grid (``rows · cols != S``), L != S for a
+                self-attention-only backend, naming the values.
             NotImplementedError: ``causal=True`` for a backend with no causal form.
         """
         self._check_inputs(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
@@ -161,6 +162,11 @@ class Attention(nn.Module, abc.ABC):
             raise NotImplementedError(
                 f"attention {self.name!r} does not support causal=True; "
                 f"use a backend with a causal form (e.g. 'softmax', 'linear')"
+            )
+        if not self.supports_cross_attention and q.shape[2] != k.shape[2]:
+            raise ValueError(
+                f"attention {self.name!r} mixes each token with its neighbours (self-attention): "
+                f"needs L == S, got L={q.shape[2]}, S={k.shape[2]}"
             )
         if check_finite_enabled():
             self._check_finite(q, k, v, key_padding_mask)

@@ -67,13 +67,8 @@ class PoolAttention(Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
-        b, h, l_q, _ = q.shape
-        s, dv = v.shape[2], v.shape[3]
-        if l_q != s:
-            raise ValueError(
-                f"attention {self.name!r} mixes each token with its neighbours (self-attention): "
-                f"needs L == S, got L={l_q}, S={s}"
-            )
+        b, h, _, _ = q.shape
+        s, dv = v.shape[2], v.shape[3]  # L == S: the forward checked it
         shape = (s,) if grid is None else grid  # the forward checked rows·cols == S
         dtype = accumulation_dtype(v.dtype)
         # (B, H, S, Dv) -> (B, H·Dv, *grid): every head×channel is an image (or a 1-D signal).

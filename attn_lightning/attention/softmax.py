@@ -2,6 +2,12 @@
 
 On CUDA, SDPA dispatches to the flash / memory-efficient kernels when no explicit mask is needed
 (causal or unmasked inputs); with a padding mask it falls back to the masked kernels. O(N²·D).
+
+``window=w``: sliding-window attention (the local softmax of Based, Arora et al. 2024, and
+Longformer): query i sees key j only when ``|i - j| < w`` — the w most recent tokens up to
+itself when causal. Self-attention only (the band is over token indices); through SDPA with the
+band as a mask (O(N²) still: the masked kernels); ``step`` keeps the last w - 1 keys and values
+only, a decode state of (w - 1)·(D + Dv) floats per head, whatever the context.
 SDPA adds a bool mask to the scores as -inf, so a NaN score (a NaN masked key) stays NaN, and
 masked weights multiply v by 0: it relies on ``Attention.forward`` zeroing masked k and v first.
 """
@@ -14,7 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_lightning.attention.base import Attention, Layout, Mask, State, check_state_request
+from attn_lightning.attention.base import (
+    Attention,
+    Layout,
+    Mask,
+    State,
+    check_int,
+    check_state_request,
+)
 from attn_lightning.attention.ops import kv_cache
 
 
@@ -29,13 +42,19 @@ class SoftmaxAttention(Attention):
         scale: logit scale; None means 1/√D.
         cache_size: tokens the KV cache's first buffer holds (None: ``kv_cache.DEFAULT_CAPACITY``);
             set it to the decoding length when known to avoid regrowing. A hint: it grows past.
+        window: w, the sliding window (module docstring); None: every key.
     """
 
     name = "softmax"
     supports_recurrence = True  # exact, but the state (KV cache) grows with the context
 
     def __init__(
-        self, *, head_dim: int, scale: float | None = None, cache_size: int | None = None
+        self,
+        *,
+        head_dim: int,
+        scale: float | None = None,
+        cache_size: int | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__(head_dim=head_dim)
         if scale is not None and not scale > 0:
@@ -46,11 +65,16 @@ class SoftmaxAttention(Attention):
             raise ValueError(f"cache_size must be a positive int or None, got {cache_size!r}")
         self.scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
         self.cache_size = cache_size
+        what = "keys within this many positions of a query, itself included; None: all"
+        self.window = None if window is None else check_int("window", window, minimum=1, what=what)
+        # A window is over token indices: a query's keys are set by where it lies.
+        self.positional = self.window is not None
+        self.supports_cross_attention = self.window is None
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
-        if key_padding_mask is None:
+        if key_padding_mask is None and self.window is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
         allowed = _allowed_keys(
             q.shape[0],
@@ -58,9 +82,10 @@ class SoftmaxAttention(Attention):
             k.shape[2],
             causal=causal,
             key_padding_mask=key_padding_mask,
+            window=self.window,
             device=q.device,
         )
-        assert allowed is not None  # a padding mask was given
+        assert allowed is not None  # a padding mask or a window was given
         # A query with no visible key would give NaN (softmax of all -inf): let it see everything,
         # then zero its output, so neither the output nor any gradient is NaN.
         empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, L, 1)
@@ -68,18 +93,36 @@ class SoftmaxAttention(Attention):
         return out.masked_fill(empty, 0.0)
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
+        if self.window is not None:
+            return self._window_step(q, k, v, state)
         state = kv_cache.append(state, k, v, capacity=self.cache_size)
         # No mask: the cache holds only this token and the past. (B, H, 1, T + 1) scores.
         out = F.scaled_dot_product_attention(q, state[0], state[1], scale=self.scale)
         return out, state
 
+    def _window_step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: State | None
+    ) -> tuple[Tensor, State]:
+        """The window's step: this token's key and value after the last w - 1 (an O(w) copy a
+        step, so the state never grows), then the last w - 1 of those as the next state."""
+        assert self.window is not None
+        keys = k if state is None else torch.cat([state[0], k], dim=2)
+        values = v if state is None else torch.cat([state[1], v], dim=2)
+        out = F.scaled_dot_product_attention(q, keys, values, scale=self.scale)
+        kept = keys.shape[2] - min(keys.shape[2], self.window - 1)
+        return out, (keys[:, :, kept:], values[:, :, kept:])
+
     def state_size(self, *, seq_len: int, value_dim: int | None = None) -> int:
-        """``N·(D + Dv)`` floats per head: the KV cache of N tokens (2·N·D when Dv = D)."""
-        return seq_len * (self.head_dim + check_state_request(self.head_dim, seq_len, value_dim))
+        """``T·(D + Dv)`` floats per head: the KV cache of T = N tokens (2·N·D when Dv = D), or
+        T = min(N, w - 1) with a window."""
+        dv = check_state_request(self.head_dim, seq_len, value_dim)
+        tokens = seq_len if self.window is None else min(seq_len, self.window - 1)
+        return tokens * (self.head_dim + dv)
 
     def extra_repr(self) -> str:
         cache = "" if self.cache_size is None else f", cache_size={self.cache_size}"
-        return f"head_dim={self.head_dim}, scale={self.scale:.4g}{cache}"
+        window = "" if self.window is None else f", window={self.window}"
+        return f"head_dim={self.head_dim}, scale={self.scale:.4g}{cache}{window}"
 
 
 def _allowed_keys(
@@ -90,13 +133,17 @@ def _allowed_keys(
     causal: bool,
     key_padding_mask: Tensor | None,
     device: torch.device,
+    window: int | None = None,
 ) -> Tensor | None:
     """Boolean ``(B, 1, L, S)`` mask of which keys each query may see, or None for "all"."""
-    if not causal and key_padding_mask is None:
+    if not causal and key_padding_mask is None and window is None:
         return None
     allowed = torch.ones(batch, 1, q_len, k_len, dtype=torch.bool, device=device)
     if causal:
         allowed = allowed & torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
+    if window is not None:  # |i - j| < w
+        ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+        allowed = allowed & ones.tril(window - 1) & ones.triu(1 - window)
     if key_padding_mask is not None:
         allowed = allowed & key_padding_mask[:, None, None, :]
     return allowed

@@ -50,6 +50,7 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
         {"normalize": True, "random_tokens": 0},
     ],
     "pool": [{"pool_size": 5, "subtract_input": False}],
+    "softmax": [{"window": 3}],  # sliding window: positional, self-attention only
     # feature_dim < D reads a prefix of q and k; auto takes the (L, S) score form at these short
     # lengths, so the feature form (and the fused Triton kernel on its features) explicitly.
     "taylor": [

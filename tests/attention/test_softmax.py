@@ -87,6 +87,54 @@ def test_a_state_stepped_twice_gives_both_continuations():
     torch.testing.assert_close(again, first, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("window", [1, 3, 20])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_sliding_window_matches_the_banded_reference(window, causal, masked):
+    q, k, v = make_inputs(9, 9)
+    mask = None
+    if masked:
+        mask = torch.ones(2, 9, dtype=torch.bool)
+        mask[0, 2] = mask[1, 4:] = False  # batch 1: later queries see no key within the window
+    attn = build_attention("softmax", head_dim=8, window=window)
+    out = attn(q, k, v, causal=causal, key_padding_mask=mask)
+    ref = naive_softmax(q, k, v, causal=causal, key_padding_mask=mask, window=window)
+    torch.testing.assert_close(out, ref)
+    w = torch.randn_like(out)
+    for got, want in zip(
+        torch.autograd.grad((out * w).sum(), (q, k, v)),
+        torch.autograd.grad((ref * w).sum(), (q, k, v)),
+    ):
+        torch.testing.assert_close(got, want)
+    if window == 3 and not masked:  # query 8 reads keys 6, 7, 8 (and 9, 10 were there any)
+        moved = k.detach().clone()
+        moved[:, :, :6] += 100.0
+        again = attn(q, moved, v, causal=causal)
+        torch.testing.assert_close(again[:, :, 8], out[:, :, 8].detach())
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("window", [1, 4])
+def test_window_step_keeps_the_last_w_minus_1_tokens_and_matches_forward(window):
+    attn = build_attention("softmax", head_dim=8, window=window)
+    q, k, v = make_inputs(11, 11)
+    steps, state = step_all(attn, q, k, v)
+    torch.testing.assert_close(steps, attn(q, k, v, causal=True))
+    assert state[0].shape == (2, 3, window - 1, 8) and state[1].shape == (2, 3, window - 1, 5)
+    assert attn.state_size(seq_len=1000, value_dim=5) == (window - 1) * (8 + 5)
+    assert attn.state_size(seq_len=2, value_dim=5) == min(2, window - 1) * 13
+
+
+def test_a_window_is_self_attention_and_a_bad_one_is_named():
+    attn = build_attention("softmax", head_dim=8, window=2)
+    q, k, v = make_inputs(3, 5)
+    with pytest.raises(ValueError, match="self-attention"):
+        attn(q, k, v)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=r"window must be an int >= 1 \(keys within"):
+            build_attention("softmax", head_dim=8, window=bad)
+
+
 def test_bad_cache_size_is_rejected():
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="cache_size"):
