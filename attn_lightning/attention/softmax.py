@@ -5,8 +5,9 @@ On CUDA, SDPA dispatches to the flash / memory-efficient kernels when no explici
 
 ``window=w``: sliding-window attention (the local softmax of Based, Arora et al. 2024, and
 Longformer): query i sees key j only when ``|i - j| < w`` — the w most recent tokens up to
-itself when causal. Self-attention only (the band is over token indices); through SDPA with the
-band as a mask (O(N²) still: the masked kernels); ``step`` keeps the last w - 1 keys and values
+itself when causal. Self-attention only (the band is over token indices). Long sequences run by
+blocks of max(w, 64) tokens against their neighbours' keys (``ops/local_window.py``, O(N·b·D));
+short ones through SDPA with the band as a mask. ``step`` keeps the last w - 1 keys and values
 only, a decode state of (w - 1)·(D + Dv) floats per head, whatever the context.
 SDPA adds a bool mask to the scores as -inf, so a NaN score (a NaN masked key) stays NaN, and
 masked weights multiply v by 0: it relies on ``Attention.forward`` zeroing masked k and v first.
@@ -25,10 +26,11 @@ from attn_lightning.attention.base import (
     Layout,
     Mask,
     State,
+    accumulation_dtype,
     check_int,
     check_state_request,
 )
-from attn_lightning.attention.ops import kv_cache
+from attn_lightning.attention.ops import kv_cache, local_window
 
 
 class SoftmaxAttention(Attention):
@@ -76,6 +78,19 @@ class SoftmaxAttention(Attention):
     ) -> Tensor:
         if key_padding_mask is None and self.window is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
+        if self.window is not None and local_window.uses_blocks(q.shape[2], self.window, causal):
+            acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))  # softmax in float32
+            with torch.autocast(device_type=q.device.type, enabled=False):
+                out = local_window.local_window_attention(
+                    q.to(acc),
+                    k.to(acc),
+                    v.to(acc),
+                    window=self.window,
+                    causal=causal,
+                    key_padding_mask=key_padding_mask,
+                    scale=self.scale,
+                )
+            return out.to(v.dtype)
         allowed = _allowed_keys(
             q.shape[0],
             q.shape[2],

@@ -17,6 +17,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from attn_lightning.attention.ops.local_window import block_size, uses_blocks
 from attn_lightning.attention.ops.score_form import score_widths, uses_kernel_form
 from lab.benchmarks.flop_count import (
     CallShape,
@@ -31,9 +32,16 @@ from lab.benchmarks.flop_count import (
 )
 
 
-def softmax_flops(shape: CallShape, *, causal: bool = False) -> FlopCount:
-    """``softmax(QKᵀ/√D) V``: 2·P·D + 2·P·Dv (P = visible pairs); the softmax is ignored."""
+def softmax_flops(
+    shape: CallShape, *, causal: bool = False, window: int | None = None
+) -> FlopCount:
+    """``softmax(QKᵀ/√D) V``: 2·P·D + 2·P·Dv (P = visible pairs); the softmax is ignored. With a
+    ``window`` long enough for blocks (``local_window``): P = every (query, neighbour key) pair
+    of the blocks, n·b·(2b or 3b) for N padded to n blocks of b."""
     pairs = visible_pairs(shape.queries, shape.keys, causal)
+    if window is not None and uses_blocks(shape.queries, window, causal):
+        size = block_size(window)
+        pairs = -(-shape.queries // size) * size * size * (2 if causal else 3)
     return count(
         shape,
         {"scores QKᵀ": 2 * pairs * shape.head_dim, "weights·V": 2 * pairs * shape.value_dim},

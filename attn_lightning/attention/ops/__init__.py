@@ -23,6 +23,7 @@ that ``polynomial`` and ``polysketch`` share.
 * ``score_form``: the (L, S) score form of PolySketch and Taylor, and the cost model choosing it.
 * ``lasso``: optimization attention's lasso codes by unrolled ADMM and their power weights.
 * ``kv_cache``: the preallocated KV cache of the exact backends' ``step``.
+* ``local_window``: sliding-window softmax by blocks (``softmax``'s ``window``).
 * ``sketches``: the sketch maps s (random, learned) and ``symmetric_square`` of PolySketch.
 * ``qk_norm``: the q/k normalisation shared by ``polynomial`` and ``polysketch``.
 """

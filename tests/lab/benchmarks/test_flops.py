@@ -111,6 +111,21 @@ def test_optimization_formula_by_hand():
     assert 11 < ratio < 11.1
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_windowed_softmax_counts_its_blocks(causal):
+    # N 200, w 3: blocks of 64 (N padded to 256) against 2 or 3 blocks of keys.
+    options = {"window": 3}
+    shape = CallShape.self_attention(batch=B, heads=H, n=200, head_dim=D)
+    count = attention_flops("softmax", shape, options, causal=causal)
+    assert count is not None
+    assert count.matmul_total == _measured("softmax", options, length=200, keys=200, causal=causal)
+    # Short: SDPA with the band as a mask, every (query, key) pair (the math path materialises
+    # all L·S scores).
+    short = attention_flops("softmax", CallShape(B, H, 12, 12, D, D), options)
+    assert short is not None
+    assert short.matmul_total == _measured("softmax", options, length=12, keys=12)
+
+
 def test_causal_softmax_counts_the_visible_pairs():
     shape = CallShape.self_attention(batch=1, heads=2, n=6, head_dim=4)
     full, causal = flops.softmax_flops(shape), flops.softmax_flops(shape, causal=True)
