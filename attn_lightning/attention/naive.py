@@ -27,23 +27,12 @@ from attn_lightning.attention.ops.qk_norm import LN_EPS
 F64 = torch.float64
 
 
-def visible_keys(
-    q: Tensor,
-    k: Tensor,
-    *,
-    causal: bool,
-    key_padding_mask: Tensor | None,
-    window: int | None = None,
-) -> Tensor:
-    """``(B, 1, L, S)`` bool: key j is visible to query i (not in the future, not padding, and
-    with a ``window`` w, ``|i - j| < w``)."""
+def visible_keys(q: Tensor, k: Tensor, *, causal: bool, key_padding_mask: Tensor | None) -> Tensor:
+    """``(B, 1, L, S)`` bool: key j is visible to query i (not in the future, not padding)."""
     b, l_q, s = q.shape[0], q.shape[2], k.shape[2]
     allowed = torch.ones(b, 1, l_q, s, dtype=torch.bool, device=q.device)
     if causal:
         allowed = allowed & torch.ones(l_q, s, dtype=torch.bool, device=q.device).tril()
-    if window is not None:
-        i, j = torch.arange(l_q)[:, None], torch.arange(s)[None, :]
-        allowed = allowed & ((i - j).abs() < window).to(q.device)
     if key_padding_mask is not None:
         allowed = allowed & key_padding_mask[:, None, None, :]
     return allowed
@@ -67,12 +56,15 @@ def naive_softmax(
     scale: float | None = None,
     window: int | None = None,
 ) -> Tensor:
-    """``softmax(q kᵀ · scale) v`` over the visible keys (``visible_keys``); scale None means
-    1/√D."""
+    """``softmax(q kᵀ · scale) v`` over the visible keys, and with a ``window`` w only those with
+    ``|i - j| < w``; scale None means 1/√D."""
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     logits = q @ k.transpose(-1, -2)  # (B, H, L, S)
     logits = logits / math.sqrt(q.shape[-1]) if scale is None else logits * scale
-    allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask, window=window)
+    allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
+    if window is not None:
+        i, j = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
+        allowed = allowed & ((i - j).abs() < window).to(q.device)
     weights = logits.masked_fill(~allowed, -math.inf).softmax(dim=-1)
     weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)  # no key: 0, not NaN
     return weights @ v
