@@ -110,6 +110,15 @@ class RecallExamples:
     def select(self, rows: Tensor) -> RecallExamples:
         return RecallExamples(self.inputs[rows], self.labels[rows], self.positions[rows])
 
+    def value_distances(self) -> Tensor:
+        """``(N, P)``: how many tokens each query comes after its key's value — the reach a
+        model with a bounded view (a sliding window of w sees values at most w - 1 back) needs."""
+        pairs = self.positions.shape[1]
+        keys = self.inputs[:, 0 : 2 * pairs : 2]  # key j at 2j, its value at 2j + 1
+        queried = self.inputs.gather(1, self.positions)
+        index = (queried[:, :, None] == keys[:, None, :]).int().argmax(dim=-1)
+        return self.positions - (2 * index + 1)
+
     @staticmethod
     def concat(parts: list[RecallExamples]) -> RecallExamples:
         return RecallExamples(

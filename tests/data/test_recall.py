@@ -110,6 +110,19 @@ def test_query_gaps_follow_the_reference_law(power_a):
         assert max(ours.values()) < 1.3 * min(ours.values())  # uniform
 
 
+@pytest.mark.parametrize("sizes", SIZES, ids=lambda s: f"V{s.vocab_size}-L{s.seq_len}")
+def test_value_distances_are_how_far_each_query_is_after_its_value(sizes):
+    examples = multiquery_ar(sizes, num_examples=100, generator=torch.Generator().manual_seed(2))
+    got = examples.value_distances()
+    for row, positions in zip(examples.inputs.tolist(), examples.positions.tolist()):
+        # one token at a time: the query's key, where it first stands, its value one later
+        want = [t - (row.index(row[t]) + 1) for t in positions]
+        assert got[0].tolist() == want
+        got = got[1:]
+    # The pairs come first: a query is at least one token after its value.
+    assert examples.value_distances().min() >= 1
+
+
 def test_seeded_splits_are_reproducible_and_never_share_an_example():
     # A tiny vocabulary (keys 1..3, values 4..7, 2 gaps: 144 distinct examples) makes repeats
     # between independently drawn splits certain; the module draws them again.
