@@ -2,6 +2,8 @@
 
 On CUDA, SDPA dispatches to the flash / memory-efficient kernels when no explicit mask is needed
 (causal or unmasked inputs); with a padding mask it falls back to the masked kernels. O(N²·D).
+SDPA adds a bool mask to the scores as -inf, so a NaN score (a NaN masked key) stays NaN, and
+masked weights multiply v by 0: it relies on ``Attention.forward`` zeroing masked k and v first.
 
 ``window=w``: sliding-window attention (the local softmax of Based, Arora et al. 2024, and
 Longformer): query i sees key j only when ``|i - j| < w`` — the w most recent tokens up to
@@ -9,8 +11,6 @@ itself when causal. Self-attention only (the band is over token indices). Long s
 blocks of max(w, 64) tokens against their neighbours' keys (``ops/local_window.py``, O(N·b·D));
 short ones through SDPA with the band as a mask. ``step`` keeps the last w - 1 keys and values
 only, a decode state of (w - 1)·(D + Dv) floats per head, whatever the context.
-SDPA adds a bool mask to the scores as -inf, so a NaN score (a NaN masked key) stays NaN, and
-masked weights multiply v by 0: it relies on ``Attention.forward`` zeroing masked k and v first.
 """
 
 from __future__ import annotations
