@@ -19,6 +19,16 @@ def make_inputs(l_q, s, seed=0):
     )
 
 
+def assert_same_with_gradients(out, ref, inputs):
+    """Equal outputs, and equal gradients of the inputs for one random cotangent."""
+    torch.testing.assert_close(out, ref)
+    w = torch.randn_like(out)
+    for got, want in zip(
+        torch.autograd.grad((out * w).sum(), inputs), torch.autograd.grad((ref * w).sum(), inputs)
+    ):
+        torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("scale", [None, 0.3])
@@ -32,13 +42,7 @@ def test_outputs_and_gradients_match_explicit_softmax(causal, masked, scale):
     attn = build_attention("softmax", head_dim=8, scale=scale)
     out = attn(q, k, v, causal=causal, key_padding_mask=mask)
     ref = naive_softmax(q, k, v, causal=causal, key_padding_mask=mask, scale=scale)
-    torch.testing.assert_close(out, ref)
-    w = torch.randn_like(out)
-    for got, want in zip(
-        torch.autograd.grad((out * w).sum(), (q, k, v)),
-        torch.autograd.grad((ref * w).sum(), (q, k, v)),
-    ):
-        torch.testing.assert_close(got, want)
+    assert_same_with_gradients(out, ref, (q, k, v))
 
 
 def test_kv_cache_grows_with_context():
@@ -99,13 +103,7 @@ def test_sliding_window_matches_the_banded_reference(window, causal, masked):
     attn = build_attention("softmax", head_dim=8, window=window)
     out = attn(q, k, v, causal=causal, key_padding_mask=mask)
     ref = naive_softmax(q, k, v, causal=causal, key_padding_mask=mask, window=window)
-    torch.testing.assert_close(out, ref)
-    w = torch.randn_like(out)
-    for got, want in zip(
-        torch.autograd.grad((out * w).sum(), (q, k, v)),
-        torch.autograd.grad((ref * w).sum(), (q, k, v)),
-    ):
-        torch.testing.assert_close(got, want)
+    assert_same_with_gradients(out, ref, (q, k, v))
     if window == 3 and not masked:  # query 8 reads keys 6, 7, 8 (and 9, 10 were there any)
         moved = k.detach().clone()
         moved[:, :, :6] += 100.0
