@@ -206,6 +206,7 @@ class PolynomialAttention(Attention):
                 kn,
                 v.to(acc),
                 blocked=blocked,
+                causal=causal,
                 degree=self.degree,
                 offset=offset,
                 coefficients=coefficients,

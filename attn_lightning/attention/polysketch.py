@@ -279,6 +279,7 @@ class PolySketchAttention(FeatureMapAttention):
                 widths=self.score_widths(),
                 causal=causal,
                 chunk_size=self.chunk_size,
+                tiled=not self.learned_coefficients,  # its scores are autograd over the formula
             )
             if kernel_form:
                 return self._attend_kernel(

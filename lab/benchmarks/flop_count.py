@@ -1,5 +1,6 @@
 """What a FLOP count is: the shape of one attention call, the count by named term, and the
-pieces the per-backend formulas of ``flops`` share (the feature-map kernel's terms, visible pairs,
+pieces the per-backend formulas of ``flops`` share (the feature-map kernel's terms, visible and
+tiled pairs,
 ``symmetric_square``'s width). Conventions: ``flops``'s docstring.
 """
 
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from attn_lightning.attention.ops import power_exact
 
 # A term's name -> its FLOPs (whole call: B·H included).
 Terms = Mapping[str, int]
@@ -96,6 +99,18 @@ def visible_pairs(queries: int, keys: int, causal: bool) -> int:
     if queries <= keys:
         return queries * (queries + 1) // 2
     return keys * (keys + 1) // 2 + (queries - keys) * keys
+
+
+def tiled_pairs(queries: int, keys: int, causal: bool) -> int:
+    """(query, key) pairs ``power_exact``'s tiles compute on the CPU: all L·S; causal, query blocks
+    of ``QUERY_BLOCK`` rows against the keys up to their last row (the whole square when L is
+    one block)."""
+    block = power_exact.QUERY_BLOCK
+    if not causal or queries <= block:
+        return queries * keys
+    return sum(
+        (min(i + block, queries) - i) * min(i + block, keys) for i in range(0, queries, block)
+    )
 
 
 def symmetric(r: int) -> int:

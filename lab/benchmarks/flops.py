@@ -28,6 +28,7 @@ from lab.benchmarks.flop_count import (
     feature_product,
     no_causal_form,
     symmetric,
+    tiled_pairs,
     visible_pairs,
 )
 
@@ -71,7 +72,7 @@ def taylor_flops(
     d, n = shape.head_dim if feature_dim is None else feature_dim, shape.queries + shape.keys
     features = 1 + d + symmetric(d)
     if score_form(shape, evaluation, (d,), causal, chunk_size, features):
-        return score_form_count(shape, (d,), {})
+        return score_form_count(shape, (d,), {}, causal=causal)
     phi = {"φ(q), φ(k)": 4 * d * symmetric(d) * n}
     return feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
 
@@ -83,6 +84,7 @@ def score_form(
     causal: bool,
     chunk_size: int,
     features: int | None = None,
+    tiled: bool = True,
 ) -> bool:
     """Whether the backend runs its (L, S) score form on this call (``uses_kernel_form``)."""
     return uses_kernel_form(
@@ -95,15 +97,32 @@ def score_form(
         causal=causal,
         chunk_size=chunk_size,
         features=features,
+        tiled=tiled,
     )
 
 
-def score_form_count(shape: CallShape, widths: tuple[int, ...], terms: Terms) -> FlopCount:
+def score_form_count(
+    shape: CallShape, widths: tuple[int, ...], terms: Terms, *, causal: bool | None = None
+) -> FlopCount:
     """The (L, S) form: ``terms`` before it, one score product per squared term's width, then the
-    weights times V, over every (query, key) pair (the mask and normaliser are not matmuls)."""
+    weights times V (the mask and normaliser are not matmuls). ``causal``: the pairs
+    ``power_exact``'s tiles compute (its causal query blocks skip the future); None, every
+    (query, key) pair (autograd over the whole score matrix, the learned polynomial's)."""
     pairs = shape.queries * shape.keys
+    if causal is not None:
+        pairs = tiled_pairs(shape.queries, shape.keys, causal)
     scores = {f"scores ⟨·,·⟩ (width {w})": 2 * pairs * w for w in widths}
     return count(shape, {**terms, **scores, "weights·V": 2 * pairs * shape.value_dim})
+
+
+def polynomial_flops(shape: CallShape, *, causal: bool = False) -> FlopCount:
+    """The exact power kernel (``power_exact``): softmax's two products over the pairs its tiles
+    compute; the polynomial itself is element-wise."""
+    pairs = tiled_pairs(shape.queries, shape.keys, causal)
+    return count(
+        shape,
+        {"scores QKᵀ": 2 * pairs * shape.head_dim, "weights·V": 2 * pairs * shape.value_dim},
+    )
 
 
 def performer_feature_dim(num_features: int, kernel: str) -> int:
@@ -182,12 +201,16 @@ def polysketch_flops(
     phi = {"φ(q), φ(k)": per_token * (shape.queries + shape.keys)}
     if not local_block:
         widths = score_widths(shape.head_dim, degree, sketch_size, learned_coefficients)
-        if not score_form(shape, evaluation, widths, causal, chunk_size):
+        tiled = not learned_coefficients
+        if not score_form(shape, evaluation, widths, causal, chunk_size, tiled=tiled):
             return feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
         # The (L, S) form: the sketch s(x) without its symmetric square, then the scores.
         sketch_cost = per_token - 4 * sum(w * symmetric(w) for w in widths)
         return score_form_count(
-            shape, widths, {"s(q), s(k)": sketch_cost * (shape.queries + shape.keys)}
+            shape,
+            widths,
+            {"s(q), s(k)": sketch_cost * (shape.queries + shape.keys)},
+            causal=causal if tiled else None,
         )
     f, d, e, b = features, shape.head_dim, shape.value_dim + 1, local_block
     if causal:
@@ -275,7 +298,7 @@ FORMULAS: dict[str, Callable[..., FlopCount]] = {
     "mean": mean_flops,
     "optimization": optimization_flops,
     "performer": performer_flops,
-    "polynomial": softmax_flops,  # softmax's products; the polynomial is element-wise
+    "polynomial": polynomial_flops,
     "polysketch": polysketch_flops,
     "pool": pool_flops,
     "softmax": softmax_flops,

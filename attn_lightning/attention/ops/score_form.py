@@ -23,13 +23,18 @@ from torch import Tensor
 from attn_lightning.attention.ops.power_exact import blocked_keys, exact_power_attention
 
 EVALUATIONS = ("auto", "features", "kernel")
-# The kernel form holds a few (B·H, L, S) float32 tensors for backward; above this many score
-# entries (128 MiB each) ``auto`` keeps the feature form, whose memory is linear in N.
+# The untiled kernel form (the learned polynomial's, autograd over the formula) holds a few
+# (B·H, L, S) float32 tensors for backward; above this many score entries (128 MiB each) ``auto``
+# keeps the feature form, whose memory is linear in N. The tiled forms hold none.
 KERNEL_MAX_ELEMENTS = 2**25
-# The score form's element-wise passes over (L, S) (square, mask, row sum, divide and their
-# backward), in matmul-FLOP equivalents per score entry: any value in (73, 148) reproduces the
-# faster form measured on the CPU at N = 1,024, r = 32 (the feature form non-causal, this causal).
-SCORE_ENTRY_COST = 100
+# The score form's element-wise passes over (L, S) (polynomial, mask, row sum, divide and their
+# backward), in matmul-FLOP equivalents per score entry computed; a tiled causal call computes
+# about half the square (``power_exact``'s query blocks). 50 takes the faster form at each of 12
+# CPU measurements (Taylor d' 16 and PolySketch r 32, causal N 256-2,048 and not N 512-2,048,
+# B 16, H 2, D 32; docs/benchmarks.md).
+SCORE_ENTRY_COST = 50
+# Taylor's scores 1 + s + s²/2, lowest degree first.
+TAYLOR_COEFFICIENTS = (1.0, 1.0, 0.5)
 
 
 def score_widths(
@@ -54,20 +59,22 @@ def uses_kernel_form(
     causal: bool,
     chunk_size: int,
     features: int | None = None,
+    tiled: bool = True,
 ) -> bool:
     """Whether ``evaluation`` means the (L, S) score-matrix form for this call.
 
     ``widths`` are the inner-product widths of the score's squared terms (r for the sketch, D for
     the exact degree-2 term, d' for Taylor); ``features`` the feature form's F (None: the widths'
-    symmetric squares, plus a_0's constant when there are several). ``auto``: the kernel form
-    when its cost is lower — matmul FLOPs, plus ``SCORE_ENTRY_COST`` per score entry for its
-    element-wise passes — and its score matrix (``heads`` = B·H of them) stays within
-    ``KERNEL_MAX_ELEMENTS``. Both costs leave out the sketch s(x) itself, which both forms
-    compute.
+    symmetric squares, plus a_0's constant when there are several). ``tiled``: the kernel form
+    runs in ``power_exact``'s tiles (causal: about half the square); False, autograd over the
+    whole (B·H, L, S) matrix. ``auto``: the kernel form when its cost is lower — matmul FLOPs,
+    plus ``SCORE_ENTRY_COST`` per score entry for its element-wise passes — and, untiled, its
+    score matrix (``heads`` = B·H of them) stays within ``KERNEL_MAX_ELEMENTS``. Both costs leave
+    out the sketch s(x) itself, which both forms compute.
     """
     if evaluation != "auto":
         return evaluation == "kernel"
-    if heads * queries * keys > KERNEL_MAX_ELEMENTS:
+    if not tiled and heads * queries * keys > KERNEL_MAX_ELEMENTS:
         return False
     e = value_dim + 1
     f = features or sum(w * (w + 1) // 2 for w in widths) + (len(widths) > 1)  # + a_0's 1
@@ -77,7 +84,8 @@ def uses_kernel_form(
         product = 2 * queries * (c * (f + e) + 2 * f * e)
     else:
         product = 2 * (queries + keys) * f * e
-    kernel = queries * keys * (2 * (sum(widths) + e) + SCORE_ENTRY_COST)
+    pairs = queries * keys // 2 if causal and tiled else queries * keys
+    kernel = pairs * (2 * (sum(widths) + e) + SCORE_ENTRY_COST)
     return kernel < squares + product
 
 
@@ -91,6 +99,7 @@ def kernel_form_for(
     causal: bool,
     chunk_size: int,
     features: int | None = None,
+    tiled: bool = True,
 ) -> bool:
     """``uses_kernel_form`` for a call on ``q: (B, H, L, D)``, ``k``, ``v: (B, H, S, Dv)``."""
     return uses_kernel_form(
@@ -103,6 +112,7 @@ def kernel_form_for(
         causal=causal,
         chunk_size=chunk_size,
         features=features,
+        tiled=tiled,
     )
 
 
@@ -121,7 +131,7 @@ def sketch_score_attention(
     ``power_exact`` Function (same values, gradients by hand, no (B, H, L, S) tensor kept).
     """
     blocked = blocked_keys(sq, sk, causal=causal, key_padding_mask=key_padding_mask)
-    return exact_power_attention(sq, sk, v, blocked=blocked, degree=2, offset=offset)
+    return exact_power_attention(sq, sk, v, blocked=blocked, causal=causal, degree=2, offset=offset)
 
 
 def even_polynomial_scores(
@@ -167,9 +177,21 @@ def taylor_score_attention(
     offset: float,
 ) -> Tensor:
     """Based's Taylor kernel as its scores: ``sim = 1 + s + s²/2``, ``s = ⟨q', k'⟩/√d'`` for
-    ``qd, kd: (B, H, L|S, d')``, then ``score_matrix_attention``."""
-    s = (qd @ kd.transpose(-1, -2)).mul_(qd.shape[-1] ** -0.5)
-    sim = torch.addcmul(s + 1.0, s, s, value=0.5)  # keeps s alone for backward
-    return score_matrix_attention(
-        sim, v, causal=causal, key_padding_mask=key_padding_mask, offset=offset
+    ``qd, kd: (B, H, L|S, d')``, normalised over the visible keys.
+
+    The polynomial ``1 + s + s²/2`` is positive for every s, so it is ``power_exact``'s learned
+    polynomial ``max(0, Σ a_i s^i)`` with fixed a = (1, 1, ½): its tiled Function, which keeps no
+    (B, H, L, S) tensor for backward (2.6× faster than autograd over the formula at N 256).
+    """
+    blocked = blocked_keys(qd, kd, causal=causal, key_padding_mask=key_padding_mask)
+    coefficients = torch.tensor(TAYLOR_COEFFICIENTS, dtype=qd.dtype, device=qd.device)
+    return exact_power_attention(
+        qd * qd.shape[-1] ** -0.5,
+        kd,
+        v,
+        blocked=blocked,
+        causal=causal,
+        degree=2,
+        offset=offset,
+        coefficients=coefficients,
     )

@@ -19,10 +19,12 @@ def formula(q, k, v, blocked, p, c):
 @pytest.mark.parametrize("tile_elements", [1, 60, 1 << 20])  # one head per tile ... all at once
 @pytest.mark.parametrize("mask", ["none", "causal", "padding", "both"])
 @pytest.mark.parametrize("p", [2, 4])
-def test_matches_formula_with_gradients(monkeypatch, tile_elements, mask, p):
+@pytest.mark.parametrize("query_block", [2, 128])  # causal: 4 blocks of 2 rows, 1 block
+def test_matches_formula_with_gradients(monkeypatch, tile_elements, mask, p, query_block):
     monkeypatch.setattr(power_exact, "TILE_ELEMENTS", tile_elements)
+    monkeypatch.setattr(power_exact, "QUERY_BLOCK", query_block)
     g = torch.Generator().manual_seed(p)
-    b, h, n, d = 2, 3, 5, 4
+    b, h, n, d = 2, 3, 7, 4
     q, k = (torch.randn(b, h, n, d, generator=g, dtype=torch.float64) * 0.7 for _ in range(2))
     v = torch.randn(b, h, n, 2, generator=g, dtype=torch.float64)
     blocked = None
@@ -32,10 +34,13 @@ def test_matches_formula_with_gradients(monkeypatch, tile_elements, mask, p):
         pad = torch.zeros(b, 1, 1, n, dtype=torch.bool)
         pad[1, ..., -2:] = True
         blocked = pad if blocked is None else pad | blocked
+    causal = mask in ("causal", "both")
     inputs = tuple(t.requires_grad_(True) for t in (q, k, v))
 
     def fn(a, bb, cc):
-        return exact_power_attention(a, bb, cc, blocked=blocked, degree=p, offset=1.0)
+        return exact_power_attention(
+            a, bb, cc, blocked=blocked, causal=causal, degree=p, offset=1.0
+        )
 
     torch.testing.assert_close(fn(*inputs), formula(*inputs, blocked, p, 1.0))
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-8)
@@ -44,7 +49,7 @@ def test_matches_formula_with_gradients(monkeypatch, tile_elements, mask, p):
 def test_every_key_blocked_gives_zeros_not_nan():
     q, k, v = (torch.randn(1, 1, 3, 2, dtype=torch.float64, requires_grad=True) for _ in range(3))
     blocked = torch.ones(1, 1, 1, 3, dtype=torch.bool)
-    out = exact_power_attention(q, k, v, blocked=blocked, degree=4, offset=0.0)
+    out = exact_power_attention(q, k, v, blocked=blocked, causal=False, degree=4, offset=0.0)
     assert torch.equal(out, torch.zeros_like(out))
     out.sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
@@ -61,14 +66,16 @@ def polynomial_formula(q, k, v, coefficients, blocked, c):
 @pytest.mark.parametrize("tile_elements", [1, 60, 1 << 20])
 @pytest.mark.parametrize("mask", ["none", "both"])
 @pytest.mark.parametrize("signed", [False, True], ids=["positive", "clamped"])
+@pytest.mark.parametrize("query_block", [2, 128])
 def test_learned_polynomial_matches_formula_with_gradients(
-    monkeypatch, tile_elements, mask, signed
+    monkeypatch, tile_elements, mask, signed, query_block
 ):
     """The learned polynomial's tiled form, the coefficients' gradient included; ``signed`` makes
     the polynomial negative on part of the scores, so the clamp (and its zero gradient) acts."""
     monkeypatch.setattr(power_exact, "TILE_ELEMENTS", tile_elements)
+    monkeypatch.setattr(power_exact, "QUERY_BLOCK", query_block)
     g = torch.Generator().manual_seed(7)
-    b, h, n, d = 2, 2, 5, 3
+    b, h, n, d = 2, 2, 6, 3
     q, k = (torch.randn(b, h, n, d, generator=g, dtype=torch.float64) for _ in range(2))
     v = torch.randn(b, h, n, 2, generator=g, dtype=torch.float64)
     a = torch.tensor([0.02, 1.5, 0.01, 0.3, 0.01] if signed else [1.0, 1.0, 0.5, 1 / 6, 1 / 24])
@@ -84,7 +91,14 @@ def test_learned_polynomial_matches_formula_with_gradients(
 
     def fn(qq, kk, vv, aa):
         return exact_power_attention(
-            qq, kk, vv, blocked=blocked, degree=4, offset=1e-6, coefficients=aa
+            qq,
+            kk,
+            vv,
+            blocked=blocked,
+            causal=mask == "both",
+            degree=4,
+            offset=1e-6,
+            coefficients=aa,
         )
 
     torch.testing.assert_close(fn(*inputs), polynomial_formula(*inputs, blocked, 1e-6))

@@ -141,7 +141,7 @@ def test_causal_softmax_counts_the_visible_pairs():
         ("linear", {}, 40),
         ("linear", {"chunk_size": 16}, 40),
         ("mean", {}, 20),
-        ("taylor", {"feature_dim": 3}, 40),
+        ("taylor", {"feature_dim": 3, "evaluation": "features"}, 40),
     ],
     ids=str,
 )
@@ -235,3 +235,28 @@ def test_format_flops():
     assert flop_count.format_flops(1.5e9) == "1.5 GFLOP"
     assert flop_count.format_flops(999) == "999 FLOP"
     assert flop_count.format_flops(None) == "n/a"
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("polynomial", {}),
+        ("taylor", {"feature_dim": 3, "evaluation": "kernel"}),
+        ("polysketch", {"sketch_size": 6, "evaluation": "kernel"}),
+        ("polysketch", {"learned_coefficients": True, "degree": 2, "evaluation": "kernel"}),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("n", [12, 70])  # one query block (the whole square); three, the last short
+def test_causal_score_forms_count_the_tiles_they_compute(name, options, n):
+    count = attention_flops(
+        name, CallShape.self_attention(batch=B, heads=H, n=n, head_dim=D), options, causal=True
+    )
+    assert count is not None
+    assert count.matmul_total == _measured(name, options, length=n, keys=n, causal=True)
+
+
+def test_tiled_pairs_skip_the_future_by_query_blocks():
+    assert flop_count.tiled_pairs(70, 70, causal=False) == 70 * 70
+    assert flop_count.tiled_pairs(32, 32, causal=True) == 32 * 32  # one block: the whole square
+    assert flop_count.tiled_pairs(70, 70, causal=True) == 32 * 32 + 32 * 64 + 6 * 70
