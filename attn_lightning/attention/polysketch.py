@@ -242,9 +242,15 @@ class PolySketchAttention(FeatureMapAttention):
                 )
             else:
                 sketches = (self.sketch(qn), self.sketch(kn)) if self.degree == 4 else None
-                sim = score_form.even_polynomial_scores(qn, kn, self.coefficients, sketches)
-                out = score_form.score_matrix_attention(
-                    sim, va, causal=causal, key_padding_mask=mask, offset=offset
+                out = score_form.even_polynomial_score_attention(
+                    qn,
+                    kn,
+                    va,
+                    self.coefficients,
+                    sketches,
+                    causal=causal,
+                    key_padding_mask=mask,
+                    offset=offset,
                 )
         return out.to(v.dtype)
 
@@ -279,7 +285,6 @@ class PolySketchAttention(FeatureMapAttention):
                 widths=self.score_widths(),
                 causal=causal,
                 chunk_size=self.chunk_size,
-                tiled=not self.learned_coefficients,  # its scores are autograd over the formula
             )
             if kernel_form:
                 return self._attend_kernel(

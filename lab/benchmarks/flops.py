@@ -84,12 +84,10 @@ def score_form(
     causal: bool,
     chunk_size: int,
     features: int | None = None,
-    tiled: bool = True,
 ) -> bool:
     """Whether the backend runs its (L, S) score form on this call (``uses_kernel_form``)."""
     return uses_kernel_form(
         evaluation,
-        heads=shape.groups,
         queries=shape.queries,
         keys=shape.keys,
         value_dim=shape.value_dim,
@@ -97,20 +95,16 @@ def score_form(
         causal=causal,
         chunk_size=chunk_size,
         features=features,
-        tiled=tiled,
     )
 
 
 def score_form_count(
-    shape: CallShape, widths: tuple[int, ...], terms: Terms, *, causal: bool | None = None
+    shape: CallShape, widths: tuple[int, ...], terms: Terms, *, causal: bool
 ) -> FlopCount:
     """The (L, S) form: ``terms`` before it, one score product per squared term's width, then the
-    weights times V (the mask and normaliser are not matmuls). ``causal``: the pairs
-    ``power_exact``'s tiles compute (its causal query blocks skip the future); None, every
-    (query, key) pair (autograd over the whole score matrix, the learned polynomial's)."""
-    pairs = shape.queries * shape.keys
-    if causal is not None:
-        pairs = tiled_pairs(shape.queries, shape.keys, causal)
+    weights times V (the mask and normaliser are not matmuls), over the pairs the tiles compute
+    (``tiled_pairs``: causal query blocks skip the future)."""
+    pairs = tiled_pairs(shape.queries, shape.keys, causal)
     scores = {f"scores ⟨·,·⟩ (width {w})": 2 * pairs * w for w in widths}
     return count(shape, {**terms, **scores, "weights·V": 2 * pairs * shape.value_dim})
 
@@ -201,8 +195,7 @@ def polysketch_flops(
     phi = {"φ(q), φ(k)": per_token * (shape.queries + shape.keys)}
     if not local_block:
         widths = score_widths(shape.head_dim, degree, sketch_size, learned_coefficients)
-        tiled = not learned_coefficients
-        if not score_form(shape, evaluation, widths, causal, chunk_size, tiled=tiled):
+        if not score_form(shape, evaluation, widths, causal, chunk_size):
             return feature_product(shape, features, phi, causal=causal, chunk_size=chunk_size)
         # The (L, S) form: the sketch s(x) without its symmetric square, then the scores.
         sketch_cost = per_token - 4 * sum(w * symmetric(w) for w in widths)
@@ -210,7 +203,7 @@ def polysketch_flops(
             shape,
             widths,
             {"s(q), s(k)": sketch_cost * (shape.queries + shape.keys)},
-            causal=causal if tiled else None,
+            causal=causal,
         )
     f, d, e, b = features, shape.head_dim, shape.value_dim + 1, local_block
     if causal:

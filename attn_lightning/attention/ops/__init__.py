@@ -19,6 +19,7 @@ that ``polynomial`` and ``polysketch`` share.
   kernels (``implementation: triton``), forward and backward.
 * ``causal_normaliser``: the adapter's float32 normaliser ``φ(q_i)ᵀΣ_{j≤i}φ(k_j)`` by chunks.
 * ``power_exact``: exact normalised power / learned-polynomial attention by tiles.
+* ``even_polynomial``: PolySketch's learned even polynomial as (L, S) scores, by those tiles.
 * ``block_local``: PolySketch's mixed form, exact inside blocks and features between them.
 * ``score_form``: the (L, S) score form of PolySketch and Taylor, and the cost model choosing it.
 * ``lasso``: optimization attention's lasso codes by unrolled ADMM and their power weights.

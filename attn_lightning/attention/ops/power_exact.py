@@ -8,7 +8,7 @@ tensors for backward and makes about fifteen more in the two passes; at B·H = 6
 each is 67 MB, a fresh page-faulted allocation and a pass over memory, which made the exact form
 3–8× slower than SDPA in training. Here the (L, S) temporaries exist for one tile of about
 ``TILE_ELEMENTS`` scores at a time and stay in cache; nothing quadratic is saved. Causal calls
-tile by query blocks and never compute the future's tiles (``_tiles``).
+tile by query blocks and never compute the future's tiles (``score_tiles``).
 
 Shapes (heads flattened): ``q, k: (B·H, L|S, D)``, ``v: (B·H, S, E)``, ``blocked``: None,
 ``(L, S)`` or ``(B·H, L, S)`` bool, True where a key must not be seen (future or padding).
@@ -28,7 +28,7 @@ QUERY_BLOCK = 32
 GPU_QUERY_BLOCK = 512
 
 
-def _tiles(
+def score_tiles(
     bh: int, length: int, keys: int, causal: bool, device: torch.device
 ) -> list[tuple[slice, slice, slice]]:
     """``(heads, queries, keys)`` slices covering the scores a tile at a time.
@@ -50,7 +50,7 @@ def _tiles(
     return tiles
 
 
-def _blocked_tile(blocked: Tensor | None, t: slice, rows: slice, cols: slice) -> Tensor | None:
+def blocked_tile(blocked: Tensor | None, t: slice, rows: slice, cols: slice) -> Tensor | None:
     if blocked is None:
         return None
     if blocked.dim() == 2:
@@ -105,13 +105,13 @@ class _ExactPolynomial(torch.autograd.Function):
         bh, length, _ = q.shape
         out = v.new_empty(bh, length, v.shape[-1])
         den = v.new_empty(bh, length, 1)
-        for t, rows, cols in _tiles(bh, length, k.shape[1], causal, q.device):
+        for t, rows, cols in score_tiles(bh, length, k.shape[1], causal, q.device):
             dot = torch.bmm(q[t, rows], k[t, cols].transpose(1, 2))  # (g, l, s)
             if coefficients is None:
                 sim = dot.pow_(p)
             else:
                 sim = _horner(coefficients, dot).clamp_min_(0.0)
-            mask = _blocked_tile(blocked, t, rows, cols)
+            mask = blocked_tile(blocked, t, rows, cols)
             if mask is not None:
                 sim.masked_fill_(mask, 0.0)  # neither numerator nor normaliser
             d = sim.sum(dim=-1, keepdim=True).add_(c)
@@ -133,11 +133,11 @@ class _ExactPolynomial(torch.autograd.Function):
         d_coefficients = None
         if coefficients is not None and ctx.needs_input_grad[7]:
             d_coefficients = torch.zeros_like(coefficients)
-        for t, rows, cols in _tiles(q.shape[0], q.shape[1], k.shape[1], ctx.causal, q.device):
+        for t, rows, cols in score_tiles(q.shape[0], q.shape[1], k.shape[1], ctx.causal, q.device):
             qt, kt, vt = q[t, rows], k[t, cols], v[t, cols]
             dot = torch.bmm(qt, kt.transpose(1, 2))  # recomputed: (g, l, s)
             sim, slope, active = _similarity(dot, p, coefficients)
-            mask = _blocked_tile(blocked, t, rows, cols)
+            mask = blocked_tile(blocked, t, rows, cols)
             if mask is not None:
                 sim.masked_fill_(mask, 0.0)
             # out = num/den: d num = dO/den; d den = −Σ_e dO·out/den, the same for every key.

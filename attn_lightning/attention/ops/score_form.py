@@ -6,11 +6,12 @@ quadratic in a width (PolySketch: r(r+1)/2 for the sketch's r; Taylor: 1 + d' + 
 ``kernel``: the (L, S) score matrix directly — PolySketch ``⟨s(q'), s(k')⟩²`` (plus the learned
 even polynomial's other terms), Taylor ``1 + s + s²/2`` — in O(L·S·(w + Dv)), far cheaper while
 the sequence is short next to F (r = 64: 2,080 features against 100 tokens). ``auto`` takes the
-form with the lower estimated cost (``uses_kernel_form``), and the feature form whenever the
-score matrix would exceed ``KERNEL_MAX_ELEMENTS``. Both give the same outputs up to rounding.
+form with the lower estimated cost (``uses_kernel_form``). Both give the same outputs up to
+rounding. The kernel form runs by tiles with a recomputing backward (``power_exact``,
+``even_polynomial``): its memory is linear in N, like the features'.
 
 Shapes: ``sq, sk: (B, H, L|S, r)`` sketches, ``qn, kn: (B, H, L|S, D)`` normalised inputs,
-``v: (B, H, S, Dv)``, ``sim: (B, H, L, S)``; ``key_padding_mask: (B, S)``, True = real key.
+``v: (B, H, S, Dv)``; ``key_padding_mask: (B, S)``, True = real key.
 Every function computes in the dtype it is given (the caller passes float32 at least, autocast
 off).
 """
@@ -20,18 +21,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attn_lightning.attention.ops.even_polynomial import even_polynomial_attention
 from attn_lightning.attention.ops.power_exact import blocked_keys, exact_power_attention
 
 EVALUATIONS = ("auto", "features", "kernel")
-# The untiled kernel form (the learned polynomial's, autograd over the formula) holds a few
-# (B·H, L, S) float32 tensors for backward; above this many score entries (128 MiB each) ``auto``
-# keeps the feature form, whose memory is linear in N. The tiled forms hold none.
-KERNEL_MAX_ELEMENTS = 2**25
 # The score form's element-wise passes over (L, S) (polynomial, mask, row sum, divide and their
-# backward), in matmul-FLOP equivalents per score entry computed; a tiled causal call computes
-# about half the square (``power_exact``'s query blocks). 50 takes the faster form at each of 12
-# CPU measurements (Taylor d' 16 and PolySketch r 32, causal N 256-2,048 and not N 512-2,048,
-# B 16, H 2, D 32; docs/benchmarks.md).
+# backward), in matmul-FLOP equivalents per score entry computed; a causal call computes about
+# half the square (the tiles' query blocks, ``power_exact.score_tiles``). 50 takes the faster
+# form at each of 12 CPU measurements (Taylor d' 16 and PolySketch r 32, causal N 256-2,048 and
+# not N 512-2,048, B 16, H 2, D 32; docs/benchmarks.md).
 SCORE_ENTRY_COST = 50
 # Taylor's scores 1 + s + s²/2, lowest degree first.
 TAYLOR_COEFFICIENTS = (1.0, 1.0, 0.5)
@@ -51,7 +49,6 @@ def score_widths(
 def uses_kernel_form(
     evaluation: str,
     *,
-    heads: int,
     queries: int,
     keys: int,
     value_dim: int,
@@ -59,23 +56,18 @@ def uses_kernel_form(
     causal: bool,
     chunk_size: int,
     features: int | None = None,
-    tiled: bool = True,
 ) -> bool:
     """Whether ``evaluation`` means the (L, S) score-matrix form for this call.
 
     ``widths`` are the inner-product widths of the score's squared terms (r for the sketch, D for
     the exact degree-2 term, d' for Taylor); ``features`` the feature form's F (None: the widths'
-    symmetric squares, plus a_0's constant when there are several). ``tiled``: the kernel form
-    runs in ``power_exact``'s tiles (causal: about half the square); False, autograd over the
-    whole (B·H, L, S) matrix. ``auto``: the kernel form when its cost is lower — matmul FLOPs,
-    plus ``SCORE_ENTRY_COST`` per score entry for its element-wise passes — and, untiled, its
-    score matrix (``heads`` = B·H of them) stays within ``KERNEL_MAX_ELEMENTS``. Both costs leave
-    out the sketch s(x) itself, which both forms compute.
+    symmetric squares, plus a_0's constant when there are several). ``auto``: the kernel form
+    when its cost is lower — matmul FLOPs, plus ``SCORE_ENTRY_COST`` per score entry computed
+    (causal: about half the square) for its element-wise passes. Both costs are per head and
+    leave out the sketch s(x) itself, which both forms compute.
     """
     if evaluation != "auto":
         return evaluation == "kernel"
-    if not tiled and heads * queries * keys > KERNEL_MAX_ELEMENTS:
-        return False
     e = value_dim + 1
     f = features or sum(w * (w + 1) // 2 for w in widths) + (len(widths) > 1)  # + a_0's 1
     squares = 4 * (queries + keys) * sum(w * (w + 1) // 2 * w for w in widths)
@@ -84,7 +76,7 @@ def uses_kernel_form(
         product = 2 * queries * (c * (f + e) + 2 * f * e)
     else:
         product = 2 * (queries + keys) * f * e
-    pairs = queries * keys // 2 if causal and tiled else queries * keys
+    pairs = queries * keys // 2 if causal else queries * keys
     kernel = pairs * (2 * (sum(widths) + e) + SCORE_ENTRY_COST)
     return kernel < squares + product
 
@@ -99,12 +91,10 @@ def kernel_form_for(
     causal: bool,
     chunk_size: int,
     features: int | None = None,
-    tiled: bool = True,
 ) -> bool:
     """``uses_kernel_form`` for a call on ``q: (B, H, L, D)``, ``k``, ``v: (B, H, S, Dv)``."""
     return uses_kernel_form(
         evaluation,
-        heads=q.shape[0] * q.shape[1],
         queries=q.shape[2],
         keys=k.shape[2],
         value_dim=v.shape[-1],
@@ -112,7 +102,6 @@ def kernel_form_for(
         causal=causal,
         chunk_size=chunk_size,
         features=features,
-        tiled=tiled,
     )
 
 
@@ -134,37 +123,31 @@ def sketch_score_attention(
     return exact_power_attention(sq, sk, v, blocked=blocked, causal=causal, degree=2, offset=offset)
 
 
-def even_polynomial_scores(
-    qn: Tensor, kn: Tensor, coefficients: Tensor, sketches: tuple[Tensor, Tensor] | None
-) -> Tensor:
-    """``a_0 + a_2⟨q', k'⟩² (+ a_4⟨s_q, s_k⟩²)``, ``(B, H, L, S)``: the learned even polynomial's
-    scores; ``coefficients`` a_0, a_2[, a_4], ``sketches`` (s_q, s_k) with a_4 only."""
-    a = coefficients.to(qn.dtype)
-    sim = (qn @ kn.transpose(-1, -2)).square().mul(a[1]).add(a[0])
-    if sketches is not None:
-        sq, sk = sketches
-        sim = sim + a[2] * (sq @ sk.transpose(-1, -2)).square()
-    return sim
-
-
-def score_matrix_attention(
-    sim: Tensor,
+def even_polynomial_score_attention(
+    qn: Tensor,
+    kn: Tensor,
     v: Tensor,
+    coefficients: Tensor,
+    sketches: tuple[Tensor, Tensor] | None,
     *,
     causal: bool,
     key_padding_mask: Tensor | None,
     offset: float,
 ) -> Tensor:
-    """``Σ_j sim_ij v_j / (offset + Σ_j sim_ij)`` over the visible keys of ``sim: (B, H, L, S)``;
-    a query that sees no key gets 0 (never 0/0) when ``offset`` is 0."""
-    if causal:
-        visible = torch.ones(sim.shape[-2], sim.shape[-1], dtype=torch.bool, device=sim.device)
-        sim = sim.masked_fill(~visible.tril(), 0.0)
-    if key_padding_mask is not None:
-        sim = sim.masked_fill(~key_padding_mask[:, None, None, :], 0.0)
-    den = sim.sum(-1, keepdim=True) + offset
-    den = den.masked_fill(den == 0, 1.0)
-    return (sim @ v) / den
+    """The learned even polynomial's scores ``a_0 + a_2⟨q', k'⟩² (+ a_4⟨s_q, s_k⟩²)``
+    (``coefficients`` a_0, a_2[, a_4], ``sketches`` (s_q, s_k) with a_4 only), normalised over the
+    visible keys: ``even_polynomial``'s tiled Function."""
+    blocked = blocked_keys(qn, kn, causal=causal, key_padding_mask=key_padding_mask)
+    return even_polynomial_attention(
+        qn,
+        kn,
+        v,
+        coefficients.to(qn.dtype),
+        sketches,
+        blocked=blocked,
+        causal=causal,
+        offset=offset,
+    )
 
 
 def taylor_score_attention(

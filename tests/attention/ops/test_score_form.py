@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 from attn_lightning.attention import build_attention
-from attn_lightning.attention.ops.score_form import (
-    KERNEL_MAX_ELEMENTS,
-    score_widths,
-    uses_kernel_form,
-)
+from attn_lightning.attention.ops.score_form import score_widths, uses_kernel_form
 
 
-def test_auto_evaluation_takes_the_cheaper_form_and_bounds_the_score_matrix():
+def test_auto_evaluation_takes_the_cheaper_form():
     # r = 64 (2,080 features) at the reversal's 100 tokens: the score form is far cheaper.
     common = {"value_dim": 16, "widths": (64,), "causal": True, "chunk_size": 64}
-    assert uses_kernel_form("auto", heads=256, queries=100, keys=100, **common)
+    assert uses_kernel_form("auto", queries=100, keys=100, **common)
     # r = 16 (136 features): the feature form wins once N is long.
     small = {**common, "widths": (16,)}
-    assert not uses_kernel_form("auto", heads=1, queries=4096, keys=4096, **small)
-    # Untiled (autograd over the whole matrix): never past KERNEL_MAX_ELEMENTS score entries,
-    # however cheap; the tiled forms keep nothing quadratic, so only the cost decides.
-    n = 2048
-    assert 16 * n * n > KERNEL_MAX_ELEMENTS
-    assert not uses_kernel_form("auto", heads=16, queries=n, keys=n, tiled=False, **common)
-    assert uses_kernel_form("auto", heads=16, queries=n, keys=n, **common)
-    assert uses_kernel_form("kernel", heads=16, queries=n, keys=n, tiled=False, **common)
-    assert not uses_kernel_form("features", heads=1, queries=8, keys=8, **common)
+    assert not uses_kernel_form("auto", queries=4096, keys=4096, **small)
+    # The tiles keep nothing quadratic: however long, only the cost decides (r = 64 at 2,048).
+    assert uses_kernel_form("auto", queries=2048, keys=2048, **common)
+    assert not uses_kernel_form("features", queries=8, keys=8, **common)
+    assert uses_kernel_form("kernel", queries=4096, keys=4096, **small)
 
 
 def test_score_widths_name_each_squared_inner_product():
@@ -37,11 +29,10 @@ def test_score_widths_name_each_squared_inner_product():
     assert attn.score_widths() == (d, r)
 
 
-def test_a_tiled_causal_call_is_costed_at_half_the_square():
+def test_a_causal_call_is_costed_at_half_the_square():
     # Taylor's shape (d' 16, F 153, Dv 32) at N 512: half the square is the cheaper form, the
-    # whole square (untiled, or not causal) is not.
-    common = {"heads": 32, "queries": 512, "keys": 512, "value_dim": 32, "widths": (16,)}
+    # whole square (not causal) is not.
+    common = {"queries": 512, "keys": 512, "value_dim": 32, "widths": (16,)}
     common |= {"chunk_size": 64, "features": 153}
     assert uses_kernel_form("auto", causal=True, **common)
-    assert not uses_kernel_form("auto", causal=True, tiled=False, **common)
     assert not uses_kernel_form("auto", causal=False, **common)
