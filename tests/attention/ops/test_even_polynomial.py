@@ -19,13 +19,13 @@ def formula(qn, kn, v, a, sketches, blocked, c):
     return sim @ v / (c + sim.sum(-1, keepdim=True))
 
 
-@pytest.mark.parametrize("tile_elements", [1, 60, 1 << 20])
+@pytest.mark.parametrize("tile_elements", [1, 60, 1 << 20])  # one head per tile ... all at once
 @pytest.mark.parametrize("mask", ["none", "causal", "padding", "both"])
 @pytest.mark.parametrize("degree", [2, 4])
-@pytest.mark.parametrize("query_block", [2, 128])  # causal: 4 blocks (the last short), or 1
-def test_matches_formula_with_gradients(monkeypatch, tile_elements, mask, degree, query_block):
+def test_matches_formula_with_gradients(monkeypatch, tile_elements, mask, degree):
     monkeypatch.setattr(power_exact, "TILE_ELEMENTS", tile_elements)
-    monkeypatch.setattr(power_exact, "QUERY_BLOCK", query_block)
+    # Causal: blocks of 2 query rows (4, the last short); a key block per query block.
+    monkeypatch.setattr(power_exact, "QUERY_BLOCK", 2)
     g = torch.Generator().manual_seed(degree)
     b, h, n, d, r = 2, 2, 7, 3, 4
 

@@ -21,6 +21,8 @@ def formula(q, k, v, blocked, p, c):
 @pytest.mark.parametrize("p", [2, 4])
 @pytest.mark.parametrize("query_block", [2, 128])  # causal: 4 blocks of 2 rows, 1 block
 def test_matches_formula_with_gradients(monkeypatch, tile_elements, mask, p, query_block):
+    if query_block == 128 and mask in ("none", "padding"):
+        pytest.skip("the query block acts on causal calls only")
     monkeypatch.setattr(power_exact, "TILE_ELEMENTS", tile_elements)
     monkeypatch.setattr(power_exact, "QUERY_BLOCK", query_block)
     g = torch.Generator().manual_seed(p)
