@@ -164,7 +164,7 @@ def taylor_score_attention(
 
     The polynomial ``1 + s + s²/2`` is positive for every s, so it is ``power_exact``'s learned
     polynomial ``max(0, Σ a_i s^i)`` with fixed a = (1, 1, ½): its tiled Function, which keeps no
-    (B, H, L, S) tensor for backward (2.6× faster than autograd over the formula at N 256).
+    (B, H, L, S) tensor for backward (docs/benchmarks.md, "Causal score forms skip the future").
     """
     blocked = blocked_keys(qd, kd, causal=causal, key_padding_mask=key_padding_mask)
     coefficients = torch.tensor(TAYLOR_COEFFICIENTS, dtype=qd.dtype, device=qd.device)
