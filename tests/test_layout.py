@@ -120,13 +120,12 @@ STUDY_MODULES = {
     "reversal_traces.py",
     "trajectories.py",
 }
-# attention/: the contract, the table, the references, the shared feature-map base, option checks
-# and one file per backend; every kernel lives in attention/ops/.
+# attention/: the contract, the table, the shared feature-map base, option checks and one file per
+# backend; every kernel lives in attention/ops/, the float64 references in attention/naive/.
 ATTENTION_MODULES = {
     "__init__.py",
     "base.py",
     "registry.py",
-    "naive.py",
     "feature_map.py",
 }
 

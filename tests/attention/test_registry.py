@@ -113,7 +113,7 @@ def test_every_registered_backend_has_a_naive_reference_that_a_test_uses():
     assert len(set(modules)) == len(modules), f"backends sharing a module: {modules}"
     for name in ATTENTIONS:
         reference = getattr(naive, f"naive_{name}", None)
-        assert callable(reference), f"attention {name!r} has no naive_{name} in naive.py"
+        assert callable(reference), f"attention {name!r} has no naive_{name} in attention/naive/"
         assert re.search(rf"\bnaive_{name}\(", tests), f"no test compares {name!r} to naive_{name}"
 
 
