@@ -106,6 +106,12 @@ class Attention(nn.Module, abc.ABC):
     supports_any_value_dim: bool = True
     # False for self-attention-only mixers (local pooling on the token grid): no L != S form.
     supports_cross_attention: bool = True
+    # True when a pair's similarity depends on the call's length (cosFormer's M = max(L, S)): a
+    # causal prefix or a shorter key set is then another re-weighting, so contract tests that cut
+    # a sequence do not apply.
+    length_dependent: bool = False
+    # What ``step()`` says when there is none: the way to decode instead.
+    recurrence_hint: str = "decode by recomputing the prefix with forward(causal=True)"
 
     def __init__(self, *, head_dim: int) -> None:
         super().__init__()
@@ -197,8 +203,7 @@ class Attention(nn.Module, abc.ABC):
         """
         if not self.supports_recurrence:
             raise NotImplementedError(
-                f"attention {self.name!r} has no recurrent step(); "
-                f"decode by recomputing the prefix with forward(causal=True)"
+                f"attention {self.name!r} has no recurrent step(); {self.recurrence_hint}"
             )
         self._check_inputs(q, k, v, causal=True, key_padding_mask=None)
         if q.shape[2] != 1:

@@ -92,7 +92,9 @@ class FeatureMapAttention(Attention):
 
     def state_size(self, *, seq_len: int, value_dim: int | None = None) -> int:
         """``F·Dv + F`` floats per head, whatever ``seq_len``: ``step``'s state Σφ(k)vᵀ and Σφ(k)
-        (``linear_attention_step``)."""
+        (``linear_attention_step``); none without a ``step()`` (cosformer without a horizon)."""
+        if not self.supports_recurrence:
+            return super().state_size(seq_len=seq_len, value_dim=value_dim)  # raises, naming why
         dv = check_state_request(self.head_dim, seq_len, value_dim)
         return self.feature_dim * (dv + 1)
 
@@ -100,6 +102,15 @@ class FeatureMapAttention(Attention):
         """``feature_map`` evaluated in ``dtype`` (None: the accumulation dtype), autocast off."""
         with torch.autocast(device_type=x.device.type, enabled=False):
             return self.feature_map(x.to(dtype or accumulation_dtype(x.dtype)), is_query=is_query)
+
+    def call_features(
+        self, q: Tensor, k: Tensor, *, dtype: torch.dtype | None
+    ) -> tuple[Tensor, Tensor]:
+        """φ(q), φ(k) of one forward call (``features`` of each); a map that depends on the
+        tokens' positions and the call's lengths (``cosformer``) sees both here."""
+        return self.features(q, is_query=True, dtype=dtype), self.features(
+            k, is_query=False, dtype=dtype
+        )
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
@@ -109,8 +120,7 @@ class FeatureMapAttention(Attention):
         low = bf16 and causal and kernel in ("torch", "triton") and self.features_in_bf16
         dtype = torch.bfloat16 if low else None  # φ in the GEMMs' dtype, or float32 at least
         fused = causal and kernel == "triton" and self.fuses_elu_features  # raw q, k: φ in-kernel
-        phi_q = q if fused else self.features(q, is_query=True, dtype=dtype)
-        phi_k = k if fused else self.features(k, is_query=False, dtype=dtype)
+        phi_q, phi_k = (q, k) if fused else self.call_features(q, k, dtype=dtype)
         if key_padding_mask is not None:
             # Zero features (fused: raw -inf, as φ(-inf) = 0 and so is φ' there): a masked key
             # adds to neither Σφ(k)vᵀ nor Σφ(k).

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import yaml
 
 from attn_lightning.attention.base import Attention
+from attn_lightning.attention.cosformer import CosFormerAttention
 from attn_lightning.attention.linear import LinearAttention
 from attn_lightning.attention.mean import MeanAttention
 from attn_lightning.attention.optimization import OptimizationAttention
@@ -25,6 +26,7 @@ from attn_lightning.attention.taylor import TaylorAttention
 
 # The table: every backend a config can name. ``register_attention`` adds user backends to it.
 ATTENTIONS: dict[str, type[Attention]] = {
+    "cosformer": CosFormerAttention,
     "linear": LinearAttention,
     "mean": MeanAttention,
     "optimization": OptimizationAttention,

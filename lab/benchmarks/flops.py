@@ -54,6 +54,14 @@ def linear_flops(shape: CallShape, *, causal: bool = False, chunk_size: int = 64
     return feature_product(shape, shape.head_dim, {}, causal=causal, chunk_size=chunk_size)
 
 
+def cosformer_flops(
+    shape: CallShape, *, causal: bool = False, horizon: int | None = None, chunk_size: int = 64
+) -> FlopCount:
+    """cosFormer: F = 2D, relu(x) times sin θ and cos θ (element-wise, not counted); ``horizon``
+    changes the angles, not the work."""
+    return feature_product(shape, 2 * shape.head_dim, {}, causal=causal, chunk_size=chunk_size)
+
+
 def mean_flops(shape: CallShape, *, causal: bool = False, chunk_size: int = 64) -> FlopCount:
     """Mean pooling: the feature-map kernel with φ = 1, F = 1."""
     return feature_product(shape, 1, {}, causal=causal, chunk_size=chunk_size)
@@ -287,6 +295,7 @@ def optimization_flops(
 
 
 FORMULAS: dict[str, Callable[..., FlopCount]] = {
+    "cosformer": cosformer_flops,
     "linear": linear_flops,
     "mean": mean_flops,
     "optimization": optimization_flops,

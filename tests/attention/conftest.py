@@ -16,6 +16,8 @@ import torch
 from attn_lightning.attention import available_attentions
 
 VARIANTS: dict[str, list[dict[str, Any]]] = {
+    # A fixed M: exact prefixes, padding and step() (the default's M is the call's length).
+    "cosformer": [{"horizon": 16}, {"horizon": 16, "implementation": "triton", "chunk_size": 4}],
     "linear": [
         {"feature_map": "relu"},
         {"chunk_size": 3},

@@ -20,6 +20,7 @@ from __future__ import annotations
 from attn_lightning.attention.naive.common import F64, normalised_mix, visible_keys
 from attn_lightning.attention.naive.kernels import (
     LINEAR_FEATURE_MAPS,
+    naive_cosformer,
     naive_kernel_attention,
     naive_linear,
     naive_mean,
@@ -42,6 +43,7 @@ __all__ = [
     "LINEAR_FEATURE_MAPS",
     "naive_block_mixed",
     "naive_bounded",
+    "naive_cosformer",
     "naive_kernel_attention",
     "naive_linear",
     "naive_mean",

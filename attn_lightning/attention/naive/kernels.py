@@ -155,3 +155,23 @@ def naive_performer(
     return naive_kernel_attention(
         phi_q, phi_k, v, causal=causal, key_padding_mask=key_padding_mask, eps=eps
     )
+
+
+def naive_cosformer(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    horizon: int | None = None,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """cosFormer: ``sim_ij = relu(q_i)ᵀrelu(k_j)·cos(π/2·(i − j)/M)`` with i, j counted from 1
+    (queries and keys alike) and M = ``horizon``, or max(L, S) when None; offset 0."""
+    m = horizon or max(q.shape[2], k.shape[2])
+    i = torch.arange(1, q.shape[2] + 1, dtype=F64)[:, None]
+    j = torch.arange(1, k.shape[2] + 1, dtype=F64)[None, :]
+    sim = (F.relu(q.to(F64)) @ F.relu(k.to(F64)).mT) * torch.cos(math.pi / 2 * (i - j) / m)
+    allowed = visible_keys(q, k, causal=causal, key_padding_mask=key_padding_mask)
+    return normalised_mix(sim, v, allowed, offset=0.0, eps=eps)
