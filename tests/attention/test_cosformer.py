@@ -92,3 +92,19 @@ def test_a_call_or_a_step_past_the_horizon_is_refused_naming_both():
 def test_a_bad_horizon_is_named_with_what_is_allowed(horizon):
     with pytest.raises(ValueError, match=r"horizon must be an int >= 1 \(M, the token distance"):
         build_attention("cosformer", head_dim=6, horizon=horizon)
+
+
+def test_bf16_autocast_keeps_features_and_states_float32():
+    # Features in float32 (sin/cos factors are not exact in bf16), the causal product's states
+    # float32: the output is within bf16's rounding of the float64 reference on the same inputs.
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 200, 8, generator=g).bfloat16() for _ in range(3))
+    attn = build_attention("cosformer", head_dim=8, horizon=256, chunk_size=32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = attn(q, k, v, causal=True)
+    ref = naive_cosformer(q.double(), k.double(), v.double(), horizon=256, causal=True)
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.double(), ref, rtol=2e-2, atol=2e-2)
+    out, (s, z, position) = attn.step(q[:, :, :1], k[:, :, :1], v[:, :, :1])
+    assert out.dtype == torch.bfloat16 and s.dtype == z.dtype == torch.float32
+    assert position.dtype == torch.int64 and int(position) == 1
