@@ -19,7 +19,9 @@ attention dict is already what every transformer task saves as a hyper-parameter
 with no new argument, and checkpoints, resume (``--ckpt_path`` restores it), warm-start and
 ``attention_override`` treat it as any other backend dict. A mapping names only the layers that
 differ, so changing ``net.num_layers`` does not invalidate it, and an index the stack does not have
-is an error naming it. Indices are ints (a command line's ``"0"`` is read as 0).
+is an error naming it. Indices are ints (a command line's ``"0"`` is read as 0); a negative one
+counts from the top, as in Python (``-1: {name: softmax}`` is the last layer at any depth), and
+two keys naming one layer (``1`` and ``-1`` of a two-layer stack) are an error.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def layer_attentions(attention: Mapping[str, Any], *, num_layers: int) -> list[d
 
     Raises:
         ValueError: ``layers`` not a mapping, an index that is not an int in
-            ``[0, num_layers)`` (naming it and the range), or an entry that is not a mapping.
+            ``[-num_layers, num_layers)`` (naming it and the range), two keys for one layer, or an
+            entry that is not a mapping.
     """
     default = {k: v for k, v in attention.items() if k != LAYERS_KEY}
     entries = attention.get(LAYERS_KEY) or {}
@@ -49,8 +52,15 @@ def layer_attentions(attention: Mapping[str, Any], *, num_layers: int) -> list[d
             f"{{0: {{name: softmax}}}}, got {entries!r}"
         )
     layers = [dict(default) for _ in range(num_layers)]
+    keys: dict[int, object] = {}
     for key, entry in entries.items():
         index = _index(key, num_layers)
+        if index in keys:
+            raise ValueError(
+                f"attention.{LAYERS_KEY} names layer {index} twice, as {keys[index]!r} and "
+                f"{key!r}: give each layer one entry"
+            )
+        keys[index] = key
         if not isinstance(entry, Mapping):
             raise ValueError(
                 f"attention.{LAYERS_KEY}.{key} must be a backend dict, e.g. {{name: softmax}}, "
@@ -64,19 +74,22 @@ def layer_attentions(attention: Mapping[str, Any], *, num_layers: int) -> list[d
 
 
 def _index(key: object, num_layers: int) -> int:
-    """``key`` as a layer index in ``[0, num_layers)``; a ValueError naming it otherwise."""
+    """``key`` as a layer index in ``[0, num_layers)``, a negative one counted from the top; a
+    ValueError naming it otherwise."""
     text = str(key)
-    if isinstance(key, bool) or not (isinstance(key, int) or text.isdigit()) or int(text) < 0:
+    number = text[1:] if text.startswith("-") else text
+    if isinstance(key, bool) or not (isinstance(key, int) or number.isdigit()):
         raise ValueError(
-            f"attention.{LAYERS_KEY} has key {key!r}; keys are layer indices 0..{num_layers - 1}"
+            f"attention.{LAYERS_KEY} has key {key!r}; keys are layer indices 0..{num_layers - 1} "
+            f"(or -1..-{num_layers}, counted from the top)"
         )
     index = int(text)
-    if index >= num_layers:
+    if not -num_layers <= index < num_layers:
         raise ValueError(
             f"attention.{LAYERS_KEY} names layer {index}, which does not exist: the stack has "
-            f"{num_layers} layer(s), indices 0..{num_layers - 1}"
+            f"{num_layers} layer(s), indices 0..{num_layers - 1} (or -1..-{num_layers})"
         )
-    return index
+    return index % num_layers
 
 
 __all__ = ["LAYERS_KEY", "layer_attentions"]

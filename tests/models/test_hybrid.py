@@ -32,6 +32,11 @@ def test_each_layer_gets_its_entry_or_the_default():
     assert layer_attentions({"name": "linear", "layers": {"1": {"name": "softmax"}}}, num_layers=2)[
         1
     ] == {"name": "softmax"}  # a command line's string index
+    last = {"name": "linear", "layers": {-1: {"name": "softmax"}}}
+    assert [e["name"] for e in layer_attentions(last, num_layers=3)] == ["linear"] * 2 + ["softmax"]
+    assert layer_attentions(
+        {"name": "linear", "layers": {"-2": {"name": "softmax"}}}, num_layers=2
+    )[0] == {"name": "softmax"}  # from the top, also as a command line's string
 
 
 def test_the_stack_is_mixed():
@@ -49,7 +54,9 @@ def test_the_stack_is_mixed():
             {2: {"name": "softmax"}},
             r"names layer 2, which does not exist: .* 2 layer\(s\), .*0\.\.1",
         ),
-        ({-1: {"name": "softmax"}}, r"key -1; keys are layer indices 0\.\.1"),
+        ({-3: {"name": "softmax"}}, r"names layer -3, which does not exist: .*\(or -1\.\.-2\)"),
+        ({1: {"name": "softmax"}, -1: {"name": "softmax"}}, r"names layer 1 twice, as 1 and -1"),
+        ({"1.0": {"name": "softmax"}}, r"key '1\.0'; keys are layer indices 0\.\.1 \(or -1"),
         ({"first": {"name": "softmax"}}, r"key 'first'; keys are layer indices 0\.\.1"),
         ({0: "softmax"}, r"attention\.layers\.0 must be a backend dict"),
         ([{"name": "softmax"}], r"attention\.layers must map a layer index"),
