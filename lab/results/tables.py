@@ -255,8 +255,13 @@ def write_tables(
     """Write ``<out>.md`` (summary, per-run table, ``command``), ``<out>.csv`` (the summary
     rows, returned) and ``<out>_runs.csv``; ``extra``: per variant, more summary columns (title ->
     value, e.g. model costs); ``notes``: lines under the summary; ``jobs``: runs at once."""
-    # Where the runs ran (their records'; this machine's when none says).
-    machine = records_machine_line(results, jobs=jobs) or machine_line(jobs=jobs)
+    # Where the runs ran (their records'; this machine's when none says; none before a run:
+    # a plan committed before its runs rebuilds the same page anywhere).
+    machine = records_machine_line(results, jobs=jobs) or (
+        machine_line(jobs=jobs)
+        if any(r.status != NOT_RUN for r in results)
+        else "Machine: none yet."
+    )
     # Asked for but never trained, or stopped part-way: named under the table, counted nowhere.
     for status, why in (
         (NOT_RUN, "Not run yet (no run record)"),

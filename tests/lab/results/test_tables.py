@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from attn_lightning.records.run_files import write_record
-from lab.results.records import RunResult
+from lab.results.records import NOT_RUN, RunResult
 from lab.results.tables import (
     Convergence,
     _shown_steps,
@@ -20,6 +20,7 @@ from lab.results.tables import (
     median_iqr,
     records_machine_line,
     summary_cell,
+    write_tables,
 )
 
 
@@ -126,3 +127,11 @@ def test_curves_table_can_show_every_step_with_its_own_digits():
     assert row.startswith("| `v` | 0 | 10.0 | 20.0 |")
     assert curves_table(rows, "val/token_acc")[0].count("|") <= 2 + 8 + 1  # at most 8 steps
     assert "| 10.00 |" in curves_table(rows[:1], "val/token_acc")[2]  # its column's 2 digits
+
+
+def test_a_page_before_any_run_names_no_machine(tmp_path):
+    # A plan committed before its runs (its predictions beside it) rebuilds the same page on any
+    # machine: nothing ran, so no machine is named; the first run's record names its own.
+    write_tables(tmp_path / "p", [RunResult("v", 0, None, NOT_RUN)], command="cmd")
+    text = (tmp_path / "p.md").read_text()
+    assert "Machine: none yet." in text and "Not run yet (no run record): `v` seeds 0." in text
