@@ -111,13 +111,8 @@ class RecallExamples:
         return RecallExamples(self.inputs[rows], self.labels[rows], self.positions[rows])
 
     def value_distances(self) -> Tensor:
-        """``(N, P)``: how many tokens each query comes after its key's value — the reach a
-        model with a bounded view (a sliding window of w sees values at most w - 1 back) needs."""
-        pairs = self.positions.shape[1]
-        keys = self.inputs[:, 0 : 2 * pairs : 2]  # key j at 2j, its value at 2j + 1
-        queried = self.inputs.gather(1, self.positions)
-        index = (queried[:, :, None] == keys[:, None, :]).int().argmax(dim=-1)
-        return self.positions - (2 * index + 1)
+        """``(N, P)``: ``value_distances`` of these examples."""
+        return value_distances(self.inputs, self.positions)
 
     @staticmethod
     def concat(parts: list[RecallExamples]) -> RecallExamples:
@@ -126,6 +121,17 @@ class RecallExamples:
             torch.cat([p.labels for p in parts]),
             torch.cat([p.positions for p in parts]),
         )
+
+
+def value_distances(inputs: Tensor, positions: Tensor) -> Tensor:
+    """``(B, P)``: how many tokens each query of ``inputs: (B, L)`` at ``positions: (B, P)`` comes
+    after its key's value (key j at 2j, its value at 2j + 1; at least 1) — the reach a model with a
+    bounded view needs (a sliding window of w sees values at most w - 1 back)."""
+    pairs = positions.shape[1]
+    keys = inputs[:, 0 : 2 * pairs : 2]
+    queried = inputs.gather(1, positions)
+    index = (queried[:, :, None] == keys[:, None, :]).int().argmax(dim=-1)
+    return positions - (2 * index + 1)
 
 
 def _uniform_without_replacement(

@@ -193,10 +193,7 @@ class AttentionTask(pl.LightningModule):
         count over ranks in integer arithmetic, so 33 samples on 2 ranks count as 32 and the
         epoch loss comes out 33/32 too large. Unsynced, it would be rank 0's alone.
         """
-        key = name.replace(".", ",")  # module names may not contain "."
-        if key not in self._log_means:
-            self._log_means[key] = MeanMetric(nan_strategy="disable").to(value.device)
-        metric = cast(MeanMetric, self._log_means[key])  # ModuleDict: Module-typed
+        key, metric = self._mean_metric(name, value.device)
         # One copy per sample rather than weight=batch_size: "disable" (which keeps NaN losses
         # visible) ignores weights in torchmetrics 1.9.
         per_sample = value.detach().float().expand(batch_size)
@@ -214,6 +211,27 @@ class AttentionTask(pl.LightningModule):
             batch_size=batch_size,
             metric_attribute=f"_log_means.{key}",
         )
+
+    def log_epoch_mean(self, name: str, values: Tensor) -> None:
+        """Log ``name`` per epoch: the mean of every element of ``values`` over the epoch's batches
+        and every rank (any number a batch, none included; NaN when the epoch had none). Each
+        rank must call it on every batch, so that every rank gathers it at the epoch's end."""
+        key, metric = self._mean_metric(name, values.device)
+        metric.update(values.detach().float().flatten())
+        self.log(
+            name,
+            metric,
+            on_step=False,
+            on_epoch=True,
+            batch_size=max(values.numel(), 1),
+            metric_attribute=f"_log_means.{key}",
+        )
+
+    def _mean_metric(self, name: str, device: torch.device) -> tuple[str, MeanMetric]:
+        key = name.replace(".", ",")  # module names may not contain "."
+        if key not in self._log_means:
+            self._log_means[key] = MeanMetric(nan_strategy="disable").to(device)
+        return key, cast(MeanMetric, self._log_means[key])  # ModuleDict: Module-typed
 
     def _metric(self, key: str) -> MeanMetric:
         return cast(MeanMetric, self.metrics[key])  # ModuleDict items are typed as Module

@@ -16,12 +16,15 @@ times less (L/P), while the embedding and head still hold 2·V·E = 2.1 M parame
 Metrics per split (``train/``, ``val/``, ``test/``): ``loss`` (cross-entropy over the queries,
 reduced in float64 as ``tasks.reversal.measured_cross_entropy``), ``query_acc`` (fraction of
 queries answered right: Zoology's accuracy) and ``example_acc`` (fraction of examples with every
-query right).
+query right). Validation and test also log ``query_acc_d<lo>-<hi>``: ``query_acc`` over the
+queries whose value came ``lo`` to ``hi`` tokens before them (``distance_bins``), which says
+whether a model misses the far queries (a bounded view, a blurred state) or all of them alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention import resolve_attention
+from attn_lightning.data.recall import value_distances
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.specs import SequenceSpec
 from attn_lightning.records import write_csv
@@ -36,7 +40,17 @@ from attn_lightning.tasks.base import AttentionTask, require_causal, require_fro
 from attn_lightning.tasks.reversal import token_step
 
 METRICS = ("query_acc", "example_acc")
-PREDICTION_FIELDS = ("index", "position", "query", "prediction", "target", "correct")
+PREDICTION_FIELDS = ("index", "position", "distance", "query", "prediction", "target", "correct")
+
+
+def distance_bins(seq_len: int) -> list[tuple[int, int]]:
+    """The query-to-value distances ``[lo, hi]`` (inclusive) that ``query_acc_d<lo>-<hi>``
+    groups: 1-7, then a bin per power of two (8-15, 16-31, ...) until one reaches ``seq_len``
+    (the longest distance in an example of length L is L - 3)."""
+    edges = [1, 8]
+    while edges[-1] < seq_len:
+        edges.append(2 * edges[-1])
+    return [(lo, hi - 1) for lo, hi in pairwise(edges)]
 
 
 class AssociativeRecallTask(AttentionTask):
@@ -102,7 +116,14 @@ class AssociativeRecallTask(AttentionTask):
         logits = self(batch["inputs"], positions)  # (B, P, V)
         # query_acc: every example has P queries, so the mean over the (B, P) answers is the mean
         # over queries.
-        return token_step(self, split, logits, target, METRICS)
+        out = token_step(self, split, logits, target, METRICS)
+        if split != "train":
+            correct = logits.argmax(dim=-1) == target
+            distance = value_distances(batch["inputs"], positions)
+            for lo, hi in distance_bins(batch["inputs"].shape[1]):  # every bin, every batch
+                inside = (distance >= lo) & (distance <= hi)
+                self.log_epoch_mean(f"{split}/query_acc_d{lo}-{hi}", correct[inside])
+        return out
 
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         return self._shared_step(batch, "train")
@@ -119,11 +140,13 @@ class AssociativeRecallTask(AttentionTask):
 
     @torch.no_grad()
     def predict_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        """``{"position", "query", "prediction", "target"}``, each ``(B, P)``: the query tokens
-        (the keys asked), the model's answers and the values paired with them."""
+        """``{"position", "distance", "query", "prediction", "target"}``, each ``(B, P)``: the
+        queries' positions, how far each comes after its value, the query tokens (the keys asked),
+        the model's answers and the values paired with them."""
         positions = batch["positions"]
         return {
             "position": positions,
+            "distance": value_distances(batch["inputs"], positions),
             "query": batch["inputs"].gather(1, positions),
             "prediction": self(batch["inputs"], positions).argmax(dim=-1),
             "target": batch["labels"].gather(1, positions),
@@ -133,18 +156,20 @@ class AssociativeRecallTask(AttentionTask):
         self, predictions: list[dict[str, Tensor]], indices: list[int], folder: Path
     ) -> list[Path]:
         """Write ``predictions.csv``, one row per query: ``index`` (the test example),
-        ``position`` (of the query in it), ``query`` (the key token), ``prediction`` (the
+        ``position`` (of the query in it), ``distance`` (tokens after its key's value, at least
+        1), ``query`` (the key token), ``prediction`` (the
         model's answer), ``target`` (the value paired with the key) and ``correct`` (1 or 0)."""
         rows = []
         for index, row in zip(indices, predictions, strict=True):
-            for position, query, predicted, target in zip(
-                *(row[k].tolist() for k in ("position", "query", "prediction", "target")),
+            for position, distance, query, predicted, target in zip(
+                *(row[k].tolist() for k in PREDICTION_FIELDS[1:-1]),
                 strict=True,
             ):
                 rows.append(
                     {
                         "index": index,
                         "position": position,
+                        "distance": distance,
                         "query": query,
                         "prediction": predicted,
                         "target": target,

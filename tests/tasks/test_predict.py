@@ -109,6 +109,8 @@ def test_recall_writes_each_query_its_answer_and_the_truth(tmp_path):
         index, position = int(row["index"]), int(row["position"])
         assert index == i // 4 and position == int(examples.positions[index, i % 4])
         assert int(row["query"]) == int(examples.inputs[index, position])
+        key = examples.inputs[index].tolist().index(int(row["query"]))  # where the pair stands
+        assert int(row["distance"]) == position - (key + 1)  # after the key's value
         assert int(row["target"]) == int(examples.labels[index, position])
         assert int(row["prediction"]) == int(logits[index, i % 4].argmax())
         assert row["correct"] == str(int(row["prediction"] == row["target"]))

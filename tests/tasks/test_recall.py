@@ -1,5 +1,6 @@
 """The associative-recall task: every overlay trains from its YAML, a hand-set two-layer softmax
-model solves MQAR exactly (and the task's metrics say so), loss and logits only at the queries."""
+model solves MQAR exactly (and the task's metrics say so, by distance too), loss and logits only
+at the queries."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torch import Tensor, nn
 from attn_lightning.data.recall import RecallSizes, multiquery_ar
 from attn_lightning.models import MultiHeadAttention
 from attn_lightning.tasks import AssociativeRecallTask
+from attn_lightning.tasks.recall import distance_bins
 from tests.runs import CONFIGS, smoke_fit, train
 
 BASE = CONFIGS / "recall" / "base.yaml"
@@ -37,6 +39,7 @@ def test_every_overlay_trains_from_its_yaml(config, tmp_path):
     assert torch.isfinite(metrics["test/loss"])
     for name in ("query_acc", "example_acc"):
         assert 0.0 <= float(metrics[f"test/{name}"]) <= 1.0
+    assert {f"test/query_acc_d{lo}-{hi}" for lo, hi in distance_bins(64)} <= set(metrics)
     assert cli.model.vocab_size == cli.datamodule.vocab_size == 512  # linked from the data
 
 
@@ -122,6 +125,25 @@ def test_a_hand_set_model_solves_mqar_exactly_and_the_metrics_say_so():
     task._shared_step(wrong, "val")
     assert task._metric("val_query_acc").compute() == pytest.approx(1 - 1 / 512)
     assert task._metric("val_example_acc").compute() == pytest.approx(1 - 1 / 64)
+    # By distance: the wrong answer counts in its own bin only, over the two batches.
+    distance = data.value_distances()
+    wrong_at = int(distance[0, 0])
+    for lo, hi in distance_bins(32):
+        count = int(((distance >= lo) & (distance <= hi)).sum())
+        got = task._log_means[f"val/query_acc_d{lo}-{hi}"].compute()
+        want = 1 - (1 / (2 * count) if lo <= wrong_at <= hi else 0)
+        assert count > 0 and float(got) == pytest.approx(want), (lo, hi)
+
+
+def test_distance_bins_cover_every_distance_once():
+    assert distance_bins(8) == [(1, 7)]
+    assert distance_bins(64) == [(1, 7), (8, 15), (16, 31), (32, 63)]
+    assert distance_bins(256)[-1] == (128, 255)
+    for length in (8, 10, 64, 100, 256):  # the longest distance in an example is L - 3
+        bins = distance_bins(length)
+        assert [sum(lo <= d <= hi for lo, hi in bins) for d in range(1, length - 2)] == [1] * (
+            length - 3
+        )
 
 
 def test_logits_and_loss_only_at_the_queries():
