@@ -37,7 +37,7 @@ it is: ``unknown kernel 'gaussian' for attention 'performer'; allowed: positive,
 ``sketch_size must be an int >= 1, got 0``.
 
 A backend only mixes values; projections, heads, norms and residuals live in
-``attn_lightning.models.transformer.MultiHeadAttention``.
+``attn_lightning.models.multihead.MultiHeadAttention``.
 """
 
 from __future__ import annotations

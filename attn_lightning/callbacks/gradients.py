@@ -18,8 +18,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
+from attn_lightning.models.multihead import MultiHeadAttention
 from attn_lightning.models.positional import POSITIONAL_ENCODINGS
-from attn_lightning.models.transformer import FeedForward, MultiHeadAttention
+from attn_lightning.models.transformer import FeedForward
 
 log = logging.getLogger(__name__)
 

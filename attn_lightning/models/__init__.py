@@ -1,18 +1,19 @@
 """Plain ``nn.Module``s shared by the experiments (no Lightning imports here)."""
 
 from attn_lightning.models.decoding import categorical, generate, greedy
+from attn_lightning.models.multihead import MultiHeadAttention
 from attn_lightning.models.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
     build_positional_encoding,
 )
 from attn_lightning.models.sequence import SequenceTransformer
+from attn_lightning.models.short_conv import ShortConvolution
 from attn_lightning.models.transformer import (
     BlockSizes,
     DecoderBlock,
     EncoderBlock,
     FeedForward,
-    MultiHeadAttention,
     TransformerEncoder,
 )
 from attn_lightning.models.vit import VisionTransformer
@@ -25,6 +26,7 @@ __all__ = [
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
     "SequenceTransformer",
+    "ShortConvolution",
     "SinusoidalPositionalEncoding",
     "TransformerEncoder",
     "VisionTransformer",

@@ -36,14 +36,9 @@ from torch import Tensor, nn
 from torchvision.ops import box_convert
 
 from attn_lightning.models.backbone import build_backbone, sine_position_encoding
+from attn_lightning.models.multihead import MultiHeadAttention, Projections, check_projections
 from attn_lightning.models.specs import DetrSpec
-from attn_lightning.models.transformer import (
-    DecoderBlock,
-    EncoderBlock,
-    MultiHeadAttention,
-    Projections,
-    check_projections,
-)
+from attn_lightning.models.transformer import DecoderBlock, EncoderBlock
 
 SITES = ("encoder_self", "decoder_self", "decoder_cross")
 DEFAULT_SITE: dict[str, Any] = {"name": "softmax", "projections": True}

@@ -46,7 +46,11 @@ class SequenceTransformer(nn.Module):
         self.positional = build_positional_encoding(spec.positional, spec.d_model, max_len=max_len)
         self.dropout = nn.Dropout(spec.dropout)
         self.encoder = TransformerEncoder(
-            spec, num_layers=spec.num_layers, attention=attention, projections=spec.projections
+            spec,
+            num_layers=spec.num_layers,
+            attention=attention,
+            projections=spec.projections,
+            short_conv=spec.short_conv,
         )
         self.head = nn.Linear(spec.d_model, num_outputs or vocab_size)
 

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attn_lightning.models.transformer import BlockSizes, Projections
+from attn_lightning.models.multihead import Projections
+from attn_lightning.models.transformer import BlockSizes
 
 # The smallest value of each integer size, wherever a spec has it. 0 layers is allowed only where
 # it is a known ablation (DETR without an encoder); a model needs at least one attention block.
@@ -35,6 +36,7 @@ MINIMUM: dict[str, int] = {
     "num_heads": 1,
     "d_ff": 1,
     "num_layers": 1,
+    "short_conv": 0,
     "max_len": 1,
     "num_mixtures": 1,
     "patch_size": 1,
@@ -83,11 +85,14 @@ class TransformerSpec(BlockSizes):
         num_layers: encoder blocks.
         positional: ``sinusoidal`` or ``learned`` position encodings.
         projections: ``true`` (Q, K, V, out), ``no_qk`` (V, out) or ``false`` (none).
+        short_conv: K of a short causal convolution (and SiLU) on q, k and v in every layer,
+            as GLA's and DeltaNet's (fla's ``conv_size`` 4); 0: none (``models.short_conv``).
     """
 
     num_layers: int = 2
     positional: str = "sinusoidal"
     projections: Projections = True
+    short_conv: int = 0
 
     def __post_init__(self) -> None:
         check_sizes(self)

@@ -4,8 +4,8 @@ Shape notation (as in ``attention/base.py``)::
 
     B batch   L query length   S key/value length   E d_model   H heads   D head_dim = E / H
 
-The backend only mixes values (``(B, H, L, D)`` in, ``(B, H, L, D)`` out); projections, head
-split/merge, norms and residuals live here (fast-transformers ``attention_layer.py`` layout).
+Attention sites are ``models.multihead.MultiHeadAttention`` (projections, short convolutions,
+heads around a backend); norms and residuals live here.
 Masks follow the one polarity of the project: ``key_padding_mask`` is ``(B, S)`` bool, True = real
 token. Image models pass their token map per call, ``grid=(rows, cols)``, down to the backend
 (``pool`` windows over it; the others ignore it).
@@ -14,10 +14,6 @@ One set of blocks serves every model: ``TransformerEncoder`` stacks ``EncoderBlo
 sequence and pixel models; DETR stacks ``EncoderBlock``s and ``DecoderBlock``s itself, passing
 positional encodings (``pos``, ``query_pos``) that are added to queries and keys at every layer,
 and one backend dict and projections choice per attention site.
-
-Projections (``projections``): ``True`` all four (Q, K, V, out); ``"no_qk"`` only V and out, q and
-k being the inputs split into heads (the form of optimization-based attention, "without the need
-for explicit Q and K projection matrices"); ``False`` none (q, k, v are all the inputs).
 
 Incremental decoding: every ``step`` takes one position ``(B, 1, E)`` and the state the previous
 call returned (None at the first position) and returns ``(output, state)``; nothing is cached on
@@ -28,132 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from torch import Tensor, nn
 
-from attn_lightning.attention import Grid, State, build_attention
+from attn_lightning.attention import Grid, State
 from attn_lightning.models.hybrid import layer_attentions
+from attn_lightning.models.multihead import MultiHeadAttention, Projections
 
 LayerState = tuple[State | None, ...]
-# Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
-Projections = bool | Literal["no_qk"]
-
-
-def check_projections(projections: object) -> Projections:
-    """``projections`` itself if allowed (see the module docstring), else a ValueError naming it."""
-    if isinstance(projections, bool) or projections == "no_qk":
-        return projections
-    raise ValueError(
-        f"projections must be true or false (all or none of Q, K, V, out) or 'no_qk' (V and out "
-        f"only, no Q and K), got {projections!r}"
-    )
-
-
-class MultiHeadAttention(nn.Module):
-    """Project, split heads, mix with the backend, merge heads, project back.
-
-    ``out = W_o · concat_h backend(W_q x_q, W_k x_k, W_v x_v)_h``; cost = backend cost + O(N·E²).
-
-    Args:
-        d_model: E.
-        num_heads: H; E must be a positive multiple of H.
-        attention: backend dict, ``{"name": "performer", "num_features": 128}``.
-        projections: ``True`` (q/k/v/out projections), ``"no_qk"`` (v and out only: q and k are
-            the inputs split into heads, as in optimization-based attention) or ``False`` (none:
-            q, k, v are the inputs split into heads).
-        bias: bias in the projections.
-
-    Raises:
-        ValueError: ``d_model`` or ``num_heads`` not positive, or ``d_model % num_heads != 0``;
-            ``projections`` not one of the three; an unknown backend name or option (from
-            ``build_attention``).
-    """
-
-    def __init__(
-        self,
-        *,
-        d_model: int,
-        num_heads: int,
-        attention: Mapping[str, Any],
-        projections: Projections = True,
-        bias: bool = True,
-    ) -> None:
-        super().__init__()
-        if d_model <= 0 or num_heads <= 0 or d_model % num_heads:
-            raise ValueError(
-                f"d_model ({d_model}) must be a positive multiple of num_heads ({num_heads})"
-            )
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
-        self.projections = check_projections(projections)
-        self.backend = build_attention(attention, head_dim=self.head_dim)
-        # Separate Linear layers (not one fused qkv) so LoRA can target q_proj / v_proj; created
-        # in this order (q, k, v, out) so True keeps its parameter init and state-dict keys.
-        self.q_proj: nn.Linear | None = None
-        self.k_proj: nn.Linear | None = None
-        self.v_proj: nn.Linear | None = None
-        self.out_proj: nn.Linear | None = None
-        if self.projections is True:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        if self.projections is not False:
-            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-
-    @property
-    def supports_recurrence(self) -> bool:
-        return self.backend.supports_recurrence
-
-    def _split(self, x: Tensor) -> Tensor:
-        b, n, _ = x.shape
-        return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, D)
-
-    def _merge(self, x: Tensor) -> Tensor:
-        b, _, n, _ = x.shape
-        return x.transpose(1, 2).reshape(b, n, self.d_model)  # (B, N, E)
-
-    def _qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        if self.q_proj is not None and self.k_proj is not None:
-            query, key = self.q_proj(query), self.k_proj(key)
-        if self.v_proj is not None:
-            value = self.v_proj(value)
-        return self._split(query), self._split(key), self._split(value)
-
-    def _out(self, mixed: Tensor) -> Tensor:
-        out = self._merge(mixed)  # (B, L, E)
-        return out if self.out_proj is None else self.out_proj(out)
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor | None = None,
-        value: Tensor | None = None,
-        *,
-        causal: bool = False,
-        key_padding_mask: Tensor | None = None,
-        grid: Grid | None = None,
-    ) -> Tensor:
-        """``query: (B, L, E)``, ``key: (B, S, E)`` (default query), ``value`` (default key).
-
-        ``grid``: ``(rows, cols)`` of the S key tokens on a 2-D map, passed to the backend.
-        """
-        key = query if key is None else key
-        value = key if value is None else value
-        q, k, v = self._qkv(query, key, value)  # (B, H, L, D), (B, H, S, D), (B, H, S, D)
-        mixed = self.backend(q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid)
-        return self._out(mixed)  # (B, L, E)
-
-    def step(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
-        """Causal self-attention for one new position ``x: (B, 1, E)`` -> ``((B, 1, E), state)``.
-
-        Raises:
-            NotImplementedError: the backend has no recurrent form (decode by prefix recompute).
-        """
-        q, k, v = self._qkv(x, x, x)  # each (B, H, 1, D)
-        mixed, state = self.backend.step(q, k, v, state)  # (B, H, 1, D)
-        return self._out(mixed), state
 
 
 @dataclass(frozen=True)
@@ -196,17 +75,27 @@ class EncoderBlock(nn.Module):
 
     Args:
         sizes: d_model, num_heads, d_ff (the MLP's hidden width) and dropout (``BlockSizes``).
-        attention, projections: the self-attention's backend and projections.
+        attention, projections, short_conv: the self-attention's backend, projections and short
+            convolution (``MultiHeadAttention``).
     """
 
     def __init__(
-        self, sizes: BlockSizes, *, attention: Mapping[str, Any], projections: Projections = True
+        self,
+        sizes: BlockSizes,
+        *,
+        attention: Mapping[str, Any],
+        projections: Projections = True,
+        short_conv: int = 0,
     ) -> None:
         super().__init__()
         e = sizes.d_model
         self.norm1 = nn.LayerNorm(e)
         self.attn = MultiHeadAttention(
-            d_model=e, num_heads=sizes.num_heads, attention=attention, projections=projections
+            d_model=e,
+            num_heads=sizes.num_heads,
+            attention=attention,
+            projections=projections,
+            short_conv=short_conv,
         )
         self.norm2 = nn.LayerNorm(e)
         self.mlp = FeedForward(d_model=e, d_ff=sizes.d_ff, dropout=sizes.dropout)
@@ -301,6 +190,7 @@ class TransformerEncoder(nn.Module):
         attention: backend dict of every layer; its ``layers`` key gives some layers their own
             (a hybrid stack, ``models.hybrid``).
         projections: the projections of every layer.
+        short_conv: K of every layer's short convolution on q, k, v (0: none).
 
     Raises:
         ValueError: a negative ``num_layers``, a bad size (from the blocks), or a ``layers`` entry
@@ -314,12 +204,13 @@ class TransformerEncoder(nn.Module):
         num_layers: int,
         attention: Mapping[str, Any],
         projections: Projections = True,
+        short_conv: int = 0,
     ) -> None:
         super().__init__()
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
         self.layers = nn.ModuleList(
-            EncoderBlock(sizes, attention=layer, projections=projections)
+            EncoderBlock(sizes, attention=layer, projections=projections, short_conv=short_conv)
             for layer in layer_attentions(attention, num_layers=num_layers)
         )
         self.norm = nn.LayerNorm(sizes.d_model)
@@ -332,17 +223,15 @@ class TransformerEncoder(nn.Module):
 
     def state_sizes(self, *, seq_len: int) -> tuple[int, ...]:
         """Floats each layer keeps to decode after ``seq_len`` tokens, per batch row: its heads'
-        backend states (``Attention.state_size`` × H, Dv = head_dim).
+        backend states (``Attention.state_size`` × H, Dv = head_dim) and its short convolution's
+        cache (``MultiHeadAttention.state_size``).
 
         Raises:
             NotImplementedError: a layer whose backend has no recurrent step.
         """
-        sizes = []
-        for layer in self.layers:
-            attn = cast(EncoderBlock, layer).attn
-            per_head = attn.backend.state_size(seq_len=seq_len, value_dim=attn.head_dim)
-            sizes.append(attn.num_heads * per_head)
-        return tuple(sizes)
+        return tuple(
+            cast(EncoderBlock, layer).attn.state_size(seq_len=seq_len) for layer in self.layers
+        )
 
     def forward(
         self,

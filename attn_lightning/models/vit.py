@@ -91,7 +91,11 @@ class VisionTransformer(nn.Module):
         )
         self.dropout = nn.Dropout(spec.dropout)
         self.encoder = TransformerEncoder(
-            spec, num_layers=spec.num_layers, attention=attention, projections=spec.projections
+            spec,
+            num_layers=spec.num_layers,
+            attention=attention,
+            projections=spec.projections,
+            short_conv=spec.short_conv,
         )
         self.head = nn.Linear(spec.d_model, num_classes)
 

@@ -32,8 +32,8 @@ from attn_lightning.models.detr import (
     to_pixel_corners,
 )
 from attn_lightning.models.matcher import HungarianMatcher, SetCriterion
+from attn_lightning.models.multihead import Projections
 from attn_lightning.models.specs import DetrSpec
-from attn_lightning.models.transformer import Projections
 from attn_lightning.tasks.base import AttentionTask, require_from_data
 
 Batch = tuple[Tensor, list[dict[str, Any]]]

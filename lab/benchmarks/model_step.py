@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attn_lightning.models.multihead import MultiHeadAttention
 from attn_lightning.models.pixel import PixelTransformer, bits_per_dim
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.specs import PixelSpec, TransformerSpec
-from attn_lightning.models.transformer import MultiHeadAttention
 from lab.benchmarks import report
 from lab.benchmarks.budget import extrapolate, growth_exponent, run_budgeted
 from lab.benchmarks.measure import (

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from attn_lightning.models.detr import DETR, SITES, split_site
-from attn_lightning.models.transformer import MultiHeadAttention
+from attn_lightning.models.multihead import MultiHeadAttention
 from lab.benchmarks import report
 from lab.benchmarks.flop_count import CallShape
 from lab.benchmarks.flops import attention_flops

@@ -18,7 +18,7 @@ from attn_lightning.callbacks import (
     redraw_generator,
 )
 from attn_lightning.models import BlockSizes, TransformerEncoder
-from attn_lightning.models.transformer import MultiHeadAttention
+from attn_lightning.models.multihead import MultiHeadAttention
 
 
 class Drawn(nn.Module):

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from attn_lightning.callbacks import GradientTracker, LossSpikeDetector, ParameterGroups
+from attn_lightning.models.multihead import MultiHeadAttention
 from attn_lightning.models.positional import LearnedPositionalEncoding
-from attn_lightning.models.transformer import FeedForward, MultiHeadAttention
+from attn_lightning.models.transformer import FeedForward
 
 ROOT = Path(__file__).resolve().parents[2]
 

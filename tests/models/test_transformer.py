@@ -1,14 +1,11 @@
-"""MultiHeadAttention and the blocks against a naive float64 reference written from the formula."""
+"""The pre-norm blocks and the encoder stack: steps, padding, positions, errors (the attention
+sites themselves: ``test_multihead``)."""
 
 from __future__ import annotations
-
-import math
-from typing import Any
 
 import pytest
 import torch
 
-from attn_lightning.attention import available_attentions
 from attn_lightning.models import (
     BlockSizes,
     DecoderBlock,
@@ -17,151 +14,17 @@ from attn_lightning.models import (
     MultiHeadAttention,
     TransformerEncoder,
 )
+from tests.models.test_multihead import (
+    B,
+    E,
+    H,
+    L,
+    S,
+    _assert_steps_equal_causal_forward,
+    _recurrent_cases,
+)
 
-B, L, S, E, H = 2, 7, 5, 12, 3
-D = E // H
 SIZES = BlockSizes(d_model=E, num_heads=H, d_ff=24)
-RECURRENT = [
-    ("softmax", {}),
-    ("linear", {}),
-    ("performer", {"num_features": 16}),
-    ("polysketch", {"sketch_size": 4}),
-]
-
-
-def _recurrent_cases():
-    return [
-        pytest.param(name, opts, id=name)
-        for name, opts in RECURRENT
-        if name in available_attentions()
-    ]
-
-
-def naive_mha(mha: MultiHeadAttention, x, ctx, *, causal=False, mask=None):
-    """softmax(q kᵀ/√D) v per head with explicit weights, everything in float64."""
-    if mha.projections:
-        q = x @ mha.q_proj.weight.T + mha.q_proj.bias
-        k = ctx @ mha.k_proj.weight.T + mha.k_proj.bias
-        v = ctx @ mha.v_proj.weight.T + mha.v_proj.bias
-    else:
-        q, k, v = x, ctx, ctx
-    outs = []
-    for h in range(H):
-        sl = slice(h * D, (h + 1) * D)
-        scores = q[..., sl] @ k[..., sl].transpose(-1, -2) / math.sqrt(D)  # (B, L, S)
-        allowed = torch.ones_like(scores, dtype=torch.bool)
-        if causal:
-            allowed &= torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
-        if mask is not None:
-            allowed &= mask[:, None, :]
-        weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-        outs.append(weights @ v[..., sl])
-    out = torch.cat(outs, dim=-1)
-    return out @ mha.out_proj.weight.T + mha.out_proj.bias if mha.projections else out
-
-
-@pytest.mark.parametrize("projections", [True, False])
-@pytest.mark.parametrize("causal", [False, True])
-def test_mha_matches_naive_reference_outputs_and_grads(projections, causal):
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(
-        d_model=E, num_heads=H, attention={"name": "softmax"}, projections=projections
-    ).double()
-    x = torch.randn(B, L, E, dtype=torch.float64, requires_grad=True)
-    ctx = x if causal else torch.randn(B, S, E, dtype=torch.float64, requires_grad=True)
-    mask = None if causal else torch.tensor([[True] * S, [True] * (S - 2) + [False] * 2])
-    out = mha(x, ctx, causal=causal, key_padding_mask=mask)
-    ref = naive_mha(mha, x, ctx, causal=causal, mask=mask)
-    torch.testing.assert_close(out, ref)
-    grad_out = torch.randn_like(out)
-    inputs = [x] if causal else [x, ctx]
-    params = list(mha.parameters())
-    got = torch.autograd.grad(out, inputs + params, grad_out)
-    want = torch.autograd.grad(ref, inputs + params, grad_out)
-    for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g, w)
-
-
-def test_projections_false_has_no_linear_layers_and_splits_input():
-    mha = MultiHeadAttention(
-        d_model=E, num_heads=H, attention={"name": "softmax"}, projections=False
-    )
-    assert not any(isinstance(m, torch.nn.Linear) for m in mha.modules())
-    assert sum(p.numel() for p in mha.parameters()) == 0
-    # With one key, attention returns that key's value: the input itself.
-    x = torch.randn(B, 1, E)
-    torch.testing.assert_close(mha(x), x)
-
-
-def test_projections_no_qk_keeps_only_v_and_out_and_matches_hand_computation():
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(
-        d_model=E, num_heads=H, attention={"name": "softmax"}, projections="no_qk"
-    ).double()
-    names = {n for n, m in mha.named_modules() if isinstance(m, torch.nn.Linear)}
-    assert names == {"v_proj", "out_proj"} and mha.q_proj is None and mha.k_proj is None
-    assert {n for n, _ in mha.named_parameters()} == {
-        "v_proj.weight",
-        "v_proj.bias",
-        "out_proj.weight",
-        "out_proj.bias",
-    }
-    x = torch.randn(B, L, E, dtype=torch.float64)
-    ctx = torch.randn(B, S, E, dtype=torch.float64)
-    v = ctx @ mha.v_proj.weight.T + mha.v_proj.bias  # (B, S, E); q = x and k = ctx as given
-    heads = []
-    for h in range(H):
-        sl = slice(h * D, (h + 1) * D)
-        weights = (x[..., sl] @ ctx[..., sl].transpose(-1, -2) / math.sqrt(D)).softmax(-1)
-        heads.append(weights @ v[..., sl])
-    want = torch.cat(heads, dim=-1) @ mha.out_proj.weight.T + mha.out_proj.bias
-    torch.testing.assert_close(mha(x, ctx), want)
-
-
-def test_projections_true_and_false_keep_their_state_dict_keys():
-    full = MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax"})
-    assert set(full.state_dict()) == {
-        f"{p}_proj.{t}" for p in ("q", "k", "v", "out") for t in ("weight", "bias")
-    }
-    none = MultiHeadAttention(
-        d_model=E, num_heads=H, attention={"name": "softmax"}, projections=False
-    )
-    assert set(none.state_dict()) == set()
-
-
-@pytest.mark.parametrize("bad", ["none", "no_q", 1, None])
-def test_bad_projections_name_the_allowed_values(bad):
-    with pytest.raises(ValueError, match=rf"true or false .* or 'no_qk' .*got {bad!r}"):
-        MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax"}, projections=bad)
-
-
-def test_projection_names_for_lora():
-    mha = MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax"})
-    names = {n for n, m in mha.named_modules() if isinstance(m, torch.nn.Linear)}
-    assert names == {"q_proj", "k_proj", "v_proj", "out_proj"}
-
-
-def _assert_steps_equal_causal_forward(module: torch.nn.Module) -> Any:
-    """Token-by-token ``step`` of ``module`` equals its causal forward; the final state."""
-    x = torch.randn(B, L, E, dtype=torch.float64)
-    full = module(x, causal=True)
-    state, steps = None, []
-    for t in range(L):
-        out, state = module.step(x[:, t : t + 1], state)
-        steps.append(out)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full)
-    return state
-
-
-@pytest.mark.parametrize(("name", "options"), _recurrent_cases())
-def test_mha_step_equals_causal_forward(name, options):
-    torch.manual_seed(0)
-    mha = (
-        MultiHeadAttention(d_model=E, num_heads=H, attention={"name": name, **options})
-        .double()
-        .eval()
-    )
-    _assert_steps_equal_causal_forward(mha)
 
 
 @pytest.mark.parametrize(("name", "options"), _recurrent_cases())
@@ -247,35 +110,11 @@ def test_encoder_block_adds_positions_to_queries_and_keys_not_values():
 
 def test_constructors_are_keyword_only():
     with pytest.raises(TypeError):
-        MultiHeadAttention(E, H, {"name": "softmax"})  # type: ignore[misc]
-    with pytest.raises(TypeError):
         EncoderBlock(SIZES, {"name": "softmax"})  # type: ignore[misc]
 
 
 def test_clear_errors():
-    with pytest.raises(ValueError, match="must be a dict with a 'name'"):
-        MultiHeadAttention(d_model=E, num_heads=H, attention={"num_features": 3})
-    with pytest.raises(ValueError, match=r"unknown attention 'nope'.*softmax"):
-        MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "nope"})
-    with pytest.raises(ValueError, match=r"unknown option\(s\) 'bogus'"):
-        MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax", "bogus": 1})
-    with pytest.raises(
-        ValueError, match=r"d_model \(10\) must be a positive multiple of num_heads \(3\)"
-    ):
-        MultiHeadAttention(d_model=10, num_heads=3, attention={"name": "softmax"})
-    with pytest.raises(ValueError, match=r"d_model \(0\) must be a positive multiple"):
-        MultiHeadAttention(d_model=0, num_heads=3, attention={"name": "softmax"})
     with pytest.raises(ValueError, match="d_ff must be >= 1, got 0"):
         FeedForward(d_model=E, d_ff=0)
     with pytest.raises(ValueError, match="num_layers must be >= 0, got -1"):
         TransformerEncoder(SIZES, num_layers=-1, attention={"name": "softmax"})
-
-
-@pytest.mark.parametrize("name", ["linear", "performer", "polysketch", "mean"])
-def test_batch_one_causal_backward_through_the_head_merge(name):
-    # The gradient reaching the causal kernel through the head merge is strided; at B = 1 a
-    # reshape of it stays a strided view, which the kernel's backward once failed to take.
-    attn = MultiHeadAttention(d_model=16, num_heads=2, attention={"name": name, "chunk_size": 4})
-    x = torch.randn(1, 24, 16, requires_grad=True)
-    attn(x, causal=True).sum().backward()
-    assert x.grad is not None and torch.isfinite(x.grad).all()

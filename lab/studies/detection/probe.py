@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from attn_lightning.attention.base import Attention
 from attn_lightning.attention.optimization import OptimizationAttention
 from attn_lightning.cli.checkpoints import load_checkpoint
-from attn_lightning.models.transformer import MultiHeadAttention
+from attn_lightning.models.multihead import MultiHeadAttention
 from attn_lightning.records import read_csv, write_csv
 from attn_lightning.records.run_files import load_record
 from lab.results.records import run_folder

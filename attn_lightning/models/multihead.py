@@ -1,0 +1,194 @@
+"""Multi-head attention around any backend: project, (convolve), split heads, mix, merge, project.
+
+Shape notation (as in ``attention/base.py``)::
+
+    B batch   L query length   S key/value length   E d_model   H heads   D head_dim = E / H
+
+The backend only mixes values (``(B, H, L, D)`` in, ``(B, H, L, D)`` out); projections, the short
+convolution and head split/merge live here (fast-transformers ``attention_layer.py`` layout), norms
+and residuals in the blocks of ``models.transformer``.
+
+Projections (``projections``): ``True`` all four (Q, K, V, out); ``"no_qk"`` only V and out, q and
+k being the inputs split into heads (the form of optimization-based attention, "without the need
+for explicit Q and K projection matrices"); ``False`` none (q, k, v are all the inputs).
+
+Short convolutions (``short_conv``: K, 0 = none): a causal depthwise convolution of kernel K and
+SiLU on q, k and v after their projections (``models.short_conv``; GLA's and DeltaNet's
+``use_short_conv``), for self-attention; the decode state then also holds the last K - 1
+projected inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from attn_lightning.attention import Grid, State, build_attention
+from attn_lightning.models.short_conv import ShortConvolution
+
+# Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
+Projections = bool | Literal["no_qk"]
+
+
+def check_projections(projections: object) -> Projections:
+    """``projections`` itself if allowed (see the module docstring), else a ValueError naming it."""
+    if isinstance(projections, bool) or projections == "no_qk":
+        return projections
+    raise ValueError(
+        f"projections must be true or false (all or none of Q, K, V, out) or 'no_qk' (V and out "
+        f"only, no Q and K), got {projections!r}"
+    )
+
+
+class MultiHeadAttention(nn.Module):
+    """Project, split heads, mix with the backend, merge heads, project back.
+
+    ``out = W_o · concat_h backend(W_q x_q, W_k x_k, W_v x_v)_h``; cost = backend cost + O(N·E²).
+
+    Args:
+        d_model: E.
+        num_heads: H; E must be a positive multiple of H.
+        attention: backend dict, ``{"name": "performer", "num_features": 128}``.
+        projections: ``True`` (q/k/v/out projections), ``"no_qk"`` (v and out only: q and k are
+            the inputs split into heads, as in optimization-based attention) or ``False`` (none:
+            q, k, v are the inputs split into heads).
+        bias: bias in the projections.
+        short_conv: K of a short causal convolution on q, k, v (0: none; self-attention only:
+            a call whose keys are not as long as its queries is refused).
+
+    Raises:
+        ValueError: ``d_model`` or ``num_heads`` not positive, or ``d_model % num_heads != 0``;
+            ``projections`` not one of the three; ``short_conv`` < 0; an unknown backend name or
+            option (from ``build_attention``).
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        attention: Mapping[str, Any],
+        projections: Projections = True,
+        bias: bool = True,
+        short_conv: int = 0,
+    ) -> None:
+        super().__init__()
+        if short_conv < 0:
+            raise ValueError(
+                f"short_conv must be >= 0 (0: none, else its kernel), got {short_conv}"
+            )
+        if d_model <= 0 or num_heads <= 0 or d_model % num_heads:
+            raise ValueError(
+                f"d_model ({d_model}) must be a positive multiple of num_heads ({num_heads})"
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.projections = check_projections(projections)
+        self.backend = build_attention(attention, head_dim=self.head_dim)
+        # Separate Linear layers (not one fused qkv) so LoRA can target q_proj / v_proj; created
+        # in this order (q, k, v, out) so True keeps its parameter init and state-dict keys.
+        self.q_proj: nn.Linear | None = None
+        self.k_proj: nn.Linear | None = None
+        self.v_proj: nn.Linear | None = None
+        self.out_proj: nn.Linear | None = None
+        if self.projections is True:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        if self.projections is not False:
+            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        # One depthwise convolution over q, k and v side by side: each channel is its own filter,
+        # so this is fla's three ShortConvolutions in one call.
+        self.conv = ShortConvolution(3 * d_model, short_conv) if short_conv else None
+
+    @property
+    def supports_recurrence(self) -> bool:
+        return self.backend.supports_recurrence
+
+    def _split(self, x: Tensor) -> Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, D)
+
+    def _merge(self, x: Tensor) -> Tensor:
+        b, _, n, _ = x.shape
+        return x.transpose(1, 2).reshape(b, n, self.d_model)  # (B, N, E)
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if self.q_proj is not None and self.k_proj is not None:
+            query, key = self.q_proj(query), self.k_proj(key)
+        if self.v_proj is not None:
+            value = self.v_proj(value)
+        return query, key, value  # (B, L, E), (B, S, E), (B, S, E)
+
+    def _qkv(
+        self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self._project(query, key, value)
+        if self.conv is not None:
+            if q.shape[1] != k.shape[1]:
+                raise ValueError(
+                    f"short_conv is for self-attention: got {q.shape[1]} queries and "
+                    f"{k.shape[1]} keys"
+                )
+            mixed = self.conv(torch.cat([q, k, v], dim=-1), key_padding_mask)
+            q, k, v = mixed.split(self.d_model, dim=-1)
+        return self._split(q), self._split(k), self._split(v)
+
+    def _out(self, mixed: Tensor) -> Tensor:
+        out = self._merge(mixed)  # (B, L, E)
+        return out if self.out_proj is None else self.out_proj(out)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+        grid: Grid | None = None,
+    ) -> Tensor:
+        """``query: (B, L, E)``, ``key: (B, S, E)`` (default query), ``value`` (default key).
+
+        ``grid``: ``(rows, cols)`` of the S key tokens on a 2-D map, passed to the backend.
+        """
+        key = query if key is None else key
+        value = key if value is None else value
+        q, k, v = self._qkv(query, key, value, key_padding_mask)  # (B, H, L|S|S, D)
+        mixed = self.backend(q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid)
+        return self._out(mixed)  # (B, L, E)
+
+    def step(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
+        """Causal self-attention for one new position ``x: (B, 1, E)`` -> ``((B, 1, E), state)``.
+
+        With ``short_conv`` the state is ``(the backend's state..., the convolution's cache)``.
+
+        Raises:
+            NotImplementedError: the backend has no recurrent form (decode by prefix recompute).
+        """
+        if self.conv is None:
+            q, k, v = self._qkv(x, x, x)  # each (B, H, 1, D)
+            mixed, state = self.backend.step(q, k, v, state)  # (B, H, 1, D)
+            return self._out(mixed), state
+        backend_state, cache = (None, None) if state is None else (state[:-1], state[-1])
+        qkv, cache = self.conv.step(torch.cat(self._project(x, x, x), dim=-1), cache)
+        q, k, v = (self._split(part) for part in qkv.split(self.d_model, dim=-1))
+        mixed, backend_state = self.backend.step(q, k, v, backend_state)
+        return self._out(mixed), (*backend_state, cache)
+
+    def state_size(self, *, seq_len: int) -> int:
+        """Floats ``step`` keeps per batch row after ``seq_len`` tokens: every head's backend
+        state (``Attention.state_size``, Dv = head_dim) and the short convolution's cache.
+
+        Raises:
+            NotImplementedError: the backend has no recurrent step.
+        """
+        per_head = self.backend.state_size(seq_len=seq_len, value_dim=self.head_dim)
+        return self.num_heads * per_head + (0 if self.conv is None else self.conv.state_size())
+
+
+__all__ = ["MultiHeadAttention", "Projections", "check_projections"]
