@@ -51,7 +51,8 @@ class ShortConvolution(nn.Module):
             x.transpose(1, 2), self.weight.to(x.dtype), padding=self.kernel_size - 1,
             groups=x.shape[-1],
         )  # fmt: skip
-        return F.silu(y[..., :length].transpose(1, 2))
+        # Contiguous before SiLU: its backward on the strided view took ~20 % longer (CPU).
+        return F.silu(y[..., :length].transpose(1, 2).contiguous())
 
     def step(self, x: Tensor, cache: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """One position ``x: (B, 1, C)`` and the last K - 1 inputs ``cache: (B, K - 1, C)``
