@@ -14,9 +14,12 @@ zeroed first, so a padded position adds nothing to the real ones after it (left 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 
 class ShortConvolution(nn.Module):
@@ -46,13 +49,7 @@ class ShortConvolution(nn.Module):
         """``x: (B, L, C)`` -> ``(B, L, C)``."""
         if key_padding_mask is not None:
             x = x * key_padding_mask[..., None].to(x.dtype)
-        length = x.shape[1]
-        y = F.conv1d(
-            x.transpose(1, 2), self.weight.to(x.dtype), padding=self.kernel_size - 1,
-            groups=x.shape[-1],
-        )  # fmt: skip
-        # Contiguous before SiLU: its backward on the strided view took ~20 % longer (CPU).
-        return F.silu(y[..., :length].transpose(1, 2).contiguous())
+        return F.silu(_CausalDepthwise.apply(x, self.weight))
 
     def step(self, x: Tensor, cache: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """One position ``x: (B, 1, C)`` and the last K - 1 inputs ``cache: (B, K - 1, C)``
@@ -67,6 +64,43 @@ class ShortConvolution(nn.Module):
     def state_size(self) -> int:
         """Floats the step keeps per batch row: the last K - 1 inputs of every channel."""
         return (self.kernel_size - 1) * self.weight.shape[0]
+
+
+class _CausalDepthwise(torch.autograd.Function):
+    """``y_t = Σ_{s<K} w_{K-1-s} ⊙ x_{t-s}`` on ``(B, L, C)`` as K shifted multiply-adds.
+
+    Not ``F.conv1d(groups=C)``: on the CPU its depthwise backward cost ~1.5x these elementwise
+    passes (docs/benchmarks.md, "Short convolution"), and it wants (B, C, L) copies both ways.
+    The weight's gradient multiplies and sums over B·L in float32 at least: bf16 products,
+    rounded one by one, put ~5 % of noise on it.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor) -> Tensor:
+        channels, kernel = weight.shape[0], weight.shape[-1]
+        w = weight.reshape(channels, kernel).to(x.dtype)
+        y = x * w[:, kernel - 1]
+        for shift in range(1, min(kernel, x.shape[1])):
+            y[:, shift:].addcmul_(x[:, :-shift], w[:, kernel - 1 - shift])
+        ctx.save_for_backward(x, weight)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
+        x, weight = ctx.saved_tensors
+        channels, kernel = weight.shape[0], weight.shape[-1]
+        w = weight.reshape(channels, kernel).to(grad.dtype)
+        grad_x = grad * w[:, kernel - 1]
+        for shift in range(1, min(kernel, x.shape[1])):
+            grad_x[:, :-shift].addcmul_(grad[:, shift:], w[:, kernel - 1 - shift])
+        wide = torch.promote_types(grad.dtype, torch.float32)  # no copy for float32/64
+        grad, x = grad.to(wide), x.to(wide)
+        grad_w = grad.new_zeros(channels, kernel)
+        for shift in range(min(kernel, x.shape[1])):
+            product = grad[:, shift:] * x[:, : x.shape[1] - shift]
+            grad_w[:, kernel - 1 - shift] = product.sum((0, 1))
+        return grad_x, grad_w.to(weight.dtype).view_as(weight)
 
 
 __all__ = ["ShortConvolution"]

@@ -169,6 +169,7 @@ class Settings:
     repeats: int = 3
     warmup: int = 1
     budget_s: float = 20.0
+    short_conv: int = 0  # TransformerSpec.short_conv: K, or 0 for none
 
 
 def build_model(
@@ -182,7 +183,7 @@ def build_model(
     g = torch.Generator().manual_seed(0)
     # Each model keeps its own spec's other defaults (positions: sinusoidal / learned).
     sizes: dict[str, Any] = {"d_model": width, "num_heads": settings.heads, "d_ff": 4 * width}
-    sizes["num_layers"] = settings.layers
+    sizes.update(num_layers=settings.layers, short_conv=settings.short_conv)
     attention = {"name": spec.name, **spec.options}
     device, b = settings.device, settings.batch
     torch.manual_seed(0)  # the same weights and random features for every backend
@@ -337,6 +338,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--widths", nargs="+", type=int, default=[64, 256], help="d_model values")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4, help="H; head_dim = width / H")
+    parser.add_argument("--short-conv", type=int, default=0, help="K of net.short_conv (0: none)")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
@@ -353,12 +355,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> str:
     """Every series; write ``<out>/<tag>.{csv,md,png}``, return the two tables."""
     settings = Settings(
-        **budget_settings(args), layers=args.layers, heads=args.heads, batch=args.batch
-    )
+        **budget_settings(args), layers=args.layers, heads=args.heads, batch=args.batch,
+        short_conv=args.short_conv,
+    )  # fmt: skip
     rows = run_model_steps(
         args.models, args.widths, args.backends, args.lengths, settings, args.dtype
     )
     shape = f"B={args.batch}, layers={args.layers}, H={args.heads}, d_ff=4·width"
+    shape += f", short_conv={args.short_conv}" if args.short_conv else ""
     meta = report.environment(
         settings.device,
         command=args.command_line,

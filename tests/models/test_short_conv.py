@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_lightning.models import MultiHeadAttention, SequenceTransformer, ShortConvolution
+from attn_lightning.models.short_conv import _CausalDepthwise
 from attn_lightning.models.specs import SequenceSpec
 from tests.models.test_multihead import B, E, H, L, _assert_steps_equal_causal_forward
 
@@ -31,13 +32,14 @@ def naive_short_conv(conv: ShortConvolution, x, mask=None):
 
 @pytest.mark.parametrize("kernel", [1, 2, 4])
 @pytest.mark.parametrize("padded", [False, True])
-def test_matches_the_naive_loop_outputs_and_grads(kernel, padded):
+@pytest.mark.parametrize("length", [L, 2, 1])  # and sequences shorter than the kernel
+def test_matches_the_naive_loop_outputs_and_grads(kernel, padded, length):
     torch.manual_seed(0)
     conv = ShortConvolution(6, kernel).double()
-    x = torch.randn(B, L, 6, dtype=F64, requires_grad=True)
+    x = torch.randn(B, length, 6, dtype=F64, requires_grad=True)
     mask = None
     if padded:  # left padding: the first two tokens of row 0 are not real
-        mask = torch.ones(B, L, dtype=torch.bool)
+        mask = torch.ones(B, length, dtype=torch.bool)
         mask[0, :2] = False
     ours, ref = conv(x, mask), naive_short_conv(conv, x, mask)
     torch.testing.assert_close(ours, ref)
@@ -129,3 +131,26 @@ def test_errors_name_the_value():
     mha = MultiHeadAttention(d_model=E, num_heads=H, attention={"name": "softmax"}, short_conv=2)
     with pytest.raises(ValueError, match="short_conv is for self-attention: got 7 queries and 5"):
         mha(torch.randn(B, L, E), torch.randn(B, 5, E))
+
+
+def test_bf16_inputs_get_a_weight_gradient_summed_and_kept_in_float32():
+    # a sum over B·L = 16,384 products: rounded to bf16 (8-bit mantissa) it would be ~0.2 % off
+    torch.manual_seed(0)
+    x = torch.randn(64, 256, 3).bfloat16()
+    grad = torch.randn(64, 256, 3).bfloat16()
+    weight = torch.randn(3, 1, 2, requires_grad=True)
+    y = _CausalDepthwise.apply(x, weight)
+    assert y.dtype == torch.bfloat16
+    (got,) = torch.autograd.grad(y, weight, grad)
+    x64, g64 = x.to(F64), grad.to(F64)
+    want = torch.stack([(g64[:, 1:] * x64[:, :-1]).sum((0, 1)), (g64 * x64).sum((0, 1))], -1)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got[:, 0].to(F64), want, rtol=1e-5, atol=1e-3)
+
+
+def test_second_derivatives_are_refused():
+    conv = ShortConvolution(3, 2).double()
+    x = torch.randn(2, 5, 3, dtype=F64, requires_grad=True)
+    (grad_x,) = torch.autograd.grad(conv(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once"):
+        grad_x.sum().backward()

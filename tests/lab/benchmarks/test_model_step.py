@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attn_lightning.models import ShortConvolution
 from lab.benchmark import main
 from lab.benchmarks.measure import parse_backend
 from lab.benchmarks.model_step import AttentionTimer, Row, Settings, build_model
@@ -61,6 +62,16 @@ def test_attention_timer_counts_every_layer_forward_and_backward(model):
     assert timer.seconds() > 0
     timer.reset()
     assert timer.seconds() == 0
+
+
+@pytest.mark.parametrize("model", ["reversal", "pixel"])
+def test_short_conv_reaches_every_layer(model):
+    settings = Settings(device=torch.device("cpu"), layers=3, heads=2, short_conv=4)
+    net, loss_fn = build_model(model, n=8, width=8, spec=parse_backend("linear"), settings=settings)
+    convs = [m for m in net.modules() if isinstance(m, ShortConvolution)]
+    assert [c.kernel_size for c in convs] == [4, 4, 4]
+    loss_fn().backward()
+    assert all(c.weight.grad is not None for c in convs)
 
 
 def test_reversal_needs_an_even_length():
