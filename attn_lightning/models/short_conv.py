@@ -71,30 +71,32 @@ class _CausalDepthwise(torch.autograd.Function):
 
     Not ``F.conv1d(groups=C)``: on the CPU its depthwise backward cost ~1.5x these elementwise
     passes (docs/benchmarks.md, "Short convolution"), and it wants (B, C, L) copies both ways.
-    The weight's gradient multiplies and sums over B·L in float32 at least: bf16 products,
-    rounded one by one, put ~5 % of noise on it.
+    Sums run in float32 at least: bf16 partial sums, rounded one by one, lose what cancels, and
+    bf16 products summed over B·L put ~5 % of noise on the weight's gradient.
     """
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor) -> Tensor:
         channels, kernel = weight.shape[0], weight.shape[-1]
-        w = weight.reshape(channels, kernel).to(x.dtype)
+        # float32 sums for bf16/fp16 inputs, rounded once at the end (as a GEMM would)
+        w = weight.reshape(channels, kernel).to(torch.promote_types(x.dtype, torch.float32))
         y = x * w[:, kernel - 1]
         for shift in range(1, min(kernel, x.shape[1])):
             y[:, shift:].addcmul_(x[:, :-shift], w[:, kernel - 1 - shift])
         ctx.save_for_backward(x, weight)
-        return y
+        return y.to(x.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
         x, weight = ctx.saved_tensors
         channels, kernel = weight.shape[0], weight.shape[-1]
-        w = weight.reshape(channels, kernel).to(grad.dtype)
+        wide = torch.promote_types(grad.dtype, torch.float32)  # no copies for float32/64
+        w = weight.reshape(channels, kernel).to(wide)
         grad_x = grad * w[:, kernel - 1]
         for shift in range(1, min(kernel, x.shape[1])):
             grad_x[:, :-shift].addcmul_(grad[:, shift:], w[:, kernel - 1 - shift])
-        wide = torch.promote_types(grad.dtype, torch.float32)  # no copy for float32/64
+        grad_x = grad_x.to(x.dtype)
         grad, x = grad.to(wide), x.to(wide)
         grad_w = grad.new_zeros(channels, kernel)
         for shift in range(min(kernel, x.shape[1])):
