@@ -30,11 +30,12 @@ from attn_lightning.models.multihead import Projections
 from attn_lightning.models.transformer import BlockSizes
 
 # The smallest value of each integer size, wherever a spec has it. 0 layers is allowed only where
-# it is a known ablation (DETR without an encoder); a model needs at least one attention block.
+# it is a known ablation (DETR without an encoder; d_ff 0, blocks without an MLP); a model needs
+# at least one attention block.
 MINIMUM: dict[str, int] = {
     "d_model": 1,
     "num_heads": 1,
-    "d_ff": 1,
+    "d_ff": 0,  # attention-only blocks: Zoology's MQAR models, Olsson et al.'s induction heads
     "num_layers": 1,
     "short_conv": 0,
     "max_len": 1,

@@ -42,7 +42,8 @@ class BlockSizes:
     Attributes:
         d_model: E, the width of every token.
         num_heads: H; E must be a multiple of H (head_dim = E / H).
-        d_ff: hidden width of each block's feed-forward.
+        d_ff: hidden width of each block's feed-forward; 0: none, attention-only blocks (the
+            ablation of Zoology's MQAR models and of Olsson et al.'s induction-head models).
         dropout: on the feed-forward's hidden layer and on each residual branch.
     """
 
@@ -61,6 +62,14 @@ class FeedForward(nn.Sequential):
         super().__init__(
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
+
+
+def _feed_forward(sizes: BlockSizes) -> tuple[nn.LayerNorm | None, FeedForward | None]:
+    """A block's pre-norm and MLP, or (None, None) for ``d_ff = 0`` (attention-only)."""
+    if sizes.d_ff == 0:
+        return None, None
+    e = sizes.d_model
+    return nn.LayerNorm(e), FeedForward(d_model=e, d_ff=sizes.d_ff, dropout=sizes.dropout)
 
 
 def _with_pos(x: Tensor, pos: Tensor | None) -> Tensor:
@@ -97,8 +106,7 @@ class EncoderBlock(nn.Module):
             projections=projections,
             short_conv=short_conv,
         )
-        self.norm2 = nn.LayerNorm(e)
-        self.mlp = FeedForward(d_model=e, d_ff=sizes.d_ff, dropout=sizes.dropout)
+        self.norm2, self.mlp = _feed_forward(sizes)
         self.dropout = nn.Dropout(sizes.dropout)
 
     def forward(
@@ -118,12 +126,16 @@ class EncoderBlock(nn.Module):
         qk = _with_pos(h, pos)
         mixed = self.attn(qk, qk, h, causal=causal, key_padding_mask=key_padding_mask, grid=grid)
         x = x + self.dropout(mixed)
+        if self.mlp is None or self.norm2 is None:
+            return x
         return x + self.dropout(self.mlp(self.norm2(x)))
 
     def step(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
         """One causal position ``(B, 1, E)``; equals ``forward(causal=True)`` at that position."""
         h, state = self.attn.step(self.norm1(x), state)
         x = x + h
+        if self.mlp is None or self.norm2 is None:
+            return x, state
         return x + self.mlp(self.norm2(x)), state
 
 
@@ -158,8 +170,7 @@ class DecoderBlock(nn.Module):
         self.cross_attn = MultiHeadAttention(
             d_model=e, num_heads=h, attention=cross_attention, projections=cross_projections
         )
-        self.norm3 = nn.LayerNorm(e)
-        self.mlp = FeedForward(d_model=e, d_ff=sizes.d_ff, dropout=sizes.dropout)
+        self.norm3, self.mlp = _feed_forward(sizes)
         self.dropout = nn.Dropout(sizes.dropout)
 
     def forward(
@@ -178,6 +189,8 @@ class DecoderBlock(nn.Module):
         x = x + self.dropout(
             self.cross_attn(_with_pos(h, query_pos), _with_pos(memory, pos), memory)
         )
+        if self.mlp is None or self.norm3 is None:
+            return x
         return x + self.dropout(self.mlp(self.norm3(x)))
 
 

@@ -73,7 +73,7 @@ def test_a_model_is_sized_by_its_spec():
     [
         (SequenceSpec, "d_model", -4, "net.d_model must be >= 1, got -4"),
         (SequenceSpec, "num_layers", 0, "net.num_layers must be >= 1, got 0"),
-        (TransformerSpec, "d_ff", 0, "net.d_ff must be >= 1, got 0"),
+        (TransformerSpec, "d_ff", -1, "net.d_ff must be >= 0, got -1"),
         (SequenceSpec, "max_len", 0, "net.max_len must be >= 1, got 0"),
         (PixelSpec, "num_mixtures", 0, "net.num_mixtures must be >= 1, got 0"),
         (VitSpec, "patch_size", 0, "net.patch_size must be >= 1, got 0"),
@@ -95,6 +95,8 @@ def test_bad_sizes_are_refused_by_the_spec(spec_type, field, value, expected):
 
 
 def test_zero_encoder_layers_and_no_hidden_layers_stay_allowed():
-    # DETR's "no encoder" ablation; an MLP without hidden layers is a linear classifier.
+    # DETR's "no encoder" ablation; blocks without an MLP (Zoology's MQAR models); an MLP without
+    # hidden layers is a linear classifier.
     assert DetrSpec(num_encoder_layers=0).num_encoder_layers == 0
+    assert SequenceSpec(d_ff=0).d_ff == DetrSpec(d_ff=0).d_ff == 0
     assert MLPSpec(hidden_sizes=()).hidden_sizes == ()

@@ -49,6 +49,23 @@ def test_encoder_padding_mask_ignores_padded_tokens():
     )
 
 
+
+@pytest.mark.parametrize(("name", "options"), _recurrent_cases()[:2])
+def test_attention_only_blocks_have_no_mlp_and_step_as_they_run(name, options):
+    torch.manual_seed(0)
+    sizes = BlockSizes(d_model=E, num_heads=H, d_ff=0)
+    enc = TransformerEncoder(sizes, num_layers=2, attention={"name": name, **options}).double()
+    block = enc.layers[0]
+    assert block.mlp is None and block.norm2 is None
+    assert not any("mlp" in n or "norm2" in n for n, _ in enc.named_parameters())
+    x = torch.randn(B, L, E, dtype=torch.float64)
+    mixed = block.attn(block.norm1(x), block.norm1(x), block.norm1(x), causal=True)
+    torch.testing.assert_close(block(x, causal=True), x + mixed)  # the attention's residual only
+    assert len(_assert_steps_equal_causal_forward(enc.eval())) == 2
+    decoder = DecoderBlock(sizes, attention={"name": "softmax"}, cross_attention={"name": name})
+    assert decoder.mlp is None and decoder.norm3 is None
+    assert decoder(x.float(), torch.randn(B, S, E)).shape == (B, L, E)
+
 def _record_inputs(mha: MultiHeadAttention, seen: dict, site: str) -> None:
     mha.register_forward_hook(lambda mod, args, out: seen.update({site: args, site + "_out": out}))
 

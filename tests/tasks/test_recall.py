@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from torch import Tensor, nn
 
 from attn_lightning.data.recall import RecallSizes, multiquery_ar
@@ -40,7 +41,9 @@ def test_every_overlay_trains_from_its_yaml(config, tmp_path):
     for name in ("query_acc", "example_acc"):
         assert 0.0 <= float(metrics[f"test/{name}"]) <= 1.0
     assert {f"test/query_acc_d{lo}-{hi}" for lo, hi in distance_bins(64)} <= set(metrics)
-    assert cli.model.vocab_size == cli.datamodule.vocab_size == 512  # linked from the data
+    data = (yaml.safe_load(config.read_text()).get("data") or {}).get("init_args") or {}
+    vocab = data.get("vocab_size", 512)  # base.yaml's unless the overlay sets it (zoology.yaml)
+    assert cli.model.vocab_size == cli.datamodule.vocab_size == vocab  # linked from the data
 
 
 # ---------------------------------------------------------------------------- a hand-set solution
