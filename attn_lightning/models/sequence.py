@@ -29,6 +29,10 @@ class SequenceTransformer(nn.Module):
         max_len: longest sequence (size of the positional table).
         attention: backend dict, e.g. ``{"name": "linear"}``.
         num_outputs: size of the output head (default ``vocab_size``).
+        tie_embeddings: the head's weight is the embedding table (and it has no bias).
+
+    Raises:
+        ValueError: ``tie_embeddings`` with ``num_outputs`` other than ``vocab_size``.
     """
 
     def __init__(
@@ -39,8 +43,15 @@ class SequenceTransformer(nn.Module):
         max_len: int,
         attention: Mapping[str, Any],
         num_outputs: int | None = None,
+        tie_embeddings: bool = False,
     ) -> None:
         super().__init__()
+        outputs = num_outputs or vocab_size
+        if tie_embeddings and outputs != vocab_size:
+            raise ValueError(
+                f"net.tie_embeddings needs as many outputs as input tokens (the head is the "
+                f"embedding table), got {outputs} outputs and vocab_size={vocab_size}"
+            )
         self.max_len = max_len
         self.embed = nn.Embedding(vocab_size, spec.d_model)
         self.positional = build_positional_encoding(spec.positional, spec.d_model, max_len=max_len)
@@ -52,7 +63,9 @@ class SequenceTransformer(nn.Module):
             projections=spec.projections,
             short_conv=spec.short_conv,
         )
-        self.head = nn.Linear(spec.d_model, num_outputs or vocab_size)
+        self.head = nn.Linear(spec.d_model, outputs, bias=not tie_embeddings)
+        if tie_embeddings:
+            self.head.weight = self.embed.weight
 
     @property
     def supports_recurrence(self) -> bool:

@@ -101,14 +101,17 @@ class TransformerSpec(BlockSizes):
 
 @dataclass(frozen=True)
 class SequenceSpec(TransformerSpec):
-    """A token transformer (``models.sequence.SequenceTransformer``) for reversal.
+    """A token transformer (``models.sequence.SequenceTransformer``) for reversal and recall.
 
     Attributes:
         max_len: the longest input it can take (its positional table); longer than the data's
             sequences to evaluate on longer ones.
+        tie_embeddings: the output head is the token embedding table (no bias), as GPT-2's and
+            Zoology's language models; needs as many outputs as input tokens.
     """
 
     max_len: int = 1024
+    tie_embeddings: bool = False
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,11 @@ class AssociativeRecallTask(AttentionTask):
         self.vocab_size = vocab_size
         self.attention_config = resolve_attention(attention, attention_override)
         self.net = SequenceTransformer(
-            spec, vocab_size=vocab_size, max_len=spec.max_len, attention=self.attention_config
+            spec,
+            vocab_size=vocab_size,
+            max_len=spec.max_len,
+            attention=self.attention_config,
+            tie_embeddings=spec.tie_embeddings,
         )
         require_causal(self.net, why="associative recall (a causal language model) needs")
         self.metrics = split_means(METRICS)

@@ -142,6 +142,7 @@ class SequenceReversalTask(AttentionTask):
             num_outputs=num_symbols,  # SEP is never a target
             max_len=spec.max_len,
             attention=self.attention_config,
+            tie_embeddings=spec.tie_embeddings,  # refused: SEP is an input but not an output
         )
         if mode == "decoder":
             require_causal(

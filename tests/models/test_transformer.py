@@ -49,7 +49,6 @@ def test_encoder_padding_mask_ignores_padded_tokens():
     )
 
 
-
 @pytest.mark.parametrize(("name", "options"), _recurrent_cases()[:2])
 def test_attention_only_blocks_have_no_mlp_and_step_as_they_run(name, options):
     torch.manual_seed(0)
@@ -65,6 +64,7 @@ def test_attention_only_blocks_have_no_mlp_and_step_as_they_run(name, options):
     decoder = DecoderBlock(sizes, attention={"name": "softmax"}, cross_attention={"name": name})
     assert decoder.mlp is None and decoder.norm3 is None
     assert decoder(x.float(), torch.randn(B, S, E)).shape == (B, L, E)
+
 
 def _record_inputs(mha: MultiHeadAttention, seen: dict, site: str) -> None:
     mha.register_forward_hook(lambda mod, args, out: seen.update({site: args, site + "_out": out}))

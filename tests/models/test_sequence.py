@@ -1,0 +1,57 @@
+"""SequenceTransformer's tied head: one table for embedding and head, in training, in a state
+dict and in decoding; refused where outputs are not the input tokens (and by the tasks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_lightning.models.sequence import SequenceTransformer
+from attn_lightning.models.specs import SequenceSpec
+from attn_lightning.tasks import AssociativeRecallTask, SequenceReversalTask
+
+SPEC = SequenceSpec(d_model=16, num_heads=2, num_layers=2, d_ff=0, tie_embeddings=True)
+
+
+def test_the_head_is_the_embedding_table():
+    net = SequenceTransformer(
+        SPEC, vocab_size=11, max_len=8, attention={"name": "linear"}, tie_embeddings=True
+    )
+    assert net.head.weight is net.embed.weight and net.head.bias is None
+    tokens = torch.randint(11, (3, 8))
+    hidden = net.encoder(net.positional(net.embed(tokens)), causal=True)
+    torch.testing.assert_close(net(tokens, causal=True), hidden @ net.embed.weight.T)
+    net(tokens, causal=True).sum().backward()  # one gradient: the embedding's and the head's
+    assert net.embed.weight.grad is not None and net.head.weight.grad is net.embed.weight.grad
+    ids = {id(p) for p in net.parameters()}
+    assert len(ids) == len(list(net.parameters()))  # counted once: the optimiser steps it once
+
+
+def test_a_state_dict_loads_into_a_tied_model_and_decoding_matches():
+    source = SequenceTransformer(
+        SPEC, vocab_size=11, max_len=8, attention={"name": "linear"}, tie_embeddings=True
+    )
+    target = SequenceTransformer(
+        SPEC, vocab_size=11, max_len=8, attention={"name": "linear"}, tie_embeddings=True
+    )
+    target.load_state_dict(source.state_dict())
+    assert target.head.weight is target.embed.weight
+    torch.testing.assert_close(target.embed.weight, source.embed.weight)
+    tokens = torch.randint(11, (2, 5))
+    target.eval()
+    full, state = target(tokens, causal=True), None
+    for t in range(5):
+        logits, state = target.step(tokens[:, t], state)
+        torch.testing.assert_close(logits, full[:, t], atol=1e-5, rtol=1e-4)
+
+
+def test_tying_needs_as_many_outputs_as_tokens():
+    with pytest.raises(ValueError, match="got 10 outputs and vocab_size=11"):
+        SequenceTransformer(
+            SPEC, vocab_size=11, num_outputs=10, max_len=8, attention={"name": "softmax"},
+            tie_embeddings=True,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="tie_embeddings needs as many outputs"):
+        SequenceReversalTask(net=SPEC, num_symbols=10, attention={"name": "softmax"})
+    task = AssociativeRecallTask(net=SPEC, vocab_size=32, attention={"name": "softmax"})
+    assert task.net.head.weight is task.net.embed.weight
