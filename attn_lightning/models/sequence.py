@@ -7,14 +7,15 @@ backends' recurrent forms; ``attn_lightning.models.decoding`` drives it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor, nn
 
 from attn_lightning.models.positional import build_positional_encoding
 from attn_lightning.models.specs import TransformerSpec
-from attn_lightning.models.transformer import LayerState, TransformerEncoder
+from attn_lightning.models.transformer import EncoderBlock, LayerState, TransformerEncoder
 
 # (number of positions already consumed, one backend state per layer)
 DecodeState = tuple[int, LayerState | None]
@@ -30,6 +31,7 @@ class SequenceTransformer(nn.Module):
         attention: backend dict, e.g. ``{"name": "linear"}``.
         num_outputs: size of the output head (default ``vocab_size``).
         tie_embeddings: the head's weight is the embedding table (and it has no bias).
+        init: ``pytorch`` (each module's own) or ``gpt2`` (``gpt2_init``).
 
     Raises:
         ValueError: ``tie_embeddings`` with ``num_outputs`` other than ``vocab_size``.
@@ -44,6 +46,7 @@ class SequenceTransformer(nn.Module):
         attention: Mapping[str, Any],
         num_outputs: int | None = None,
         tie_embeddings: bool = False,
+        init: str = "pytorch",
     ) -> None:
         super().__init__()
         outputs = num_outputs or vocab_size
@@ -66,6 +69,10 @@ class SequenceTransformer(nn.Module):
         self.head = nn.Linear(spec.d_model, outputs, bias=not tie_embeddings)
         if tie_embeddings:
             self.head.weight = self.embed.weight
+        if init == "gpt2":
+            gpt2_init(self, num_layers=spec.num_layers)
+        elif init != "pytorch":
+            raise ValueError(f"init must be one of pytorch, gpt2, got {init!r}")
 
     @property
     def supports_recurrence(self) -> bool:
@@ -103,4 +110,25 @@ class SequenceTransformer(nn.Module):
         return self.head(x[:, 0]), (position + 1, layer_state)
 
 
-__all__ = ["DecodeState", "SequenceTransformer"]
+def gpt2_init(model: SequenceTransformer, *, num_layers: int, std: float = 0.02) -> None:
+    """GPT-2's initialisation, as Zoology's ``_init_weights``: every ``nn.Linear`` and
+    ``nn.Embedding`` weight (a backend's own projections too) ~ N(0, std²), biases 0, and the
+    weights that end a residual branch — attention's output projection, the MLP's second layer —
+    ~ N(0, std² / (2 · num_layers)), so the residual stream's variance does not grow with depth.
+    Norms, positions (learned ones start at N(0, 0.02²) already) and convolutions keep theirs."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+            bias = getattr(module, "bias", None)
+            if bias is not None:
+                nn.init.zeros_(bias)
+    scaled = std / math.sqrt(2 * num_layers)
+    for block in model.encoder.layers:
+        attn = cast(EncoderBlock, block)
+        if attn.attn.out_proj is not None:
+            nn.init.normal_(attn.attn.out_proj.weight, std=scaled)
+        if attn.mlp is not None:
+            nn.init.normal_(cast(nn.Linear, attn.mlp[-1]).weight, std=scaled)
+
+
+__all__ = ["DecodeState", "SequenceTransformer", "gpt2_init"]

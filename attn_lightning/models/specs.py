@@ -32,6 +32,7 @@ from attn_lightning.models.transformer import BlockSizes
 # The smallest value of each integer size, wherever a spec has it. 0 layers is allowed only where
 # it is a known ablation (DETR without an encoder; d_ff 0, blocks without an MLP); a model needs
 # at least one attention block.
+INITS = ("pytorch", "gpt2")  # SequenceSpec.init
 MINIMUM: dict[str, int] = {
     "d_model": 1,
     "num_heads": 1,
@@ -108,10 +109,18 @@ class SequenceSpec(TransformerSpec):
             sequences to evaluate on longer ones.
         tie_embeddings: the output head is the token embedding table (no bias), as GPT-2's and
             Zoology's language models; needs as many outputs as input tokens.
+        init: ``pytorch`` (each module's own) or ``gpt2`` (``models.sequence.gpt2_init``:
+            GPT-2's and Zoology's N(0, 0.02), residual outputs scaled by 1/sqrt(2 · layers)).
     """
 
     max_len: int = 1024
     tie_embeddings: bool = False
+    init: str = "pytorch"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.init not in INITS:
+            raise ValueError(f"net.init must be one of {', '.join(INITS)}, got {self.init!r}")
 
 
 @dataclass(frozen=True)

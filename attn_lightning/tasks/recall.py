@@ -105,6 +105,7 @@ class AssociativeRecallTask(AttentionTask):
             max_len=spec.max_len,
             attention=self.attention_config,
             tie_embeddings=spec.tie_embeddings,
+            init=spec.init,
         )
         require_causal(self.net, why="associative recall (a causal language model) needs")
         self.metrics = split_means(METRICS)

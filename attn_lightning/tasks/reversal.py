@@ -143,6 +143,7 @@ class SequenceReversalTask(AttentionTask):
             max_len=spec.max_len,
             attention=self.attention_config,
             tie_embeddings=spec.tie_embeddings,  # refused: SEP is an input but not an output
+            init=spec.init,
         )
         if mode == "decoder":
             require_causal(

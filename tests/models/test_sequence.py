@@ -55,3 +55,39 @@ def test_tying_needs_as_many_outputs_as_tokens():
         SequenceReversalTask(net=SPEC, num_symbols=10, attention={"name": "softmax"})
     task = AssociativeRecallTask(net=SPEC, vocab_size=32, attention={"name": "softmax"})
     assert task.net.head.weight is task.net.embed.weight
+
+
+def test_gpt2_init_draws_every_weight_at_0_02_and_residual_outputs_smaller():
+    torch.manual_seed(0)
+    spec = SequenceSpec(d_model=64, num_heads=2, num_layers=2, d_ff=128, init="gpt2")
+    net = SequenceTransformer(
+        spec, vocab_size=512, max_len=64, attention={"name": "linear"}, init="gpt2"
+    )
+    block = net.encoder.layers[0]
+    ends = [block.attn.out_proj.weight, block.mlp[-1].weight]
+    for weight in (
+        net.embed.weight,
+        net.head.weight,
+        block.attn.q_proj.weight,
+        block.mlp[0].weight,
+    ):
+        assert abs(weight.std().item() - 0.02) < 0.002
+    for weight in ends:  # 0.02 / sqrt(2 · 2 layers)
+        assert abs(weight.std().item() - 0.01) < 0.001
+    assert all(float(b.abs().max()) == 0 for b in (block.attn.q_proj.bias, net.head.bias))
+    assert float(block.norm1.weight.min()) == 1.0  # norms keep theirs
+    default = SequenceTransformer(spec, vocab_size=512, max_len=64, attention={"name": "linear"})
+    assert (
+        default.embed.weight.std() > 0.5
+    )  # PyTorch's N(0, 1) embedding: the option is what moved it
+
+
+def test_init_is_checked_by_name():
+    with pytest.raises(ValueError, match=r"net.init must be one of pytorch, gpt2, got 'xavier'"):
+        SequenceSpec(init="xavier")
+    task = AssociativeRecallTask(
+        net=SequenceSpec(d_model=16, num_heads=2, d_ff=0, init="gpt2", tie_embeddings=True),
+        vocab_size=32,
+        attention={"name": "softmax"},
+    )
+    assert abs(task.net.embed.weight.std().item() - 0.02) < 0.005
