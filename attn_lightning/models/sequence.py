@@ -14,7 +14,7 @@ from typing import Any, cast
 from torch import Tensor, nn
 
 from attn_lightning.models.positional import build_positional_encoding
-from attn_lightning.models.specs import TransformerSpec
+from attn_lightning.models.specs import INITS, TransformerSpec
 from attn_lightning.models.transformer import EncoderBlock, LayerState, TransformerEncoder
 
 # (number of positions already consumed, one backend state per layer)
@@ -34,7 +34,8 @@ class SequenceTransformer(nn.Module):
         init: ``pytorch`` (each module's own) or ``gpt2`` (``gpt2_init``).
 
     Raises:
-        ValueError: ``tie_embeddings`` with ``num_outputs`` other than ``vocab_size``.
+        ValueError: ``tie_embeddings`` with ``num_outputs`` other than ``vocab_size``; an
+            unknown ``init``.
     """
 
     def __init__(
@@ -69,10 +70,10 @@ class SequenceTransformer(nn.Module):
         self.head = nn.Linear(spec.d_model, outputs, bias=not tie_embeddings)
         if tie_embeddings:
             self.head.weight = self.embed.weight
+        if init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
         if init == "gpt2":
-            gpt2_init(self, num_layers=spec.num_layers)
-        elif init != "pytorch":
-            raise ValueError(f"init must be one of pytorch, gpt2, got {init!r}")
+            gpt2_init(self)
 
     @property
     def supports_recurrence(self) -> bool:
@@ -110,11 +111,11 @@ class SequenceTransformer(nn.Module):
         return self.head(x[:, 0]), (position + 1, layer_state)
 
 
-def gpt2_init(model: SequenceTransformer, *, num_layers: int, std: float = 0.02) -> None:
+def gpt2_init(model: SequenceTransformer, *, std: float = 0.02) -> None:
     """GPT-2's initialisation, as Zoology's ``_init_weights``: every ``nn.Linear`` and
     ``nn.Embedding`` weight (a backend's own projections too) ~ N(0, std²), biases 0, and the
     weights that end a residual branch — attention's output projection, the MLP's second layer —
-    ~ N(0, std² / (2 · num_layers)), so the residual stream's variance does not grow with depth.
+    ~ N(0, std² / (2 · layers)), so the residual stream's variance does not grow with depth.
     Norms, positions (learned ones start at N(0, 0.02²) already) and convolutions keep theirs."""
     for module in model.modules():
         if isinstance(module, nn.Linear | nn.Embedding):
@@ -122,7 +123,7 @@ def gpt2_init(model: SequenceTransformer, *, num_layers: int, std: float = 0.02)
             bias = getattr(module, "bias", None)
             if bias is not None:
                 nn.init.zeros_(bias)
-    scaled = std / math.sqrt(2 * num_layers)
+    scaled = std / math.sqrt(2 * len(model.encoder.layers))
     for block in model.encoder.layers:
         attn = cast(EncoderBlock, block)
         if attn.attn.out_proj is not None:

@@ -85,6 +85,10 @@ def test_gpt2_init_draws_every_weight_at_0_02_and_residual_outputs_smaller():
 def test_init_is_checked_by_name():
     with pytest.raises(ValueError, match=r"net.init must be one of pytorch, gpt2, got 'xavier'"):
         SequenceSpec(init="xavier")
+    with pytest.raises(ValueError, match=r"init must be one of pytorch, gpt2, got 'xavier'"):
+        SequenceTransformer(
+            SPEC, vocab_size=11, max_len=8, attention={"name": "softmax"}, init="xavier"
+        )
     task = AssociativeRecallTask(
         net=SequenceSpec(d_model=16, num_heads=2, d_ff=0, init="gpt2", tie_embeddings=True),
         vocab_size=32,
