@@ -11,6 +11,11 @@ itself when causal. Self-attention only (the band is over token indices). Long s
 blocks of max(w, 64) tokens against their neighbours' keys (``ops/local_window.py``, O(N·b·D));
 short ones through SDPA with the band as a mask. ``step`` keeps the last w - 1 keys and values
 only, a decode state of (w - 1)·(D + Dv) floats per head, whatever the context.
+
+``dropout=p``: in training, each attention weight is zeroed with probability p and the rest
+scaled by 1/(1 - p) after the softmax (the weights a query gives no longer sum to 1; they do in
+expectation), as Zoology's and the Transformer's attention dropout. In eval mode it does nothing,
+so evaluation, ``step`` decoding and checkpoints are those of ``p = 0``.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class SoftmaxAttention(Attention):
         cache_size: tokens the KV cache's first buffer holds (None: ``kv_cache.DEFAULT_CAPACITY``);
             set it to the decoding length when known to avoid regrowing. A hint: it grows past.
         window: w, the sliding window (module docstring); None: every key.
+        dropout: p, the chance each attention weight is dropped in training (module docstring).
     """
 
     name = "softmax"
@@ -57,6 +63,7 @@ class SoftmaxAttention(Attention):
         scale: float | None = None,
         cache_size: int | None = None,
         window: int | None = None,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__(head_dim=head_dim)
         if scale is not None and not scale > 0:
@@ -72,12 +79,27 @@ class SoftmaxAttention(Attention):
         # A window is over token indices: a query's keys are set by where it lies.
         self.positional = self.window is not None
         self.supports_cross_attention = self.window is None
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not 0 <= dropout < 1
+        ):
+            what = "the chance an attention weight is dropped in training"
+            raise ValueError(f"dropout must be a number in [0, 1) ({what}), got {dropout!r}")
+        self.dropout = float(dropout)
+
+    @property
+    def dropout_p(self) -> float:
+        """The dropout probability in effect now: ``dropout`` in training, 0 in eval mode."""
+        return self.dropout if self.training else 0.0
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
         if key_padding_mask is None and self.window is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
+            return F.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, scale=self.scale, dropout_p=self.dropout_p
+            )
         if self.window is not None and local_window.uses_blocks(q.shape[2], self.window, causal):
             acc = accumulation_dtype(torch.promote_types(q.dtype, v.dtype))  # softmax in float32
             with torch.autocast(device_type=q.device.type, enabled=False):
@@ -89,6 +111,7 @@ class SoftmaxAttention(Attention):
                     causal=causal,
                     key_padding_mask=key_padding_mask,
                     scale=self.scale,
+                    dropout=self.dropout_p,
                 )
             return out.to(v.dtype)
         allowed = _allowed_keys(
@@ -104,7 +127,9 @@ class SoftmaxAttention(Attention):
         # A query with no visible key would give NaN (softmax of all -inf): let it see everything,
         # then zero its output, so neither the output nor any gradient is NaN.
         empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, L, 1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | empty, scale=self.scale)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed | empty, scale=self.scale, dropout_p=self.dropout_p
+        )
         return out.masked_fill(empty, 0.0)
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
@@ -112,7 +137,9 @@ class SoftmaxAttention(Attention):
             return self._window_step(q, k, v, state)
         state = kv_cache.append(state, k, v, capacity=self.cache_size)
         # No mask: the cache holds only this token and the past. (B, H, 1, T + 1) scores.
-        out = F.scaled_dot_product_attention(q, state[0], state[1], scale=self.scale)
+        out = F.scaled_dot_product_attention(
+            q, state[0], state[1], scale=self.scale, dropout_p=self.dropout_p
+        )
         return out, state
 
     def _window_step(
@@ -123,7 +150,9 @@ class SoftmaxAttention(Attention):
         assert self.window is not None
         keys = k if state is None else torch.cat([state[0], k], dim=2)
         values = v if state is None else torch.cat([state[1], v], dim=2)
-        out = F.scaled_dot_product_attention(q, keys, values, scale=self.scale)
+        out = F.scaled_dot_product_attention(
+            q, keys, values, scale=self.scale, dropout_p=self.dropout_p
+        )
         kept = keys.shape[2] - min(keys.shape[2], self.window - 1)
         return out, (keys[:, :, kept:], values[:, :, kept:])
 
@@ -137,7 +166,8 @@ class SoftmaxAttention(Attention):
     def extra_repr(self) -> str:
         cache = "" if self.cache_size is None else f", cache_size={self.cache_size}"
         window = "" if self.window is None else f", window={self.window}"
-        return f"head_dim={self.head_dim}, scale={self.scale:.4g}{cache}{window}"
+        dropout = f", dropout={self.dropout:g}" if self.dropout else ""
+        return f"head_dim={self.head_dim}, scale={self.scale:.4g}{cache}{window}{dropout}"
 
 
 def _allowed_keys(

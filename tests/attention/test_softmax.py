@@ -171,3 +171,62 @@ def test_naive_references_give_zeros_for_a_query_that_sees_no_key():
     for naive in (naive_softmax, naive_mean):
         out = naive(q, k, v, key_padding_mask=mask)
         assert torch.isfinite(out).all() and (out[1] == 0).all()
+
+
+# Attention dropout: with v = I (S values of size S) the output is the dropped weight matrix itself,
+# so every path (SDPA, masked SDPA, the window's band and its blocks) is checked entry by entry.
+DROPOUT_PATHS = {
+    "plain": dict(n=9, causal=False, masked=False, window=None),
+    "causal": dict(n=9, causal=True, masked=False, window=None),
+    "masked": dict(n=9, causal=False, masked=True, window=None),
+    "window band": dict(n=9, causal=True, masked=True, window=3),
+    "window blocks": dict(n=140, causal=True, masked=True, window=5),  # 2·64 < 140: by blocks
+}
+
+
+@pytest.mark.parametrize("path", DROPOUT_PATHS)
+def test_attention_dropout_zeroes_weights_scales_the_rest_and_matches_the_reference(path):
+    n, causal, masked, window = (
+        DROPOUT_PATHS[path][key] for key in ("n", "causal", "masked", "window")
+    )
+    p = 0.3
+    q, k, _ = make_inputs(n, n)
+    v = torch.randn(2, 3, n, n, dtype=torch.float64, requires_grad=True)
+    mask = None
+    if masked:
+        mask = torch.ones(2, n, dtype=torch.bool)
+        mask[0, 2] = mask[1, n // 2 :] = False
+    options = dict(causal=causal, key_padding_mask=mask)
+    attn = build_attention("softmax", head_dim=8, window=window, dropout=p).train()
+    eye = torch.eye(n, dtype=torch.float64).expand(2, 3, n, n)
+    weights = naive_softmax(q, k, eye, window=window, **options).detach()
+    torch.manual_seed(7)
+    dropped = attn(q, k, eye, **options).detach()
+    keep = dropped != 0
+    torch.testing.assert_close(dropped[keep], weights[keep] / (1 - p))
+    assert not keep[weights == 0].any()  # a masked, future or out-of-window key stays out
+    kept = keep[weights > 0].double().mean().item()
+    assert abs(kept - (1 - p)) < (0.05 if n > 100 else 0.12), kept
+    # The same draw on other values: outputs and gradients are the reference's with that mask.
+    torch.manual_seed(7)
+    out = attn(q, k, v, **options)
+    ref = naive_softmax(q, k, v, window=window, keep=keep, dropout=p, **options)
+    assert_same_with_gradients(out, ref, (q, k, v))
+
+
+@torch.no_grad()
+def test_attention_dropout_is_off_in_eval_mode_and_in_decoding():
+    q, k, v = make_inputs(9, 9)
+    for window in (None, 3):
+        attn = build_attention("softmax", head_dim=8, window=window, dropout=0.5).eval()
+        ref = naive_softmax(q, k, v, causal=True, window=window)
+        torch.testing.assert_close(attn(q, k, v, causal=True), ref)
+        torch.testing.assert_close(step_all(attn, q, k, v)[0], ref)
+        assert attn.train().dropout_p == 0.5 and attn.eval().dropout_p == 0.0
+    assert "dropout=0.5" in repr(attn)
+
+
+def test_bad_attention_dropout_is_named():
+    for bad in (-0.1, 1, 1.0, True, "0.1"):
+        with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\) \(the chance"):
+            build_attention("softmax", head_dim=8, dropout=bad)

@@ -23,9 +23,13 @@ def naive_softmax(
     key_padding_mask: Tensor | None = None,
     scale: float | None = None,
     window: int | None = None,
+    keep: Tensor | None = None,
+    dropout: float = 0.0,
 ) -> Tensor:
     """``softmax(q kᵀ · scale) v`` over the visible keys, and with a ``window`` w only those with
-    ``|i - j| < w``; scale None means 1/√D."""
+    ``|i - j| < w``; scale None means 1/√D. ``keep``: a (B, H, L, S) bool of the weights that
+    survive attention dropout of probability ``dropout`` (the others are 0, these scaled by
+    1/(1 - dropout))."""
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     logits = q @ k.transpose(-1, -2)  # (B, H, L, S)
     logits = logits / math.sqrt(q.shape[-1]) if scale is None else logits * scale
@@ -35,6 +39,8 @@ def naive_softmax(
         allowed = allowed & ((i - j).abs() < window).to(q.device)
     weights = logits.masked_fill(~allowed, -math.inf).softmax(dim=-1)
     weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)  # no key: 0, not NaN
+    if keep is not None:
+        weights = weights.masked_fill(~keep.to(weights.device), 0.0) / (1.0 - dropout)
     return weights @ v
 
 

@@ -50,8 +50,10 @@ def local_window_attention(
     causal: bool,
     key_padding_mask: Tensor | None,
     scale: float,
+    dropout: float = 0.0,
 ) -> Tensor:
-    """``softmax`` over the keys with ``|i - j| < window`` (module docstring), by blocks."""
+    """``softmax`` over the keys with ``|i - j| < window`` (module docstring), by blocks; with
+    ``dropout`` p each weight is then zeroed with probability p and the rest scaled by 1/(1-p)."""
     n = q.shape[2]
     size = block_size(window)
     blocks = math.ceil(n / size)
@@ -75,5 +77,7 @@ def local_window_attention(
         allowed = allowed & near[:, :, :, None, :]
     empty = ~allowed.any(dim=-1, keepdim=True)
     weights = scores.masked_fill(~(allowed | empty), -math.inf).softmax(dim=-1)
+    if dropout:
+        weights = F.dropout(weights, dropout)
     out = (weights @ vb).masked_fill(empty, 0.0)  # (B, H, n, b, Dv)
     return out.flatten(2, 3)[:, :, :n]
