@@ -32,6 +32,7 @@ class SequenceTransformer(nn.Module):
         num_outputs: size of the output head (default ``vocab_size``).
         tie_embeddings: the head's weight is the embedding table (and it has no bias).
         init: ``pytorch`` (each module's own) or ``gpt2`` (``gpt2_init``).
+        embed_dropout: dropout on the embeddings (token + position); None: ``spec.dropout``.
 
     Raises:
         ValueError: ``tie_embeddings`` with ``num_outputs`` other than ``vocab_size``; an
@@ -48,6 +49,7 @@ class SequenceTransformer(nn.Module):
         num_outputs: int | None = None,
         tie_embeddings: bool = False,
         init: str = "pytorch",
+        embed_dropout: float | None = None,
     ) -> None:
         super().__init__()
         outputs = num_outputs or vocab_size
@@ -59,7 +61,7 @@ class SequenceTransformer(nn.Module):
         self.max_len = max_len
         self.embed = nn.Embedding(vocab_size, spec.d_model)
         self.positional = build_positional_encoding(spec.positional, spec.d_model, max_len=max_len)
-        self.dropout = nn.Dropout(spec.dropout)
+        self.dropout = nn.Dropout(spec.dropout if embed_dropout is None else embed_dropout)
         self.encoder = TransformerEncoder(
             spec,
             num_layers=spec.num_layers,

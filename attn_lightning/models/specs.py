@@ -51,7 +51,7 @@ MINIMUM: dict[str, int] = {
 
 
 def check_sizes(spec: Any) -> None:
-    """Refuse a spec whose sizes cannot build a model (``MINIMUM``, ``0 <= dropout < 1``,
+    """Refuse a spec whose sizes cannot build a model (``MINIMUM``, dropouts in [0, 1),
     ``d_model`` a multiple of ``num_heads``, hidden widths >= 1).
 
     Raises:
@@ -64,9 +64,10 @@ def check_sizes(spec: Any) -> None:
         is_int = isinstance(value, int) and not isinstance(value, bool)
         if low is not None and is_int and value < low:
             raise ValueError(f"net.{name} must be >= {low}, got {value}")
-    dropout = values.get("dropout")
-    if isinstance(dropout, int | float) and not 0 <= dropout < 1:
-        raise ValueError(f"net.dropout must be in [0, 1), got {dropout}")
+    for name in ("dropout", "embed_dropout"):
+        dropout = values.get(name)
+        if isinstance(dropout, int | float) and not 0 <= dropout < 1:
+            raise ValueError(f"net.{name} must be in [0, 1), got {dropout}")
     d_model, heads = values.get("d_model"), values.get("num_heads")
     if isinstance(d_model, int) and isinstance(heads, int) and d_model % heads:
         raise ValueError(
@@ -111,11 +112,15 @@ class SequenceSpec(TransformerSpec):
             Zoology's language models; needs as many outputs as input tokens.
         init: ``pytorch`` (each module's own) or ``gpt2`` (``models.sequence.gpt2_init``:
             GPT-2's and Zoology's N(0, 0.02), residual outputs scaled by 1/sqrt(2 · layers)).
+        embed_dropout: dropout on the token + position embeddings; None: ``dropout`` (which
+            also drops each residual branch). Zoology's models drop the embeddings only
+            (``dropout: 0``, ``embed_dropout: 0.1``).
     """
 
     max_len: int = 1024
     tie_embeddings: bool = False
     init: str = "pytorch"
+    embed_dropout: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

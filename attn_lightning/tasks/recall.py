@@ -106,6 +106,7 @@ class AssociativeRecallTask(AttentionTask):
             attention=self.attention_config,
             tie_embeddings=spec.tie_embeddings,
             init=spec.init,
+            embed_dropout=spec.embed_dropout,
         )
         require_causal(self.net, why="associative recall (a causal language model) needs")
         self.metrics = split_means(METRICS)

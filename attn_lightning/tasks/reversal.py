@@ -144,6 +144,7 @@ class SequenceReversalTask(AttentionTask):
             attention=self.attention_config,
             tie_embeddings=spec.tie_embeddings,  # refused: SEP is an input but not an output
             init=spec.init,
+            embed_dropout=spec.embed_dropout,
         )
         if mode == "decoder":
             require_causal(

@@ -95,3 +95,27 @@ def test_init_is_checked_by_name():
         attention={"name": "softmax"},
     )
     assert abs(task.net.embed.weight.std().item() - 0.02) < 0.005
+
+
+@pytest.mark.parametrize("embed_dropout", [None, 0.0, 0.5])
+def test_embed_dropout_drops_the_embeddings_only(embed_dropout):
+    spec = SequenceSpec(d_model=16, num_heads=2, d_ff=32, dropout=0.2, embed_dropout=embed_dropout)
+    task = AssociativeRecallTask(net=spec, vocab_size=32, attention={"name": "softmax"})
+    modules = [m for m in task.net.modules() if isinstance(m, torch.nn.Dropout)]
+    embedding = task.net.dropout
+    assert embedding.p == (0.2 if embed_dropout is None else embed_dropout)
+    assert all(m.p == 0.2 for m in modules if m is not embedding)  # residual branches, MLP
+    # In training the embeddings reaching the first block are dropped at rate p, scaled by 1/(1-p).
+    tokens = torch.randint(32, (64, 16))
+    seen = []
+    task.net.encoder.layers[0].register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    task.net.train()(tokens, causal=True)
+    clean = task.net.positional(task.net.embed(tokens))
+    kept = seen[0] != 0
+    torch.testing.assert_close(seen[0][kept], clean[kept] / (1 - embedding.p))
+    assert abs(kept.double().mean().item() - (1 - embedding.p)) < 0.03
+
+
+def test_a_bad_embed_dropout_is_named():
+    with pytest.raises(ValueError, match=r"net.embed_dropout must be in \[0, 1\), got 1.0"):
+        SequenceSpec(embed_dropout=1.0)
