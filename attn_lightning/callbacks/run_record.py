@@ -17,7 +17,9 @@ from), every ``flush_every_s`` seconds of logging, and at the end, each atomical
 A resumed fit keeps the rows of its earlier processes up to the step it resumes from and logs the
 later ones again (one row per (step, tag)); a later ``validate``/``test`` of the run's checkpoint
 (logged in ``<run>/<subcommand>/``) updates this record's metrics for that subcommand, leaving the
-fit's as they were.
+fit's as they were, and appends an entry to its ``evaluations``: every validate and test keeps
+its checkpoint, that checkpoint's step, the data settings and its metrics, so one checkpoint
+evaluated on several lengths keeps each result.
 """
 
 from __future__ import annotations
@@ -133,6 +135,28 @@ def scalars(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
         k: float(v)
         for k, v in sorted(metrics.items())
         if k.startswith(prefix) and (not isinstance(v, torch.Tensor) or v.numel() == 1)
+    }
+
+
+# The subcommands a record keeps every run of (``evaluations``), not just the latest.
+EVALUATIONS = ("validate", "test")
+
+
+def evaluated(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+    """What an evaluation scored: ``checkpoint`` (the path given; None: the weights in memory, a
+    fit's own or the initial ones), ``step`` (the checkpoint's global step, the task's
+    ``checkpoint_step``; without one the trainer's) and ``data`` (the DataModule's
+    hyper-parameters, JSON-safe: lengths, pairs, seed, ...; {} without a DataModule)."""
+    datamodule = getattr(trainer, "datamodule", None)
+    hparams = dict(getattr(datamodule, "hparams", {}) or {})
+    data = json.loads(json.dumps(hparams, default=str))
+    path = trainer.ckpt_path
+    if path is None:
+        return {"checkpoint": None, "step": trainer.global_step, "data": data}
+    return {
+        "checkpoint": str(path),
+        "step": getattr(pl_module, "checkpoint_step", None),
+        "data": data,
     }
 
 
@@ -281,6 +305,9 @@ class RunRecord(Callback):
         self._record.setdefault("metrics", {})[self._stage] = metrics
         stage = self._record.setdefault("subcommands", {}).setdefault(self._stage, {})
         stage.update(status=status, ended=_now(), error=error)
+        if self._stage in EVALUATIONS:
+            entry = {"subcommand": self._stage, **stage, **evaluated(trainer, pl_module)}
+            self._record.setdefault("evaluations", []).append({**entry, "metrics": metrics})
         self._write_all()
         self.folder, self._trainer = None, None
 

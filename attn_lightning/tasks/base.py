@@ -112,6 +112,9 @@ class AttentionTask(pl.LightningModule):
         self.attention_override: dict[str, Any] | None = None
         self.init_from: str | None = None  # a warm start's source checkpoint (cli.warm_start)
         self._rng_to_restore: dict[str, Any] | None = None
+        # The global step of the checkpoint the weights were last loaded from (None: not loaded);
+        # the run record notes it with each evaluation.
+        self.checkpoint_step: int | None = None
         self._log_means = nn.ModuleDict()  # filled by log_mean; metric states are not saved
 
     def init_task(
@@ -283,6 +286,7 @@ class AttentionTask(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._rng_to_restore = checkpoint.get("rng_states")
+        self.checkpoint_step = int(checkpoint.get("global_step", 0))
         if not self.attention_override:
             return
         state = checkpoint["state_dict"]

@@ -165,9 +165,32 @@ def test_a_fit_and_its_test_leave_a_complete_record(tmp_path, monkeypatch):
     assert {"train/loss_step", "val/loss", "grad/global_norm", "train/loss_spike"} <= tags
     assert not any(tag.startswith("test/") for tag in tags)  # the test is in metrics, not curves
     assert [int(row["step"]) for row in spikes] == [1, 2, 3, 4]  # every step after the first
+    (evaluation,) = record["evaluations"]  # --test_after_fit's test of the best checkpoint
+    assert (evaluation["subcommand"], evaluation["step"]) == ("test", 3)
+    assert "step=3" in evaluation["checkpoint"] and evaluation["data"]["seq_len"] == 50
+    assert evaluation["metrics"] == record["metrics"]["test"] and evaluation["status"] == "ok"
     undocumented = set(record) | set(record["environment"]) | set(best)
-    undocumented |= set(record["subcommands"]["fit"])
+    undocumented |= set(record["subcommands"]["fit"]) | set(evaluation)
     assert undocumented - _documented() == set()
+    # Later tests of one checkpoint at other lengths each keep their own entry (metrics.test is
+    # the latest only).
+    for seq_len in (20, 30):
+        main(
+            [
+                "test",
+                *("--config", str(ROOT / "configs" / "reversal" / "base.yaml")),
+                *("--config", str(ROOT / "configs" / "presets" / "debug.yaml")),
+                *("--ckpt_path", "checkpoints/debug/version_0/last.ckpt"),
+                f"--data.init_args.seq_len={seq_len}",
+                "--trainer.enable_progress_bar=false",
+            ]
+        )
+    record, _, _ = _read(folder)
+    first, *later = record["evaluations"]
+    assert first == evaluation
+    assert [(e["data"]["seq_len"], e["step"]) for e in later] == [(20, 5), (30, 5)]
+    assert all(e["checkpoint"].endswith("version_0/last.ckpt") for e in later)
+    assert later[0]["metrics"] != later[1]["metrics"] == record["metrics"]["test"]
 
 
 def test_a_crash_then_a_resume_keep_one_row_per_step_and_tag(tmp_path):
