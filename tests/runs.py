@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,20 @@ def skip_unregistered(config: Path) -> None:
     name = (init.get("attention") or {}).get("name")
     if name is not None and name not in available_attentions():
         pytest.skip(f"backend of {config.name} is not registered")
+
+
+def ddp_env() -> dict[str, str]:
+    """This environment without the variables of a distributed launch or of a set seed."""
+    launch = (
+        "PL_",
+        "LOCAL_RANK",
+        "NODE_RANK",
+        "WORLD_SIZE",
+        "MASTER_",
+        "RANK",
+        "SLURM_",
+        "TORCHELASTIC",
+        "GROUP_RANK",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launch)}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

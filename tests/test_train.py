@@ -14,7 +14,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from tests.runs import smoke_fit, train
+from tests.runs import ddp_env, smoke_fit, train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -179,23 +179,6 @@ def test_bf16_mixed_run_completes(tmp_path):
     assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
 
 
-def _ddp_env() -> dict[str, str]:
-    """This environment without the variables of a distributed launch or of a set seed."""
-    launch = (
-        "PL_",
-        "LOCAL_RANK",
-        "NODE_RANK",
-        "WORLD_SIZE",
-        "MASTER_",
-        "RANK",
-        "SLURM_",
-        "TORCHELASTIC",
-        "GROUP_RANK",
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(launch)}
-    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-
-
 def _ddp_fit(tmp: Path, *args: str | Path) -> subprocess.CompletedProcess:
     """``train.py fit`` of the base and debug configs (plus ``args``: config paths or options) on
     two CPU processes, run ``ddp`` under ``tmp``; asserts it exited 0."""
@@ -214,7 +197,7 @@ def _ddp_fit(tmp: Path, *args: str | Path) -> subprocess.CompletedProcess:
         f"--checkpoint.root={tmp / 'checkpoints'}",
         f"--metrics_file={tmp / 'metrics.json'}",
     ]
-    proc = subprocess.run(cmd, cwd=tmp, env=_ddp_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=tmp, env=ddp_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
 

@@ -8,6 +8,9 @@
   so every sample is evaluated on exactly one rank (ranks may differ by one sample) and metrics
   synced over ranks equal the single-process ones. Lightning keeps a ``DistributedSampler`` it is
   given, which is why the class derives from it.
+* ``SettingBatchSampler``: the same for whole batches that each hold one setting of a
+  several-setting dataset (MQAR's ``train_settings``): it yields ``(setting, rows)`` keys, padded
+  and sharded by batch, for a loader with ``batch_size=None``.
 * ``ResumableDataLoader``: ``state_dict()`` is ``{epoch, batches, seed, ...}``, counted at the
   loader (workers prefetch indices from the sampler ahead of the training loop). Lightning saves
   the train loader's state in the checkpoint (``loops.fit_loop.state_dict.combined_loader``) and
@@ -94,6 +97,68 @@ class ShardedSampler(DistributedSampler):
         return iter(self.indices()[start:])
 
 
+BATCH_ORDERS = ("settings", "shuffled")
+
+
+class SettingBatchSampler(ShardedSampler):
+    """Whole batches of examples that share a setting (one length each), as ``(setting, rows)``
+    keys for a dataset that returns a batch per key (a ``DataLoader`` with ``batch_size=None``).
+
+    Training: epoch e permutes each setting's rows with the generator of ``(seed, e)`` and cuts
+    them into batches of ``batch_size`` (a setting's last batch may be short); ``order="settings"``
+    serves every batch of setting 0, then of setting 1, ... (Zoology's loader, which does not
+    shuffle its batches), ``"shuffled"`` serves them in a random order of the same generator. The
+    batch list is padded by wrapping round to a multiple of the world size R and rank r takes
+    batches r, r + R, ... Evaluation: every setting's rows in order, batches in setting order,
+    unpadded, rank r takes r, r + R, ...: each example is evaluated once.
+
+    Args:
+        sizes: examples per setting.
+        batch_size: examples per batch (a setting's last batch may hold fewer).
+        shuffle, seed, num_replicas, rank: as ``ShardedSampler``.
+        order: ``settings`` or ``shuffled`` (training only).
+    """
+
+    def __init__(
+        self,
+        sizes: list[int],
+        *,
+        batch_size: int,
+        shuffle: bool,
+        order: str = "settings",
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
+        if order not in BATCH_ORDERS:
+            raise ValueError(f"order must be one of {', '.join(BATCH_ORDERS)}, got {order!r}")
+        self.sizes, self.batch_size, self.order = list(sizes), batch_size, order
+        count = sum(math.ceil(n / batch_size) for n in self.sizes)
+        super().__init__(
+            range(count), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank
+        )
+
+    def batches(self) -> list[tuple[int, torch.Tensor]]:
+        """Every ``(setting, rows)`` batch of the current epoch, in serving order, unsharded."""
+        generator = epoch_generator(self.seed, self.epoch)
+        out = []
+        for setting, size in enumerate(self.sizes):
+            rows = torch.randperm(size, generator=generator) if self.shuffle else torch.arange(size)
+            out += [(setting, part) for part in rows.split(self.batch_size)]
+        if self.shuffle and self.order == "shuffled":
+            out = [out[i] for i in torch.randperm(len(out), generator=generator).tolist()]
+        return out
+
+    def indices(self) -> list[tuple[int, torch.Tensor]]:  # type: ignore[override]
+        """This rank's batches of the current epoch, from the first."""
+        out = self.batches()
+        if self.shuffle:
+            padding = self.total_size - len(out)
+            out += (out * math.ceil(padding / max(len(out), 1)))[:padding]
+            return out[self.rank : self.total_size : self.num_replicas]
+        return out[self.rank :: self.num_replicas]
+
+
 class ResumableDataLoader(DataLoader):
     """A ``DataLoader`` over a ``ShardedSampler`` that can stop and resume mid-epoch.
 
@@ -116,8 +181,8 @@ class ResumableDataLoader(DataLoader):
         skip = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         self._resume = None
         drop = skip  # batches to draw and drop (a sampler swapped in by Lightning: overfit)
-        if isinstance(sampler, ShardedSampler) and self.batch_size is not None:
-            sampler.start, drop = skip * self.batch_size, 0
+        if isinstance(sampler, ShardedSampler):  # batch_size None: the sampler's items are batches
+            sampler.start, drop = skip * (self.batch_size or 1), 0
         self._epoch, self._batches = epoch, skip
         iterator = super().__iter__()
         for _ in range(drop):
@@ -126,6 +191,9 @@ class ResumableDataLoader(DataLoader):
             self._batches += 1
             yield batch
 
+    def _examples_per_batch(self) -> int:
+        return int(self.batch_size or getattr(self.sampler, "batch_size", None) or 1)
+
     def state_dict(self) -> dict[str, int]:
         """Where the loader is: ``{epoch, batches, seed, batch_size, num_replicas}``."""
         sampler = self.sampler
@@ -133,7 +201,7 @@ class ResumableDataLoader(DataLoader):
             "epoch": self._epoch,
             "batches": self._batches,
             "seed": int(getattr(sampler, "seed", 0)),
-            "batch_size": int(self.batch_size or 1),
+            "batch_size": self._examples_per_batch(),
             "num_replicas": int(getattr(sampler, "num_replicas", 1)),
         }
 
@@ -141,7 +209,7 @@ class ResumableDataLoader(DataLoader):
         """Resume at ``state`` with the next ``__iter__`` (see the class docstring)."""
         epoch, batches = int(state["epoch"]), int(state["batches"])
         saved = int(state.get("batch_size", 1)) * int(state.get("num_replicas", 1))
-        now = int(self.batch_size or 1) * int(getattr(self.sampler, "num_replicas", 1))
+        now = self._examples_per_batch() * int(getattr(self.sampler, "num_replicas", 1))
         if saved != now:
             warnings.warn(
                 f"resuming with {now} samples per step (batch size × ranks) instead of the "

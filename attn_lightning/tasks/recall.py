@@ -19,6 +19,10 @@ queries answered right: Zoology's accuracy) and ``example_acc`` (fraction of exa
 query right). Validation and test also log ``query_acc_d<lo>-<hi>``: ``query_acc`` over the
 queries whose value came ``lo`` to ``hi`` tokens before them (``distance_bins``), which says
 whether a model misses the far queries (a bounded view, a blurred state) or all of them alike.
+With several settings (the DataModule's ``eval_settings``), validation and test also log
+``query_acc_<setting>`` and ``example_acc_<setting>`` per setting (``query_acc_L256_P64``: Zoology's
+per-``num_kv_pairs`` accuracy), while ``query_acc`` stays the fraction of all queries answered right
+(Zoology's overall accuracy averages examples instead: the same within one setting).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import torch
 from torch import Tensor
 
 from attn_lightning.attention import resolve_attention
-from attn_lightning.data.recall import value_distances
+from attn_lightning.data.mqar import setting_name, value_distances
 from attn_lightning.models.sequence import SequenceTransformer
 from attn_lightning.models.specs import SequenceSpec
 from attn_lightning.records import write_csv
@@ -40,7 +44,16 @@ from attn_lightning.tasks.base import AttentionTask, require_causal, require_fro
 from attn_lightning.tasks.reversal import token_step
 
 METRICS = ("query_acc", "example_acc")
-PREDICTION_FIELDS = ("index", "position", "distance", "query", "prediction", "target", "correct")
+PREDICTION_FIELDS = (
+    "index",
+    "setting",
+    "position",
+    "distance",
+    "query",
+    "prediction",
+    "target",
+    "correct",
+)
 
 
 def distance_bins(seq_len: int) -> list[tuple[int, int]]:
@@ -98,6 +111,7 @@ class AssociativeRecallTask(AttentionTask):
                 f"model.init_args.net.max_len"
             )
         self.vocab_size = vocab_size
+        self.seq_len = seq_len
         self.attention_config = resolve_attention(attention, attention_override)
         self.net = SequenceTransformer(
             spec,
@@ -126,9 +140,16 @@ class AssociativeRecallTask(AttentionTask):
         if split != "train":
             correct = logits.argmax(dim=-1) == target
             distance = value_distances(batch["inputs"], positions)
-            for lo, hi in distance_bins(batch["inputs"].shape[1]):  # every bin, every batch
+            # Every bin and every setting on every batch, even empty, so that each DDP rank logs
+            # the same names in the same order; bins up to the longest setting (the linked
+            # seq_len), not this batch's.
+            for lo, hi in distance_bins(self.seq_len or batch["inputs"].shape[1]):
                 inside = (distance >= lo) & (distance <= hi)
                 self.log_epoch_mean(f"{split}/query_acc_d{lo}-{hi}", correct[inside])
+            for index, name in enumerate(batch.get("settings", ())):
+                mine = batch["setting"] == index  # (B,)
+                self.log_epoch_mean(f"{split}/query_acc_{name}", correct[mine])
+                self.log_epoch_mean(f"{split}/example_acc_{name}", correct[mine].all(dim=-1))
         return out
 
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
@@ -148,9 +169,14 @@ class AssociativeRecallTask(AttentionTask):
     def predict_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """``{"position", "distance", "query", "prediction", "target"}``, each ``(B, P)``: the
         queries' positions, how far each comes after its value, the query tokens (the keys asked),
-        the model's answers and the values paired with them."""
+        the model's answers and the values paired with them; ``seq_len`` and ``num_kv_pairs``
+        ``(B,)``, and the batch's ``index`` (B,) where it has one (several settings)."""
         positions = batch["positions"]
-        return {
+        size, length = batch["inputs"].shape
+        out = {"index": batch["index"]} if "index" in batch else {}
+        return out | {
+            "seq_len": positions.new_full((size,), length),
+            "num_kv_pairs": positions.new_full((size,), positions.shape[1]),
             "position": positions,
             "distance": value_distances(batch["inputs"], positions),
             "query": batch["inputs"].gather(1, positions),
@@ -161,19 +187,31 @@ class AssociativeRecallTask(AttentionTask):
     def save_predictions(
         self, predictions: list[dict[str, Tensor]], indices: list[int], folder: Path
     ) -> list[Path]:
-        """Write ``predictions.csv``, one row per query: ``index`` (the test example),
+        """Write ``predictions.csv``, one row per query: ``index`` (the test example; with several
+        settings, numbered setting after setting), ``setting`` (``L<seq_len>_P<num_kv_pairs>``),
         ``position`` (of the query in it), ``distance`` (tokens after its key's value, at least
         1), ``query`` (the key token), ``prediction`` (the
         model's answer), ``target`` (the value paired with the key) and ``correct`` (1 or 0)."""
         rows = []
-        for index, row in zip(indices, predictions, strict=True):
+        # Several settings: the loader's batches carry their examples' indices (Lightning tracks
+        # none for whole-batch items), so each prediction says which example it is.
+        ordered = sorted(
+            (
+                (int(row["index"]) if "index" in row else index, row)
+                for index, row in zip(indices, predictions, strict=True)
+            ),
+            key=lambda item: item[0],
+        )
+        for index, row in ordered:
+            setting = setting_name(int(row["seq_len"]), int(row["num_kv_pairs"]))
             for position, distance, query, predicted, target in zip(
-                *(row[k].tolist() for k in PREDICTION_FIELDS[1:-1]),
+                *(row[k].tolist() for k in PREDICTION_FIELDS[2:-1]),
                 strict=True,
             ):
                 rows.append(
                     {
                         "index": index,
+                        "setting": setting,
                         "position": position,
                         "distance": distance,
                         "query": query,

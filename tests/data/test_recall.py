@@ -9,13 +9,8 @@ from collections import Counter
 import pytest
 import torch
 
-from attn_lightning.data.recall import (
-    IGNORE,
-    AssociativeRecallDataModule,
-    RecallExamples,
-    RecallSizes,
-    multiquery_ar,
-)
+from attn_lightning.data.mqar import IGNORE, RecallExamples, RecallSizes, multiquery_ar
+from attn_lightning.data.recall import AssociativeRecallDataModule
 
 
 def reference_mqar(sizes: RecallSizes, num_examples: int, seed: int) -> RecallExamples:

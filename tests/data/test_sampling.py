@@ -12,6 +12,7 @@ import torch
 from lightning.fabric.utilities.types import _Stateful
 
 from attn_lightning.data import (
+    AssociativeRecallDataModule,
     DetectionDataModule,
     DomainImageDataModule,
     PixelDataModule,
@@ -20,10 +21,15 @@ from attn_lightning.data import (
     ShiftedReversalDataModule,
 )
 from attn_lightning.data.base import SplitDataModule
-from attn_lightning.data.sampling import ResumableDataLoader, ShardedSampler
+from attn_lightning.data.sampling import ResumableDataLoader, SettingBatchSampler, ShardedSampler
 
 REVERSAL = {"train_size": 42, "val_size": 9, "test_size": 9, "seq_len": 6, "batch_size": 4}
 SCENES = SceneSpec(image_size=32, min_size=6, max_size=12)
+RECALL = {"vocab_size": 64, "val_size": 5, "test_size": 5, "batch_size": 4}
+MIXTURE = [
+    {"seq_len": 16, "num_kv_pairs": 2, "examples": 10},
+    {"seq_len": 24, "num_kv_pairs": 3, "examples": 13},
+]
 # Every experiment's DataModule, tiny: a few batches per epoch, the last one partial.
 DATAMODULES: dict[str, Callable[[], SplitDataModule]] = {
     "reversal": lambda: SequenceReversalDataModule(**REVERSAL),
@@ -32,6 +38,12 @@ DATAMODULES: dict[str, Callable[[], SplitDataModule]] = {
     "domains": lambda: DomainImageDataModule(image_size=8, domain="inverted", batch_size=100),
     "detection": lambda: DetectionDataModule(
         train_size=22, val_size=5, test_size=5, batch_size=4, scenes=SCENES
+    ),
+    "recall": lambda: AssociativeRecallDataModule(seq_len=16, train_size=22, **RECALL),
+    # Whole batches of one setting each (batch_size None, SettingBatchSampler), both orders.
+    "recall_settings": lambda: AssociativeRecallDataModule(train_settings=MIXTURE, **RECALL),
+    "recall_shuffled": lambda: AssociativeRecallDataModule(
+        train_settings=MIXTURE, order="shuffled", **RECALL
     ),
 }
 
@@ -151,3 +163,49 @@ def test_datamodule_shards_by_the_trainers_ranks():
     val = dm.val_dataloader()
     assert list(val.sampler) == list(range(1, REVERSAL["val_size"], 2))
     assert len(dm.train_dataloader().sampler) == REVERSAL["train_size"] // 2
+
+
+def _batches(sampler: SettingBatchSampler) -> list[tuple[int, list[int]]]:
+    return [(setting, rows.tolist()) for setting, rows in sampler]
+
+
+@pytest.mark.parametrize("order", ["settings", "shuffled"])
+def test_setting_batches_cover_every_example_of_each_setting_once_an_epoch(order):
+    sizes = [10, 13, 4]
+    sampler = SettingBatchSampler(sizes, batch_size=4, shuffle=True, order=order, seed=3)
+    batches = _batches(sampler)
+    assert len(batches) == len(sampler) == 3 + 4 + 1  # a setting's last batch may be short
+    for setting, size in enumerate(sizes):
+        rows = [r for s, part in batches if s == setting for r in part]
+        assert sorted(rows) == list(range(size))
+    served = [s for s, _ in batches]
+    if order == "settings":  # Zoology's loader: every batch of a setting, then the next's
+        assert served == sorted(served)
+    else:  # a seeded shuffle of the same batches (this seed and epoch interleave them)
+        assert served != sorted(served)
+        assert sorted(served) == [0, 0, 0, 1, 1, 1, 1, 2]
+    sampler.set_epoch(1)
+    assert _batches(sampler) != batches  # rows drawn again every epoch
+
+
+def test_setting_batches_shard_like_every_other_loader():
+    sizes = [10, 13, 4]  # 8 batches of 4 (three short)
+
+    def shard(shuffle: bool, rank: int) -> SettingBatchSampler:
+        return SettingBatchSampler(
+            sizes, batch_size=4, shuffle=shuffle, seed=1, num_replicas=3, rank=rank
+        )
+
+    train = [_batches(shard(True, r)) for r in range(3)]
+    assert [len(t) for t in train] == [3, 3, 3]  # padded to 9 batches: every rank steps alike
+    every = _batches(shard(True, 0).__class__(sizes, batch_size=4, shuffle=True, seed=1))
+    assert sorted(map(str, itertools.chain(*train))) == sorted(map(str, every + every[:1]))
+    evaluation = [_batches(shard(False, r)) for r in range(3)]
+    assert [len(e) for e in evaluation] == [len(shard(False, r)) for r in range(3)] == [3, 3, 2]
+    seen = sorted((s, r) for part in evaluation for s, rows in part for r in rows)
+    assert seen == [(s, r) for s, n in enumerate(sizes) for r in range(n)]  # each once
+
+
+def test_setting_batch_order_is_checked():
+    with pytest.raises(ValueError, match="order must be one of settings, shuffled, got 'random'"):
+        SettingBatchSampler([4], batch_size=2, shuffle=True, order="random")

@@ -11,7 +11,7 @@ import torch
 import yaml
 from torch import Tensor, nn
 
-from attn_lightning.data.recall import RecallSizes, multiquery_ar
+from attn_lightning.data.mqar import RecallSizes, multiquery_ar
 from attn_lightning.models import MultiHeadAttention
 from attn_lightning.tasks import AssociativeRecallTask
 from attn_lightning.tasks.recall import distance_bins
