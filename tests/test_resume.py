@@ -87,6 +87,25 @@ EXPERIMENTS = {
             "--data.init_args.batch_size=8",
         ],
     ),
+    # Several settings, a batch of one setting each, in a shuffled order: 5 + 6 batches an epoch,
+    # two of them short (the whole-batch sampler resumes by batches, not examples); 44 steps end
+    # an epoch, so the resumed run validates at its end as the uninterrupted one does.
+    "recall_mixture": (
+        44,
+        [
+            "--config",
+            str(CONFIGS / "recall" / "base.yaml"),
+            *TINY_MODEL,
+            "--data.init_args.vocab_size=64",
+            "--data.init_args.train_settings=[{seq_len: 16, num_kv_pairs: 2, examples: 40}, "
+            "{seq_len: 24, num_kv_pairs: 3, examples: 43}]",
+            "--data.init_args.order=shuffled",
+            "--experiment=recall_mixture",
+            "--data.init_args.val_size=10",
+            "--data.init_args.test_size=4",
+            "--data.init_args.batch_size=8",
+        ],
+    ),
     # Epochs cut to 9 of the 79 batches: a resumed epoch must not continue the cut one.
     "image": (
         36,

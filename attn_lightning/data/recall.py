@@ -12,12 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 from attn_lightning.data.base import SPLITS, SplitDataModule
 from attn_lightning.data.mqar import RecallExamples, RecallSizes, distinct, multiquery_ar
 from attn_lightning.data.recall_mixture import EVAL_KEYS, TRAIN_KEYS, mixture_splits, parse_settings
-from attn_lightning.data.sampling import (
-    BATCH_ORDERS,
-    ResumableDataLoader,
-    SettingBatchSampler,
-    run_seed,
-)
+from attn_lightning.data.sampling import BATCH_ORDERS, SettingBatchSampler, loader_over, run_seed
 
 
 class RecallDataset(Dataset):
@@ -154,5 +149,6 @@ class AssociativeRecallDataModule(SplitDataModule[Any]):
             **(shard or {}),
         )
         # batch_size None: each sampler item is a whole batch of one setting.
-        loader = ResumableDataLoader if shuffle else DataLoader
-        return loader(dataset, batch_size=None, sampler=sampler, num_workers=self.num_workers)
+        return loader_over(
+            dataset, sampler, train=shuffle, batch_size=None, num_workers=self.num_workers
+        )

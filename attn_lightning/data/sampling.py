@@ -238,17 +238,37 @@ def sharded_loader(
     num_replicas: int = 1,
     rank: int = 0,
 ) -> DataLoader:
-    """The loader of one split: a ``ResumableDataLoader`` for training, a plain ``DataLoader``
-    over the unpadded shard otherwise. Worker seeds come from the loader's own generator, so
-    iterating a loader never draws from the global torch RNG (which a resumed run restores)."""
-    seed = run_seed()
+    """The loader of one split over a ``ShardedSampler`` (``loader_over``)."""
     sampler = ShardedSampler(
         dataset,  # type: ignore[arg-type]  # map-style datasets here all have a len
         shuffle=train,
-        seed=seed,
+        seed=run_seed(),
         num_replicas=num_replicas,
         rank=rank,
     )
+    return loader_over(
+        dataset,
+        sampler,
+        train=train,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+    )
+
+
+def loader_over(
+    dataset: Dataset,
+    sampler: ShardedSampler,
+    *,
+    train: bool,
+    batch_size: int | None,
+    num_workers: int = 0,
+    collate_fn: Any = None,
+) -> DataLoader:
+    """A ``ResumableDataLoader`` for training, a plain ``DataLoader`` over the unpadded shard
+    otherwise (``batch_size`` None: the sampler's items are whole batches). Worker seeds come from
+    the loader's own generator, so iterating a loader never draws from the global torch RNG (which
+    a resumed run restores: a draw there would shift every later dropout mask)."""
     return (ResumableDataLoader if train else DataLoader)(
         dataset,
         batch_size=batch_size,
@@ -256,5 +276,5 @@ def sharded_loader(
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
         collate_fn=collate_fn,
-        generator=torch.Generator().manual_seed(seed),
+        generator=torch.Generator().manual_seed(run_seed()),
     )
