@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
-from attn_lightning.data.mqar import RecallExamples, RecallSizes, distinct, multiquery_ar
+from attn_lightning.data.mqar import RecallExamples, RecallSizes
 from attn_lightning.data.recall_mixture import EVAL_KEYS, TRAIN_KEYS, mixture_splits, parse_settings
 from attn_lightning.data.sampling import BATCH_ORDERS, SettingBatchSampler, loader_over, run_seed
 
@@ -119,20 +119,16 @@ class AssociativeRecallDataModule(SplitDataModule[Any]):
         if self.mixture is not None:
             self.datasets = dict(mixture_splits(*self.mixture, self.split_sizes, self.seed))
             return
-        seen: set[bytes] = set()
-        for split in SPLITS:
-            generator = torch.Generator().manual_seed(self.split_seed(split))
+        # One setting: the splits' generators are seeded with seed·3 + i (SplitDataModule).
+        one: list[tuple[RecallSizes, int | None]] = [(self.sizes, self.split_sizes["train"])]
+        splits = mixture_splits(
+            one, one, self.split_sizes, self.seed, generator=lambda split, _: self.generator(split)
+        )
+        self.datasets = {split: RecallDataset(data.parts[0]) for split, data in splits.items()}
 
-            def draw(n: int, generator: torch.Generator = generator) -> RecallExamples:
-                return multiquery_ar(self.sizes, num_examples=n, generator=generator)
-
-            count = self.split_sizes[split]
-            if split == "train":  # repeats inside the training set are allowed, as in Zoology
-                examples = draw(count)
-                seen.update(row.numpy().tobytes() for row in examples.inputs)
-            else:
-                examples = distinct(draw, count, seen)
-            self.datasets[split] = RecallDataset(examples)
+    def generator(self, split: str) -> torch.Generator:
+        """The generator of ``split`` with one setting (``split_seed``)."""
+        return torch.Generator().manual_seed(self.split_seed(split))
 
     def _loader(self, split: str, *, shuffle: bool) -> DataLoader:
         if self.mixture is None:

@@ -17,8 +17,9 @@ Validation and test examples are distinct from every earlier split's (``recall.d
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -110,10 +111,13 @@ def mixture_splits(
     evaluate: list[tuple[RecallSizes, int | None]],
     split_sizes: Mapping[str, int],
     seed: int,
+    generator: Callable[[str, RecallSizes], torch.Generator] | None = None,
 ) -> dict[str, MixtureDataset]:
     """The train split (each ``train`` setting with its own example count; repeats allowed, as
     Zoology's) and the val and test splits (``split_sizes["val"]`` / ``["test"]`` examples of each
-    ``evaluate`` setting), every val and test example distinct from the splits before it."""
+    ``evaluate`` setting), every val and test example distinct from the splits before it. Each
+    (split, setting) draws from ``generator(split, sizes)``, by default ``setting_generator``."""
+    make = generator or partial(setting_generator, seed)
     seen: set[bytes] = set()
     out = {}
     for split in SPLITS:
@@ -121,12 +125,12 @@ def mixture_splits(
         parts = []
         for sizes, count in settings:
             assert count is not None  # parse_settings asked train entries for their examples
-            generator = setting_generator(seed, split, sizes)
+            source = make(split, sizes)
 
             def draw(
-                n: int, generator: torch.Generator = generator, sizes: RecallSizes = sizes
+                n: int, source: torch.Generator = source, sizes: RecallSizes = sizes
             ) -> RecallExamples:
-                return multiquery_ar(sizes, num_examples=n, generator=generator)
+                return multiquery_ar(sizes, num_examples=n, generator=source)
 
             if split == "train":
                 examples = draw(count)
