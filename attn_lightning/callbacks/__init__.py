@@ -29,7 +29,12 @@ from attn_lightning.callbacks.gradients import (
     LossSpikeDetector,
     ParameterGroups,
 )
-from attn_lightning.callbacks.resume import AtomicCheckpointIO, FitClock, is_partial
+from attn_lightning.callbacks.resume import (
+    AtomicCheckpointIO,
+    FitClock,
+    LastValidation,
+    is_partial,
+)
 from attn_lightning.callbacks.run_record import RunRecord
 from attn_lightning.callbacks.samples import (
     DetectionImages,
@@ -54,6 +59,7 @@ __all__ = [
     "GradientTracker",
     "ImageGrids",
     "ImageSampler",
+    "LastValidation",
     "LossSpikeDetector",
     "NonFiniteStop",
     "NonFiniteTraining",

@@ -14,6 +14,12 @@ CLI registers the clock for every subcommand, not only ``fit``: Lightning restor
 states from ``--ckpt_path`` for ``validate``/``test``/``predict`` too, and warns "Please add the
 following callbacks: ['FitClock']" for a saved state without its callback.
 
+**The last validation**: ``LastValidation`` saves the last validation's metrics in every
+checkpoint and, when a fit resumes, puts them back among the trainer's ``callback_metrics``, where
+an uninterrupted run still holds them: a run resumed after its last validation (killed between it
+and the end) ends with the same final metrics (metrics file, run record, summary) instead of none,
+and a checkpoint saved before the next validation reads the same monitored value.
+
 **Metric states**: the running sums of a task's torchmetrics metrics, saved in a checkpoint and
 added back after a resume, so the train-epoch averages of a run resumed mid-epoch cover the whole
 epoch.
@@ -111,6 +117,34 @@ class FitClock(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # Also on validate/test/predict from a checkpoint (harmless: nothing reads it there).
         self.earlier_seconds = float(state_dict["fit_seconds"])
+
+
+class LastValidation(Callback):
+    """The last validation's ``val/`` and ``hp/`` metrics across a resume (module docstring)."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        # Before ModelCheckpoint's own on_validation_end (Lightning runs checkpoint callbacks
+        # last), so the checkpoint it saves holds this validation.
+        if not trainer.sanity_checking:
+            self.metrics = {
+                k: float(v)
+                for k, v in trainer.callback_metrics.items()
+                if k.startswith(("val/", "hp/")) and v.numel() == 1
+            }
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        restored = {k: v for k, v in self.metrics.items() if k not in trainer.callback_metrics}
+        # callback_metrics is the trainer's own dict: what is added stays until overwritten.
+        trainer.callback_metrics.update({k: torch.tensor(v) for k, v in restored.items()})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"metrics": dict(self.metrics)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.metrics = dict(state_dict.get("metrics", {}))
 
 
 def metric_states(module: nn.Module, names: set[str]) -> dict[str, dict[str, Any]]:

@@ -39,7 +39,7 @@ from lightning.pytorch.cli import (
     _InstantiatorFn,
 )
 
-from attn_lightning.callbacks import FitClock, RunCheckpoint
+from attn_lightning.callbacks import FitClock, LastValidation, RunCheckpoint
 from attn_lightning.cli.checkpoints import (
     check_classes,
     check_evaluated_weights,
@@ -226,10 +226,10 @@ class AttnLightningCLI(AfterRun, LightningCLI):
         callbacks = self.trainer.callbacks
         if not self.trainer.loggers:  # the LR monitor needs a logger
             callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
-        # fit_seconds over all the run's processes (resumes). On every subcommand: Lightning
-        # restores callback states for validate/test/predict too, and a checkpoint's FitClock
-        # state without its callback warns "Please add the following callbacks: ['FitClock']".
-        callbacks = [*callbacks, FitClock(started=self._started)]
+        # fit_seconds and the last validation over all the run's processes (resumes). On every
+        # subcommand: Lightning restores callback states for validate/test/predict too, and a
+        # checkpoint's state without its callback warns "Please add the following callbacks".
+        callbacks = [*callbacks, FitClock(started=self._started), LastValidation()]
         self.trainer.callbacks = progress_callbacks(callbacks, terminal=terminal())
         if self.subcommand == "fit":
             purge_replayed_steps(self.trainer.logger, getattr(self, "_ckpt_step", 0))
