@@ -4,6 +4,7 @@ from attn_lightning.models.decoding import categorical, generate, greedy
 from attn_lightning.models.multihead import MultiHeadAttention
 from attn_lightning.models.positional import (
     LearnedPositionalEncoding,
+    NoPositionalEncoding,
     SinusoidalPositionalEncoding,
     build_positional_encoding,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "FeedForward",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
+    "NoPositionalEncoding",
     "SequenceTransformer",
     "ShortConvolution",
     "SinusoidalPositionalEncoding",

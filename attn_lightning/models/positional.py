@@ -1,7 +1,10 @@
-"""Positional encodings added to token embeddings: fixed sinusoidal or learned.
+"""Positional encodings added to token embeddings: fixed sinusoidal, learned, or none.
 
-Both map ``x: (B, L, E)`` to ``x + P[offset : offset + L]``; ``offset`` lets incremental decoding
-add the encoding of the position being generated.
+The first two map ``x: (B, L, E)`` to ``x + P[offset : offset + L]``; ``offset`` lets incremental
+decoding add the encoding of the position being generated. ``none`` adds nothing (NoPE): a causal
+model then knows order only through its mask (and a short convolution, ``net.short_conv``), as
+Zoology's non-attention models (``max_position_embeddings=0``) and every model of Based's MQAR
+figure.
 """
 
 from __future__ import annotations
@@ -58,9 +61,22 @@ class LearnedPositionalEncoding(_PositionTable):
         self.table = nn.Parameter(torch.randn(max_len, d_model) * 0.02)  # (T, E)
 
 
+class NoPositionalEncoding(nn.Module):
+    """Adds nothing, at any length and offset (``positional: none``)."""
+
+    def __init__(self, d_model: int, *, max_len: int) -> None:
+        super().__init__()
+        if d_model <= 0 or max_len <= 0:
+            raise ValueError(f"d_model and max_len must be positive, got {d_model} and {max_len}")
+
+    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        return x
+
+
 POSITIONAL_ENCODINGS: dict[str, type[nn.Module]] = {
     "sinusoidal": SinusoidalPositionalEncoding,
     "learned": LearnedPositionalEncoding,
+    "none": NoPositionalEncoding,
 }
 
 

@@ -86,7 +86,8 @@ class TransformerSpec(BlockSizes):
 
     Attributes:
         num_layers: encoder blocks.
-        positional: ``sinusoidal`` or ``learned`` position encodings.
+        positional: ``sinusoidal``, ``learned`` or ``none`` (no position encoding: order from the
+            causal mask alone, as Zoology's non-attention models and Based's MQAR models).
         projections: ``true`` (Q, K, V, out), ``no_qk`` (V, out) or ``false`` (none).
         short_conv: K of a short causal convolution (and SiLU) on q, k and v in every layer,
             as GLA's and DeltaNet's (fla's ``conv_size`` 4); 0: none (``models.short_conv``).

@@ -1,4 +1,5 @@
-"""Positional encodings: the sinusoidal formula, offsets, limits."""
+"""Positional encodings: the sinusoidal formula, offsets, limits; none: a causal model that
+knows order from its mask alone."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import math
 import pytest
 import torch
 
-from attn_lightning.models import build_positional_encoding
+from attn_lightning.models import SequenceTransformer, build_positional_encoding
+from attn_lightning.models.specs import SequenceSpec
 
 
 def test_sinusoidal_matches_formula_and_offset():
@@ -42,3 +44,30 @@ def test_errors_name_the_allowed_values():
     pe = build_positional_encoding("sinusoidal", 4, max_len=8)
     with pytest.raises(ValueError, match="exceed max_len=8"):
         pe(torch.zeros(1, 6, 4), offset=3)
+
+
+def test_none_adds_nothing_at_any_length_or_offset():
+    pe = build_positional_encoding("none", 4, max_len=8)
+    x = torch.randn(2, 12, 4)
+    assert pe(x, offset=30) is x and not pe.state_dict()
+
+
+@pytest.mark.parametrize("positional", ["none", "learned"])
+def test_without_positions_a_causal_output_depends_on_the_earlier_tokens_as_a_set(positional):
+    # One layer: swapping tokens 1 and 3 leaves the output at position 5 unchanged without
+    # positions (a causal softmax average over a set), and changes it with them; decoding agrees
+    # either way. (A second layer would see order through the first's prefixes: the mask's own
+    # implicit positions.)
+    torch.manual_seed(0)
+    spec = SequenceSpec(d_model=16, num_heads=2, num_layers=1, d_ff=32, positional=positional)
+    net = SequenceTransformer(spec, vocab_size=13, max_len=8, attention={"name": "softmax"}).eval()
+    tokens = torch.tensor([[4, 7, 2, 9, 1, 5, 3]])
+    swapped = tokens[:, [0, 3, 2, 1, 4, 5, 6]]
+    out, out_swapped = net(tokens, causal=True), net(swapped, causal=True)
+    same = torch.allclose(out[:, 5], out_swapped[:, 5], atol=1e-6)
+    assert same == (positional == "none")
+    assert not torch.allclose(out[:, 2], out_swapped[:, 2], atol=1e-6)  # sees 7, not 9
+    state = None
+    for t in range(tokens.shape[1]):
+        logits, state = net.step(tokens[:, t], state)
+        torch.testing.assert_close(logits, out[:, t], atol=1e-5, rtol=1e-4)
