@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -11,7 +12,13 @@ from torch.utils.data import DataLoader, Dataset
 
 from attn_lightning.data.base import SPLITS, SplitDataModule
 from attn_lightning.data.mqar import RecallExamples, RecallSizes
-from attn_lightning.data.recall_mixture import EVAL_KEYS, TRAIN_KEYS, mixture_splits, parse_settings
+from attn_lightning.data.recall_mixture import (
+    EVAL_KEYS,
+    TRAIN_KEYS,
+    mixture_splits,
+    parse_settings,
+    setting_generator,
+)
 from attn_lightning.data.sampling import BATCH_ORDERS, SettingBatchSampler, loader_over, run_seed
 
 
@@ -117,13 +124,12 @@ class AssociativeRecallDataModule(SplitDataModule[Any]):
         if len(self.datasets) == len(SPLITS):
             return
         if self.mixture is not None:
-            self.datasets = dict(mixture_splits(*self.mixture, self.split_sizes, self.seed))
+            generator = partial(setting_generator, self.seed)
+            self.datasets = dict(mixture_splits(*self.mixture, self.split_sizes, generator))
             return
         # One setting: the splits' generators are seeded with seed·3 + i (SplitDataModule).
         one: list[tuple[RecallSizes, int | None]] = [(self.sizes, self.split_sizes["train"])]
-        splits = mixture_splits(
-            one, one, self.split_sizes, self.seed, generator=lambda split, _: self.generator(split)
-        )
+        splits = mixture_splits(one, one, self.split_sizes, lambda split, _: self.generator(split))
         self.datasets = {split: RecallDataset(data.parts[0]) for split, data in splits.items()}
 
     def generator(self, split: str) -> torch.Generator:

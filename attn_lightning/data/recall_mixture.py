@@ -11,7 +11,7 @@ also permutes the rows inside a setting every epoch, as our single-setting loade
 
 Each setting's examples come from their own generator, seeded from (data seed, split, seq_len,
 num_kv_pairs): adding or reordering settings leaves every other setting's examples unchanged.
-Validation and test examples are distinct from every earlier split's (``recall.distinct``).
+Validation and test examples are distinct from every earlier split's (``mqar.distinct``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import torch
@@ -110,14 +109,12 @@ def mixture_splits(
     train: list[tuple[RecallSizes, int | None]],
     evaluate: list[tuple[RecallSizes, int | None]],
     split_sizes: Mapping[str, int],
-    seed: int,
-    generator: Callable[[str, RecallSizes], torch.Generator] | None = None,
+    generator: Callable[[str, RecallSizes], torch.Generator],
 ) -> dict[str, MixtureDataset]:
     """The train split (each ``train`` setting with its own example count; repeats allowed, as
     Zoology's) and the val and test splits (``split_sizes["val"]`` / ``["test"]`` examples of each
     ``evaluate`` setting), every val and test example distinct from the splits before it. Each
-    (split, setting) draws from ``generator(split, sizes)``, by default ``setting_generator``."""
-    make = generator or partial(setting_generator, seed)
+    (split, setting) draws from ``generator(split, sizes)`` (``setting_generator`` of a seed)."""
     seen: set[bytes] = set()
     out = {}
     for split in SPLITS:
@@ -125,7 +122,7 @@ def mixture_splits(
         parts = []
         for sizes, count in settings:
             assert count is not None  # parse_settings asked train entries for their examples
-            source = make(split, sizes)
+            source = generator(split, sizes)
 
             def draw(
                 n: int, source: torch.Generator = source, sizes: RecallSizes = sizes
