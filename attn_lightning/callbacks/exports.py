@@ -10,7 +10,8 @@ order. What a prediction is and which files it makes is the task's: the reversal
 JSON, the LoRA classifier ``predictions.csv`` (see each task's ``save_predictions``).
 
 ``predict_step`` returns, per batch, either a mapping of tensors whose first dimension is the
-batch (one prediction = the i-th row of every tensor) or a list with one entry per example.
+batch (one prediction = the i-th row of every tensor) or a list with one entry per example; an
+``index`` entry numbers the examples where Lightning cannot (a loader of whole batches).
 
 Under DDP every rank predicts part of the test split; the predictions are gathered to rank 0,
 which writes one set of files, the same whatever the number of processes (Lightning's predict
@@ -74,10 +75,15 @@ def in_dataset_order(
 ) -> tuple[list[Any], list[int]]:
     """Split batches into examples and sort them by dataset index, keeping the first of
     duplicates (``DistributedSampler``'s padding). Without ``batch_indices`` (a loader Lightning
-    could not index) examples are numbered in the order they came."""
+    could not index, e.g. one whose sampler yields whole batches) each example's own ``index``
+    entry, where ``predict_step`` returns one for every example; else examples are numbered in
+    the order they came (on one process only: ranks would number theirs alike)."""
     examples = [example for output in outputs for example in unbatch(output)]
     if batch_indices is None:
-        return examples, list(range(len(examples)))
+        own = [e["index"] for e in examples if isinstance(e, Mapping) and "index" in e]
+        if len(own) != len(examples):
+            return examples, list(range(len(examples)))
+        batch_indices = [[int(i) for i in own]]
     indices = [int(i) for batch in batch_indices for i in batch]
     if len(indices) != len(examples):
         raise ValueError(
@@ -142,7 +148,7 @@ class PredictionWriter(BasePredictionWriter):
         # Lightning nests per dataloader only when there are several; this project serves one.
         if trainer.num_predict_batches and len(trainer.num_predict_batches) > 1:
             raise NotImplementedError("PredictionWriter writes the predictions of one dataloader")
-        # Empty when Lightning could not index the loader: examples are then numbered in order.
+        # Empty when Lightning could not index the loader: then the examples' own index.
         indices = batch_indices[0] if batch_indices and batch_indices[0] else None
         examples, order = in_dataset_order(predictions, indices)
         examples, order = _gather_to_rank_zero(trainer, examples, order)

@@ -193,16 +193,9 @@ class AssociativeRecallTask(AttentionTask):
         1), ``query`` (the key token), ``prediction`` (the
         model's answer), ``target`` (the value paired with the key) and ``correct`` (1 or 0)."""
         rows = []
-        # Several settings: the loader's batches carry their examples' indices (Lightning tracks
-        # none for whole-batch items), so each prediction says which example it is.
-        ordered = sorted(
-            (
-                (int(row["index"]) if "index" in row else index, row)
-                for index, row in zip(indices, predictions, strict=True)
-            ),
-            key=lambda item: item[0],
-        )
-        for index, row in ordered:
+        # With several settings the loader yields whole batches, which Lightning cannot index:
+        # predict_step's "index" numbers them (callbacks.exports.in_dataset_order).
+        for index, row in zip(indices, predictions, strict=True):
             setting = setting_name(int(row["seq_len"]), int(row["num_kv_pairs"]))
             for position, distance, query, predicted, target in zip(
                 *(row[k].tolist() for k in PREDICTION_FIELDS[2:-1]),

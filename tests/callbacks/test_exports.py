@@ -90,6 +90,20 @@ def test_in_dataset_order_sorts_and_drops_repeats():
         in_dataset_order(outputs, [[3, 1], [0]])
 
 
+def test_examples_that_carry_their_index_are_ordered_by_it_across_ranks():
+    # Whole-batch loaders (MQAR's several settings) leave Lightning no indices: each example's
+    # own "index" orders them, and two ranks' examples gathered on rank 0 are not merged by
+    # their arrival numbers (0, 1, ... on every rank).
+    rank0 = [{"index": torch.tensor([4, 0]), "x": torch.tensor([40, 0])}]
+    rank1 = [{"index": torch.tensor([1, 3]), "x": torch.tensor([10, 30])}]
+    per_rank = [in_dataset_order(outputs, None) for outputs in (rank0, rank1)]
+    assert [indices for _, indices in per_rank] == [[0, 4], [1, 3]]
+    examples, indices = in_dataset_order(
+        [examples for examples, _ in per_rank], [indices for _, indices in per_rank]
+    )
+    assert indices == [0, 1, 3, 4] and [int(e["x"]) for e in examples] == [0, 10, 30, 40]
+
+
 def test_writes_under_the_logger_run_folder(tmp_path, caplog):
     writer = PredictionWriter()
     assert isinstance(Doubler(), PredictionSaver) and not isinstance(Silent(), PredictionSaver)
