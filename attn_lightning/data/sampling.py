@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 import warnings
@@ -109,8 +110,9 @@ class SettingBatchSampler(ShardedSampler):
     serves every batch of setting 0, then of setting 1, ... (Zoology's loader, which does not
     shuffle its batches), ``"shuffled"`` serves them in a random order of the same generator. The
     batch list is padded by wrapping round to a multiple of the world size R and rank r takes
-    batches r, r + R, ... Evaluation: every setting's rows in order, batches in setting order,
-    unpadded, rank r takes r, r + R, ...: each example is evaluated once.
+    batches r, r + R, ... Evaluation: every setting's rows in order, the settings' batches taken
+    in turn (batch 0 of each setting, then batch 1, ...: ``limit_val_batches`` still sees every
+    setting), unpadded, rank r takes r, r + R, ...: each example is evaluated once.
 
     Args:
         sizes: examples per setting.
@@ -141,11 +143,14 @@ class SettingBatchSampler(ShardedSampler):
     def batches(self) -> list[tuple[int, torch.Tensor]]:
         """Every ``(setting, rows)`` batch of the current epoch, in serving order, unsharded."""
         generator = epoch_generator(self.seed, self.epoch)
-        out = []
+        per_setting = []
         for setting, size in enumerate(self.sizes):
             rows = torch.randperm(size, generator=generator) if self.shuffle else torch.arange(size)
-            out += [(setting, part) for part in rows.split(self.batch_size)]
-        if self.shuffle and self.order == "shuffled":
+            per_setting.append([(setting, part) for part in rows.split(self.batch_size)])
+        if not self.shuffle:  # round robin: a limit on evaluation batches still sees every setting
+            return [b for group in itertools.zip_longest(*per_setting) for b in group if b]
+        out = [b for batches in per_setting for b in batches]
+        if self.order == "shuffled":
             out = [out[i] for i in torch.randperm(len(out), generator=generator).tolist()]
         return out
 

@@ -202,6 +202,9 @@ def test_setting_batches_shard_like_every_other_loader():
     assert sorted(map(str, itertools.chain(*train))) == sorted(map(str, every + every[:1]))
     evaluation = [_batches(shard(False, r)) for r in range(3)]
     assert [len(e) for e in evaluation] == [len(shard(False, r)) for r in range(3)] == [3, 3, 2]
+    turns = _batches(SettingBatchSampler(sizes, batch_size=4, shuffle=False))
+    # The settings take turns until each runs out (3, 4 and 1 batches).
+    assert [s for s, _ in turns] == [0, 1, 2, 0, 1, 0, 1, 1]
     seen = sorted((s, r) for part in evaluation for s, rows in part for r in rows)
     assert seen == [(s, r) for s, n in enumerate(sizes) for r in range(n)]  # each once
 
