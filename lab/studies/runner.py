@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_lightning.attention import parse_attention_spec
+from attn_lightning.cli.process import OMP_ENV, usable_cpus
 from attn_lightning.records.run_files import RECORD
 from lab.results.records import (
     NOT_RUN,
@@ -118,6 +120,16 @@ def build_cli(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> A
         return train_main([*args, *(f"--{o}" for o in overrides)], run=False)
 
 
+def child_env(parallel: int) -> dict[str, str] | None:
+    """The environment of ``parallel`` runs at once: each gets ``usable CPUs // parallel`` torch
+    threads (≥ 1) through ``OMP_NUM_THREADS``, unless it is set already (then it stands, as for one
+    run at a time: None, this process's environment). Without it every run would take train.py's
+    default, half the CPUs, and ``--jobs 12`` on 16 cores would run 96 threads."""
+    if parallel <= 1 or os.environ.get(OMP_ENV):
+        return None
+    return {**os.environ, OMP_ENV: str(max(1, usable_cpus() // parallel))}
+
+
 @dataclass
 class Runner:
     """Runs variants of a base config stack through ``train.py`` and reads their run records.
@@ -140,6 +152,8 @@ class Runner:
     resume: bool = False
     skip_runs: bool = False  # never train: whatever records exist
     blocked: Callable[[Variant, int], str | None] | None = None  # why not yet: NOT_RUN
+    # The runs' environment: run_all's share of the CPUs among its parallel runs (child_env).
+    _env: dict[str, str] | None = field(default=None, init=False, repr=False)
 
     def run_tags(self, variant: Variant, seed: int) -> dict[str, Any]:
         """The ``run_record.tags`` of one run: study, variant, seed, ``tags``, ``variant.info``."""
@@ -253,7 +267,9 @@ class Runner:
         # after training but before its record is final; a file lets it finish and be resumed.
         with tempfile.TemporaryFile("w+") as output:
             command = self.command(variant, seed, ckpt_path=ckpt_path)
-            code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(
+                command, stdout=output, stderr=subprocess.STDOUT, env=self._env
+            ).returncode
             if code in STOP_CODES:
                 log.warning("run %s stopped by a signal (exit %d)", label, code)
                 return STOPPED
@@ -276,6 +292,7 @@ class Runner:
         (in job order), e.g. to rewrite the tables part-way through a long study.
         """
         done: dict[int, RunResult] = {}
+        self._env = child_env(parallel)
 
         def finish(index: int, result: RunResult) -> None:
             done[index] = result
