@@ -292,7 +292,6 @@ class Runner:
         (in job order), e.g. to rewrite the tables part-way through a long study.
         """
         done: dict[int, RunResult] = {}
-        self._env = child_env(parallel)
 
         def finish(index: int, result: RunResult) -> None:
             done[index] = result
@@ -310,8 +309,12 @@ class Runner:
             for index, (variant, seed) in enumerate(jobs):
                 finish(index, self.run(variant, seed))
         else:
-            with ThreadPoolExecutor(max_workers=parallel) as pool:
-                futures = {pool.submit(self.run, v, s): i for i, (v, s) in enumerate(jobs)}
-                for future in as_completed(futures):
-                    finish(futures[future], future.result())
+            self._env = child_env(parallel)  # for these runs only: a later run() inherits again
+            try:
+                with ThreadPoolExecutor(max_workers=parallel) as pool:
+                    futures = {pool.submit(self.run, v, s): i for i, (v, s) in enumerate(jobs)}
+                    for future in as_completed(futures):
+                        finish(futures[future], future.result())
+            finally:
+                self._env = None
         return [done[i] for i in sorted(done)]
