@@ -2,7 +2,8 @@
 
 Shape notation (as in ``attention/base.py``)::
 
-    B batch   L query length   S key/value length   E d_model   H heads   D head_dim = E / H
+    B batch   L query length   S key/value length   E d_model   H heads
+    D head_dim (E / H unless given)   I = H·D, the width the heads are cut from
 
 The backend only mixes values (``(B, H, L, D)`` in, ``(B, H, L, D)`` out); projections, the short
 convolution and head split/merge live here (fast-transformers ``attention_layer.py`` layout), norms
@@ -16,6 +17,11 @@ Short convolutions (``short_conv``: K, 0 = none): a causal depthwise convolution
 SiLU on q, k and v after their projections (``models.short_conv``; GLA's and DeltaNet's
 ``use_short_conv``), for self-attention; the decode state then also holds the last K - 1
 projected inputs.
+
+Head width (``head_dim``: D, None = E / H): the projections map E to H·D and back, so the heads'
+width — the features a feature map gets and the state each head keeps — is set apart from the
+model's width (Zoology and Based vary the feature dimension at a fixed model width). Without
+projections the heads are cut from the inputs, so H·D must equal E.
 """
 
 from __future__ import annotations
@@ -50,7 +56,10 @@ class MultiHeadAttention(nn.Module):
 
     Args:
         d_model: E.
-        num_heads: H; E must be a positive multiple of H.
+        num_heads: H; E must be a positive multiple of H when ``head_dim`` is None.
+        head_dim: D, each head's width (None: E / H); the q, k, v projections map E to H·D and
+            the output projection H·D back to E. Without Q and K projections (``no_qk``,
+            ``False``) H·D must equal E.
         attention: backend dict, ``{"name": "performer", "num_features": 128}``.
         projections: ``True`` (q/k/v/out projections), ``"no_qk"`` (v and out only: q and k are
             the inputs split into heads, as in optimization-based attention) or ``False`` (none:
@@ -60,7 +69,8 @@ class MultiHeadAttention(nn.Module):
             a call whose keys are not as long as its queries is refused).
 
     Raises:
-        ValueError: ``d_model`` or ``num_heads`` not positive, or ``d_model % num_heads != 0``;
+        ValueError: ``d_model``, ``num_heads`` or ``head_dim`` not positive, ``d_model %
+            num_heads != 0`` with no ``head_dim``, or H·D ≠ E without Q and K projections;
             ``projections`` not one of the three; ``short_conv`` < 0; an unknown backend name or
             option (from ``build_attention``).
     """
@@ -74,20 +84,33 @@ class MultiHeadAttention(nn.Module):
         projections: Projections = True,
         bias: bool = True,
         short_conv: int = 0,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         if short_conv < 0:
             raise ValueError(
                 f"short_conv must be >= 0 (0: none, else its kernel), got {short_conv}"
             )
-        if d_model <= 0 or num_heads <= 0 or d_model % num_heads:
+        if head_dim is not None and head_dim <= 0:
+            raise ValueError(
+                f"head_dim must be >= 1 (or None: d_model / num_heads), got {head_dim}"
+            )
+        if d_model <= 0 or num_heads <= 0 or (head_dim is None and d_model % num_heads):
             raise ValueError(
                 f"d_model ({d_model}) must be a positive multiple of num_heads ({num_heads})"
             )
         self.d_model = d_model
         self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
+        self.head_dim = d_model // num_heads if head_dim is None else head_dim
+        self.inner_dim = num_heads * self.head_dim  # I: the width q, k, v are cut into heads from
         self.projections = check_projections(projections)
+        if self.projections is not True and self.inner_dim != d_model:
+            raise ValueError(
+                f"head_dim {self.head_dim} × num_heads {num_heads} = {self.inner_dim} must equal "
+                f"d_model ({d_model}) with projections={self.projections!r}: without Q and K "
+                f"projections the heads are cut from the inputs (set projections true, or "
+                f"head_dim to {d_model // num_heads if d_model % num_heads == 0 else 'None'})"
+            )
         self.backend = build_attention(attention, head_dim=self.head_dim)
         # Separate Linear layers (not one fused qkv) so LoRA can target q_proj / v_proj; created
         # in this order (q, k, v, out) so True keeps its parameter init and state-dict keys.
@@ -95,15 +118,16 @@ class MultiHeadAttention(nn.Module):
         self.k_proj: nn.Linear | None = None
         self.v_proj: nn.Linear | None = None
         self.out_proj: nn.Linear | None = None
+        inner = self.inner_dim
         if self.projections is True:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.q_proj = nn.Linear(d_model, inner, bias=bias)
+            self.k_proj = nn.Linear(d_model, inner, bias=bias)
         if self.projections is not False:
-            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.v_proj = nn.Linear(d_model, inner, bias=bias)
+            self.out_proj = nn.Linear(inner, d_model, bias=bias)
         # One depthwise convolution over q, k and v side by side: each channel is its own filter,
         # so this is fla's three ShortConvolutions in one call.
-        self.conv = ShortConvolution(3 * d_model, short_conv) if short_conv else None
+        self.conv = ShortConvolution(3 * inner, short_conv) if short_conv else None
 
     @property
     def supports_recurrence(self) -> bool:
@@ -115,14 +139,14 @@ class MultiHeadAttention(nn.Module):
 
     def _merge(self, x: Tensor) -> Tensor:
         b, _, n, _ = x.shape
-        return x.transpose(1, 2).reshape(b, n, self.d_model)  # (B, N, E)
+        return x.transpose(1, 2).reshape(b, n, self.inner_dim)  # (B, N, I)
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         if self.q_proj is not None and self.k_proj is not None:
             query, key = self.q_proj(query), self.k_proj(key)
         if self.v_proj is not None:
             value = self.v_proj(value)
-        return query, key, value  # (B, L, E), (B, S, E), (B, S, E)
+        return query, key, value  # (B, L, I), (B, S, I), (B, S, I)
 
     def _qkv(
         self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None
@@ -135,11 +159,11 @@ class MultiHeadAttention(nn.Module):
                     f"{k.shape[1]} keys"
                 )
             mixed = self.conv(torch.cat([q, k, v], dim=-1), key_padding_mask)
-            q, k, v = mixed.split(self.d_model, dim=-1)
+            q, k, v = mixed.split(self.inner_dim, dim=-1)
         return self._split(q), self._split(k), self._split(v)
 
     def _out(self, mixed: Tensor) -> Tensor:
-        out = self._merge(mixed)  # (B, L, E)
+        out = self._merge(mixed)  # (B, L, I)
         return out if self.out_proj is None else self.out_proj(out)
 
     def forward(
@@ -176,7 +200,7 @@ class MultiHeadAttention(nn.Module):
             return self._out(mixed), state
         backend_state, cache = (None, None) if state is None else (state[:-1], state[-1])
         qkv, cache = self.conv.step(torch.cat(self._project(x, x, x), dim=-1), cache)
-        q, k, v = (self._split(part) for part in qkv.split(self.d_model, dim=-1))
+        q, k, v = (self._split(part) for part in qkv.split(self.inner_dim, dim=-1))
         mixed, backend_state = self.backend.step(q, k, v, backend_state)
         return self._out(mixed), (*backend_state, cache)
 

@@ -36,6 +36,7 @@ INITS = ("pytorch", "gpt2")  # SequenceSpec.init
 MINIMUM: dict[str, int] = {
     "d_model": 1,
     "num_heads": 1,
+    "head_dim": 1,
     "d_ff": 0,  # attention-only blocks: Zoology's MQAR models, Olsson et al.'s induction heads
     "num_layers": 1,
     "short_conv": 0,
@@ -52,7 +53,8 @@ MINIMUM: dict[str, int] = {
 
 def check_sizes(spec: Any) -> None:
     """Refuse a spec whose sizes cannot build a model (``MINIMUM``, dropouts in [0, 1),
-    ``d_model`` a multiple of ``num_heads``, hidden widths >= 1).
+    ``d_model`` a multiple of ``num_heads`` unless ``head_dim`` is given, ``num_heads ·
+    head_dim = d_model`` without Q and K projections, hidden widths >= 1).
 
     Raises:
         ValueError: naming the first bad size as ``net.<name>``, the value and what is allowed.
@@ -69,11 +71,19 @@ def check_sizes(spec: Any) -> None:
         if isinstance(dropout, int | float) and not 0 <= dropout < 1:
             raise ValueError(f"net.{name} must be in [0, 1), got {dropout}")
     d_model, heads = values.get("d_model"), values.get("num_heads")
-    if isinstance(d_model, int) and isinstance(heads, int) and d_model % heads:
-        raise ValueError(
-            f"net.d_model ({d_model}) must be a multiple of net.num_heads ({heads}): "
-            "head_dim = d_model / num_heads"
-        )
+    head_dim, projections = values.get("head_dim"), values.get("projections", True)
+    if isinstance(d_model, int) and isinstance(heads, int):
+        if head_dim is None and d_model % heads:
+            raise ValueError(
+                f"net.d_model ({d_model}) must be a multiple of net.num_heads ({heads}): "
+                "head_dim = d_model / num_heads (or give net.head_dim)"
+            )
+        if isinstance(head_dim, int) and projections is not True and heads * head_dim != d_model:
+            raise ValueError(
+                f"net.head_dim ({head_dim}) × net.num_heads ({heads}) must equal net.d_model "
+                f"({d_model}) with net.projections {projections!r}: without Q and K projections "
+                "the heads are cut from the inputs"
+            )
     hidden = values.get("hidden_sizes")
     if hidden is not None and any(not isinstance(h, int) or h < 1 for h in hidden):
         raise ValueError(f"net.hidden_sizes must all be >= 1, got {list(hidden)}")

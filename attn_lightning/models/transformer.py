@@ -2,7 +2,7 @@
 
 Shape notation (as in ``attention/base.py``)::
 
-    B batch   L query length   S key/value length   E d_model   H heads   D head_dim = E / H
+    B batch   L query length   S key/value length   E d_model   H heads   D head_dim (E / H)
 
 Attention sites are ``models.multihead.MultiHeadAttention`` (projections, short convolutions,
 heads around a backend); norms and residuals live here.
@@ -41,16 +41,20 @@ class BlockSizes:
 
     Attributes:
         d_model: E, the width of every token.
-        num_heads: H; E must be a multiple of H (head_dim = E / H).
+        num_heads: H; E must be a multiple of H when ``head_dim`` is None.
         d_ff: hidden width of each block's feed-forward; 0: none, attention-only blocks (the
             ablation of Zoology's MQAR models and of Olsson et al.'s induction-head models).
         dropout: on the feed-forward's hidden layer and on each residual branch.
+        head_dim: D, each attention head's width (None: E / H); the projections map E to H·D
+            and back (``MultiHeadAttention``), so a head's features and state are set apart
+            from the model's width.
     """
 
     d_model: int = 64
     num_heads: int = 4
     d_ff: int = 256
     dropout: float = 0.0
+    head_dim: int | None = None
 
 
 class FeedForward(nn.Sequential):
@@ -105,6 +109,7 @@ class EncoderBlock(nn.Module):
             attention=attention,
             projections=projections,
             short_conv=short_conv,
+            head_dim=sizes.head_dim,
         )
         self.norm2, self.mlp = _feed_forward(sizes)
         self.dropout = nn.Dropout(sizes.dropout)
@@ -161,14 +166,18 @@ class DecoderBlock(nn.Module):
         cross_projections: Projections = True,
     ) -> None:
         super().__init__()
-        e, h = sizes.d_model, sizes.num_heads
+        e, h, d = sizes.d_model, sizes.num_heads, sizes.head_dim
         self.norm1 = nn.LayerNorm(e)
         self.self_attn = MultiHeadAttention(
-            d_model=e, num_heads=h, attention=attention, projections=projections
+            d_model=e, num_heads=h, head_dim=d, attention=attention, projections=projections
         )
         self.norm2 = nn.LayerNorm(e)
         self.cross_attn = MultiHeadAttention(
-            d_model=e, num_heads=h, attention=cross_attention, projections=cross_projections
+            d_model=e,
+            num_heads=h,
+            head_dim=d,
+            attention=cross_attention,
+            projections=cross_projections,
         )
         self.norm3, self.mlp = _feed_forward(sizes)
         self.dropout = nn.Dropout(sizes.dropout)

@@ -185,3 +185,59 @@ def test_batch_one_causal_backward_through_the_head_merge(name):
     x = torch.randn(1, 24, 16, requires_grad=True)
     attn(x, causal=True).sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+# head_dim apart from d_model / num_heads: the heads are cut from I = H·D_h projected channels.
+DH = 5  # E = 12, H = 3: I = 15, not E
+
+
+def test_head_dim_apart_from_width_matches_naive_reference_outputs_and_grads():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(
+        d_model=E, num_heads=H, head_dim=DH, attention={"name": "softmax"}
+    ).double()
+    assert (mha.head_dim, mha.inner_dim) == (DH, H * DH)
+    assert mha.q_proj.weight.shape == (H * DH, E) and mha.out_proj.weight.shape == (E, H * DH)
+    x = torch.randn(B, L, E, dtype=torch.float64, requires_grad=True)
+    q, k, v = (x @ p.weight.T + p.bias for p in (mha.q_proj, mha.k_proj, mha.v_proj))
+    heads = []
+    for h in range(H):
+        sl = slice(h * DH, (h + 1) * DH)
+        scores = q[..., sl] @ k[..., sl].transpose(-1, -2) / math.sqrt(DH)
+        scores = scores.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), float("-inf"))
+        heads.append(scores.softmax(-1) @ v[..., sl])
+    want = torch.cat(heads, dim=-1) @ mha.out_proj.weight.T + mha.out_proj.bias
+    out = mha(x, causal=True)
+    torch.testing.assert_close(out, want)
+    grad_out = torch.randn_like(out)
+    params = [x, *mha.parameters()]
+    got = torch.autograd.grad(out, params, grad_out)
+    for g, w in zip(got, torch.autograd.grad(want, params, grad_out), strict=True):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("short_conv", [0, 3])
+def test_head_dim_apart_from_width_steps_as_it_runs_and_counts_its_state(short_conv):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(
+        d_model=E, num_heads=H, head_dim=DH, attention={"name": "linear"}, short_conv=short_conv
+    )
+    _assert_steps_equal_causal_forward(mha.double().eval())
+    conv = (short_conv - 1) * 3 * H * DH if short_conv else 0  # the last K - 1 inputs of q, k, v
+    assert mha.state_size(seq_len=L) == H * (DH * DH + DH) + conv  # F·Dv + F a head, F = Dv = D_h
+
+
+def test_head_dim_errors_name_the_value():
+    with pytest.raises(ValueError, match=r"head_dim must be >= 1 .*got 0"):
+        MultiHeadAttention(d_model=E, num_heads=H, head_dim=0, attention={"name": "softmax"})
+    for projections in (False, "no_qk"):
+        with pytest.raises(ValueError, match=r"head_dim 5 × num_heads 3 = 15 must equal d_model"):
+            MultiHeadAttention(
+                d_model=E,
+                num_heads=H,
+                head_dim=DH,
+                attention={"name": "softmax"},
+                projections=projections,
+            )
+    # d_model need not be a multiple of num_heads once head_dim is given
+    assert MultiHeadAttention(d_model=10, num_heads=3, head_dim=4, attention={"name": "softmax"})

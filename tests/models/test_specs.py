@@ -33,7 +33,8 @@ def test_as_spec_takes_a_spec_a_mapping_or_none():
 def test_unknown_sizes_are_named_with_the_allowed_ones():
     with pytest.raises(ValueError, match=r"unknown size\(s\) 'd_modl' in net \(SequenceSpec\)"):
         as_spec(SequenceSpec, {"d_modl": 3})
-    with pytest.raises(ValueError, match="allowed: d_model, num_heads, d_ff, dropout, num_queries"):
+    allowed = "allowed: d_model, num_heads, d_ff, dropout, head_dim, num_queries"
+    with pytest.raises(ValueError, match=allowed):
         as_spec(DetrSpec, {"num_layers": 3})
     with pytest.raises(ValueError, match="net must be a VitSpec or a mapping"):
         as_spec(VitSpec, 3)
@@ -85,6 +86,7 @@ def test_a_model_is_sized_by_its_spec():
         (DetrSpec, "dropout", 1.0, "net.dropout must be in [0, 1), got 1.0"),
         (SequenceSpec, "d_model", 30, "net.d_model (30) must be a multiple of net.num_heads (4)"),
         (MLPSpec, "hidden_sizes", (64, 0), "net.hidden_sizes must all be >= 1, got [64, 0]"),
+        (SequenceSpec, "head_dim", 0, "net.head_dim must be >= 1, got 0"),
     ],
 )
 def test_bad_sizes_are_refused_by_the_spec(spec_type, field, value, expected):
@@ -100,3 +102,17 @@ def test_zero_encoder_layers_and_no_hidden_layers_stay_allowed():
     assert DetrSpec(num_encoder_layers=0).num_encoder_layers == 0
     assert SequenceSpec(d_ff=0).d_ff == DetrSpec(d_ff=0).d_ff == 0
     assert MLPSpec(hidden_sizes=()).hidden_sizes == ()
+
+
+def test_head_dim_sets_the_heads_apart_from_the_width():
+    # one head of 32 features in a width-16 model: the projections map 16 to 32 and back
+    spec = SequenceSpec(d_model=16, num_heads=1, head_dim=32, num_layers=2, d_ff=8)
+    assert as_spec(SequenceSpec, spec_dict(spec)) == spec  # as checkpoints keep it
+    model = SequenceTransformer(spec, vocab_size=7, max_len=10, attention={"name": "linear"})
+    assert model(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 7)
+    assert model.encoder.state_sizes(seq_len=5) == (32 * 32 + 32,) * 2
+    # with it, d_model need not divide by num_heads; without Q and K projections it must be I
+    assert SequenceSpec(d_model=30, num_heads=4, head_dim=8).head_dim == 8
+    with pytest.raises(ValueError, match=re.escape("net.head_dim (8) × net.num_heads (4) must")):
+        SequenceSpec(d_model=30, num_heads=4, head_dim=8, projections="no_qk")
+    assert SequenceSpec(d_model=32, num_heads=4, head_dim=8, projections=False).head_dim == 8
