@@ -9,7 +9,13 @@ from collections import Counter
 import pytest
 import torch
 
-from attn_lightning.data.mqar import IGNORE, RecallExamples, RecallSizes, multiquery_ar
+from attn_lightning.data.mqar import (
+    IGNORE,
+    RecallExamples,
+    RecallSizes,
+    _uniform_without_replacement,
+    multiquery_ar,
+)
 from attn_lightning.data.recall import AssociativeRecallDataModule
 
 
@@ -103,6 +109,24 @@ def test_query_gaps_follow_the_reference_law(power_a):
         assert ours[0] > 3 * ours[sizes.num_gaps - 1]  # near gaps far likelier than far ones
     else:
         assert max(ours.values()) < 1.3 * min(ours.values())  # uniform
+
+
+@pytest.mark.parametrize(
+    ("population", "rows", "count"),
+    [(7, 5, 7), (4095, 2100, 9), (40, 1030, 24)],  # every index; rows past one block; dense
+)
+def test_draws_without_replacement_take_the_rth_index_not_taken(population, rows, count):
+    # Draw j is r uniform in 0 .. population - j - 1 (one row-wide randint per j, in order): the
+    # row's r-th smallest index not drawn yet, found here one row at a time from the same draws.
+    got = _uniform_without_replacement(population, rows, count, torch.Generator().manual_seed(5))
+    replay = torch.Generator().manual_seed(5)
+    draws = [torch.randint(population - j, (rows, 1), generator=replay) for j in range(count)]
+    for i, row in enumerate(got.tolist()):
+        taken: list[int] = []
+        for j in range(count):
+            free = [x for x in range(population) if x not in taken]
+            taken.append(free[int(draws[j][i])])
+        assert row == taken
 
 
 @pytest.mark.parametrize("sizes", SIZES, ids=lambda s: f"V{s.vocab_size}-L{s.seq_len}")
