@@ -12,6 +12,7 @@ checkpoints and logs went and the final metrics.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -248,7 +249,15 @@ def _metric_items(metrics: Mapping[str, Any], *, prefix: str) -> list[str]:
         for k, v in metrics.items()
         if k.startswith(prefix) and not k.endswith("_step") and not k.startswith("hp/")
     }
-    return [f"{k} {float(v):.4g}" for k, v in sorted(keep.items())]
+    return [f"{k} {float(v):.4g}" for k, v in sorted(keep.items(), key=lambda kv: _natural(kv[0]))]
+
+
+def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key reading digit runs as numbers: ``query_acc_d8-15`` before ``query_acc_d16-31``,
+    ``L64_P4`` before ``L128_P8`` (a plain sort puts the longer number first)."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)
+    )
 
 
 def _duration(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""On a terminal the step bar shows each validation's line above itself."""
+"""On a terminal the step bar shows each validation's line above itself; metrics in number order."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attn_lightning.cli import main
-from attn_lightning.cli.progress import StepProgressBar
+from attn_lightning.cli.progress import StepProgressBar, _metric_items
 
 ROOT = Path(__file__).resolve().parents[2]
 REVERSAL = ["--config", str(ROOT / "configs" / "reversal" / "base.yaml")]
@@ -51,3 +51,23 @@ def test_validation_lines_show_above_the_bar_on_a_terminal(monkeypatch, caplog):
         assert len(shown) == 1, text
         assert "val/loss" in shown[0] and "val/token_acc" in shown[0]
     assert "validation at step" not in caplog.text  # once, by the bar, not also logged
+
+
+def test_metrics_are_listed_with_their_numbers_in_order():
+    metrics = {
+        "val/query_acc_d16-31": 0.3,
+        "val/query_acc_d8-15": 0.2,
+        "val/query_acc_d1-7": 0.1,
+        "val/query_acc_L128_P8": 0.5,
+        "val/query_acc_L64_P4": 0.4,
+        "val/loss": 1.0,
+        "hp/val_loss": 1.0,
+    }
+    assert [item.split()[0] for item in _metric_items(metrics, prefix="val/")] == [
+        "val/loss",
+        "val/query_acc_L64_P4",
+        "val/query_acc_L128_P8",
+        "val/query_acc_d1-7",
+        "val/query_acc_d8-15",
+        "val/query_acc_d16-31",
+    ]
