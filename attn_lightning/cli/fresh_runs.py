@@ -169,10 +169,21 @@ def prepare_run_folder(config: Any) -> list[Path]:
     made: list[Path] = []
     logs = log_folder(config)
     if logs is not None and not logs[1].exists():
-        for path in reversed([logs[1], *logs[1].parents]):
+        for path in reversed(logs[1].parents):
             if not path.exists():
-                path.mkdir()
+                try:
+                    path.mkdir()
+                except FileExistsError:
+                    continue  # made meanwhile by a run started beside this one: shared, not ours
                 made.append(path)
+        try:
+            logs[1].mkdir()
+        except FileExistsError:
+            raise RunFolderError(
+                f"run folder {str(logs[1])!r} was made by another run starting at the same "
+                f"time under --run_name {run}: start this one with another --run_name"
+            ) from None
+        made.append(logs[1])
         (logs[1] / MARKER).write_text(MARKER_TEXT)
     return made
 

@@ -127,6 +127,61 @@ def test_a_folder_another_run_makes_or_removes_mid_probe_is_not_refused(tmp_path
     assert raced == {"mkdir": True, "write": True}
 
 
+def _config(tmp_path, run: str) -> dict:
+    logger = {"init_args": {"save_dir": str(tmp_path / "logs")}}
+    return {
+        "run_name": run,
+        "experiment": "exp",
+        "trainer": {"logger": logger},
+        "checkpoint": {"root": str(tmp_path / "checkpoints")},
+    }
+
+
+def _another_run_makes_first(monkeypatch, folder) -> dict[str, bool]:
+    """``folder.mkdir`` finds it made by a run started beside this one (after our look)."""
+    from pathlib import Path
+
+    real_mkdir = Path.mkdir
+    raced = {"mkdir": False}
+
+    def mkdir_after_the_other(self, *args, **kwargs):
+        if self == folder and not raced["mkdir"]:
+            raced["mkdir"] = True
+            real_mkdir(self)
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_after_the_other)
+    return raced
+
+
+def test_two_runs_started_together_share_the_experiments_folder(tmp_path, monkeypatch):
+    """Two fits of one experiment started at once both make ``<save_dir>/<experiment>``: the
+    one that loses the race uses the other's folder (and leaves it to it when discarding)."""
+    from attn_lightning.cli.fresh_runs import discard_unused, prepare_run_folder
+
+    raced = _another_run_makes_first(monkeypatch, tmp_path / "logs" / "exp")
+    made = prepare_run_folder(_config(tmp_path, "b"))
+    assert raced["mkdir"]
+    assert made == [tmp_path / "logs", tmp_path / "logs" / "exp" / "b"]
+    assert (tmp_path / "logs" / "exp" / "b" / MARKER).is_file()
+    discard_unused(made)  # b stops before it starts: its own folder goes, the shared one stays
+    assert (tmp_path / "logs" / "exp").is_dir() and not (tmp_path / "logs" / "exp" / "b").exists()
+
+
+def test_two_runs_started_together_under_one_name_stop_the_second(tmp_path, monkeypatch):
+    from attn_lightning.cli.fresh_runs import RunFolderError, prepare_run_folder
+
+    raced = _another_run_makes_first(monkeypatch, tmp_path / "logs" / "exp" / "a")
+    with pytest.raises(RunFolderError) as error:
+        prepare_run_folder(_config(tmp_path, "a"))
+    assert raced["mkdir"]
+    assert str(error.value) == (
+        f"run folder {str(tmp_path / 'logs' / 'exp' / 'a')!r} was made by another run starting "
+        "at the same time under --run_name a: start this one with another --run_name"
+    )
+    assert list((tmp_path / "logs" / "exp" / "a").iterdir()) == []  # the other's: untouched
+
+
 def test_a_file_where_the_folder_should_be_is_still_refused(tmp_path):
     from attn_lightning.cli.fresh_runs import _unwritable
 
