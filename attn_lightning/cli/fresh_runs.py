@@ -169,22 +169,40 @@ def prepare_run_folder(config: Any) -> list[Path]:
     made: list[Path] = []
     logs = log_folder(config)
     if logs is not None and not logs[1].exists():
-        for path in reversed(logs[1].parents):
-            if not path.exists():
+        made = _make_run_folder(logs[1], run)
+        (logs[1] / MARKER).write_text(MARKER_TEXT)
+    return made
+
+
+def _make_run_folder(folder: Path, run: str, attempts: int = 5) -> list[Path]:
+    """Make ``folder`` and its missing parents; return the ones made here.
+
+    Runs started together (a sweep, a resume test) share the parents: one another run made
+    between our look and our ``mkdir`` is used, not made; one it removed again under us (its
+    writability probe cleaning up, ``_unwritable``) is made again. ``folder`` itself is the run's:
+    another run making it at the same moment stops this one (RunFolderError).
+    """
+    made: list[Path] = []
+    for attempt in range(attempts):
+        try:
+            for path in [*reversed(folder.parents), folder]:
+                if path != folder and path.is_dir():
+                    continue
                 try:
                     path.mkdir()
                 except FileExistsError:
-                    continue  # made meanwhile by a run started beside this one: shared, not ours
+                    if path != folder:
+                        continue  # made meanwhile by a run started beside this one: shared
+                    raise RunFolderError(
+                        f"run folder {str(folder)!r} was made by another run starting at the "
+                        f"same time under --run_name {run}: start this one with another "
+                        f"--run_name"
+                    ) from None
                 made.append(path)
-        try:
-            logs[1].mkdir()
-        except FileExistsError:
-            raise RunFolderError(
-                f"run folder {str(logs[1])!r} was made by another run starting at the same "
-                f"time under --run_name {run}: start this one with another --run_name"
-            ) from None
-        made.append(logs[1])
-        (logs[1] / MARKER).write_text(MARKER_TEXT)
+            return made
+        except FileNotFoundError:  # a parent removed under us: look again
+            if attempt == attempts - 1:
+                raise
     return made
 
 

@@ -168,6 +168,31 @@ def test_two_runs_started_together_share_the_experiments_folder(tmp_path, monkey
     assert (tmp_path / "logs" / "exp").is_dir() and not (tmp_path / "logs" / "exp" / "b").exists()
 
 
+def test_a_parent_another_runs_probe_removes_under_us_is_made_again(tmp_path, monkeypatch):
+    """Another run's writability probe made ``logs`` and removes it after our look: our
+    ``mkdir`` of ``logs/exp`` finds no parent, and the chain is made again (as CI once hit)."""
+    from pathlib import Path
+
+    from attn_lightning.cli.fresh_runs import prepare_run_folder
+
+    logs = tmp_path / "logs"
+    logs.mkdir()  # the other run's probe folder, seen by our look
+    real_mkdir = Path.mkdir
+    raced = {"rmdir": False}
+
+    def mkdir_after_the_other_cleaned_up(self, *args, **kwargs):
+        if self == logs / "exp" and not raced["rmdir"]:
+            raced["rmdir"] = True
+            logs.rmdir()
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_after_the_other_cleaned_up)
+    made = prepare_run_folder(_config(tmp_path, "b"))
+    assert raced["rmdir"]
+    assert made == [logs, logs / "exp", logs / "exp" / "b"]
+    assert (logs / "exp" / "b" / MARKER).is_file()
+
+
 def test_two_runs_started_together_under_one_name_stop_the_second(tmp_path, monkeypatch):
     from attn_lightning.cli.fresh_runs import RunFolderError, prepare_run_folder
 
