@@ -18,6 +18,10 @@ SiLU on q, k and v after their projections (``models.short_conv``; GLA's and Del
 ``use_short_conv``), for self-attention; the decode state then also holds the last K - 1
 projected inputs.
 
+Rotary positions (``rotary``): q and k of every head turned by their positions after the
+projections and the convolution (``models.rotary``), for self-attention; ``step`` takes the
+position of its token as ``offset``.
+
 Head width (``head_dim``: D, None = E / H): the projections map E to H·D and back, so the heads'
 width — the features a feature map gets and the state each head keeps — is set apart from the
 model's width (Zoology and Based vary the feature dimension at a fixed model width). Without
@@ -33,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from attn_lightning.attention import Grid, State, build_attention
+from attn_lightning.models.rotary import Rotary
 from attn_lightning.models.short_conv import ShortConvolution
 
 # Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
@@ -67,12 +72,14 @@ class MultiHeadAttention(nn.Module):
         bias: bias in the projections.
         short_conv: K of a short causal convolution on q, k, v (0: none; self-attention only:
             a call whose keys are not as long as its queries is refused).
+        rotary: turn q and k by their positions (RoPE, ``models.rotary``; self-attention only,
+            and an even ``head_dim``).
 
     Raises:
         ValueError: ``d_model``, ``num_heads`` or ``head_dim`` not positive, ``d_model %
             num_heads != 0`` with no ``head_dim``, or H·D ≠ E without Q and K projections;
             ``projections`` not one of the three; ``short_conv`` < 0; an unknown backend name or
-            option (from ``build_attention``).
+            option (from ``build_attention``); ``rotary`` with an odd head width.
     """
 
     def __init__(
@@ -85,6 +92,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         short_conv: int = 0,
         head_dim: int | None = None,
+        rotary: bool = False,
     ) -> None:
         super().__init__()
         if short_conv < 0:
@@ -128,6 +136,7 @@ class MultiHeadAttention(nn.Module):
         # One depthwise convolution over q, k and v side by side: each channel is its own filter,
         # so this is fla's three ShortConvolutions in one call.
         self.conv = ShortConvolution(3 * inner, short_conv) if short_conv else None
+        self.rotary = Rotary(self.head_dim) if rotary else None
 
     @property
     def supports_recurrence(self) -> bool:
@@ -152,15 +161,24 @@ class MultiHeadAttention(nn.Module):
         self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = self._project(query, key, value)
-        if self.conv is not None:
-            if q.shape[1] != k.shape[1]:
+        for name, used in (("short_conv", self.conv), ("rotary", self.rotary)):
+            if used is not None and q.shape[1] != k.shape[1]:
                 raise ValueError(
-                    f"short_conv is for self-attention: got {q.shape[1]} queries and "
-                    f"{k.shape[1]} keys"
+                    f"{name} is for self-attention: got {q.shape[1]} queries and {k.shape[1]} keys"
                 )
+        if self.conv is not None:
             mixed = self.conv(torch.cat([q, k, v], dim=-1), key_padding_mask)
             q, k, v = mixed.split(self.inner_dim, dim=-1)
-        return self._split(q), self._split(k), self._split(v)
+        return self._turn(self._split(q), self._split(k), self._split(v))
+
+    def _turn(
+        self, q: Tensor, k: Tensor, v: Tensor, *, offset: int = 0
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """q and k turned by their positions from ``offset`` on (with ``rotary``), v as it is."""
+        if self.rotary is None:
+            return q, k, v
+        q, k = self.rotary(q, k, offset=offset)
+        return q, k, v
 
     def _out(self, mixed: Tensor) -> Tensor:
         out = self._merge(mixed)  # (B, L, I)
@@ -186,21 +204,25 @@ class MultiHeadAttention(nn.Module):
         mixed = self.backend(q, k, v, causal=causal, key_padding_mask=key_padding_mask, grid=grid)
         return self._out(mixed)  # (B, L, E)
 
-    def step(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
+    def step(
+        self, x: Tensor, state: State | None = None, *, offset: int = 0
+    ) -> tuple[Tensor, State]:
         """Causal self-attention for one new position ``x: (B, 1, E)`` -> ``((B, 1, E), state)``.
 
-        With ``short_conv`` the state is ``(the backend's state..., the convolution's cache)``.
+        ``offset``: the position of ``x`` (the tokens before it), which ``rotary`` turns q and k
+        by. With ``short_conv`` the state is ``(the backend's state..., the convolution's
+        cache)``.
 
         Raises:
             NotImplementedError: the backend has no recurrent form (decode by prefix recompute).
         """
         if self.conv is None:
-            q, k, v = self._qkv(x, x, x)  # each (B, H, 1, D)
+            q, k, v = self._turn(*map(self._split, self._project(x, x, x)), offset=offset)
             mixed, state = self.backend.step(q, k, v, state)  # (B, H, 1, D)
             return self._out(mixed), state
         backend_state, cache = (None, None) if state is None else (state[:-1], state[-1])
         qkv, cache = self.conv.step(torch.cat(self._project(x, x, x), dim=-1), cache)
-        q, k, v = (self._split(part) for part in qkv.split(self.inner_dim, dim=-1))
+        q, k, v = self._turn(*map(self._split, qkv.split(self.inner_dim, dim=-1)), offset=offset)
         mixed, backend_state = self.backend.step(q, k, v, backend_state)
         return self._out(mixed), (*backend_state, cache)
 

@@ -1,5 +1,8 @@
 """Positional encodings added to token embeddings: fixed sinusoidal, learned, or none.
 
+``rotary`` adds nothing here either: the positions enter every self-attention, which turns its
+queries and keys by them (``models.rotary``).
+
 The first two map ``x: (B, L, E)`` to ``x + P[offset : offset + L]``; ``offset`` lets incremental
 decoding add the encoding of the position being generated. ``none`` adds nothing (NoPE): a causal
 model then knows order only through its mask (and a short convolution, ``net.short_conv``), as
@@ -76,6 +79,7 @@ class NoPositionalEncoding(nn.Module):
 POSITIONAL_ENCODINGS: dict[str, type[nn.Module]] = {
     "sinusoidal": SinusoidalPositionalEncoding,
     "learned": LearnedPositionalEncoding,
+    "rotary": NoPositionalEncoding,  # the attention layers turn q and k instead
     "none": NoPositionalEncoding,
 }
 

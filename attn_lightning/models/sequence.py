@@ -68,6 +68,7 @@ class SequenceTransformer(nn.Module):
             attention=attention,
             projections=spec.projections,
             short_conv=spec.short_conv,
+            rotary=spec.rotary,
         )
         self.head = nn.Linear(spec.d_model, outputs, bias=not tie_embeddings)
         if tie_embeddings:
@@ -109,7 +110,7 @@ class SequenceTransformer(nn.Module):
         """
         position, layer_state = (0, None) if state is None else state
         x = self.positional(self.embed(token[:, None]), offset=position)  # (B, 1, E)
-        x, layer_state = self.encoder.step(x, layer_state)
+        x, layer_state = self.encoder.step(x, layer_state, offset=position)
         return self.head(x[:, 0]), (position + 1, layer_state)
 
 

@@ -96,8 +96,10 @@ class TransformerSpec(BlockSizes):
 
     Attributes:
         num_layers: encoder blocks.
-        positional: ``sinusoidal``, ``learned`` or ``none`` (no position encoding: order from the
-            causal mask alone, as Zoology's non-attention models and Based's MQAR models).
+        positional: ``sinusoidal``, ``learned``, ``rotary`` (nothing added to the embeddings;
+            every self-attention turns q and k by their positions, RoPE: ``models.rotary``; each
+            head's width even) or ``none`` (no position encoding: order from the causal mask
+            alone, as Zoology's non-attention models and Based's MQAR models).
         projections: ``true`` (Q, K, V, out), ``no_qk`` (V, out) or ``false`` (none).
         short_conv: K of a short causal convolution (and SiLU) on q, k and v in every layer,
             as GLA's and DeltaNet's (fla's ``conv_size`` 4); 0: none (``models.short_conv``).
@@ -110,6 +112,18 @@ class TransformerSpec(BlockSizes):
 
     def __post_init__(self) -> None:
         check_sizes(self)
+        width = self.head_dim or self.d_model // self.num_heads
+        if self.rotary and width % 2:
+            where = "net.head_dim" if self.head_dim else "net.d_model / net.num_heads"
+            raise ValueError(
+                f"net.positional rotary turns pairs of coordinates: each head's width ({where}) "
+                f"must be even, got {width}"
+            )
+
+    @property
+    def rotary(self) -> bool:
+        """Rotary positions in every self-attention (``positional: rotary``)."""
+        return self.positional == "rotary"
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,8 @@ class EncoderBlock(nn.Module):
 
     Args:
         sizes: d_model, num_heads, d_ff (the MLP's hidden width) and dropout (``BlockSizes``).
-        attention, projections, short_conv: the self-attention's backend, projections and short
-            convolution (``MultiHeadAttention``).
+        attention, projections, short_conv, rotary: the self-attention's backend, projections,
+            short convolution and rotary positions (``MultiHeadAttention``).
     """
 
     def __init__(
@@ -99,6 +99,7 @@ class EncoderBlock(nn.Module):
         attention: Mapping[str, Any],
         projections: Projections = True,
         short_conv: int = 0,
+        rotary: bool = False,
     ) -> None:
         super().__init__()
         e = sizes.d_model
@@ -110,6 +111,7 @@ class EncoderBlock(nn.Module):
             projections=projections,
             short_conv=short_conv,
             head_dim=sizes.head_dim,
+            rotary=rotary,
         )
         self.norm2, self.mlp = _feed_forward(sizes)
         self.dropout = nn.Dropout(sizes.dropout)
@@ -135,9 +137,12 @@ class EncoderBlock(nn.Module):
             return x
         return x + self.dropout(self.mlp(self.norm2(x)))
 
-    def step(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
-        """One causal position ``(B, 1, E)``; equals ``forward(causal=True)`` at that position."""
-        h, state = self.attn.step(self.norm1(x), state)
+    def step(
+        self, x: Tensor, state: State | None = None, *, offset: int = 0
+    ) -> tuple[Tensor, State]:
+        """One causal position ``(B, 1, E)``, the ``offset``-th; equals ``forward(causal=True)``
+        at that position."""
+        h, state = self.attn.step(self.norm1(x), state, offset=offset)
         x = x + h
         if self.mlp is None or self.norm2 is None:
             return x, state
@@ -213,6 +218,7 @@ class TransformerEncoder(nn.Module):
             (a hybrid stack, ``models.hybrid``).
         projections: the projections of every layer.
         short_conv: K of every layer's short convolution on q, k, v (0: none).
+        rotary: every layer turns its q and k by their positions (``models.rotary``).
 
     Raises:
         ValueError: a negative ``num_layers``, a bad size (from the blocks), or a ``layers`` entry
@@ -227,12 +233,19 @@ class TransformerEncoder(nn.Module):
         attention: Mapping[str, Any],
         projections: Projections = True,
         short_conv: int = 0,
+        rotary: bool = False,
     ) -> None:
         super().__init__()
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
         self.layers = nn.ModuleList(
-            EncoderBlock(sizes, attention=layer, projections=projections, short_conv=short_conv)
+            EncoderBlock(
+                sizes,
+                attention=layer,
+                projections=projections,
+                short_conv=short_conv,
+                rotary=rotary,
+            )
             for layer in layer_attentions(attention, num_layers=num_layers)
         )
         self.norm = nn.LayerNorm(sizes.d_model)
@@ -268,11 +281,14 @@ class TransformerEncoder(nn.Module):
             x = layer(x, causal=causal, key_padding_mask=key_padding_mask, grid=grid)
         return self.norm(x)  # (B, L, E)
 
-    def step(self, x: Tensor, state: LayerState | None = None) -> tuple[Tensor, LayerState]:
-        """One causal position through every layer; ``state`` holds one entry per layer."""
+    def step(
+        self, x: Tensor, state: LayerState | None = None, *, offset: int = 0
+    ) -> tuple[Tensor, LayerState]:
+        """One causal position, the ``offset``-th, through every layer; ``state`` holds one entry
+        per layer."""
         state = state if state is not None else (None,) * len(self.layers)
         new_state = []
         for layer, layer_state in zip(self.layers, state, strict=True):
-            x, layer_state = cast(EncoderBlock, layer).step(x, layer_state)
+            x, layer_state = cast(EncoderBlock, layer).step(x, layer_state, offset=offset)
             new_state.append(layer_state)
         return self.norm(x), tuple(new_state)

@@ -96,6 +96,7 @@ class VisionTransformer(nn.Module):
             attention=attention,
             projections=spec.projections,
             short_conv=spec.short_conv,
+            rotary=spec.rotary,
         )
         self.head = nn.Linear(spec.d_model, num_classes)
 

@@ -46,7 +46,7 @@ def test_greedy_step_equals_prefix_recompute(name, options):
     assert torch.equal(generate(model, prompt, N), by_step)  # auto picks step
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
 @pytest.mark.parametrize(("name", "options"), cases())
 def test_model_step_logits_equal_causal_forward(name, options, positional):
     model = make_model(name, options, positional)

@@ -38,7 +38,7 @@ def test_odd_width_and_learned_table():
 
 def test_errors_name_the_allowed_values():
     with pytest.raises(
-        ValueError, match=r"unknown positional encoding 'rope'.*sinusoidal, learned"
+        ValueError, match=r"unknown positional encoding 'rope'.*sinusoidal, learned, rotary, none"
     ):
         build_positional_encoding("rope", 4, max_len=8)
     pe = build_positional_encoding("sinusoidal", 4, max_len=8)

@@ -100,7 +100,7 @@ def test_pool_pools_over_the_patch_grid():
         ),
         ({"image_size": 0}, r"positive ints, got \{'image_size': 0\}"),
         ({"num_classes": True}, r"positive ints, got \{'num_classes': True\}"),
-        ({"positional": "rotary"}, "unknown positional encoding 'rotary'; allowed: sinusoidal"),
+        ({"positional": "alibi"}, "unknown positional encoding 'alibi'; allowed: sinusoidal"),
         ({"attention": {"name": "softmx"}}, "unknown attention 'softmx'"),
     ],
 )
