@@ -19,7 +19,7 @@ SiLU on q, k and v after their projections (``models.short_conv``; GLA's and Del
 projected inputs.
 
 Rotary positions (``rotary``): q and k of every head turned by their positions after the
-projections and the convolution (``models.rotary``), for self-attention; ``step`` takes the
+projections and the convolution (``attention.ops.rotary``), for self-attention; ``step`` takes the
 position of its token as ``offset``.
 
 Head width (``head_dim``: D, None = E / H): the projections map E to H·D and back, so the heads'
@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from attn_lightning.attention import Grid, State, build_attention
-from attn_lightning.models.rotary import Rotary
+from attn_lightning.attention.ops.rotary import check_rotary_width, turn
 from attn_lightning.models.short_conv import ShortConvolution
 
 # Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
@@ -72,8 +72,8 @@ class MultiHeadAttention(nn.Module):
         bias: bias in the projections.
         short_conv: K of a short causal convolution on q, k, v (0: none; self-attention only:
             a call whose keys are not as long as its queries is refused).
-        rotary: turn q and k by their positions (RoPE, ``models.rotary``; self-attention only,
-            and an even ``head_dim``).
+        rotary: turn q and k by their positions (RoPE, ``attention.ops.rotary``; self-attention
+            only, and an even ``head_dim``).
 
     Raises:
         ValueError: ``d_model``, ``num_heads`` or ``head_dim`` not positive, ``d_model %
@@ -136,7 +136,9 @@ class MultiHeadAttention(nn.Module):
         # One depthwise convolution over q, k and v side by side: each channel is its own filter,
         # so this is fla's three ShortConvolutions in one call.
         self.conv = ShortConvolution(3 * inner, short_conv) if short_conv else None
-        self.rotary = Rotary(self.head_dim) if rotary else None
+        if rotary:
+            check_rotary_width(self.head_dim)
+        self.rotary = rotary
 
     @property
     def supports_recurrence(self) -> bool:
@@ -161,8 +163,8 @@ class MultiHeadAttention(nn.Module):
         self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = self._project(query, key, value)
-        for name, used in (("short_conv", self.conv), ("rotary", self.rotary)):
-            if used is not None and q.shape[1] != k.shape[1]:
+        for name, used in (("short_conv", self.conv is not None), ("rotary", self.rotary)):
+            if used and q.shape[1] != k.shape[1]:
                 raise ValueError(
                     f"{name} is for self-attention: got {q.shape[1]} queries and {k.shape[1]} keys"
                 )
@@ -175,9 +177,9 @@ class MultiHeadAttention(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, *, offset: int = 0
     ) -> tuple[Tensor, Tensor, Tensor]:
         """q and k turned by their positions from ``offset`` on (with ``rotary``), v as it is."""
-        if self.rotary is None:
+        if not self.rotary:
             return q, k, v
-        q, k = self.rotary(q, k, offset=offset)
+        q, k = turn(q, k, offset=offset)
         return q, k, v
 
     def _out(self, mixed: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 """Positional encodings added to token embeddings: fixed sinusoidal, learned, or none.
 
 ``rotary`` adds nothing here either: the positions enter every self-attention, which turns its
-queries and keys by them (``models.rotary``).
+queries and keys by them (``attention.ops.rotary``).
 
 The first two map ``x: (B, L, E)`` to ``x + P[offset : offset + L]``; ``offset`` lets incremental
 decoding add the encoding of the position being generated. ``none`` adds nothing (NoPE): a causal

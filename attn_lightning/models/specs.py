@@ -97,9 +97,10 @@ class TransformerSpec(BlockSizes):
     Attributes:
         num_layers: encoder blocks.
         positional: ``sinusoidal``, ``learned``, ``rotary`` (nothing added to the embeddings;
-            every self-attention turns q and k by their positions, RoPE: ``models.rotary``; each
-            head's width even) or ``none`` (no position encoding: order from the causal mask
-            alone, as Zoology's non-attention models and Based's MQAR models).
+            every self-attention turns q and k by their positions, RoPE:
+            ``attention.ops.rotary``; each head's width even) or ``none`` (no position encoding:
+            order from the causal mask alone, as Zoology's non-attention models and Based's MQAR
+            models).
         projections: ``true`` (Q, K, V, out), ``no_qk`` (V, out) or ``false`` (none).
         short_conv: K of a short causal convolution (and SiLU) on q, k and v in every layer,
             as GLA's and DeltaNet's (fla's ``conv_size`` 4); 0: none (``models.short_conv``).

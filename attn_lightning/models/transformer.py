@@ -218,7 +218,7 @@ class TransformerEncoder(nn.Module):
             (a hybrid stack, ``models.hybrid``).
         projections: the projections of every layer.
         short_conv: K of every layer's short convolution on q, k, v (0: none).
-        rotary: every layer turns its q and k by their positions (``models.rotary``).
+        rotary: every layer turns its q and k by their positions (``attention.ops.rotary``).
 
     Raises:
         ValueError: a negative ``num_layers``, a bad size (from the blocks), or a ``layers`` entry

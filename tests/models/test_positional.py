@@ -1,5 +1,6 @@
 """Positional encodings: the sinusoidal formula, offsets, limits; none: a causal model that
-knows order from its mask alone."""
+knows order from its mask alone; rotary: q and k turned in every self-attention, in forward and
+step (the turn itself: tests/attention/ops/test_rotary.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import math
 import pytest
 import torch
 
-from attn_lightning.models import SequenceTransformer, build_positional_encoding
-from attn_lightning.models.specs import SequenceSpec
+from attn_lightning.models import SequenceTransformer, VisionTransformer, build_positional_encoding
+from attn_lightning.models.multihead import MultiHeadAttention
+from attn_lightning.models.specs import SequenceSpec, VitSpec
 
 
 def test_sinusoidal_matches_formula_and_offset():
@@ -71,3 +73,73 @@ def test_without_positions_a_causal_output_depends_on_the_earlier_tokens_as_a_se
     for t in range(tokens.shape[1]):
         logits, state = net.step(tokens[:, t], state)
         torch.testing.assert_close(logits, out[:, t], atol=1e-5, rtol=1e-4)
+
+
+def _mha(**kwargs) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=16, num_heads=2, rotary=True, **kwargs)
+    return mha.double().eval()
+
+
+def test_softmax_decoding_is_the_same_from_any_starting_position():
+    # Softmax scores see only distances, so a KV cache started at position 40 decodes as one
+    # started at 0; a position added to the embeddings would not.
+    mha = _mha(attention={"name": "softmax"})
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    outputs = []
+    for start in (0, 40):
+        state, steps = None, []
+        for t in range(5):
+            out, state = mha.step(x[:, t : t + 1], state, offset=start + t)
+            steps.append(out)
+        outputs.append(torch.cat(steps, dim=1))
+    torch.testing.assert_close(outputs[1], outputs[0])
+    torch.testing.assert_close(outputs[0], mha(x, causal=True))
+
+
+@pytest.mark.parametrize("name", ["linear", "softmax"])
+def test_step_equals_forward_with_a_short_convolution(name):
+    mha = _mha(attention={"name": name}, short_conv=3)
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    state, steps = None, []
+    for t in range(7):
+        out, state = mha.step(x[:, t : t + 1], state, offset=t)
+        steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, dim=1), mha(x, causal=True))
+
+
+def test_cross_attention_and_odd_widths_are_refused():
+    mha = _mha(attention={"name": "softmax"})
+    with pytest.raises(ValueError, match="rotary is for self-attention: got 3 queries and 5 keys"):
+        mha(torch.randn(1, 3, 16).double(), torch.randn(1, 5, 16).double())
+    with pytest.raises(ValueError, match="each head's width must be even, got head_dim 5"):
+        MultiHeadAttention(d_model=16, num_heads=2, head_dim=5, attention={"name": "softmax"},
+                           rotary=True)  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"net.positional rotary .* each head's width \(net.d_model / net.num_heads\) "
+        r"must be even, got 3",
+    ):
+        SequenceSpec(d_model=6, num_heads=2, positional="rotary")
+    with pytest.raises(ValueError, match=r"width \(net.head_dim\) must be even, got 7"):
+        SequenceSpec(d_model=16, num_heads=2, head_dim=7, positional="rotary")
+    SequenceSpec(d_model=6, num_heads=2, head_dim=4, positional="rotary")  # the heads' width
+
+
+def test_a_rotary_model_reads_order_and_runs_past_its_max_len():
+    torch.manual_seed(0)
+    spec = SequenceSpec(d_model=16, num_heads=2, num_layers=1, d_ff=32, positional="rotary")
+    net = SequenceTransformer(spec, vocab_size=13, max_len=8, attention={"name": "softmax"}).eval()
+    tokens = torch.tensor([[4, 7, 2, 9, 1, 5, 3]])
+    swapped = tokens[:, [0, 3, 2, 1, 4, 5, 6]]
+    out, out_swapped = net(tokens, causal=True), net(swapped, causal=True)
+    assert not torch.allclose(out[:, 5], out_swapped[:, 5], atol=1e-4)  # order is seen
+    assert net(torch.randint(13, (1, 20)), causal=True).shape == (1, 20, 13)  # no table to end
+
+
+def test_a_vision_transformer_turns_its_patches_in_raster_order():
+    torch.manual_seed(0)
+    spec = VitSpec(d_model=16, num_heads=2, num_layers=1, d_ff=32, positional="rotary")
+    vit = VisionTransformer(spec, image_size=4, num_classes=3, attention={"name": "softmax"})
+    assert all(block.attn.rotary for block in vit.encoder.layers)
+    assert vit(torch.randn(2, 4, 4)).shape == (2, 3)

@@ -27,4 +27,6 @@ that ``polynomial`` and ``polysketch`` share.
 * ``local_window``: sliding-window softmax by blocks (``softmax``'s ``window``).
 * ``sketches``: the sketch maps s (random, learned) and ``symmetric_square`` of PolySketch.
 * ``qk_norm``: the q/k normalisation shared by ``polynomial`` and ``polysketch``.
+* ``rotary``: RoFormer's rotary turn of q and k (``net.positional: rotary``) or of features
+  (``linear``'s ``rotary``).
 """
