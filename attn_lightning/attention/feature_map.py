@@ -8,6 +8,13 @@ chunked ``causal_product``), ``fla`` (flash-linear-attention's fused Triton kern
 under ``TRITON_INTERPRET=1``: ``ops/triton_causal.py``; linear's elu + 1 is applied in its loads)
 or ``auto`` (the torch kernel for now: ``dispatch.AUTO_TAKES_FLA``). The non-causal product and
 ``step`` are the same under every choice.
+
+``rotary`` (offered by ``linear``): RoFormer §3.3's rotary form of linear attention (Su et al.
+2021, arXiv 2104.09864), ``out_i = Σ_{j} (R_i φ(q_i))ᵀ(R_j φ(k_j)) v_j / (c + Σ_{j} φ(q_i)ᵀφ(k_j))``
+with ``R_t`` the rotary turn of position t (``ops.rotary``): the pairs' weights depend on i − j,
+and the normaliser keeps its non-negative terms. The numerator and the normaliser then use
+different features, so it runs on the torch kernels (the causal product and the causal
+normaliser, one call each); ``step`` keeps the position in its state (a CPU integer).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import abc
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attn_lightning.attention.base import (
@@ -29,13 +37,17 @@ from attn_lightning.attention.base import (
     check_state_request,
 )
 from attn_lightning.attention.ops import dispatch, fla
+from attn_lightning.attention.ops.causal_normaliser import causal_normaliser
+from attn_lightning.attention.ops.causal_product import causal_product
 from attn_lightning.attention.ops.linear_kernels import (
     DEFAULT_EPS,
     causal_linear_attention,
+    finish,
     linear_attention,
     linear_attention_step,
     product_dtype,
 )
+from attn_lightning.attention.ops.rotary import turn
 
 
 class FeatureMapAttention(Attention):
@@ -63,6 +75,8 @@ class FeatureMapAttention(Attention):
     # True when φ is elu(x) + 1: the Triton kernel then applies it to raw q and k as it loads them
     # (and its derivative to dq, dk), so no φ tensor is written or read (``triton_causal``).
     fuses_elu_features: bool = False
+    # True for RoFormer's rotary form (module docstring); set by a subclass that offers it.
+    rotary: bool = False
 
     def __init__(
         self,
@@ -112,9 +126,30 @@ class FeatureMapAttention(Attention):
             k, is_query=False, dtype=dtype
         )
 
+    def use_rotary(self, head_dim: int) -> None:
+        """Switch this instance to the rotary form (module docstring): positional, self-attention
+        only, on the torch kernels. ValueError for an odd feature width or another kernel."""
+        if self.feature_dim % 2:
+            raise ValueError(
+                f"attention {self.name!r} with rotary turns pairs of features: its feature width "
+                f"must be even, got {self.feature_dim} (head_dim {head_dim})"
+            )
+        if self.implementation not in ("auto", "torch"):
+            raise ValueError(
+                f"attention {self.name!r} with rotary runs on the torch kernels (its numerator "
+                f"and normaliser use different features; fla's and our Triton kernel share one), "
+                f"got implementation {self.implementation!r}; allowed: auto, torch"
+            )
+        self.rotary = True
+        self.positional = True  # a pair's weight depends on the tokens' indices
+        self.supports_cross_attention = False
+        self.fuses_elu_features = False
+
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask, grid: Layout
     ) -> Tensor:
+        if self.rotary:
+            return self._attend_rotary(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
         kernel = dispatch.resolve(self.implementation, v, backend=self.name)  # refuses before φ
         bf16 = q.dtype == product_dtype(v.dtype) == torch.bfloat16
         low = bf16 and causal and kernel in ("torch", "triton") and self.features_in_bf16
@@ -143,9 +178,50 @@ class FeatureMapAttention(Attention):
             phi_q, phi_k, v, chunk_size=self.chunk_size, offset=offset, eps=eps
         )
 
+    def _attend_rotary(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Mask
+    ) -> Tensor:
+        """RoFormer §3.3 (module docstring), tokens at positions 0 .. N − 1; float32 at least."""
+        phi_q, phi_k = self.call_features(q, k, dtype=None)  # the accumulation dtype
+        if key_padding_mask is not None:  # a masked key adds to neither sum
+            phi_k = phi_k.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
+        turned_q, turned_k = turn(phi_q, phi_k)
+        with torch.autocast(device_type=v.device.type, enabled=False):
+            vv = v.to(phi_q.dtype)
+            if not causal:
+                num = turned_q @ (turned_k.transpose(-1, -2) @ vv)  # (B, H, L, Dv)
+                den = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)  # (B, H, L, 1)
+            else:
+                n = q.shape[-2]
+                c = max(1, min(self.chunk_size, n))
+                pad = (-n) % c  # zero keys add nothing; padded queries' rows are dropped
+                tq, tk, tv = (F.pad(t, (0, 0, 0, pad)) for t in (turned_q, turned_k, vv))
+                num = causal_product(tq, tk, tv, c)[:, :, :n]
+                den = causal_normaliser(phi_q, phi_k)
+            return finish(num, den.squeeze(-1), self.normalizer_offset, self.eps, v.dtype)
+
     def _step(self, q: Tensor, k: Tensor, v: Tensor, state: State | None) -> tuple[Tensor, State]:
         phi_q = self.features(q, is_query=True)
         phi_k = self.features(k, is_query=False)
+        if self.rotary:
+            return self._step_rotary(phi_q, phi_k, v, state)
         return linear_attention_step(
             phi_q, phi_k, v, state, offset=self.normalizer_offset, eps=self.eps
         )
+
+    def _step_rotary(
+        self, phi_q: Tensor, phi_k: Tensor, v: Tensor, state: State | None
+    ) -> tuple[Tensor, State]:
+        """``S += R_t φ(k) vᵀ``, ``z += φ(k)``, ``out = (R_t φ(q))ᵀS / (c + φ(q)ᵀz)`` at the
+        token's position t, which rides in the state as a CPU int64 (no device sync to read)."""
+        position = 0 if state is None else int(state[2]) + 1
+        turned_q, turned_k = turn(phi_q, phi_k, offset=position)
+        with torch.autocast(device_type=v.device.type, enabled=False):
+            kv = turned_k.transpose(-1, -2) @ v.to(phi_k.dtype)  # (B, H, F, Dv)
+            z = phi_k.squeeze(-2)  # (B, H, F)
+            if state is not None:
+                kv, z = kv + state[0], z + state[1]
+            num = turned_q @ kv  # (B, H, 1, Dv)
+            den = (phi_q @ z.unsqueeze(-1)).squeeze(-1)  # (B, H, 1)
+            out = finish(num, den, self.normalizer_offset, self.eps, v.dtype)
+        return out, (kv, z, torch.tensor(position))

@@ -83,6 +83,10 @@ class LinearAttention(FeatureMapAttention):
         eps: added to the normaliser (a query whose keys all have zero features gets 0).
         implementation: the causal kernel, ``auto``, ``torch``, ``fla`` or ``triton``
             (``feature_map``; ``triton`` applies the ``elu`` map inside the kernel).
+        rotary: RoFormer §3.3's rotary form, the features turned by their positions in the
+            numerator only (``feature_map`` module docstring): self-attention, an even
+            ``head_dim``, the torch kernels. Use it with ``net.positional`` other than
+            ``rotary``, which turns q and k before φ.
     """
 
     name = "linear"
@@ -96,6 +100,7 @@ class LinearAttention(FeatureMapAttention):
         chunk_size: int = 64,
         eps: float = DEFAULT_EPS,
         implementation: str = "auto",
+        rotary: bool = False,
     ) -> None:
         super().__init__(
             head_dim=head_dim, chunk_size=chunk_size, eps=eps, implementation=implementation
@@ -104,6 +109,12 @@ class LinearAttention(FeatureMapAttention):
         self.feature_map_name = feature_map
         self.fuses_elu_features = feature_map == "elu"  # the Triton kernel applies φ on load
         self._phi = FEATURE_MAPS[feature_map]
+        if not isinstance(rotary, bool):
+            raise ValueError(
+                f"attention 'linear' option rotary must be true or false, got {rotary!r}"
+            )
+        if rotary:
+            self.use_rotary(head_dim)
 
     @property
     def feature_dim(self) -> int:
@@ -114,4 +125,5 @@ class LinearAttention(FeatureMapAttention):
         return self._phi(x)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, feature_map={self.feature_map_name!r}"
+        rotary = ", rotary=True" if self.rotary else ""
+        return f"head_dim={self.head_dim}, feature_map={self.feature_map_name!r}{rotary}"

@@ -138,6 +138,12 @@ class MultiHeadAttention(nn.Module):
         self.conv = ShortConvolution(3 * inner, short_conv) if short_conv else None
         if rotary:
             check_rotary_width(self.head_dim)
+            if getattr(self.backend, "rotary", False):
+                raise ValueError(
+                    f"rotary positions twice: net.positional rotary turns q and k before attention "
+                    f"{self.backend.name!r}, whose rotary: true turns its features (RoFormer's "
+                    f"linear form); keep one (net.positional none, or the backend's rotary: false)"
+                )
         self.rotary = rotary
 
     @property

@@ -25,6 +25,9 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
         # elu + 1 inside the kernels' loads, and a map computed outside.
         {"implementation": "triton", "chunk_size": 4},
         {"implementation": "triton", "chunk_size": 4, "feature_map": "relu"},
+        # RoFormer's rotary form: turned features in the numerator, positional, self-only.
+        {"rotary": True},
+        {"rotary": True, "chunk_size": 3},
     ],
     "performer": [
         {"kernel": "hyperbolic", "num_features": 32},

@@ -127,3 +127,58 @@ def test_bf16_features_only_where_bf16_gemms_read_them(causal):
     attn(x, x, x, causal=causal)
     attn(x.bfloat16(), x.bfloat16(), x.bfloat16(), causal=causal)
     assert seen == [torch.float32] * 2 + [torch.bfloat16 if causal else torch.float32] * 2
+
+
+@pytest.mark.parametrize("feature_map", ["elu", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("chunk_size", [1, 4, 64])
+def test_rotary_form_matches_roformers_in_outputs_and_gradients(
+    feature_map, causal, masked, chunk_size
+):
+    # RoFormer §3.3: turned features in the numerator, plain ones in the normaliser.
+    n = 11  # not a multiple of the chunk
+    q, k, v = inputs(n, n)
+    mask = None
+    if masked:
+        mask = torch.ones(2, n, dtype=torch.bool)
+        mask[0, 3] = mask[1, -4:] = False
+    attn = build_attention(
+        "linear", head_dim=6, feature_map=feature_map, chunk_size=chunk_size, rotary=True
+    )
+    out = attn(q, k, v, causal=causal, key_padding_mask=mask)
+    ref = naive_linear(
+        q, k, v, feature_map=feature_map, causal=causal, key_padding_mask=mask, rotary=True
+    )
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+    plain = naive_linear(q, k, v, feature_map=feature_map, causal=causal, key_padding_mask=mask)
+    assert not torch.allclose(out, plain, atol=1e-3)  # the turn changes the numerator
+    for got, want in zip(grads(out, (q, k, v)), grads(ref, (q, k, v))):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)
+
+
+def test_rotary_step_keeps_its_position_and_float32_states_under_bf16():
+    attn = build_attention("linear", head_dim=4, rotary=True)
+    x = torch.randn(1, 1, 5, 4)
+    state, outs = None, []
+    for t in range(5):
+        out, state = attn.step(x[:, :, t : t + 1], x[:, :, t : t + 1], x[:, :, t : t + 1], state)
+        outs.append(out)
+    torch.testing.assert_close(torch.cat(outs, dim=2), attn(x, x, x, causal=True))
+    assert int(state[2]) == 4 and state[2].device.type == "cpu"
+    low = x[:, :, :1].bfloat16()
+    out, (s, z, _) = attn.step(low, low, low)
+    assert out.dtype == torch.bfloat16 and s.dtype == z.dtype == torch.float32
+
+
+def test_rotary_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match=r"turns pairs of features.*got 5 \(head_dim 5\)"):
+        build_attention("linear", head_dim=5, rotary=True)
+    with pytest.raises(ValueError, match=r"runs on the torch kernels.*'triton'; allowed: auto"):
+        build_attention("linear", head_dim=4, rotary=True, implementation="triton")
+    with pytest.raises(ValueError, match="rotary must be true or false, got 'yes'"):
+        build_attention("linear", head_dim=4, rotary="yes")
+    attn = build_attention("linear", head_dim=4, rotary=True)
+    q, k = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 5, 4)
+    with pytest.raises(ValueError, match="self-attention"):
+        attn(q, k, k)

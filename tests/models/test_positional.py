@@ -143,3 +143,17 @@ def test_a_vision_transformer_turns_its_patches_in_raster_order():
     vit = VisionTransformer(spec, image_size=4, num_classes=3, attention={"name": "softmax"})
     assert all(block.attn.rotary for block in vit.encoder.layers)
     assert vit(torch.randn(2, 4, 4)).shape == (2, 3)
+
+
+def test_rotary_positions_and_a_rotary_backend_are_not_stacked():
+    with pytest.raises(ValueError, match=r"rotary positions twice.*attention 'linear'.*keep one"):
+        _mha(attention={"name": "linear", "rotary": True})
+    spec = SequenceSpec(d_model=16, num_heads=2, num_layers=1, d_ff=32, positional="none")
+    net = SequenceTransformer(
+        spec, vocab_size=13, max_len=8, attention={"name": "linear", "rotary": True}
+    ).eval()
+    tokens = torch.tensor([[4, 7, 2, 9, 1, 5, 3]])
+    out, state = net(tokens, causal=True), None
+    for t in range(tokens.shape[1]):  # the backend's own position rides in its state
+        logits, state = net.step(tokens[:, t], state)
+        torch.testing.assert_close(logits, out[:, t], atol=1e-5, rtol=1e-4)

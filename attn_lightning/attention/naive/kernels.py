@@ -91,12 +91,33 @@ def naive_linear(
     causal: bool = False,
     key_padding_mask: Tensor | None = None,
     eps: float = DEFAULT_EPS,
+    rotary: bool = False,
 ) -> Tensor:
-    """Linear attention: ``naive_kernel_attention`` with φ element-wise, offset 0."""
+    """Linear attention: ``naive_kernel_attention`` with φ element-wise, offset 0; ``rotary``:
+    RoFormer §3.3, ``Σ_j (R_i φ(q_i))ᵀ(R_j φ(k_j)) v_j / (Σ_j φ(q_i)ᵀφ(k_j) + eps)``."""
     phi = LINEAR_FEATURE_MAPS[feature_map]
-    return naive_kernel_attention(
-        phi(q.to(F64)), phi(k.to(F64)), v, causal=causal, key_padding_mask=key_padding_mask, eps=eps
-    )
+    phi_q, phi_k = phi(q.to(F64)), phi(k.to(F64))
+    if not rotary:
+        return naive_kernel_attention(
+            phi_q, phi_k, v, causal=causal, key_padding_mask=key_padding_mask, eps=eps
+        )
+    allowed = visible_keys(phi_q, phi_k, causal=causal, key_padding_mask=key_padding_mask)
+    turned = torch.where(allowed, _rotated(phi_q) @ _rotated(phi_k).transpose(-1, -2), 0.0)
+    den = torch.where(allowed, phi_q @ phi_k.transpose(-1, -2), 0.0).sum(-1, keepdim=True) + eps
+    return turned @ v.to(F64) / den.masked_fill(den == 0, 1.0)
+
+
+def _rotated(x: Tensor) -> Tensor:
+    """RoFormer eq. 34 in float64: pair (x_2i, x_2i+1) of row t turned by t / 10000^(2i / D)."""
+    n, d = x.shape[-2], x.shape[-1]
+    t = torch.arange(n, dtype=F64)[:, None]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=F64) / d)
+    cos, sin = (t * theta).cos(), (t * theta).sin()  # (N, D/2)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
+    return out
 
 
 def naive_taylor(

@@ -44,7 +44,8 @@ def _no_autocast(device: torch.device):
     return torch.autocast(device_type=device.type, enabled=False)
 
 
-def _finish(num: Tensor, den: Tensor, offset: float, eps: float, out_dtype: torch.dtype) -> Tensor:
+def finish(num: Tensor, den: Tensor, offset: float, eps: float, out_dtype: torch.dtype) -> Tensor:
+    """``num / (den + offset + eps)`` in ``out_dtype``: ``num (…, L, Dv)``, ``den (…, L)``."""
     den = den + (offset + eps)
     # A query that sees no key (all masked, eps = 0) has num = den = 0: give 0, never 0/0 = NaN.
     den = den.masked_fill(den == 0, 1.0)
@@ -148,4 +149,4 @@ def linear_attention_step(
             z_new = z_new + z_prev
         num = phi_q @ kv  # (B, H, 1, Dv)
         den = (phi_q @ z_new.unsqueeze(-1)).squeeze(-1)  # (B, H, 1)
-        return _finish(num, den, offset, eps, v.dtype), (kv, z_new)
+        return finish(num, den, offset, eps, v.dtype), (kv, z_new)
