@@ -23,7 +23,10 @@ matrix held; d' ≤ 128), and the feature form fla's linear-attention kernel on 
 Based projects q and k to d' per head (its ``feature_dim``, 16 in the paper's language models)
 with their own maps from the model width. Taking the first d' coordinates of the model's own q and
 k projections is the same function class with the same parameters for the coordinates used (the
-rest of those rows get no gradient), and adds no parameters or initialisation of its own.
+rest of those rows get no gradient), and adds no parameters or initialisation of its own. Under
+rotary positions (``net.positional: rotary``, ``ops/rotary.py``) the first d' coordinates are the
+d'/2 fastest-turning pairs: Taylor then sees distances, but matches content only through pairs
+that turn by up to a radian a token (docs/results/recall.md, ``recall_l64_w64_rotary``).
 """
 
 from __future__ import annotations
