@@ -18,9 +18,9 @@ SiLU on q, k and v after their projections (``models.short_conv``; GLA's and Del
 ``use_short_conv``), for self-attention; the decode state then also holds the last K - 1
 projected inputs.
 
-Rotary positions (``rotary``): q and k of every head turned by their positions after the
-projections and the convolution (``attention.ops.rotary``), for self-attention; ``step`` takes the
-position of its token as ``offset``.
+Rotary positions (``rotary``: their base, None = none): q and k of every head turned by their
+positions after the projections and the convolution (``attention.ops.rotary``), for
+self-attention; ``step`` takes the position of its token as ``offset``.
 
 Head width (``head_dim``: D, None = E / H): the projections map E to H·D and back, so the heads'
 width — the features a feature map gets and the state each head keeps — is set apart from the
@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from attn_lightning.attention import Grid, State, build_attention
-from attn_lightning.attention.ops.rotary import check_rotary_width, turn
+from attn_lightning.attention.ops.rotary import check_rotary_base, check_rotary_width, turn
 from attn_lightning.models.short_conv import ShortConvolution
 
 # Which projections a MultiHeadAttention has: True (Q, K, V, out), "no_qk" (V, out), False (none).
@@ -72,14 +72,15 @@ class MultiHeadAttention(nn.Module):
         bias: bias in the projections.
         short_conv: K of a short causal convolution on q, k, v (0: none; self-attention only:
             a call whose keys are not as long as its queries is refused).
-        rotary: turn q and k by their positions (RoPE, ``attention.ops.rotary``; self-attention
-            only, and an even ``head_dim``).
+        rotary: the base of rotary positions, which turn q and k by their positions (RoPE,
+            ``attention.ops.rotary``; RoFormer's base is 10000; self-attention only, and an
+            even ``head_dim``); None: none.
 
     Raises:
         ValueError: ``d_model``, ``num_heads`` or ``head_dim`` not positive, ``d_model %
             num_heads != 0`` with no ``head_dim``, or H·D ≠ E without Q and K projections;
             ``projections`` not one of the three; ``short_conv`` < 0; an unknown backend name or
-            option (from ``build_attention``); ``rotary`` with an odd head width.
+            option (from ``build_attention``); ``rotary`` not > 1, or with an odd head width.
     """
 
     def __init__(
@@ -92,7 +93,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         short_conv: int = 0,
         head_dim: int | None = None,
-        rotary: bool = False,
+        rotary: float | None = None,
     ) -> None:
         super().__init__()
         if short_conv < 0:
@@ -136,7 +137,8 @@ class MultiHeadAttention(nn.Module):
         # One depthwise convolution over q, k and v side by side: each channel is its own filter,
         # so this is fla's three ShortConvolutions in one call.
         self.conv = ShortConvolution(3 * inner, short_conv) if short_conv else None
-        if rotary:
+        if rotary is not None:
+            rotary = check_rotary_base(rotary, option="rotary")
             check_rotary_width(self.head_dim)
             if getattr(self.backend, "rotary", False):
                 raise ValueError(
@@ -169,8 +171,8 @@ class MultiHeadAttention(nn.Module):
         self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = self._project(query, key, value)
-        for name, used in (("short_conv", self.conv is not None), ("rotary", self.rotary)):
-            if used and q.shape[1] != k.shape[1]:
+        for name, used in (("short_conv", self.conv), ("rotary", self.rotary)):
+            if used is not None and q.shape[1] != k.shape[1]:
                 raise ValueError(
                     f"{name} is for self-attention: got {q.shape[1]} queries and {k.shape[1]} keys"
                 )
@@ -183,9 +185,9 @@ class MultiHeadAttention(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, *, offset: int = 0
     ) -> tuple[Tensor, Tensor, Tensor]:
         """q and k turned by their positions from ``offset`` on (with ``rotary``), v as it is."""
-        if not self.rotary:
+        if self.rotary is None:
             return q, k, v
-        q, k = turn(q, k, offset=offset)
+        q, k = turn(q, k, offset=offset, base=self.rotary)
         return q, k, v
 
     def _out(self, mixed: Tensor) -> Tensor:

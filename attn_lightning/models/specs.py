@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from attn_lightning.attention.ops.rotary import BASE, check_rotary_base
 from attn_lightning.models.multihead import Projections
 from attn_lightning.models.transformer import BlockSizes
 
@@ -101,6 +102,8 @@ class TransformerSpec(BlockSizes):
             ``attention.ops.rotary``; each head's width even) or ``none`` (no position encoding:
             order from the causal mask alone, as Zoology's non-attention models and Based's MQAR
             models).
+        rotary_base: θ_i = rotary_base^{-2i/D} of ``positional: rotary`` (RoFormer's 10000;
+            long-context models raise it, LLaMA 3's is 500000), a number > 1.
         projections: ``true`` (Q, K, V, out), ``no_qk`` (V, out) or ``false`` (none).
         short_conv: K of a short causal convolution (and SiLU) on q, k and v in every layer,
             as GLA's and DeltaNet's (fla's ``conv_size`` 4); 0: none (``models.short_conv``).
@@ -110,11 +113,19 @@ class TransformerSpec(BlockSizes):
     positional: str = "sinusoidal"
     projections: Projections = True
     short_conv: int = 0
+    rotary_base: float = BASE
 
     def __post_init__(self) -> None:
         check_sizes(self)
+        check_rotary_base(self.rotary_base, option="net.rotary_base")
+        if self.rotary_base != BASE and self.positional != "rotary":
+            raise ValueError(
+                f"net.rotary_base ({self.rotary_base}) is the base of net.positional rotary, "
+                f"but net.positional is {self.positional!r}: set net.positional rotary, or "
+                f"leave net.rotary_base at {BASE:g}"
+            )
         width = self.head_dim or self.d_model // self.num_heads
-        if self.rotary and width % 2:
+        if self.rotary is not None and width % 2:
             where = "net.head_dim" if self.head_dim else "net.d_model / net.num_heads"
             raise ValueError(
                 f"net.positional rotary turns pairs of coordinates: each head's width ({where}) "
@@ -122,9 +133,10 @@ class TransformerSpec(BlockSizes):
             )
 
     @property
-    def rotary(self) -> bool:
-        """Rotary positions in every self-attention (``positional: rotary``)."""
-        return self.positional == "rotary"
+    def rotary(self) -> float | None:
+        """The base of the rotary positions in every self-attention (``positional: rotary``),
+        else None."""
+        return float(self.rotary_base) if self.positional == "rotary" else None
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ class EncoderBlock(nn.Module):
         attention: Mapping[str, Any],
         projections: Projections = True,
         short_conv: int = 0,
-        rotary: bool = False,
+        rotary: float | None = None,
     ) -> None:
         super().__init__()
         e = sizes.d_model
@@ -218,7 +218,8 @@ class TransformerEncoder(nn.Module):
             (a hybrid stack, ``models.hybrid``).
         projections: the projections of every layer.
         short_conv: K of every layer's short convolution on q, k, v (0: none).
-        rotary: every layer turns its q and k by their positions (``attention.ops.rotary``).
+        rotary: the base of the rotary positions every layer turns its q and k by
+            (``attention.ops.rotary``); None: none.
 
     Raises:
         ValueError: a negative ``num_layers``, a bad size (from the blocks), or a ``layers`` entry
@@ -233,7 +234,7 @@ class TransformerEncoder(nn.Module):
         attention: Mapping[str, Any],
         projections: Projections = True,
         short_conv: int = 0,
-        rotary: bool = False,
+        rotary: float | None = None,
     ) -> None:
         super().__init__()
         if num_layers < 0:

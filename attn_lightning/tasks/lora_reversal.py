@@ -85,6 +85,7 @@ class LoRAReversalTask(AdaptedTask, SequenceReversalTask):  # type: ignore[misc]
             "mode": hp["mode"],
             "attention": attention,
             "net.positional": hp["net"]["positional"],
+            "net.rotary_base": hp["net"]["rotary_base"],
         }
 
     def on_train_epoch_start(self) -> None:

@@ -77,7 +77,7 @@ def test_without_positions_a_causal_output_depends_on_the_earlier_tokens_as_a_se
 
 def _mha(**kwargs) -> MultiHeadAttention:
     torch.manual_seed(0)
-    mha = MultiHeadAttention(d_model=16, num_heads=2, rotary=True, **kwargs)
+    mha = MultiHeadAttention(d_model=16, num_heads=2, rotary=10000.0, **kwargs)
     return mha.double().eval()
 
 
@@ -114,7 +114,7 @@ def test_cross_attention_and_odd_widths_are_refused():
         mha(torch.randn(1, 3, 16).double(), torch.randn(1, 5, 16).double())
     with pytest.raises(ValueError, match="each head's width must be even, got head_dim 5"):
         MultiHeadAttention(d_model=16, num_heads=2, head_dim=5, attention={"name": "softmax"},
-                           rotary=True)  # fmt: skip
+                           rotary=10000.0)  # fmt: skip
     with pytest.raises(
         ValueError,
         match=r"net.positional rotary .* each head's width \(net.d_model / net.num_heads\) "
@@ -157,3 +157,32 @@ def test_rotary_positions_and_a_rotary_backend_are_not_stacked():
     for t in range(tokens.shape[1]):  # the backend's own position rides in its state
         logits, state = net.step(tokens[:, t], state)
         torch.testing.assert_close(logits, out[:, t], atol=1e-5, rtol=1e-4)
+
+
+def test_the_rotary_base_sets_the_angles_and_is_checked():
+    torch.manual_seed(0)
+    spec = SequenceSpec(
+        d_model=16, num_heads=2, num_layers=1, d_ff=32, positional="rotary", rotary_base=500_000
+    )
+    net = SequenceTransformer(spec, vocab_size=13, max_len=8, attention={"name": "softmax"})
+    net = net.double().eval()
+    assert all(block.attn.rotary == 500_000.0 for block in net.encoder.layers)
+    tokens = torch.tensor([[4, 7, 2, 9, 1, 5, 3]])
+    out, state = net(tokens, causal=True), None
+    for t in range(tokens.shape[1]):
+        logits, state = net.step(tokens[:, t], state)
+        torch.testing.assert_close(logits, out[:, t])
+    default = SequenceTransformer(
+        SequenceSpec(d_model=16, num_heads=2, num_layers=1, d_ff=32, positional="rotary"),
+        vocab_size=13,
+        max_len=8,
+        attention={"name": "softmax"},
+    ).double()
+    default.load_state_dict(net.state_dict())  # the same weights, another base
+    assert not torch.allclose(default.eval()(tokens, causal=True), out, atol=1e-6)
+    with pytest.raises(ValueError, match=r"net.rotary_base must be a number > 1 .* got 0.5"):
+        SequenceSpec(positional="rotary", rotary_base=0.5)
+    with pytest.raises(ValueError, match=r"net.rotary_base \(20.0\) is the base of net.positional"):
+        SequenceSpec(positional="learned", rotary_base=20.0)
+    with pytest.raises(ValueError, match=r"rotary must be a number > 1 .* got True"):
+        MultiHeadAttention(d_model=16, num_heads=2, attention={"name": "softmax"}, rotary=True)

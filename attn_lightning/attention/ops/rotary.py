@@ -32,6 +32,14 @@ from torch import Tensor
 BASE = 10000.0  # RoFormer's θ_i = 10000^{-2i/D}
 
 
+def check_rotary_base(base: object, *, option: str = "rotary_base") -> float:
+    """``base`` as a float if it is a finite number > 1 (θ_i = base^{-2i/D} then falls from 1
+    radian a token), else a ValueError naming ``option``, the value and what is allowed."""
+    if isinstance(base, bool) or not isinstance(base, int | float) or not 1 < base < float("inf"):
+        raise ValueError(f"{option} must be a number > 1 (RoFormer's is 10000), got {base!r}")
+    return float(base)
+
+
 def check_rotary_width(head_dim: int) -> None:
     """ValueError unless ``head_dim`` is even (RoPE turns pairs of coordinates)."""
     if head_dim % 2:
@@ -41,16 +49,17 @@ def check_rotary_width(head_dim: int) -> None:
         )
 
 
-def turn(*xs: Tensor, offset: int = 0) -> tuple[Tensor, ...]:
-    """Each ``x: (B, H, N, D)`` turned, its rows at positions ``offset .. offset + N − 1``; the
-    tensors of one call (q and k) share the angles. D even (``check_rotary_width``)."""
+def turn(*xs: Tensor, offset: int = 0, base: float = BASE) -> tuple[Tensor, ...]:
+    """Each ``x: (B, H, N, D)`` turned, its rows at positions ``offset .. offset + N − 1``, with
+    ``θ_i = base^{-2i/D}``; the tensors of one call (q and k) share the angles. D even
+    (``check_rotary_width``)."""
     x = xs[0]
     # Angles from float64/32 arithmetic, never x's half dtype (bf16 holds integers only to 256).
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     n, d = x.shape[-2], x.shape[-1]
     t = torch.arange(offset, offset + n, device=x.device, dtype=dtype)
     exponent = torch.arange(0, d, 2, device=x.device, dtype=dtype) / d
-    angles = torch.outer(t, BASE**-exponent)  # (N, D/2)
+    angles = torch.outer(t, base**-exponent)  # (N, D/2)
     rotation = torch.polar(torch.ones_like(angles), angles)  # e^{i t θ_j}: (N, D/2) complex
     return tuple(_turn(x, rotation) for x in xs)
 
@@ -62,4 +71,4 @@ def _turn(x: Tensor, rotation: Tensor) -> Tensor:
     return torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2).to(x.dtype)
 
 
-__all__ = ["BASE", "check_rotary_width", "turn"]
+__all__ = ["BASE", "check_rotary_base", "check_rotary_width", "turn"]

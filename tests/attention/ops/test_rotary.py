@@ -11,13 +11,13 @@ import torch
 from attn_lightning.attention.ops.rotary import turn
 
 
-def naive_rotary(x: torch.Tensor, offset: int) -> torch.Tensor:
-    """RoFormer eq. 34, pair by pair: (x_2i, x_2i+1) turned by (offset + t) / 10000^(2i / D)."""
+def naive_rotary(x: torch.Tensor, offset: int, base: float = 10000.0) -> torch.Tensor:
+    """RoFormer eq. 34, pair by pair: (x_2i, x_2i+1) turned by (offset + t) / base^(2i / D)."""
     out = x.clone()
     d = x.shape[-1]
     for t in range(x.shape[-2]):
         for i in range(d // 2):
-            angle = (offset + t) / 10000 ** (2 * i / d)
+            angle = (offset + t) / base ** (2 * i / d)
             a, b = x[..., t, 2 * i], x[..., t, 2 * i + 1]
             out[..., t, 2 * i] = a * math.cos(angle) - b * math.sin(angle)
             out[..., t, 2 * i + 1] = a * math.sin(angle) + b * math.cos(angle)
@@ -60,3 +60,10 @@ def test_the_angles_are_not_rounded_to_the_inputs_dtype():
     (half,) = turn(x.bfloat16(), offset=997)
     assert half.dtype == torch.bfloat16
     torch.testing.assert_close(half.float(), exact, atol=0.05, rtol=0.02)
+
+
+def test_the_base_sets_the_frequencies():
+    x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    (out,) = turn(x, offset=3, base=500_000.0)
+    torch.testing.assert_close(out, naive_rotary(x, 3, base=500_000.0), atol=1e-12, rtol=1e-12)
+    assert not torch.allclose(out, turn(x, offset=3)[0])
