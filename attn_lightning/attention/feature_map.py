@@ -126,13 +126,13 @@ class FeatureMapAttention(Attention):
             k, is_query=False, dtype=dtype
         )
 
-    def use_rotary(self, head_dim: int) -> None:
+    def use_rotary(self) -> None:
         """Switch this instance to the rotary form (module docstring): positional, self-attention
         only, on the torch kernels. ValueError for an odd feature width or another kernel."""
         if self.feature_dim % 2:
             raise ValueError(
                 f"attention {self.name!r} with rotary turns pairs of features: its feature width "
-                f"must be even, got {self.feature_dim} (head_dim {head_dim})"
+                f"must be even, got {self.feature_dim} (head_dim {self.head_dim})"
             )
         if self.implementation not in ("auto", "torch"):
             raise ValueError(

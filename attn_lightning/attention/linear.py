@@ -114,7 +114,7 @@ class LinearAttention(FeatureMapAttention):
                 f"attention 'linear' option rotary must be true or false, got {rotary!r}"
             )
         if rotary:
-            self.use_rotary(head_dim)
+            self.use_rotary()
 
     @property
     def feature_dim(self) -> int:
